@@ -1,0 +1,54 @@
+"""The seed's scenario in miniature: a billing worker that prices invoice work items.
+
+Run it as a long-lived process with ``cloudqueue run examples.billing:InvoiceWorker`` and feed it
+with ``cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines": [...]}'``.
+"""
+
+from __future__ import annotations
+
+import structlog
+from pydantic import BaseModel, Field
+
+from listener import current_envelope
+from workers import QueueWorker
+
+log = structlog.get_logger(__name__)
+
+
+class InvoiceLine(BaseModel):
+    """One billable line: a quantity at a unit price in cents."""
+
+    sku: str
+    quantity: int = Field(gt=0)
+    unit_price_cents: int = Field(ge=0)
+
+
+class Invoice(BaseModel):
+    """A unit of billing work: price one customer's lines."""
+
+    invoice_id: int
+    customer: str
+    lines: list[InvoiceLine]
+    tax_rate: float = Field(default=0.2, ge=0, le=1)
+
+
+def total_cents(invoice: Invoice) -> int:
+    """Net of all lines plus tax, rounded to the cent."""
+    net = sum(line.quantity * line.unit_price_cents for line in invoice.lines)
+    return round(net * (1 + invoice.tax_rate))
+
+
+class InvoiceWorker(QueueWorker[Invoice]):
+    """Prices each invoice and logs the result (a real worker would persist it)."""
+
+    queue_name = "invoices"
+
+    def handle(self, item: Invoice) -> None:
+        envelope = current_envelope()
+        log.info(
+            "invoice_billed",
+            invoice_id=item.invoice_id,
+            customer=item.customer,
+            total_cents=total_cents(item),
+            attempt=envelope.dequeue_count,
+        )

@@ -1,0 +1,69 @@
+"""cloudqueue's listener: an auto-scaling, observable consumer of Azure Storage Queues.
+
+The public surface is what ``__all__`` names; everything else is internal.
+"""
+
+from listener.backoff import randomized_exponential_backoff
+from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
+from listener.codec import Codec, MessageCodec
+from listener.connection import open_storage
+from listener.envelope import MessageEnvelope, current_envelope
+from listener.errors import (
+    CloudQueueError,
+    ConfigurationError,
+    DecodeError,
+    MessageNotFoundError,
+    MessageTooLargeError,
+    PopReceiptMismatchError,
+    QueueNotFoundError,
+    StorageError,
+    TransientStorageError,
+)
+from listener.listener import (
+    CloudQueueListener,
+    CloudQueueListenerInfo,
+    QueueEmptyDecision,
+    QueueEmptyHandler,
+    QueueWorkDetectedHandler,
+)
+from listener.location import CloudQueueLocation
+from listener.memory_storage import InMemoryQueueStorage
+from listener.poison import PoisonRecord, poison_queue_name
+from listener.sqlite_storage import SqliteQueueStorage
+from listener.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
+
+__all__ = [
+    "MAX_BATCH_SIZE",
+    "MAX_MESSAGE_BYTES",
+    "Clock",
+    "CloudQueueError",
+    "CloudQueueListener",
+    "CloudQueueListenerInfo",
+    "CloudQueueLocation",
+    "Codec",
+    "ConfigurationError",
+    "DecodeError",
+    "EventSleeper",
+    "InMemoryQueueStorage",
+    "MessageCodec",
+    "MessageEnvelope",
+    "MessageNotFoundError",
+    "MessageTooLargeError",
+    "PoisonRecord",
+    "PopReceiptMismatchError",
+    "QueueEmptyDecision",
+    "QueueEmptyHandler",
+    "QueueMessage",
+    "QueueNotFoundError",
+    "QueueStorage",
+    "QueueWorkDetectedHandler",
+    "Sleeper",
+    "SqliteQueueStorage",
+    "StorageError",
+    "SystemClock",
+    "TransientStorageError",
+    "current_envelope",
+    "open_storage",
+    "poison_queue_name",
+    "randomized_exponential_backoff",
+]

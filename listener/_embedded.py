@@ -1,0 +1,89 @@
+"""What the embedded stores (in-memory and SQLite) share: Azure's argument limits and new envelopes.
+
+The limit checks mirror what the Queue service answers with 400 or 413, so code that runs against
+an embedded store in development fails the same way it would against Azure. They run before any
+state changes. The Azure backend may call them too, to fail before a request is sent.
+"""
+
+from __future__ import annotations
+
+import uuid
+from datetime import datetime, timedelta
+
+from listener.errors import MessageTooLargeError
+from listener.storage import (
+    DEFAULT_TIME_TO_LIVE_S,
+    MAX_BATCH_SIZE,
+    MAX_MESSAGE_BYTES,
+    MAX_VISIBILITY_TIMEOUT_S,
+    NEVER_EXPIRES,
+    QueueMessage,
+)
+
+
+def check_get_arguments(max_messages: int, visibility_timeout_s: int) -> None:
+    """Raise ValueError unless 1 <= max_messages <= 32 and 1 s <= timeout <= 7 days."""
+    if not 1 <= max_messages <= MAX_BATCH_SIZE:
+        raise ValueError(f"max_messages must be 1..{MAX_BATCH_SIZE}, got {max_messages}")
+    if not 1 <= visibility_timeout_s <= MAX_VISIBILITY_TIMEOUT_S:
+        raise ValueError(
+            f"visibility_timeout_s must be 1..{MAX_VISIBILITY_TIMEOUT_S} on get, "
+            f"got {visibility_timeout_s}"
+        )
+
+
+def check_update_arguments(visibility_timeout_s: int) -> None:
+    """Raise ValueError unless 0 <= timeout <= 7 days (0 makes the message visible at once)."""
+    if not 0 <= visibility_timeout_s <= MAX_VISIBILITY_TIMEOUT_S:
+        raise ValueError(
+            f"visibility_timeout_s must be 0..{MAX_VISIBILITY_TIMEOUT_S} on update, "
+            f"got {visibility_timeout_s}"
+        )
+
+
+def check_put_arguments(
+    content: str, time_to_live_s: int | None, visibility_delay_s: int
+) -> int | None:
+    """Validate a put; return the effective time-to-live in seconds, None when it never expires."""
+    size = len(content.encode("utf-8"))
+    if size > MAX_MESSAGE_BYTES:
+        raise MessageTooLargeError(
+            f"message of {size} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
+        )
+    ttl_s = DEFAULT_TIME_TO_LIVE_S if time_to_live_s is None else time_to_live_s
+    if ttl_s != NEVER_EXPIRES and ttl_s < 1:
+        raise ValueError(f"time_to_live_s must be >= 1 or NEVER_EXPIRES (-1), got {ttl_s}")
+    if not 0 <= visibility_delay_s <= MAX_VISIBILITY_TIMEOUT_S:
+        raise ValueError(
+            f"visibility_delay_s must be 0..{MAX_VISIBILITY_TIMEOUT_S}, got {visibility_delay_s}"
+        )
+    # Azure rejects a delay that would let the message expire before anyone can see it.
+    if ttl_s != NEVER_EXPIRES and visibility_delay_s >= ttl_s:
+        raise ValueError(
+            f"visibility_delay_s ({visibility_delay_s}) must be less than time_to_live_s ({ttl_s})"
+        )
+    return None if ttl_s == NEVER_EXPIRES else ttl_s
+
+
+def new_pop_receipt() -> str:
+    """An opaque receipt that only the latest get (or update) of a message holds."""
+    return uuid.uuid4().hex
+
+
+def new_message(
+    content: str, *, now: datetime, time_to_live_s: int | None, visibility_delay_s: int
+) -> QueueMessage:
+    """The envelope of a freshly put message; ``time_to_live_s`` None means it never expires.
+
+    Like Azure's Put Message, it carries a pop receipt that can delete or update the message until
+    a get takes it, and a dequeue count of 0.
+    """
+    return QueueMessage(
+        id=str(uuid.uuid4()),
+        pop_receipt=new_pop_receipt(),
+        dequeue_count=0,
+        inserted_on=now,
+        expires_on=None if time_to_live_s is None else now + timedelta(seconds=time_to_live_s),
+        next_visible_on=now + timedelta(seconds=visibility_delay_s),
+        content=content,
+    )

@@ -1,0 +1,170 @@
+"""From a connection string to a storage backend, and a description of it that is safe to print.
+
+Accepted forms::
+
+    (none or empty)                      SQLite at the default path (.cloudqueue/queues.db)
+    sqlite:///relative/path.db           SQLite; four slashes for an absolute path
+    memory://                            in-memory, lost when the process exits
+    AccountName=...;AccountKey=...;...   Azure Storage (or SharedAccessSignature=..., or
+    UseDevelopmentStorage=true           Azurite on its default port)
+
+Connection strings hold secrets, so no error message here ever quotes one: each says which part is
+missing or malformed.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from listener.errors import ConfigurationError
+from listener.storage import QueueStorage
+
+__all__ = ["DEFAULT_PATH", "describe_storage", "open_storage"]
+
+DEFAULT_PATH = Path(".cloudqueue/queues.db")
+
+_SQLITE_PREFIX = "sqlite:///"
+_MEMORY = "memory://"
+_SCHEME = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
+_DEVELOPMENT_ACCOUNT = "devstoreaccount1"
+_DEVELOPMENT_ENDPOINT = "http://127.0.0.1:10001"
+_USAGE = "use sqlite:///PATH, memory:// or an Azure Storage connection string"
+
+
+@dataclass(frozen=True)
+class _Sqlite:
+    path: Path
+
+    @property
+    def description(self) -> str:
+        return f"sqlite {self.path}"
+
+
+@dataclass(frozen=True)
+class _Memory:
+    description: str = "memory"
+
+
+@dataclass(frozen=True)
+class _Azure:
+    description: str
+    connection_string: str = field(repr=False)
+
+
+_Target = _Sqlite | _Memory | _Azure
+
+
+def open_storage(
+    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+) -> QueueStorage:
+    """The storage backend the connection string names; raises ConfigurationError if malformed."""
+    target = _parse(connection_string, default_path)
+    if isinstance(target, _Memory):
+        from listener.memory_storage import InMemoryQueueStorage
+
+        return InMemoryQueueStorage()
+    if isinstance(target, _Sqlite):
+        from listener.sqlite_storage import SqliteQueueStorage
+
+        return SqliteQueueStorage(target.path)
+    # Imported here so that only Azure users pay for importing the Azure SDK.
+    from listener.azure_storage import AzureQueueStorage
+
+    return AzureQueueStorage.from_connection_string(target.connection_string)
+
+
+def describe_storage(connection_string: str | None, *, default_path: Path = DEFAULT_PATH) -> str:
+    """A one-line description without secrets, e.g. "azure account NAME at https://HOST"."""
+    return _parse(connection_string, default_path).description
+
+
+def _parse(connection_string: str | None, default_path: Path) -> _Target:
+    text = (connection_string or "").strip()
+    if not text:
+        return _Sqlite(default_path)
+    if text.startswith(_SQLITE_PREFIX):
+        relative_or_absolute = text.removeprefix(_SQLITE_PREFIX)
+        if not relative_or_absolute:
+            raise ConfigurationError("the sqlite connection string has no path: sqlite:///PATH")
+        return _Sqlite(Path(relative_or_absolute))
+    if text.lower() == _MEMORY:
+        return _Memory()
+    scheme = _SCHEME.match(text)
+    if scheme:
+        # A scheme is not a secret (a URL's user, password or query might be, so none is quoted).
+        raise ConfigurationError(f"unsupported connection string scheme {scheme[1]!r}: {_USAGE}")
+    return _parse_azure(text)
+
+
+def _parse_azure(connection_string: str) -> _Azure:
+    settings = _settings(connection_string)
+    if settings.get("USEDEVELOPMENTSTORAGE", "").lower() == "true":
+        # The SDK only understands the lowercase "true"; hand it the canonical form.
+        description = f"azure account {_DEVELOPMENT_ACCOUNT} at {_DEVELOPMENT_ENDPOINT}"
+        return _Azure(description, connection_string="UseDevelopmentStorage=true")
+    account = settings.get("ACCOUNTNAME")
+    _check_credentials(settings, account)
+    endpoint = _queue_endpoint(settings, account)
+    who = f"azure account {account}" if account else "azure (shared access signature)"
+    return _Azure(f"{who} at {endpoint}", connection_string=connection_string)
+
+
+def _settings(connection_string: str) -> dict[str, str]:
+    """The Key=Value settings, keys uppercased as the SDK reads them; empty values dropped."""
+    settings: dict[str, str] = {}
+    for index, part in enumerate(connection_string.split(";"), start=1):
+        if not part.strip():
+            continue
+        key, equals, value = part.partition("=")
+        if not equals or not key.strip():
+            raise ConfigurationError(
+                f"the connection string is malformed: part {index} is not Key=Value ({_USAGE})"
+            )
+        if value.strip():
+            settings[key.strip().upper()] = value.strip()
+    return settings
+
+
+def _check_credentials(settings: dict[str, str], account: str | None) -> None:
+    key = settings.get("ACCOUNTKEY")
+    if key is None and "SHAREDACCESSSIGNATURE" not in settings:
+        raise ConfigurationError(
+            "the Azure Storage connection string has neither AccountKey nor "
+            "SharedAccessSignature (nor UseDevelopmentStorage=true)"
+        )
+    if key is not None:
+        if account is None:
+            raise ConfigurationError("the Azure Storage connection string has no AccountName")
+        try:
+            base64.b64decode(key, validate=True)
+        except (binascii.Error, ValueError):
+            raise ConfigurationError(
+                "the AccountKey in the Azure Storage connection string is not valid base64"
+            ) from None
+    elif account is None and "QUEUEENDPOINT" not in settings:
+        raise ConfigurationError(
+            "the Azure Storage connection string has neither AccountName nor QueueEndpoint"
+        )
+
+
+def _queue_endpoint(settings: dict[str, str], account: str | None) -> str:
+    """Scheme and host of the queue endpoint (path and query dropped: a query may hold a SAS)."""
+    explicit = settings.get("QUEUEENDPOINT")
+    if explicit is None:
+        protocol = settings.get("DEFAULTENDPOINTSPROTOCOL", "https")
+        suffix = settings.get("ENDPOINTSUFFIX", "core.windows.net")
+        return f"{protocol}://{account}.queue.{suffix}"
+    try:
+        parts = urlsplit(explicit)
+        port = parts.port
+    except ValueError:
+        port, parts = None, urlsplit("")
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ConfigurationError("the QueueEndpoint in the connection string is not an http(s) URL")
+    host = parts.hostname if port is None else f"{parts.hostname}:{port}"
+    return f"{parts.scheme}://{host}"

@@ -1,0 +1,51 @@
+"""The envelope of the message being handled, for handlers that want more than the item.
+
+Observers receive plain items; a handler that needs the message id, dequeue count or insertion
+time calls ``current_envelope()``. It is a context variable set by the dequeue thread around each
+delivery, so it is correct for whichever thread calls the observer, and unset everywhere else.
+"""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+from dataclasses import dataclass
+from datetime import datetime
+
+from listener.storage import QueueMessage
+
+
+@dataclass(frozen=True, slots=True)
+class MessageEnvelope:
+    """Where an item came from: its queue, message id, dequeue count and times."""
+
+    queue_name: str
+    message_id: str
+    dequeue_count: int
+    inserted_on: datetime
+    expires_on: datetime | None
+
+    @classmethod
+    def of(cls, queue_name: str, message: QueueMessage) -> MessageEnvelope:
+        return cls(
+            queue_name=queue_name,
+            message_id=message.id,
+            dequeue_count=message.dequeue_count,
+            inserted_on=message.inserted_on,
+            expires_on=message.expires_on,
+        )
+
+
+_current: ContextVar[MessageEnvelope | None] = ContextVar("cloudqueue_envelope", default=None)
+
+
+def current_envelope() -> MessageEnvelope:
+    """The envelope of the item being delivered; LookupError outside a delivery."""
+    envelope = _current.get()
+    if envelope is None:
+        raise LookupError("current_envelope() is only available while an item is being handled")
+    return envelope
+
+
+def set_current_envelope(envelope: MessageEnvelope | None) -> None:
+    """Set by the dequeue thread around each delivery (internal)."""
+    _current.set(envelope)

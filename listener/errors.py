@@ -1,0 +1,55 @@
+"""cloudqueue's own error types.
+
+Storage backends translate their native exceptions (the Azure SDK's, sqlite3's) into these at one
+boundary, inside the backend, so nothing above the storage protocol knows which backend it runs on::
+
+    CloudQueueError
+    ├── StorageError                  a storage call failed
+    │   ├── TransientStorageError     timeout, 500/503, connection reset: back off and retry
+    │   ├── QueueNotFoundError        the queue does not exist
+    │   ├── MessageNotFoundError      the message is gone: deleted, expired, or unknown id
+    │   │   └── PopReceiptMismatchError  the message exists but another get re-took it
+    │   └── MessageTooLargeError      the encoded message exceeds the queue's size limit
+    ├── DecodeError                   a message's text cannot become an item of the listener's type
+    └── ConfigurationError            invalid settings or connection string (never retried)
+
+Messages never contain secrets: backends build them from queue names, ids and status codes only.
+"""
+
+from __future__ import annotations
+
+
+class CloudQueueError(Exception):
+    """Base class of every error cloudqueue raises on purpose."""
+
+
+class StorageError(CloudQueueError):
+    """A storage operation failed."""
+
+
+class TransientStorageError(StorageError):
+    """A storage operation failed for a reason that may pass: retry it after a back-off."""
+
+
+class QueueNotFoundError(StorageError):
+    """The queue does not exist (create it first)."""
+
+
+class MessageNotFoundError(StorageError):
+    """The message is no longer in the queue, or not where the caller thought."""
+
+
+class PopReceiptMismatchError(MessageNotFoundError):
+    """The pop receipt is stale: the message became visible again and another get took it."""
+
+
+class MessageTooLargeError(StorageError):
+    """The message exceeds the queue's limit (64 KiB as stored)."""
+
+
+class DecodeError(CloudQueueError):
+    """A message's content cannot be decoded into an item of the listener's type."""
+
+
+class ConfigurationError(CloudQueueError, ValueError):
+    """Settings or a connection string are invalid; retrying will not help."""

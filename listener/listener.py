@@ -1,0 +1,389 @@
+"""CloudQueueListener: a pool of dequeue threads that turns a queue into an Rx observable.
+
+Each dequeue thread repeats: get a batch (up to 32) with a visibility timeout; for each message,
+decode it, deliver the item to every observer, and delete the message only when every observer's
+``on_next`` returned. An empty batch raises the ``queue_empty`` hook, which decides how long the
+thread waits and whether it stops; a thread that was idle and finds work raises
+``queue_work_detected``, whose handler may start more threads. Threads never die from errors:
+storage outages and unexpected failures are logged and backed off; only ``stop`` ends the pool.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import structlog
+from reactivex import Observable, abc
+from reactivex.disposable import Disposable
+
+from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from listener.codec import Codec, MessageCodec
+from listener.envelope import MessageEnvelope, set_current_envelope
+from listener.errors import (
+    ConfigurationError,
+    DecodeError,
+    QueueNotFoundError,
+    StorageError,
+)
+from listener.location import CloudQueueLocation
+from listener.poison import poison_message, poison_queue_name
+from listener.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
+from listener.subscribers import Subscribers
+
+T = TypeVar("T")
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CloudQueueListenerInfo:
+    """A point-in-time view of a listener's load (the seed's QueryState result)."""
+
+    current_queue_depth: int
+    active_dequeue_tasks: int
+    total_dequeue_tasks: int
+
+
+@dataclass(frozen=True, slots=True)
+class QueueEmptyDecision:
+    """What a queue_empty handler tells the dequeue thread that found the queue empty."""
+
+    stop: bool
+    delay_s: float
+
+
+QueueEmptyHandler = Callable[["CloudQueueListener[Any]", int], QueueEmptyDecision]
+"""Called with the listener and the thread's count of consecutive empty gets."""
+
+QueueWorkDetectedHandler = Callable[["CloudQueueListener[Any]"], None]
+"""Called when a dequeue thread that was idle gets messages again."""
+
+
+class CloudQueueListener(Observable[T]):
+    """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
+
+    Threading: ``on_next`` is called on the dequeue thread that fetched the message, so with
+    several threads one observer receives items *concurrently* from several threads, and in no
+    guaranteed order (queues do not guarantee order either). Observers must be thread-safe;
+    stateful Rx operators (``scan``, ``buffer``, ``distinct``…) should be placed after
+    ``ops.observe_on`` / ``ops.synchronize`` or used with a single thread. Exceptions raised by an
+    observer's ``on_next`` leave the message for redelivery; they are logged and never turned into
+    ``on_error`` (which would end the subscription) — but an exception raised inside an operator
+    of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and ends that chain, so
+    put fallible work in the final ``subscribe`` callback. ``on_completed`` is sent once, when
+    the listener has stopped and its last thread has exited.
+    """
+
+    def __init__(
+        self,
+        storage: QueueStorage,
+        location: CloudQueueLocation,
+        item_type: type[T],
+        *,
+        codec: Codec[T] | None = None,
+        dequeue_batch_size: int = MAX_BATCH_SIZE,
+        dequeue_interval_s: float = 1.0,
+        max_error_delay_s: float = 30.0,
+        queue_empty: QueueEmptyHandler | None = None,
+        queue_work_detected: QueueWorkDetectedHandler | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        sleeper: Sleeper = EVENT_SLEEPER,
+        rng: RandomSource | None = None,
+    ) -> None:
+        super().__init__()
+        if not 1 <= dequeue_batch_size <= MAX_BATCH_SIZE:
+            raise ConfigurationError(f"dequeue_batch_size must be 1..32, got {dequeue_batch_size}")
+        if dequeue_interval_s < 0 or max_error_delay_s < 0:
+            raise ConfigurationError(
+                "dequeue_interval_s and max_error_delay_s must not be negative"
+            )
+        self.storage = storage
+        self.location = location
+        self.codec: Codec[T] = codec or MessageCodec(item_type)
+        self.dequeue_batch_size = dequeue_batch_size
+        self.dequeue_interval_s = dequeue_interval_s
+        self.max_error_delay_s = max_error_delay_s
+        self.queue_empty = queue_empty
+        self.queue_work_detected = queue_work_detected
+        self.clock = clock
+        self.sleeper = sleeper
+        self.rng: RandomSource = rng or default_rng()
+        self._subscribers: Subscribers[T] = Subscribers()
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+        self._threads: set[threading.Thread] = set()
+        self._thread_numbers = itertools.count(1)
+        self._total_dequeue_tasks = 0
+        self._queues_ready = False
+        self.messages_processed = 0
+        self.messages_failed = 0
+        self.messages_poisoned = 0
+        self.dequeue_errors = 0
+        self._log = log.bind(queue=location.queue_name)
+
+    @property
+    def queue_name(self) -> str:
+        return self.location.queue_name
+
+    # -- the seed's contract -------------------------------------------------------------------
+
+    def start_listener(self, thread_count: int) -> None:
+        """Start ``thread_count`` more dequeue threads (callable again to add more)."""
+        if thread_count <= 0:
+            raise ValueError(f"thread_count must be positive, got {thread_count}")
+        if self._stopping.is_set():
+            raise RuntimeError("the listener has been stopped; create a new one")
+        self._ensure_queues()
+        with self._lock:
+            for _ in range(thread_count):
+                thread = threading.Thread(
+                    target=self._dequeue_task,
+                    name=f"cloudqueue:{self.queue_name}:{next(self._thread_numbers)}",
+                    daemon=True,
+                )
+                self._threads.add(thread)
+                thread.start()
+            self._total_dequeue_tasks = max(self._total_dequeue_tasks, len(self._threads))
+            active = len(self._threads)
+        self._log.info("dequeue_threads_started", started=thread_count, active=active)
+
+    def query_state(self) -> CloudQueueListenerInfo:
+        """Queue depth (visible and in flight) and the number of dequeue threads now and at most."""
+        depth = self.storage.approximate_message_count(self.queue_name)
+        with self._lock:
+            return CloudQueueListenerInfo(
+                current_queue_depth=depth,
+                active_dequeue_tasks=len(self._threads),
+                total_dequeue_tasks=self._total_dequeue_tasks,
+            )
+
+    @property
+    def active_dequeue_tasks(self) -> int:
+        with self._lock:
+            return len(self._threads)
+
+    def stop(self, timeout_s: float = 30.0) -> bool:
+        """Stop fetching, let in-flight items finish, and join all threads within one deadline.
+
+        Returns True when every thread has exited. Messages fetched but not yet started are
+        released back to the queue at once; anything unfinished simply reappears later.
+        """
+        self.request_stop()
+        deadline = self.clock.monotonic() + timeout_s
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            if thread is not threading.current_thread():
+                thread.join(max(0.0, deadline - self.clock.monotonic()))
+        stragglers = [thread.name for thread in threads if thread.is_alive()]
+        if stragglers:
+            self._log.warning("dequeue_threads_still_running", threads=stragglers)
+            return False
+        self._subscribers.complete()
+        self._log.info("listener_stopped", processed=self.messages_processed)
+        return True
+
+    def request_stop(self) -> None:
+        """Stop fetching without waiting (``stop`` waits); threads finish their current item."""
+        self._stopping.set()
+
+    @property
+    def stopped(self) -> bool:
+        return self._stopping.is_set()
+
+    # -- Observable ----------------------------------------------------------------------------
+
+    def _subscribe_core(
+        self, observer: abc.ObserverBase[T], scheduler: abc.SchedulerBase | None = None
+    ) -> abc.DisposableBase:
+        remove = self._subscribers.add(observer)
+        if remove is None:
+            observer.on_completed()
+            return Disposable()
+        return Disposable(remove)
+
+    # -- the dequeue loop ----------------------------------------------------------------------
+
+    def _dequeue_task(self) -> None:
+        try:
+            self._dequeue_loop()
+        except BaseException:  # pragma: no cover - the loop catches everything it can
+            self._log.critical("dequeue_thread_crashed", exc_info=True)
+            raise
+        finally:
+            self._retire_current_thread()
+
+    def _dequeue_loop(self) -> None:
+        idle_count = 0
+        error_count = 0
+        while not self._stopping.is_set():
+            try:
+                messages = self._get_batch()
+            except Exception as failure:
+                error_count += 1
+                self._count("dequeue_errors")
+                self._log_get_failure(failure, error_count)
+                if self.sleeper.wait(self._stopping, self._error_delay_s(error_count)):
+                    break
+                continue
+            error_count = 0
+            if not messages:
+                idle_count += 1
+                decision = self._raise_queue_empty(idle_count)
+                if decision.stop or self.sleeper.wait(self._stopping, decision.delay_s):
+                    break
+                continue
+            if idle_count > 0:
+                idle_count = 0
+                self._raise_queue_work_detected()
+            self._process_batch(messages)
+
+    def _get_batch(self) -> list[QueueMessage]:
+        try:
+            return self.storage.get_messages(
+                self.queue_name,
+                max_messages=self.dequeue_batch_size,
+                visibility_timeout_s=self.location.visibility_timeout_s,
+            )
+        except QueueNotFoundError:
+            # Someone deleted the queue (or an emulator restarted empty): recreate it next time.
+            self._queues_ready = False
+            self._ensure_queues()
+            raise
+
+    def _log_get_failure(self, failure: Exception, error_count: int) -> None:
+        if isinstance(failure, StorageError):
+            self._log.warning(
+                "dequeue_failed",
+                error=str(failure),
+                kind=type(failure).__name__,
+                consecutive_errors=error_count,
+            )
+        else:
+            self._log.error(
+                "dequeue_failed_unexpectedly", consecutive_errors=error_count, exc_info=failure
+            )
+
+    def _error_delay_s(self, error_count: int) -> float:
+        return randomized_exponential_backoff(
+            error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
+        )
+
+    def _process_batch(self, messages: list[QueueMessage]) -> None:
+        for position, message in enumerate(messages):
+            if self._stopping.is_set():
+                self._release(messages[position:])
+                return
+            self._process(message)
+
+    def _process(self, message: QueueMessage) -> None:
+        with structlog.contextvars.bound_contextvars(
+            queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
+        ):
+            try:
+                item = self.codec.decode(message.content)
+            except DecodeError as failure:
+                self._poison(message, reason="undecodable", error=str(failure))
+                return
+            if self._deliver(message, item):
+                self._delete(message)
+
+    def _deliver(self, message: QueueMessage, item: T) -> bool:
+        set_current_envelope(MessageEnvelope.of(self.queue_name, message))
+        try:
+            failures = self._subscribers.deliver(item)
+        finally:
+            set_current_envelope(None)
+        if failures:
+            self._count("messages_failed")
+            # The message stays; it becomes visible again when its visibility timeout ends.
+            self._log.warning("message_left_for_retry", failures=len(failures))
+            return False
+        return True
+
+    def _delete(self, message: QueueMessage) -> None:
+        try:
+            self.storage.delete_message(self.queue_name, message.id, message.pop_receipt)
+        except StorageError as failure:
+            # Handled but not deleted: it reappears and is handled again (at-least-once).
+            self._log.warning("delete_failed", error=str(failure))
+        self._count("messages_processed")
+
+    def _poison(self, message: QueueMessage, *, reason: str, error: str) -> None:
+        try:
+            moved = poison_message(
+                self.storage,
+                self.queue_name,
+                message,
+                reason=reason,
+                error=error,
+                now=self.clock.now(),
+            )
+        except StorageError as failure:
+            self._log.warning("poison_failed", error=str(failure))
+            moved = False
+        if moved:
+            self._count("messages_poisoned")
+
+    def _release(self, messages: list[QueueMessage]) -> None:
+        """Make fetched-but-unstarted messages visible again so others need not wait for them."""
+        for message in messages:
+            # On failure it reappears when its visibility timeout ends anyway.
+            with contextlib.suppress(StorageError):
+                self.storage.update_visibility(self.queue_name, message.id, message.pop_receipt, 0)
+        self._log.info("messages_released", count=len(messages))
+
+    def _raise_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
+        if self.queue_empty is None:
+            return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+        try:
+            return self.queue_empty(self, idle_count)
+        except Exception:
+            self._log.exception("queue_empty_handler_failed")
+            return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+
+    def _raise_queue_work_detected(self) -> None:
+        if self.queue_work_detected is None:
+            return
+        try:
+            self.queue_work_detected(self)
+        except Exception:
+            self._log.exception("queue_work_detected_handler_failed")
+
+    # -- bookkeeping ---------------------------------------------------------------------------
+
+    def _ensure_queues(self) -> None:
+        if self._queues_ready:
+            return
+        try:
+            self.storage.create_queue(self.queue_name)
+            self.storage.create_queue(poison_queue_name(self.queue_name))
+        except StorageError as failure:
+            self._log.warning("queue_creation_failed", error=str(failure))
+            return
+        self._queues_ready = True
+
+    def _retire_current_thread(self) -> None:
+        with self._lock:
+            self._threads.discard(threading.current_thread())
+            remaining = len(self._threads)
+        self._log.info("dequeue_thread_stopped", active=remaining)
+        if remaining == 0 and self._stopping.is_set():
+            self._subscribers.complete()
+
+    def _count(self, counter: str) -> None:
+        with self._lock:
+            setattr(self, counter, getattr(self, counter) + 1)
+
+    def __repr__(self) -> str:
+        return (
+            f"CloudQueueListener(queue={self.queue_name!r}, active={self.active_dequeue_tasks}, "
+            f"processed={self.messages_processed}, failed={self.messages_failed}, "
+            f"poisoned={self.messages_poisoned}, stopping={self._stopping.is_set()})"
+        )

@@ -1,0 +1,96 @@
+"""The queue storage protocol: the one seam between the listener and a queue service.
+
+Three implementations share its semantics (Azure Storage Queues, an embedded SQLite file and an
+in-memory store) and one contract test suite proves it. The semantics are Azure's:
+
+* ``get_messages`` hides each returned message for ``visibility_timeout_s`` and hands out a fresh
+  pop receipt; a message not deleted in time becomes visible again with a higher dequeue count.
+* ``delete_message`` needs the newest pop receipt; a stale one means someone else owns the message.
+* Messages expire after their time-to-live; the approximate count includes invisible messages.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol, runtime_checkable
+
+from listener.errors import ConfigurationError
+
+MAX_BATCH_SIZE = 32
+"""The most messages one Get Messages call may return (a Queue API limit)."""
+
+MAX_MESSAGE_BYTES = 64 * 1024
+"""The largest message content, in UTF-8 bytes as stored (a Queue API limit)."""
+
+MAX_VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
+"""The longest visibility timeout or initial delay: 7 days."""
+
+DEFAULT_TIME_TO_LIVE_S = 7 * 24 * 3600
+"""A message's time-to-live when the producer does not choose one: 7 days."""
+
+NEVER_EXPIRES = -1
+"""Pass as ``time_to_live_s`` for a message that never expires."""
+
+_QUEUE_NAME = re.compile(r"^(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*$")
+
+
+def validate_queue_name(queue_name: str) -> str:
+    """Return the name if Azure accepts it (3-63 lowercase letters, digits, single hyphens)."""
+    if not _QUEUE_NAME.match(queue_name):
+        raise ConfigurationError(
+            f"invalid queue name {queue_name!r}: use 3-63 lowercase letters, digits and single "
+            "hyphens, starting and ending with a letter or digit"
+        )
+    return queue_name
+
+
+@dataclass(frozen=True, slots=True)
+class QueueMessage:
+    """One message as storage returned it: its envelope and its raw text content."""
+
+    id: str
+    pop_receipt: str
+    dequeue_count: int
+    inserted_on: datetime
+    expires_on: datetime | None
+    next_visible_on: datetime
+    content: str
+
+
+@runtime_checkable
+class QueueStorage(Protocol):
+    """Operations on the queues of one storage account (or one embedded store)."""
+
+    def create_queue(self, queue_name: str) -> None:
+        """Create the queue if it does not exist yet; do nothing if it does."""
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        """Take up to ``max_messages`` (1..32) visible messages and hide them for the timeout."""
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        """Delete a message; False (never an exception) when it is gone or the receipt is stale."""
+
+    def put_message(
+        self,
+        queue_name: str,
+        content: str,
+        *,
+        time_to_live_s: int | None = None,
+        visibility_delay_s: int = 0,
+    ) -> QueueMessage:
+        """Append a message, invisible for ``visibility_delay_s``; raises MessageTooLargeError."""
+
+    def update_visibility(
+        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+    ) -> str:
+        """Hide the message for ``visibility_timeout_s`` from now; return the new pop receipt."""
+
+    def approximate_message_count(self, queue_name: str) -> int:
+        """The number of messages in the queue, visible or not (may lag a little on Azure)."""
+
+    def close(self) -> None:
+        """Release connections; the storage is not used afterwards."""

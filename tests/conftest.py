@@ -1,0 +1,54 @@
+"""Shared fixtures: a storage backend of each kind, with Azurite started for the whole session."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import structlog
+
+from listener.memory_storage import InMemoryQueueStorage
+from listener.sqlite_storage import SqliteQueueStorage
+from listener.storage import QueueStorage
+
+pytest_plugins = ["tests.support.azurite"]
+
+BACKENDS = ["memory", "sqlite", "azure"]
+
+
+@pytest.fixture(autouse=True)
+def _reset_structlog() -> Iterator[None]:
+    """Every test starts from structlog's defaults, whatever the previous one configured."""
+    yield
+    structlog.reset_defaults()
+    structlog.contextvars.clear_contextvars()
+
+
+@pytest.fixture
+def queue_name() -> str:
+    """A fresh, valid queue name, so tests never see each other's messages."""
+    return f"q{uuid.uuid4().hex[:20]}"
+
+
+def make_storage(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> QueueStorage:
+    """Build a storage backend of the given kind on the real clock."""
+    if kind == "memory":
+        return InMemoryQueueStorage()
+    if kind == "sqlite":
+        return SqliteQueueStorage(tmp_path / "queues.db")
+    if kind == "azure":
+        from listener.azure_storage import AzureQueueStorage
+
+        connection_string: str = request.getfixturevalue("azurite_connection_string")
+        return AzureQueueStorage.from_connection_string(connection_string)
+    raise ValueError(kind)
+
+
+@pytest.fixture(params=BACKENDS)
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueStorage]:
+    """Each storage backend in turn (the Azure one against Azurite)."""
+    backend = make_storage(request.param, request, tmp_path)
+    yield backend
+    backend.close()

@@ -1,0 +1,127 @@
+"""The cloudqueue command line, driven for real in subprocesses on the embedded store."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.polling import eventually
+
+INVOICE = (
+    '{"invoice_id": %d, "customer": "acme",'
+    ' "lines": [{"sku": "a", "quantity": 2, "unit_price_cents": 150}]}'
+)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> dict[str, str]:
+    """An environment whose storage is a fresh SQLite file."""
+    return {
+        **os.environ,
+        "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
+        "CLOUDQUEUE_LISTENER__DEQUEUE_INTERVAL_S": "0.1",
+        "CLOUDQUEUE_LOGGING__FORMAT": "json",
+    }
+
+
+def cloudqueue(
+    *args: str, env: dict[str, str], stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "workers", *args],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.fixture
+def worker(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+    """`cloudqueue run examples.billing:InvoiceWorker` as a background process, always ended."""
+    log_path = tmp_path / "worker.log"
+    with log_path.open("w") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "workers", "run", "examples.billing:InvoiceWorker"],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        yield process
+        if process.poll() is None:
+            process.kill()
+        process.wait(10)
+
+
+def events(log_path: Path) -> list[dict[str, object]]:
+    return [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
+
+
+def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
+    """Items given as arguments or on stdin land on the queue; status reports the depth as JSON."""
+    assert cloudqueue("enqueue", "invoices", "a", "b", env=env).returncode == 0
+    assert cloudqueue("enqueue", "invoices", env=env, stdin="c\nd\n\ne\n").returncode == 0
+    result = cloudqueue("status", "invoices", "--json", env=env)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout) == {"queue": "invoices", "depth": 5, "poison_depth": 0}
+
+
+def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
+    env: dict[str, str], worker: subprocess.Popen[str], tmp_path: Path
+) -> None:
+    """cloudqueue run handles what is enqueued, and SIGTERM ends it cleanly with exit code 0."""
+    items = "\n".join(INVOICE % number for number in range(20))
+    assert cloudqueue("enqueue", "invoices", env=env, stdin=items).returncode == 0
+    log_path = tmp_path / "worker.log"
+    eventually(
+        lambda: sum(e["event"] == "invoice_billed" for e in events(log_path)) == 20, timeout_s=30
+    )
+    worker.send_signal(signal.SIGTERM)
+    assert worker.wait(30) == 0
+    billed = [e for e in events(log_path) if e["event"] == "invoice_billed"]
+    assert {e["total_cents"] for e in billed} == {360}
+    assert all("message_id" in e and e["queue"] == "invoices" for e in billed)
+    status = json.loads(cloudqueue("status", "invoices", "--json", env=env).stdout)
+    assert status["depth"] == 0
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "field"),
+    [
+        ("CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE", "33", "listener.dequeue_batch_size"),
+        ("CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE", "0", "listener.dequeue_batch_size"),
+        ("CLOUDQUEUE_LISTENER__DEQUEUE_INTERVAL_S", "-1", "listener.dequeue_interval_s"),
+    ],
+)
+def test_invalid_settings_exit_2_naming_the_field(
+    env: dict[str, str], variable: str, value: str, field: str
+) -> None:
+    """A bad setting stops the command before any queue is touched, with exit code 2."""
+    result = cloudqueue("run", "examples.billing:InvoiceWorker", env={**env, variable: value})
+    assert result.returncode == 2
+    assert field in result.stderr
+
+
+def test_a_malformed_connection_string_exits_2_without_echoing_it(env: dict[str, str]) -> None:
+    """The error names what is missing and never prints the secret it was given."""
+    secret = "AccountKey=c2VjcmV0LWtleS10aGF0LW11c3Qtbm90LWxlYWs="
+    result = cloudqueue("status", "invoices", env={**env, "CLOUDQUEUE_CONNECTION_STRING": secret})
+    assert result.returncode == 2
+    assert "c2VjcmV0" not in result.stderr + result.stdout
+
+
+def test_an_unimportable_worker_exits_2(env: dict[str, str]) -> None:
+    """`run` with a target that is not a QueueWorker fails fast with a clear message."""
+    result = cloudqueue("run", "examples.nowhere:Worker", env=env)
+    assert result.returncode == 2
+    assert "examples.nowhere" in result.stderr

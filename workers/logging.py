@@ -1,0 +1,60 @@
+"""structlog configuration: JSON lines for machines, readable console output on a terminal.
+
+Every record passes through ``redact_secrets`` last before rendering, so a connection string or
+SAS token that slips into an event or exception text is masked wherever it appears.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from typing import TextIO
+
+import structlog
+from structlog.typing import EventDict, Processor, WrappedLogger
+
+from listener.redaction import redact
+from workers.settings import LoggingSettings
+
+
+def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Mask secrets in every string value (exception text included, once rendered)."""
+    return {
+        key: redact(value) if isinstance(value, str) else value for key, value in event_dict.items()
+    }
+
+
+def configure_logging(settings: LoggingSettings, *, stream: TextIO | None = None) -> None:
+    """Configure structlog for a worker process writing to ``stream`` (stderr by default)."""
+    output = stream or sys.stderr
+    use_json = settings.format == "json" or (settings.format == "auto" and not output.isatty())
+    shared: list[Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.StackInfoRenderer(),
+    ]
+    renderer: list[Processor]
+    if use_json:
+        renderer = [
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            structlog.processors.JSONRenderer(),
+        ]
+    else:
+        renderer = [
+            structlog.processors.format_exc_info,
+            redact_secrets,
+            structlog.dev.ConsoleRenderer(colors=output.isatty()),
+        ]
+    # The Azure SDK logs every HTTP request at INFO through stdlib logging: keep it to problems.
+    logging.getLogger("azure").setLevel(logging.WARNING)
+    structlog.configure(
+        processors=[*shared, *renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(settings.level)),
+        logger_factory=structlog.WriteLoggerFactory(file=output),
+        cache_logger_on_first_use=False,
+    )
+
+
+__all__ = ["configure_logging", "redact_secrets"]
