@@ -6,6 +6,9 @@ with ``cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines
 
 from __future__ import annotations
 
+import time
+from typing import ClassVar
+
 import structlog
 from pydantic import BaseModel, Field
 
@@ -42,8 +45,12 @@ class InvoiceWorker(QueueWorker[Invoice]):
     """Prices each invoice and logs the result (a real worker would persist it)."""
 
     queue_name = "invoices"
+    simulated_io_s: ClassVar[float] = 0.0
+    """Time each invoice spends "saving" (the demo sets it to show scaling on I/O-bound work)."""
 
     def handle(self, item: Invoice) -> None:
+        if self.simulated_io_s:
+            time.sleep(self.simulated_io_s)  # stands in for a database write
         envelope = current_envelope()
         log.info(
             "invoice_billed",

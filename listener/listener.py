@@ -10,8 +10,6 @@ storage outages and unexpected failures are logged and backed off; only ``stop``
 
 from __future__ import annotations
 
-import contextlib
-import itertools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,17 +22,15 @@ from reactivex.disposable import Disposable
 from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.codec import Codec, MessageCodec
-from listener.envelope import MessageEnvelope, set_current_envelope
-from listener.errors import (
-    ConfigurationError,
-    DecodeError,
-    QueueNotFoundError,
-    StorageError,
-)
+from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
+from listener.handling import MessageProcessor
 from listener.location import CloudQueueLocation
-from listener.poison import poison_message, poison_queue_name
+from listener.poison import poison_queue_name
+from listener.pool import DequeuePool
+from listener.stats import ListenerCounters
 from listener.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from listener.subscribers import Subscribers
+from listener.throughput import ThroughputMeter
 
 T = TypeVar("T")
 
@@ -64,6 +60,26 @@ QueueEmptyHandler = Callable[["CloudQueueListener[Any]", int], QueueEmptyDecisio
 QueueWorkDetectedHandler = Callable[["CloudQueueListener[Any]"], None]
 """Called when a dequeue thread that was idle gets messages again."""
 
+BatchProcessedHandler = Callable[["CloudQueueListener[Any]"], None]
+"""Called by a dequeue thread after each non-empty batch (the scaler re-evaluates from here)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ListenerLoad:
+    """What a scaler needs to know, measured at one moment."""
+
+    approximate_depth: int
+    """The queue's approximate count: visible and in-flight messages of every consumer."""
+    in_flight: int
+    """Messages this listener holds (fetched, not yet settled)."""
+    active_threads: int
+    per_thread_rate_per_s: float | None
+
+    @property
+    def visible_depth(self) -> int:
+        """An estimate of the messages waiting for a consumer."""
+        return max(0, self.approximate_depth - self.in_flight)
+
 
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
@@ -71,10 +87,10 @@ class CloudQueueListener(Observable[T]):
     Threading: ``on_next`` is called on the dequeue thread that fetched the message, so with
     several threads one observer receives items *concurrently* from several threads, and in no
     guaranteed order (queues do not guarantee order either). Observers must be thread-safe;
-    stateful Rx operators (``scan``, ``buffer``, ``distinct``…) should be placed after
-    ``ops.observe_on`` / ``ops.synchronize`` or used with a single thread. Exceptions raised by an
-    observer's ``on_next`` leave the message for redelivery; they are logged and never turned into
-    ``on_error`` (which would end the subscription) — but an exception raised inside an operator
+    stateful Rx operators (``scan``, ``buffer``, ``distinct``...) should be placed after
+    ``ops.synchronize()`` or used with a single thread. Exceptions raised by an observer's
+    ``on_next`` leave the message for redelivery; they are logged and never turned into
+    ``on_error`` (which would end the subscription) -- but an exception raised inside an operator
     of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and ends that chain, so
     put fallible work in the final ``subscribe`` callback. ``on_completed`` is sent once, when
     the listener has stopped and its last thread has exited.
@@ -92,6 +108,7 @@ class CloudQueueListener(Observable[T]):
         max_error_delay_s: float = 30.0,
         queue_empty: QueueEmptyHandler | None = None,
         queue_work_detected: QueueWorkDetectedHandler | None = None,
+        batch_processed: BatchProcessedHandler | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -100,9 +117,7 @@ class CloudQueueListener(Observable[T]):
         if not 1 <= dequeue_batch_size <= MAX_BATCH_SIZE:
             raise ConfigurationError(f"dequeue_batch_size must be 1..32, got {dequeue_batch_size}")
         if dequeue_interval_s < 0 or max_error_delay_s < 0:
-            raise ConfigurationError(
-                "dequeue_interval_s and max_error_delay_s must not be negative"
-            )
+            raise ConfigurationError("dequeue_interval_s and max_error_delay_s must be >= 0")
         self.storage = storage
         self.location = location
         self.codec: Codec[T] = codec or MessageCodec(item_type)
@@ -111,20 +126,24 @@ class CloudQueueListener(Observable[T]):
         self.max_error_delay_s = max_error_delay_s
         self.queue_empty = queue_empty
         self.queue_work_detected = queue_work_detected
+        self.batch_processed = batch_processed
         self.clock = clock
         self.sleeper = sleeper
         self.rng: RandomSource = rng or default_rng()
+        self.counters = ListenerCounters()
+        self.throughput = ThroughputMeter()
         self._subscribers: Subscribers[T] = Subscribers()
+        self._processor = MessageProcessor(
+            storage=storage,
+            queue_name=location.queue_name,
+            codec=self.codec,
+            subscribers=self._subscribers,
+            counters=self.counters,
+            clock=clock,
+        )
+        self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
         self._stopping = threading.Event()
-        self._lock = threading.Lock()
-        self._threads: set[threading.Thread] = set()
-        self._thread_numbers = itertools.count(1)
-        self._total_dequeue_tasks = 0
         self._queues_ready = False
-        self.messages_processed = 0
-        self.messages_failed = 0
-        self.messages_poisoned = 0
-        self.dequeue_errors = 0
         self._log = log.bind(queue=location.queue_name)
 
     @property
@@ -140,33 +159,40 @@ class CloudQueueListener(Observable[T]):
         if self._stopping.is_set():
             raise RuntimeError("the listener has been stopped; create a new one")
         self._ensure_queues()
-        with self._lock:
-            for _ in range(thread_count):
-                thread = threading.Thread(
-                    target=self._dequeue_task,
-                    name=f"cloudqueue:{self.queue_name}:{next(self._thread_numbers)}",
-                    daemon=True,
-                )
-                self._threads.add(thread)
-                thread.start()
-            self._total_dequeue_tasks = max(self._total_dequeue_tasks, len(self._threads))
-            active = len(self._threads)
+        active = self._pool.start(thread_count, self._dequeue_task)
         self._log.info("dequeue_threads_started", started=thread_count, active=active)
 
     def query_state(self) -> CloudQueueListenerInfo:
         """Queue depth (visible and in flight) and the number of dequeue threads now and at most."""
         depth = self.storage.approximate_message_count(self.queue_name)
-        with self._lock:
-            return CloudQueueListenerInfo(
-                current_queue_depth=depth,
-                active_dequeue_tasks=len(self._threads),
-                total_dequeue_tasks=self._total_dequeue_tasks,
-            )
+        return CloudQueueListenerInfo(
+            current_queue_depth=depth,
+            active_dequeue_tasks=self._pool.active,
+            total_dequeue_tasks=self._pool.peak,
+        )
+
+    def measure_load(self) -> ListenerLoad:
+        """Depth, in-flight messages, active threads and measured rate, for scaling decisions."""
+        depth = self.storage.approximate_message_count(self.queue_name)
+        return ListenerLoad(
+            approximate_depth=depth,
+            in_flight=self.counters.in_flight,
+            active_threads=self._pool.active,
+            per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+        )
 
     @property
     def active_dequeue_tasks(self) -> int:
-        with self._lock:
-            return len(self._threads)
+        """Threads running and not committed to leave."""
+        return self._pool.active
+
+    def reserve_stop(self, floor: int) -> bool:
+        """For queue_empty handlers: may the calling thread stop and leave > ``floor`` running?"""
+        return self._pool.reserve_stop(floor)
+
+    def request_scale_in(self, count: int, *, floor: int) -> int:
+        """Ask up to ``count`` threads to stop after their current batch; return how many will."""
+        return self._pool.request_scale_in(count, floor=floor)
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop fetching, let in-flight items finish, and join all threads within one deadline.
@@ -176,8 +202,7 @@ class CloudQueueListener(Observable[T]):
         """
         self.request_stop()
         deadline = self.clock.monotonic() + timeout_s
-        with self._lock:
-            threads = list(self._threads)
+        threads = self._pool.threads()
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - self.clock.monotonic()))
@@ -186,7 +211,7 @@ class CloudQueueListener(Observable[T]):
             self._log.warning("dequeue_threads_still_running", threads=stragglers)
             return False
         self._subscribers.complete()
-        self._log.info("listener_stopped", processed=self.messages_processed)
+        self._log.info("listener_stopped", processed=self.counters.processed)
         return True
 
     def request_stop(self) -> None:
@@ -196,6 +221,22 @@ class CloudQueueListener(Observable[T]):
     @property
     def stopped(self) -> bool:
         return self._stopping.is_set()
+
+    @property
+    def messages_processed(self) -> int:
+        return self.counters.processed
+
+    @property
+    def messages_failed(self) -> int:
+        return self.counters.failed
+
+    @property
+    def messages_poisoned(self) -> int:
+        return self.counters.poisoned
+
+    @property
+    def dequeue_errors(self) -> int:
+        return self.counters.dequeue_errors
 
     # -- Observable ----------------------------------------------------------------------------
 
@@ -222,12 +263,13 @@ class CloudQueueListener(Observable[T]):
     def _dequeue_loop(self) -> None:
         idle_count = 0
         error_count = 0
-        while not self._stopping.is_set():
+        while not self._stopping.is_set() and not self._pool.take_scale_in_request():
+            started = self.clock.monotonic()
             try:
                 messages = self._get_batch()
             except Exception as failure:
                 error_count += 1
-                self._count("dequeue_errors")
+                self.counters.add("dequeue_errors")
                 self._log_get_failure(failure, error_count)
                 if self.sleeper.wait(self._stopping, self._error_delay_s(error_count)):
                     break
@@ -241,12 +283,12 @@ class CloudQueueListener(Observable[T]):
                 continue
             if idle_count > 0:
                 idle_count = 0
-                self._raise_queue_work_detected()
-            self._process_batch(messages)
+                self._raise_hook(self.queue_work_detected, "queue_work_detected")
+            self._process_batch(messages, started)
 
     def _get_batch(self) -> list[QueueMessage]:
         try:
-            return self.storage.get_messages(
+            messages = self.storage.get_messages(
                 self.queue_name,
                 max_messages=self.dequeue_batch_size,
                 visibility_timeout_s=self.location.visibility_timeout_s,
@@ -256,6 +298,8 @@ class CloudQueueListener(Observable[T]):
             self._queues_ready = False
             self._ensure_queues()
             raise
+        self.counters.add("in_flight", len(messages))
+        return messages
 
     def _log_get_failure(self, failure: Exception, error_count: int) -> None:
         if isinstance(failure, StorageError):
@@ -275,69 +319,18 @@ class CloudQueueListener(Observable[T]):
             error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
         )
 
-    def _process_batch(self, messages: list[QueueMessage]) -> None:
+    def _process_batch(self, messages: list[QueueMessage], started: float) -> None:
         for position, message in enumerate(messages):
             if self._stopping.is_set():
-                self._release(messages[position:])
+                self._processor.release(messages[position:])
+                self.counters.add("in_flight", -(len(messages) - position))
                 return
-            self._process(message)
-
-    def _process(self, message: QueueMessage) -> None:
-        with structlog.contextvars.bound_contextvars(
-            queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
-        ):
             try:
-                item = self.codec.decode(message.content)
-            except DecodeError as failure:
-                self._poison(message, reason="undecodable", error=str(failure))
-                return
-            if self._deliver(message, item):
-                self._delete(message)
-
-    def _deliver(self, message: QueueMessage, item: T) -> bool:
-        set_current_envelope(MessageEnvelope.of(self.queue_name, message))
-        try:
-            failures = self._subscribers.deliver(item)
-        finally:
-            set_current_envelope(None)
-        if failures:
-            self._count("messages_failed")
-            # The message stays; it becomes visible again when its visibility timeout ends.
-            self._log.warning("message_left_for_retry", failures=len(failures))
-            return False
-        return True
-
-    def _delete(self, message: QueueMessage) -> None:
-        try:
-            self.storage.delete_message(self.queue_name, message.id, message.pop_receipt)
-        except StorageError as failure:
-            # Handled but not deleted: it reappears and is handled again (at-least-once).
-            self._log.warning("delete_failed", error=str(failure))
-        self._count("messages_processed")
-
-    def _poison(self, message: QueueMessage, *, reason: str, error: str) -> None:
-        try:
-            moved = poison_message(
-                self.storage,
-                self.queue_name,
-                message,
-                reason=reason,
-                error=error,
-                now=self.clock.now(),
-            )
-        except StorageError as failure:
-            self._log.warning("poison_failed", error=str(failure))
-            moved = False
-        if moved:
-            self._count("messages_poisoned")
-
-    def _release(self, messages: list[QueueMessage]) -> None:
-        """Make fetched-but-unstarted messages visible again so others need not wait for them."""
-        for message in messages:
-            # On failure it reappears when its visibility timeout ends anyway.
-            with contextlib.suppress(StorageError):
-                self.storage.update_visibility(self.queue_name, message.id, message.pop_receipt, 0)
-        self._log.info("messages_released", count=len(messages))
+                self._processor.process(message)
+            finally:
+                self.counters.add("in_flight", -1)
+        self.throughput.record(len(messages), self.clock.monotonic() - started)
+        self._raise_hook(self.batch_processed, "batch_processed")
 
     def _raise_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
         if self.queue_empty is None:
@@ -348,13 +341,15 @@ class CloudQueueListener(Observable[T]):
             self._log.exception("queue_empty_handler_failed")
             return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
 
-    def _raise_queue_work_detected(self) -> None:
-        if self.queue_work_detected is None:
+    def _raise_hook(
+        self, hook: Callable[[CloudQueueListener[Any]], None] | None, name: str
+    ) -> None:
+        if hook is None:
             return
         try:
-            self.queue_work_detected(self)
+            hook(self)
         except Exception:
-            self._log.exception("queue_work_detected_handler_failed")
+            self._log.exception("handler_failed", hook=name)
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -370,20 +365,13 @@ class CloudQueueListener(Observable[T]):
         self._queues_ready = True
 
     def _retire_current_thread(self) -> None:
-        with self._lock:
-            self._threads.discard(threading.current_thread())
-            remaining = len(self._threads)
-        self._log.info("dequeue_thread_stopped", active=remaining)
+        remaining = self._pool.retire_current()
+        self._log.info("dequeue_thread_stopped", active=self._pool.active)
         if remaining == 0 and self._stopping.is_set():
             self._subscribers.complete()
-
-    def _count(self, counter: str) -> None:
-        with self._lock:
-            setattr(self, counter, getattr(self, counter) + 1)
 
     def __repr__(self) -> str:
         return (
             f"CloudQueueListener(queue={self.queue_name!r}, active={self.active_dequeue_tasks}, "
-            f"processed={self.messages_processed}, failed={self.messages_failed}, "
-            f"poisoned={self.messages_poisoned}, stopping={self._stopping.is_set()})"
+            f"counters={self.counters.snapshot()}, stopping={self._stopping.is_set()})"
         )

@@ -26,7 +26,7 @@ def env(tmp_path: Path) -> dict[str, str]:
     return {
         **os.environ,
         "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
-        "CLOUDQUEUE_LISTENER__DEQUEUE_INTERVAL_S": "0.1",
+        "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
         "CLOUDQUEUE_LOGGING__FORMAT": "json",
     }
 
@@ -100,7 +100,7 @@ def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
     [
         ("CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE", "33", "listener.dequeue_batch_size"),
         ("CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE", "0", "listener.dequeue_batch_size"),
-        ("CLOUDQUEUE_LISTENER__DEQUEUE_INTERVAL_S", "-1", "listener.dequeue_interval_s"),
+        ("CLOUDQUEUE_BACKOFF__MAX_IDLE_S", "-1", "backoff.max_idle_s"),
     ],
 )
 def test_invalid_settings_exit_2_naming_the_field(

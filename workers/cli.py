@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from pathlib import Path
 
 import click
 import pydantic
@@ -21,23 +22,29 @@ from listener.redaction import redact
 from listener.storage import QueueStorage, validate_queue_name
 from workers.host import WorkerHost
 from workers.logging import configure_logging
-from workers.settings import CloudQueueSettings
+from workers.settings import CloudQueueSettings, load_settings
 from workers.worker import load_worker
 
 CONFIG_ERROR_EXIT = 2
 
 
 def _settings() -> CloudQueueSettings:
+    config = click.get_current_context().find_root().params.get("config")
     try:
-        return CloudQueueSettings()
+        return load_settings(config)
     except pydantic.ValidationError as error:
         raise click.UsageError(redact(_one_line(error))) from error
+    except ConfigurationError as error:
+        raise click.UsageError(redact(str(error))) from error
 
 
 def _one_line(error: pydantic.ValidationError) -> str:
     first = error.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"])
-    return f"invalid setting {field}: {first['msg']}"
+    field = ".".join(str(part) for part in first["loc"]) or "settings"
+    message = f"invalid setting {field}: {first['msg']}"
+    if "connection_string" in field or not isinstance(first.get("input"), str | int | float):
+        return message  # never echo a secret, nor a whole nested structure
+    return f"{message} (got {first['input']!r})"
 
 
 def _storage(settings: CloudQueueSettings) -> QueueStorage:
@@ -48,7 +55,13 @@ def _storage(settings: CloudQueueSettings) -> QueueStorage:
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def cli() -> None:
+@click.option(
+    "--config",
+    type=click.Path(path_type=Path),
+    default=None,
+    help="TOML settings file (default: $CLOUDQUEUE_CONFIG, else config/cloudqueue.toml).",
+)
+def cli(config: Path | None) -> None:
     """cloudqueue: auto-scaling queue workers for Azure Storage Queues.
 
     The storage comes from CLOUDQUEUE_CONNECTION_STRING (an Azure connection string,

@@ -19,6 +19,7 @@ from listener.clock import SYSTEM_CLOCK
 from listener.codec import MessageCodec
 from listener.connection import open_storage
 from listener.listener import CloudQueueListener
+from listener.scaling import ElasticScaler
 from listener.storage import QueueStorage
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
@@ -51,9 +52,9 @@ class WorkerHost:
             worker.item_type,
             codec=MessageCodec(worker.item_type, base64=options.base64),
             dequeue_batch_size=options.dequeue_batch_size,
-            dequeue_interval_s=options.dequeue_interval_s,
             max_error_delay_s=options.max_error_delay_s,
         )
+        ElasticScaler(self.settings.scaling_policy()).attach(listener)
         listener.subscribe(worker.handle)
         return listener
 

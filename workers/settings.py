@@ -1,29 +1,108 @@
-"""Settings for a worker process, read from ``CLOUDQUEUE_*`` environment variables.
+"""Settings for a worker process: one typed object, validated before any queue is touched.
 
-Nested settings use ``__``: ``CLOUDQUEUE_LISTENER__THREADS=4``. The storage is chosen by
-``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage connection string, ``sqlite:///path``,
-``memory://``, or unset for the embedded SQLite store in ``.cloudqueue/queues.db``.
+Sources, highest priority first: values passed in code (the CLI's flags), environment variables
+``CLOUDQUEUE_*`` (nested with ``__``: ``CLOUDQUEUE_SCALING__MAX_THREADS=8``), a ``.env`` file, a
+TOML file (``--config``/``CLOUDQUEUE_CONFIG``, else ``config/cloudqueue.toml`` when present),
+then the defaults. The storage is chosen by ``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage
+connection string, ``sqlite:///path``, ``memory://``, or unset for ``.cloudqueue/queues.db``.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+import os
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
 
+from listener.errors import ConfigurationError
+from listener.scaling import ScalingPolicy
+from listener.scaling_rules import ScalingRule, drain_time, import_rule, proportional, steps
 from listener.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+
+DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
+BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 
 
 class ListenerSettings(BaseModel):
-    """How each worker's listener fetches and how many threads it starts with."""
+    """How each worker's listener fetches."""
 
     threads: int = Field(default=1, ge=1, description="dequeue threads started per worker")
     dequeue_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=MAX_BATCH_SIZE)
-    dequeue_interval_s: float = Field(default=1.0, ge=0, description="wait after an empty get")
-    max_error_delay_s: float = Field(default=30.0, ge=0, description="longest back-off on errors")
     visibility_timeout_s: int = Field(default=30, ge=1, le=MAX_VISIBILITY_TIMEOUT_S)
+    max_error_delay_s: float = Field(default=30.0, ge=0, description="longest back-off on errors")
     base64: bool = Field(default=True, description="base64 message text, as Azure Functions does")
+
+
+class BackoffSettings(BaseModel):
+    """Idle polling: min_idle_s + (2^n - 1) x U(0.8, 1.2) x delta_backoff_s, up to max_idle_s."""
+
+    delta_backoff_s: float = Field(default=0.1, gt=0)
+    min_idle_s: float = Field(default=0.0, ge=0)
+    max_idle_s: float = Field(default=2.0, ge=0)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> BackoffSettings:
+        if self.max_idle_s < self.min_idle_s:
+            raise ValueError("max_idle_s must be >= min_idle_s")
+        return self
+
+
+class ScalingSettings(BaseModel):
+    """Thread bounds and the rule that turns queue depth into a thread count."""
+
+    min_threads: int = Field(default=1, ge=0)
+    max_threads: int = Field(default=16, ge=1)
+    rule: str = Field(
+        default="proportional",
+        description="steps | proportional | drain_time | package.module:callable",
+    )
+    steps: list[tuple[int, int]] = Field(default=[(0, 1), (100, 10), (1000, 50)])
+    messages_per_thread: int = Field(default=32, gt=0)
+    target_drain_s: float = Field(default=30.0, gt=0)
+    assumed_rate_per_s: float = Field(default=10.0, gt=0)
+    rescale_interval_s: float = Field(default=1.0, gt=0)
+    scale_in_delay_s: float = Field(default=15.0, ge=0)
+    cpu_saturation_cores: float = Field(default=0.9, gt=0)
+
+    @field_validator("rule")
+    @classmethod
+    def _known_rule(cls, rule: str) -> str:
+        if rule not in BUILT_IN_RULES and ":" not in rule:
+            raise ValueError(
+                f"unknown rule {rule!r}: use one of {', '.join(BUILT_IN_RULES)} "
+                "or 'package.module:callable'"
+            )
+        if ":" in rule:
+            try:
+                import_rule(rule)
+            except ConfigurationError as error:
+                raise ValueError(str(error)) from error
+        return rule
+
+    @model_validator(mode="after")
+    def _bounds(self) -> ScalingSettings:
+        if self.min_threads > self.max_threads:
+            raise ValueError(
+                f"min_threads ({self.min_threads}) must not exceed max_threads ({self.max_threads})"
+            )
+        return self
+
+    def build_rule(self) -> ScalingRule:
+        if self.rule == "steps":
+            return steps(self.steps)
+        if self.rule == "proportional":
+            return proportional(self.messages_per_thread)
+        if self.rule == "drain_time":
+            return drain_time(self.target_drain_s, assumed_rate_per_s=self.assumed_rate_per_s)
+        return import_rule(self.rule)
 
 
 class LoggingSettings(BaseModel):
@@ -33,20 +112,75 @@ class LoggingSettings(BaseModel):
     format: Literal["auto", "json", "console"] = "auto"
 
 
+_config_file: ContextVar[Path | None] = ContextVar("cloudqueue_config_file", default=None)
+
+
 class CloudQueueSettings(BaseSettings):
-    """Everything a worker process needs, validated before any queue is touched."""
+    """Everything a worker process needs."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOUDQUEUE_", env_nested_delimiter="__", extra="ignore"
+        env_prefix="CLOUDQUEUE_", env_nested_delimiter="__", env_file=".env", extra="ignore"
     )
 
     connection_string: SecretStr | None = None
     shutdown_grace_s: float = Field(default=30.0, ge=0, description="time to finish in-flight work")
     listener: ListenerSettings = Field(default_factory=ListenerSettings)
+    backoff: BackoffSettings = Field(default_factory=BackoffSettings)
+    scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file.get())
+        return (init_settings, env_settings, dotenv_settings, toml)
 
     def connection_string_value(self) -> str | None:
         """The connection string in clear, for opening storage only (never for logging)."""
         if self.connection_string is None:
             return None
         return self.connection_string.get_secret_value() or None
+
+    def scaling_policy(self) -> ScalingPolicy:
+        """The listener-level policy these settings describe."""
+        scaling, backoff = self.scaling, self.backoff
+        return ScalingPolicy(
+            min_threads=scaling.min_threads,
+            max_threads=scaling.max_threads,
+            rule=scaling.build_rule(),
+            rule_name=scaling.rule,
+            delta_backoff_s=backoff.delta_backoff_s,
+            min_idle_s=backoff.min_idle_s,
+            max_idle_s=backoff.max_idle_s,
+            rescale_interval_s=scaling.rescale_interval_s,
+            scale_in_delay_s=scaling.scale_in_delay_s,
+            cpu_saturation_cores=scaling.cpu_saturation_cores,
+        )
+
+
+def config_file_path(explicit: Path | None = None) -> Path | None:
+    """The TOML file to read: explicit, else $CLOUDQUEUE_CONFIG, else the default if present."""
+    if explicit is not None:
+        return explicit
+    from_env = os.environ.get("CLOUDQUEUE_CONFIG")
+    if from_env:
+        return Path(from_env)
+    return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:
+    """Read settings from every source; ``overrides`` (e.g. CLI flags) win over all of them."""
+    path = config_file_path(config_file)
+    if path is not None and not path.is_file():
+        raise ConfigurationError(f"config file {str(path)!r} does not exist")
+    token = _config_file.set(path)
+    try:
+        return CloudQueueSettings(**overrides)
+    finally:
+        _config_file.reset(token)

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import importlib
 import typing
 from typing import Any, ClassVar, Generic, TypeVar
 
 from listener.errors import ConfigurationError
+from listener.imports import import_object
 from listener.location import CloudQueueLocation
 
 T = TypeVar("T")
@@ -61,14 +61,7 @@ def _item_type_from_bases(cls: type) -> type[Any] | None:
 
 def load_worker(target: str) -> type[QueueWorker[Any]]:
     """Import ``package.module:ClassName`` and check it is a QueueWorker subclass."""
-    module_name, _, attribute = target.partition(":")
-    if not module_name or not attribute:
-        raise ConfigurationError(f"worker {target!r} must look like 'package.module:ClassName'")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as error:
-        raise ConfigurationError(f"cannot import worker module {module_name!r}: {error}") from error
-    worker = getattr(module, attribute, None)
+    worker = import_object(target, what="worker")
     if not (isinstance(worker, type) and issubclass(worker, QueueWorker)):
         raise ConfigurationError(f"{target!r} is not a QueueWorker subclass")
     return worker

@@ -1,0 +1,253 @@
+"""Elastic scaling: the default QueueEmpty, QueueWorkDetected and busy-time rescale handlers.
+
+* **Idle**: each empty get waits a randomized exponential back-off (``idle_delay_s``); once the
+  delay has reached ``max_idle_s`` a surplus thread stops, down to ``min_threads`` (one poller, or
+  zero when a push trigger can wake the listener).
+* **Work detected**: an idle thread that finds work asks the scaling rule for the optimal thread
+  count and starts the difference, never past ``max_threads``.
+* **Busy**: every ``rescale_interval_s`` while batches flow, the target is re-evaluated; the pool
+  grows at once when the backlog grows and shrinks (between batches, never abandoning a message)
+  only after the target has stayed below the pool for ``scale_in_delay_s`` -- the hysteresis that
+  keeps the count from flapping.
+
+The decisions are pure functions (``idle_delay_s``, ``should_stop_idle``, ``decide``); the
+``ElasticScaler`` only measures, applies and logs them.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.cpu import CpuMeter, ProcessCpuMeter
+from listener.errors import ConfigurationError, StorageError
+from listener.listener import CloudQueueListener, ListenerLoad, QueueEmptyDecision
+from listener.scaling_rules import ScalingInput, ScalingRule, bounded, proportional
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class ScalingPolicy:
+    """Bounds, back-off curve and timing of elastic scaling."""
+
+    min_threads: int = 1
+    max_threads: int = 16
+    rule: ScalingRule = field(default_factory=lambda: proportional(32))
+    rule_name: str = "proportional"
+    delta_backoff_s: float = 0.1
+    min_idle_s: float = 0.0
+    max_idle_s: float = 2.0
+    rescale_interval_s: float = 1.0
+    scale_in_delay_s: float = 15.0
+    cpu_saturation_cores: float = 0.9
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.min_threads <= self.max_threads or self.max_threads < 1:
+            raise ConfigurationError(
+                f"need 0 <= min_threads <= max_threads and max_threads >= 1, got "
+                f"min_threads={self.min_threads}, max_threads={self.max_threads}"
+            )
+        if self.min_idle_s < 0 or self.max_idle_s < self.min_idle_s or self.delta_backoff_s <= 0:
+            raise ConfigurationError("need 0 <= min_idle_s <= max_idle_s and delta_backoff_s > 0")
+
+
+def idle_delay_s(idle_count: int, policy: ScalingPolicy, rng: RandomSource) -> float:
+    """How long a thread waits after ``idle_count`` consecutive empty gets."""
+    return randomized_exponential_backoff(
+        idle_count,
+        delta_s=policy.delta_backoff_s,
+        min_s=policy.min_idle_s,
+        max_s=policy.max_idle_s,
+        rng=rng,
+    )
+
+
+def should_stop_idle(delay_s: float, active_threads: int, policy: ScalingPolicy) -> bool:
+    """An idle thread may stop once its back-off reached the cap and the pool is above its floor."""
+    return delay_s >= policy.max_idle_s and active_threads > policy.min_threads
+
+
+@dataclass(frozen=True, slots=True)
+class Rescale:
+    """A decision: how many threads to add (> 0) or remove (< 0), and why."""
+
+    change: int
+    reason: str
+    below_since: float | None
+    """When the target first fell below the pool (carried between decisions for hysteresis)."""
+
+
+def decide(
+    *,
+    active: int,
+    grow_target: int,
+    shrink_target: int,
+    below_since: float | None,
+    now: float,
+    scale_in_delay_s: float,
+) -> Rescale:
+    """Grow at once to ``grow_target``; shrink to ``shrink_target`` only after a steady fall."""
+    if grow_target > active:
+        return Rescale(grow_target - active, "backlog_above_pool", None)
+    if shrink_target >= active:
+        return Rescale(0, "on_target", None)
+    since = now if below_since is None else below_since
+    if now - since >= scale_in_delay_s:
+        return Rescale(shrink_target - active, "backlog_below_pool", None)
+    return Rescale(0, "hysteresis", since)
+
+
+class ElasticScaler:
+    """Installs itself as a listener's queue_empty, queue_work_detected and batch_processed hook."""
+
+    def __init__(
+        self,
+        policy: ScalingPolicy | None = None,
+        *,
+        rng: RandomSource | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        cpu_meter: CpuMeter | None = None,
+    ) -> None:
+        self.policy = policy or ScalingPolicy()
+        self.rng = rng or default_rng()
+        self.clock = clock
+        self.cpu_meter = cpu_meter or ProcessCpuMeter()
+        self._lock = threading.Lock()
+        self._below_since: float | None = None
+        self._last_rescale = clock.monotonic()
+
+    def attach(self, listener: CloudQueueListener[Any]) -> None:
+        listener.queue_empty = self.on_queue_empty
+        listener.queue_work_detected = self.on_queue_work_detected
+        listener.batch_processed = self.on_batch_processed
+
+    def on_queue_empty(
+        self, listener: CloudQueueListener[Any], idle_count: int
+    ) -> QueueEmptyDecision:
+        delay = idle_delay_s(idle_count, self.policy, self.rng)
+        if should_stop_idle(delay, listener.active_dequeue_tasks, self.policy) and (
+            listener.reserve_stop(self.policy.min_threads)
+        ):
+            self._log_scaled(
+                "scaled_down",
+                listener,
+                depth=0,
+                target=listener.active_dequeue_tasks,
+                reason="idle",
+            )
+            return QueueEmptyDecision(stop=True, delay_s=0.0)
+        return QueueEmptyDecision(stop=False, delay_s=delay)
+
+    def on_queue_work_detected(self, listener: CloudQueueListener[Any]) -> None:
+        self.rescale(listener, trigger="work_detected")
+
+    def on_batch_processed(self, listener: CloudQueueListener[Any]) -> None:
+        if self.clock.monotonic() - self._last_rescale >= self.policy.rescale_interval_s:
+            self.rescale(listener, trigger="periodic")
+
+    def rescale(self, listener: CloudQueueListener[Any], *, trigger: str) -> None:
+        """Measure the load, ask the rule, and grow or shrink the pool (one decision at a time)."""
+        if not self._lock.acquire(blocking=False):
+            return  # another thread is deciding right now; its decision covers this one
+        try:
+            self._last_rescale = self.clock.monotonic()
+            try:
+                load = listener.measure_load()
+            except StorageError as failure:
+                log.warning("rescale_skipped", queue=listener.queue_name, error=str(failure))
+                return
+            self._apply(listener, load, trigger)
+        finally:
+            self._lock.release()
+
+    def targets(self, load: ListenerLoad) -> tuple[int, int]:
+        """(grow target from the visible backlog, shrink target from visible + in-flight)."""
+        policy = self.policy
+
+        def ask(depth: int) -> int:
+            wanted = policy.rule(
+                ScalingInput(depth, load.active_threads, load.per_thread_rate_per_s)
+            )
+            return bounded(wanted, min_threads=policy.min_threads, max_threads=policy.max_threads)
+
+        return ask(load.visible_depth), ask(load.visible_depth + load.in_flight)
+
+    def _apply(self, listener: CloudQueueListener[Any], load: ListenerLoad, trigger: str) -> None:
+        grow_target, shrink_target = self.targets(load)
+        active = listener.active_dequeue_tasks
+        decision = decide(
+            active=active,
+            grow_target=grow_target,
+            shrink_target=shrink_target,
+            below_since=self._below_since,
+            now=self.clock.monotonic(),
+            scale_in_delay_s=self.policy.scale_in_delay_s,
+        )
+        self._below_since = decision.below_since
+        if decision.change > 0:
+            self._grow(listener, load, active, decision.change, trigger)
+        elif decision.change < 0:
+            removed = listener.request_scale_in(-decision.change, floor=self.policy.min_threads)
+            if removed:
+                self._log_scaled(
+                    "scaled_down",
+                    listener,
+                    depth=load.visible_depth + load.in_flight,
+                    target=active - removed,
+                    reason=f"{trigger}:{decision.reason}",
+                )
+
+    def _grow(
+        self,
+        listener: CloudQueueListener[Any],
+        load: ListenerLoad,
+        active: int,
+        change: int,
+        trigger: str,
+    ) -> None:
+        cores = self.cpu_meter.cores_used()
+        if cores >= self.policy.cpu_saturation_cores:
+            log.warning(
+                "scaling_capped",
+                queue=listener.queue_name,
+                depth=load.visible_depth,
+                active=active,
+                target=active + change,
+                rule=self.policy.rule_name,
+                reason="cpu_saturated",
+                cpu_cores_used=round(cores, 2),
+            )
+            return
+        listener.start_listener(change)
+        self._log_scaled(
+            "scaled_up",
+            listener,
+            depth=load.visible_depth,
+            target=active + change,
+            reason=f"{trigger}:backlog_above_pool",
+        )
+
+    def _log_scaled(
+        self,
+        event: str,
+        listener: CloudQueueListener[Any],
+        *,
+        depth: int,
+        target: int,
+        reason: str,
+    ) -> None:
+        log.info(
+            event,
+            queue=listener.queue_name,
+            depth=depth,
+            active=listener.active_dequeue_tasks,
+            target=target,
+            rule=self.policy.rule_name,
+            reason=reason,
+        )

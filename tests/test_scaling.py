@@ -1,0 +1,387 @@
+"""Elastic scaling: the back-off curve, the stop decision, rules, hysteresis, races, scale-in."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
+from listener.errors import ConfigurationError
+from listener.listener import ListenerLoad
+from listener.scaling import ElasticScaler, ScalingPolicy, decide, idle_delay_s, should_stop_idle
+from listener.scaling_rules import (
+    ScalingInput,
+    bounded,
+    drain_time,
+    import_rule,
+    proportional,
+    steps,
+)
+from listener.testing import ManualClock
+from tests.support.polling import eventually
+
+
+class FixedCpu:
+    """A CPU meter that reports what the test says."""
+
+    def __init__(self, cores: float) -> None:
+        self.cores = cores
+
+    def cores_used(self) -> float:
+        return self.cores
+
+
+# -- the back-off curve ------------------------------------------------------------------------
+
+
+def test_the_idle_curve_matches_the_seed_formula_for_idle_counts_1_to_12() -> None:
+    """Each delay is min_idle + (2^n - 1) x U(0.8, 1.2) x delta, drawn from the injected source."""
+    policy = ScalingPolicy(delta_backoff_s=0.1, min_idle_s=0.05, max_idle_s=1_000.0)
+    ours, reference = random.Random(42), random.Random(42)
+    for idle_count in range(1, 13):
+        expected = 0.05 + (2**idle_count - 1) * reference.uniform(0.08, 0.12)
+        delay = idle_delay_s(idle_count, policy, ours)
+        assert delay == pytest.approx(expected)
+        nominal = (2**idle_count - 1) * 0.1
+        assert 0.05 + 0.8 * nominal <= delay <= 0.05 + 1.2 * nominal
+
+
+def test_the_idle_curve_is_capped_at_max_idle_and_restarts_after_work() -> None:
+    """Long idleness waits max_idle_s; idle count 0 (work was found) waits min_idle_s."""
+    policy = ScalingPolicy(max_idle_s=2.0, min_idle_s=0.0)
+    rng = random.Random(1)
+    assert [idle_delay_s(n, policy, rng) for n in (5, 8, 30)] == [2.0, 2.0, 2.0]
+    assert idle_delay_s(0, policy, rng) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("delay_s", "active", "min_threads", "stop"),
+    [
+        (2.0, 2, 1, True),
+        (2.0, 1, 1, False),
+        (1.9, 5, 1, False),
+        (2.0, 1, 0, True),
+        (2.0, 0, 0, False),
+    ],
+)
+def test_an_idle_thread_stops_only_at_the_cap_and_above_the_floor(
+    delay_s: float, active: int, min_threads: int, stop: bool
+) -> None:
+    """Stop when the back-off reached max_idle and more than min_threads are active."""
+    policy = ScalingPolicy(min_threads=min_threads, max_idle_s=2.0)
+    assert should_stop_idle(delay_s, active, policy) is stop
+
+
+# -- rules -------------------------------------------------------------------------------------
+
+
+def load(depth: int, *, active: int = 1, rate: float | None = None) -> ScalingInput:
+    return ScalingInput(depth=depth, active_threads=active, per_thread_rate_per_s=rate)
+
+
+@pytest.mark.parametrize(
+    ("depth", "threads"), [(0, 10), (99, 10), (100, 50), (999, 50), (1000, 100), (10**6, 100)]
+)
+def test_the_steps_rule_reproduces_the_seeds_table(depth: int, threads: int) -> None:
+    """depth < 100 -> 10, < 1000 -> 50, else 100."""
+    assert steps([(0, 10), (100, 50), (1000, 100)])(load(depth)) == threads
+
+
+@pytest.mark.parametrize(("depth", "threads"), [(0, 0), (1, 1), (32, 1), (33, 2), (320, 10)])
+def test_the_proportional_rule_is_the_ceiling_of_depth_per_thread(depth: int, threads: int) -> None:
+    """ceil(depth / messages_per_thread)."""
+    assert proportional(32)(load(depth)) == threads
+
+
+def test_the_drain_time_rule_uses_the_measured_rate_and_an_assumption_before_it() -> None:
+    """threads = depth / (rate x target): slow handlers get more threads, fast ones fewer."""
+    rule = drain_time(10.0, assumed_rate_per_s=5.0)
+    assert rule(load(1000, rate=None)) == 20  # 1000 / (5 x 10)
+    assert rule(load(1000, rate=2.0)) == 50  # a slow handler
+    assert rule(load(1000, rate=100.0)) == 1  # a fast one
+
+
+def test_rules_are_bounded_by_min_and_max_threads() -> None:
+    """Whatever the rule says, the pool stays within its bounds."""
+    assert bounded(500, min_threads=1, max_threads=16) == 16
+    assert bounded(0, min_threads=1, max_threads=16) == 1
+    assert bounded(0, min_threads=0, max_threads=16) == 0
+
+
+def test_a_custom_rule_is_imported_from_its_path() -> None:
+    """'package.module:callable' names a rule; a bad path is a configuration error."""
+    rule = import_rule("tests.support.rules:double_the_pool")
+    assert rule(load(7, active=3)) == 6
+    for bad in ("tests.support.rules", "tests.nowhere:rule", "tests.support.rules:missing"):
+        with pytest.raises(ConfigurationError):
+            import_rule(bad)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        lambda: steps([]),
+        lambda: proportional(0),
+        lambda: drain_time(0),
+        lambda: ScalingPolicy(min_threads=3, max_threads=2),
+    ],
+)
+def test_invalid_rule_parameters_are_refused(bad: Callable[[], object]) -> None:
+    """Rules and policies check their parameters when built, not when first used."""
+    with pytest.raises(ConfigurationError):
+        bad()
+
+
+# -- hysteresis ----------------------------------------------------------------------------------
+
+
+def test_growth_is_immediate() -> None:
+    """A grow target above the pool adds the difference at once."""
+    decision = decide(
+        active=2, grow_target=6, shrink_target=6, below_since=None, now=0, scale_in_delay_s=15
+    )
+    assert decision.change == 4
+
+
+def test_shrinking_waits_for_the_target_to_stay_below_the_pool() -> None:
+    """Below-target readings shrink the pool only after scale_in_delay_s of them."""
+    first = decide(
+        active=8, grow_target=2, shrink_target=2, below_since=None, now=100, scale_in_delay_s=15
+    )
+    assert (first.change, first.reason, first.below_since) == (0, "hysteresis", 100)
+    later = decide(
+        active=8, grow_target=2, shrink_target=2, below_since=100, now=114, scale_in_delay_s=15
+    )
+    assert later.change == 0
+    settled = decide(
+        active=8, grow_target=2, shrink_target=2, below_since=100, now=115, scale_in_delay_s=15
+    )
+    assert settled.change == -6
+
+
+def test_a_reading_back_on_target_resets_the_hysteresis_clock() -> None:
+    """A brief dip followed by a recovery never shrinks the pool: no flapping."""
+    dip = decide(
+        active=8, grow_target=2, shrink_target=2, below_since=None, now=0, scale_in_delay_s=15
+    )
+    back = decide(
+        active=8,
+        grow_target=8,
+        shrink_target=8,
+        below_since=dip.below_since,
+        now=10,
+        scale_in_delay_s=15,
+    )
+    assert back.below_since is None
+    again = decide(
+        active=8,
+        grow_target=2,
+        shrink_target=2,
+        below_since=back.below_since,
+        now=20,
+        scale_in_delay_s=15,
+    )
+    assert again.change == 0
+
+
+def test_in_flight_messages_hold_the_pool_while_the_visible_queue_is_empty() -> None:
+    """Grow on the visible backlog; shrink on visible plus in-flight (busy threads count)."""
+    scaler = ElasticScaler(ScalingPolicy(rule=proportional(32), max_threads=16))
+    busy = ListenerLoad(
+        approximate_depth=256, in_flight=256, active_threads=8, per_thread_rate_per_s=None
+    )
+    assert busy.visible_depth == 0
+    assert scaler.targets(busy) == (1, 8)
+
+
+# -- the scaler on a live listener ---------------------------------------------------------------
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def storage(clock: ManualClock, queue_name: str) -> InMemoryQueueStorage:
+    store = InMemoryQueueStorage(clock=clock)
+    store.create_queue(queue_name)
+    return store
+
+
+@pytest.fixture
+def listeners() -> Iterator[list[CloudQueueListener[Any]]]:
+    made: list[CloudQueueListener[Any]] = []
+    yield made
+    for listener in made:
+        listener.stop(5)
+
+
+def fill(storage: InMemoryQueueStorage, queue_name: str, count: int) -> None:
+    codec = MessageCodec(int)
+    for number in range(count):
+        storage.put_message(queue_name, codec.encode(number))
+
+
+def make_listener(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> CloudQueueListener[int]:
+    listener: CloudQueueListener[int] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), int, clock=clock, sleeper=clock
+    )
+    listeners.append(listener)
+    return listener
+
+
+def test_work_detected_starts_threads_up_to_the_rule_and_logs_the_decision(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """300 waiting messages with proportional(32) and max 8: the pool goes to 8, logged once."""
+    fill(storage, queue_name, 300)
+    listener = make_listener(storage, queue_name, clock, listeners)
+    scaler = ElasticScaler(
+        ScalingPolicy(rule=proportional(32), max_threads=8), clock=clock, cpu_meter=FixedCpu(0.1)
+    )
+    with capture_logs() as logs:
+        scaler.rescale(listener, trigger="work_detected")
+    assert listener.query_state().active_dequeue_tasks == 8
+    (event,) = [e for e in logs if e["event"] == "scaled_up"]
+    assert {k: event[k] for k in ("queue", "depth", "active", "target", "rule")} == {
+        "queue": queue_name,
+        "depth": 300,
+        "active": 8,
+        "target": 8,
+        "rule": "proportional",
+    }
+
+
+def test_two_threads_detecting_work_at_once_do_not_overshoot(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """Concurrent work-detected events start the rule's target once, not twice."""
+    fill(storage, queue_name, 200)
+    listener = make_listener(storage, queue_name, clock, listeners)
+    scaler = ElasticScaler(
+        ScalingPolicy(rule=proportional(50), max_threads=16), clock=clock, cpu_meter=FixedCpu(0.1)
+    )
+    gate = threading.Barrier(8)
+
+    def detect() -> None:
+        gate.wait()
+        scaler.on_queue_work_detected(listener)
+
+    racers = [threading.Thread(target=detect) for _ in range(8)]
+    for racer in racers:
+        racer.start()
+    for racer in racers:
+        racer.join(10)
+    assert listener.query_state().total_dequeue_tasks == 4
+
+
+def test_a_saturated_cpu_caps_growth_and_says_why(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """No threads are added while the process is CPU-bound; a scaling_capped event explains it."""
+    fill(storage, queue_name, 300)
+    listener = make_listener(storage, queue_name, clock, listeners)
+    scaler = ElasticScaler(ScalingPolicy(max_threads=8), clock=clock, cpu_meter=FixedCpu(0.97))
+    with capture_logs() as logs:
+        scaler.rescale(listener, trigger="work_detected")
+    assert listener.active_dequeue_tasks == 0
+    assert [e["reason"] for e in logs if e["event"] == "scaling_capped"] == ["cpu_saturated"]
+
+
+def test_scale_in_lets_threads_finish_their_batches_and_abandons_nothing(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """Threads asked to leave finish their current batch first: every message is handled once."""
+    fill(storage, queue_name, 400)
+    listener = make_listener(storage, queue_name, clock, listeners)
+    release = threading.Event()
+    handled: list[int] = []
+    lock = threading.Lock()
+
+    def handle(number: int) -> None:
+        release.wait(10)
+        with lock:
+            handled.append(number)
+
+    listener.subscribe(handle)
+    listener.start_listener(6)
+    eventually(lambda: listener.counters.in_flight == 6 * 32)
+    assert listener.request_scale_in(10, floor=1) == 5
+    assert listener.active_dequeue_tasks == 1  # the decision shows at once
+    release.set()
+    eventually(lambda: len(handled) == 400, timeout_s=20)
+    assert sorted(handled) == list(range(400))
+    assert listener.messages_failed == 0
+    eventually(lambda: len(listener._pool.threads()) == 1)
+
+
+def test_idle_threads_stop_down_to_one_poller(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """With an empty queue, surplus threads stop once their back-off reaches max_idle; one stays."""
+    listener = make_listener(storage, queue_name, clock, listeners)
+    ElasticScaler(
+        ScalingPolicy(min_threads=1, max_idle_s=1.0), clock=clock, rng=random.Random(3)
+    ).attach(listener)
+    listener.start_listener(5)
+    eventually(lambda: len(listener._pool.threads()) == 1)
+    assert listener.active_dequeue_tasks == 1
+    assert listener.query_state().total_dequeue_tasks == 5
+
+
+def test_the_busy_pool_rescales_periodically(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """While batches flow, a growing backlog adds threads without any idle thread."""
+    fill(storage, queue_name, 64)
+    listener = make_listener(storage, queue_name, clock, listeners)
+    scaler = ElasticScaler(
+        ScalingPolicy(rule=proportional(32), max_threads=8, rescale_interval_s=1.0),
+        clock=clock,
+        cpu_meter=FixedCpu(0.1),
+    )
+    scaler.attach(listener)
+    first_batch = threading.Event()
+    carry_on = threading.Event()
+
+    def handle(number: int) -> None:
+        if number == 0:
+            first_batch.set()
+            carry_on.wait(10)
+
+    listener.subscribe(handle)
+    listener.start_listener(1)
+    assert first_batch.wait(10)
+    fill(storage, queue_name, 256)  # the backlog grows while the only thread is busy
+    clock.advance(2.0)
+    carry_on.set()
+    eventually(lambda: listener.query_state().total_dequeue_tasks >= 8)
