@@ -22,13 +22,17 @@ from listener.errors import (
 from listener.listener import (
     CloudQueueListener,
     CloudQueueListenerInfo,
+    ListenerLoad,
     QueueEmptyDecision,
     QueueEmptyHandler,
     QueueWorkDetectedHandler,
 )
 from listener.location import CloudQueueLocation
 from listener.memory_storage import InMemoryQueueStorage
+from listener.metered import MeteredStorage
 from listener.poison import PoisonRecord, poison_queue_name
+from listener.scaling import ElasticScaler, ScalingPolicy
+from listener.scaling_rules import ScalingInput, ScalingRule, drain_time, proportional, steps
 from listener.sqlite_storage import SqliteQueueStorage
 from listener.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
 
@@ -43,12 +47,15 @@ __all__ = [
     "Codec",
     "ConfigurationError",
     "DecodeError",
+    "ElasticScaler",
     "EventSleeper",
     "InMemoryQueueStorage",
+    "ListenerLoad",
     "MessageCodec",
     "MessageEnvelope",
     "MessageNotFoundError",
     "MessageTooLargeError",
+    "MeteredStorage",
     "PoisonRecord",
     "PopReceiptMismatchError",
     "QueueEmptyDecision",
@@ -57,13 +64,19 @@ __all__ = [
     "QueueNotFoundError",
     "QueueStorage",
     "QueueWorkDetectedHandler",
+    "ScalingInput",
+    "ScalingPolicy",
+    "ScalingRule",
     "Sleeper",
     "SqliteQueueStorage",
     "StorageError",
     "SystemClock",
     "TransientStorageError",
     "current_envelope",
+    "drain_time",
     "open_storage",
     "poison_queue_name",
+    "proportional",
     "randomized_exponential_backoff",
+    "steps",
 ]

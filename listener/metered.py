@@ -1,0 +1,85 @@
+"""Counting storage transactions: what a listener costs, per operation.
+
+Azure bills every storage call (an empty get included). ``MeteredStorage`` wraps any
+``QueueStorage`` and counts its calls by operation, so a process can report its own cost and the
+benchmarks can compare polling strategies in transactions rather than guesses.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+from listener.storage import QueueMessage, QueueStorage
+
+
+class MeteredStorage:
+    """A QueueStorage that counts the calls it passes on (one call = one billed transaction)."""
+
+    def __init__(self, inner: QueueStorage) -> None:
+        self.inner = inner
+        self._counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def _tick(self, operation: str) -> None:
+        with self._lock:
+            self._counts[operation] += 1
+
+    @property
+    def transactions(self) -> int:
+        with self._lock:
+            return sum(self._counts.values())
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+    def create_queue(self, queue_name: str) -> None:
+        self._tick("create_queue")
+        self.inner.create_queue(queue_name)
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        self._tick("get_messages")
+        return self.inner.get_messages(
+            queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+        )
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        self._tick("delete_message")
+        return self.inner.delete_message(queue_name, message_id, pop_receipt)
+
+    def put_message(
+        self,
+        queue_name: str,
+        content: str,
+        *,
+        time_to_live_s: int | None = None,
+        visibility_delay_s: int = 0,
+    ) -> QueueMessage:
+        self._tick("put_message")
+        return self.inner.put_message(
+            queue_name,
+            content,
+            time_to_live_s=time_to_live_s,
+            visibility_delay_s=visibility_delay_s,
+        )
+
+    def update_visibility(
+        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+    ) -> str:
+        self._tick("update_visibility")
+        return self.inner.update_visibility(
+            queue_name, message_id, pop_receipt, visibility_timeout_s
+        )
+
+    def approximate_message_count(self, queue_name: str) -> int:
+        self._tick("approximate_message_count")
+        return self.inner.approximate_message_count(queue_name)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __repr__(self) -> str:
+        return f"MeteredStorage({self.inner!r}, transactions={self.transactions})"
