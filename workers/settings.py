@@ -124,6 +124,10 @@ class CloudQueueSettings(BaseSettings):
 
     connection_string: SecretStr | None = None
     shutdown_grace_s: float = Field(default=30.0, ge=0, description="time to finish in-flight work")
+    state_dir: Path = Field(
+        default=Path(".cloudqueue/run"),
+        description="where running workers publish their live state for `cloudqueue status`",
+    )
     listener: ListenerSettings = Field(default_factory=ListenerSettings)
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)

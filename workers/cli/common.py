@@ -1,0 +1,65 @@
+"""What every command shares: settings, storage, queue-name checks and error translation.
+
+Configuration errors exit with code 2 (click's usage error) and a one-line message naming the
+field; storage errors exit with code 1. Secrets are never printed: every message passes ``redact``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import click
+import pydantic
+
+from listener.connection import open_storage
+from listener.errors import CloudQueueError, ConfigurationError
+from listener.redaction import redact
+from listener.storage import QueueStorage, validate_queue_name
+from workers.settings import CloudQueueSettings, load_settings
+
+CONFIG_ERROR_EXIT = 2
+
+
+def current_settings() -> CloudQueueSettings:
+    """The effective settings, with the root command's --config file."""
+    config = click.get_current_context().find_root().params.get("config")
+    try:
+        return load_settings(config)
+    except pydantic.ValidationError as error:
+        raise click.UsageError(redact(one_line(error))) from error
+    except ConfigurationError as error:
+        raise click.UsageError(redact(str(error))) from error
+
+
+def one_line(error: pydantic.ValidationError) -> str:
+    """The first validation problem as one line naming the field (and the value, unless secret)."""
+    first = error.errors(include_url=False)[0]
+    field = ".".join(str(part) for part in first["loc"]) or "settings"
+    message = f"invalid setting {field}: {first['msg']}"
+    if "connection_string" in field or not isinstance(first.get("input"), str | int | float):
+        return message  # never echo a secret, nor a whole nested structure
+    return f"{message} (got {first['input']!r})"
+
+
+@contextmanager
+def opened_storage(settings: CloudQueueSettings) -> Iterator[QueueStorage]:
+    """Storage for one command, closed afterwards; storage failures become exit code 1."""
+    try:
+        storage = open_storage(settings.connection_string_value())
+    except ConfigurationError as error:
+        raise click.UsageError(redact(str(error))) from error
+    try:
+        yield storage
+    except CloudQueueError as error:
+        raise click.ClickException(redact(str(error))) from error
+    finally:
+        storage.close()
+
+
+def checked_queue(queue: str) -> str:
+    """The queue name, or a usage error saying what a valid one looks like."""
+    try:
+        return validate_queue_name(queue)
+    except ConfigurationError as error:
+        raise click.UsageError(str(error)) from error
