@@ -48,16 +48,24 @@ class MessageProcessor(Generic[T]):
 
     def process(self, message: QueueMessage) -> None:
         """Decode, deliver to every observer, and settle the message."""
-        with structlog.contextvars.bound_contextvars(
+        # bind/reset rather than the bound_contextvars() context manager: a third of the cost,
+        # and this runs once per message.
+        tokens = structlog.contextvars.bind_contextvars(
             queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
-        ):
-            try:
-                item = self.codec.decode(message.content)
-            except DecodeError as failure:
-                self._poison(message, reason="undecodable", error=str(failure))
-                return
-            if self._deliver(message, item):
-                self._delete(message)
+        )
+        try:
+            self._settle(message)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
+
+    def _settle(self, message: QueueMessage) -> None:
+        try:
+            item = self.codec.decode(message.content)
+        except DecodeError as failure:
+            self._poison(message, reason="undecodable", error=str(failure))
+            return
+        if self._deliver(message, item):
+            self._delete(message)
 
     def release(self, messages: list[QueueMessage]) -> None:
         """Make fetched-but-unstarted messages visible again so others need not wait for them."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
@@ -21,10 +22,21 @@ from listener.connection import open_storage
 from listener.listener import CloudQueueListener
 from listener.scaling import ElasticScaler
 from listener.storage import QueueStorage
+from workers.async_handler import AsyncHandlerRunner
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
+
+
+@dataclass
+class HostedWorker:
+    """One worker with its listener, its effective settings and its handler runner."""
+
+    worker: QueueWorker[Any]
+    listener: CloudQueueListener[Any]
+    settings: CloudQueueSettings
+    runner: AsyncHandlerRunner
 
 
 class WorkerHost:
@@ -38,58 +50,52 @@ class WorkerHost:
         storage: QueueStorage | None = None,
     ) -> None:
         self.settings = settings
+        # Every worker's settings are validated before storage is opened or a queue touched.
+        prepared = [
+            (worker_type, settings.for_worker(worker_type.settings)) for worker_type in worker_types
+        ]
         self.storage = storage or open_storage(settings.connection_string_value())
-        self.workers = [worker_type() for worker_type in worker_types]
-        self.listeners = [self._build_listener(worker) for worker in self.workers]
+        self.hosted = [
+            _host(worker_type(), worker_settings, self.storage)
+            for worker_type, worker_settings in prepared
+        ]
         self._shutdown = threading.Event()
         self._signals = 0
 
-    def _build_listener(self, worker: QueueWorker[Any]) -> CloudQueueListener[Any]:
-        options = self.settings.listener
-        listener: CloudQueueListener[Any] = CloudQueueListener(
-            self.storage,
-            worker.location(options.visibility_timeout_s),
-            worker.item_type,
-            codec=MessageCodec(worker.item_type, base64=options.base64),
-            dequeue_batch_size=options.dequeue_batch_size,
-            max_error_delay_s=options.max_error_delay_s,
-        )
-        ElasticScaler(self.settings.scaling_policy()).attach(listener)
-        listener.subscribe(worker.handle)
-        return listener
+    @property
+    def listeners(self) -> list[CloudQueueListener[Any]]:
+        return [hosted.listener for hosted in self.hosted]
 
     def start(self) -> None:
-        """Start every worker's dequeue threads."""
-        for listener in self.listeners:
-            listener.start_listener(self.settings.listener.threads)
-        log.info("host_started", queues=[listener.queue_name for listener in self.listeners])
+        """Call every worker's on_start, then start its dequeue threads."""
+        for hosted in self.hosted:
+            hosted.worker.on_start(hosted.listener)
+            hosted.listener.start_listener(hosted.settings.listener.threads)
+        log.info("host_started", queues=[hosted.listener.queue_name for hosted in self.hosted])
 
     def stop(self) -> bool:
-        """Stop all listeners against one deadline and close storage; True if all drained."""
+        """Stop all listeners against one deadline, then on_stop and close; True if drained."""
         deadline = SYSTEM_CLOCK.monotonic() + self.settings.shutdown_grace_s
-        for listener in self.listeners:
-            listener.request_stop()  # stop fetching everywhere before waiting on any
-        drained = all(
-            [
-                listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
-                for listener in self.listeners
-            ]
-        )
+        for hosted in self.hosted:
+            hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
+        drained = [
+            hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
+            for hosted in self.hosted
+        ]
+        for hosted in self.hosted:
+            _finish(hosted)
         self.storage.close()
-        log.info("host_stopped", drained=drained)
-        return drained
+        log.info("host_stopped", drained=all(drained))
+        return all(drained)
 
     def request_shutdown(self, signum: int, _: FrameType | None = None) -> None:
-        """Signal handler: first call drains, a second exits at once."""
+        """Signal handler: the first signal drains, a second exits at once."""
         self._signals += 1
+        name = signal.Signals(signum).name
         if self._signals > 1:
-            log.warning("forced_exit", signal=signal.Signals(signum).name)
-            os._exit(128 + signum)
-        log.info(
-            "shutdown_requested",
-            signal=signal.Signals(signum).name,
-            grace_s=self.settings.shutdown_grace_s,
-        )
+            log.warning("forced_exit", signal=name)
+            os._exit(128 + signum)  # unfinished messages reappear after their visibility timeout
+        log.info("shutdown_requested", signal=name, grace_s=self.settings.shutdown_grace_s)
         self._shutdown.set()
 
     def run(self) -> int:
@@ -100,3 +106,31 @@ class WorkerHost:
         while not self._shutdown.wait(1.0):
             pass  # a timed wait keeps the main thread responsive to signals
         return 0 if self.stop() else 1
+
+
+def _host(
+    worker: QueueWorker[Any], settings: CloudQueueSettings, storage: QueueStorage
+) -> HostedWorker:
+    """Build a worker's listener with its scaler and its (possibly async) handler."""
+    options = settings.listener
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        storage,
+        worker.location(options.visibility_timeout_s),
+        worker.item_type,
+        codec=MessageCodec(worker.item_type, base64=options.base64),
+        dequeue_batch_size=options.dequeue_batch_size,
+        max_error_delay_s=options.max_error_delay_s,
+    )
+    ElasticScaler(settings.scaling_policy()).attach(listener)
+    runner = AsyncHandlerRunner(worker.handle)
+    listener.subscribe(runner)
+    return HostedWorker(worker=worker, listener=listener, settings=settings, runner=runner)
+
+
+def _finish(hosted: HostedWorker) -> None:
+    """Close the worker's event loops and call its on_stop (its errors are logged, not raised)."""
+    hosted.runner.close()
+    try:
+        hosted.worker.on_stop()
+    except Exception:
+        log.exception("worker_on_stop_failed", queue=hosted.listener.queue_name)

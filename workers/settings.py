@@ -10,6 +10,7 @@ connection string, ``sqlite:///path``, ``memory://``, or unset for ``.cloudqueue
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
@@ -29,6 +30,7 @@ from listener.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
+WORKER_SECTIONS = ("listener", "backoff", "scaling")
 
 
 class ListenerSettings(BaseModel):
@@ -150,6 +152,19 @@ class CloudQueueSettings(BaseSettings):
         if self.connection_string is None:
             return None
         return self.connection_string.get_secret_value() or None
+
+    def for_worker(self, overrides: Mapping[str, Mapping[str, Any]]) -> CloudQueueSettings:
+        """These settings with one worker's overrides of listener/backoff/scaling fields."""
+        updates: dict[str, BaseModel] = {}
+        for section, values in overrides.items():
+            current = getattr(self, section, None)
+            if section not in WORKER_SECTIONS or not isinstance(current, BaseModel):
+                raise ConfigurationError(
+                    f"worker settings may override {', '.join(WORKER_SECTIONS)}, not {section!r}"
+                )
+            merged = {**current.model_dump(), **values}
+            updates[section] = type(current).model_validate(merged)
+        return self.model_copy(update=updates)
 
     def scaling_policy(self) -> ScalingPolicy:
         """The listener-level policy these settings describe."""

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import typing
-from typing import Any, ClassVar, Generic, TypeVar
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from listener.errors import ConfigurationError
 from listener.imports import import_object
 from listener.location import CloudQueueLocation
+
+if TYPE_CHECKING:
+    from collections.abc import Awaitable
+
+    from listener.listener import CloudQueueListener
 
 T = TypeVar("T")
 
@@ -19,16 +25,20 @@ class QueueWorker(Generic[T]):
 
         class InvoiceWorker(QueueWorker[Invoice]):
             queue_name = "invoices"
+            settings = {"scaling": {"max_threads": 4}, "listener": {"visibility_timeout_s": 120}}
 
             def handle(self, item: Invoice) -> None:
                 bill(item)
 
-    ``handle`` runs on a dequeue thread and may run on several threads at once. Raising an
-    exception leaves the message in the queue for another try; returning deletes it.
+    ``handle`` runs on a dequeue thread and may run on several threads at once; it may also be an
+    ``async def``, run to completion on an event loop owned by the dequeue thread. Returning
+    deletes the message; raising leaves it in the queue for another try. ``settings`` overrides
+    the process-wide settings for this worker only (any listener, backoff or scaling field).
     """
 
     queue_name: ClassVar[str]
     item_type: ClassVar[type[Any]] = str
+    settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -37,9 +47,15 @@ class QueueWorker(Generic[T]):
             if inferred is not None:
                 cls.item_type = inferred
 
-    def handle(self, item: T) -> None:
+    def on_start(self, listener: CloudQueueListener[T]) -> None:
+        """Called once before the first dequeue thread starts; subscribe extra observers here."""
+
+    def handle(self, item: T) -> Awaitable[None] | None:
         """Handle one item; raise to have it retried."""
         raise NotImplementedError(f"{type(self).__name__} must implement handle(item)")
+
+    def on_stop(self) -> None:
+        """Called once after the listener has stopped and in-flight items have finished."""
 
     @classmethod
     def location(cls, visibility_timeout_s: int) -> CloudQueueLocation:
@@ -52,10 +68,12 @@ class QueueWorker(Generic[T]):
 
 def _item_type_from_bases(cls: type) -> type[Any] | None:
     for base in getattr(cls, "__orig_bases__", ()):
-        if typing.get_origin(base) is QueueWorker:
+        origin = typing.get_origin(base)
+        if isinstance(origin, type) and issubclass(origin, QueueWorker):
             (argument,) = typing.get_args(base)
-            if isinstance(argument, type):
-                return argument
+            # A class (Invoice, str) or a parametrized generic (dict[str, int]) pydantic validates.
+            if isinstance(argument, type) or isinstance(typing.get_origin(argument), type):
+                return cast(type[Any], argument)
     return None
 
 

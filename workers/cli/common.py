@@ -6,8 +6,9 @@ field; storage errors exit with code 1. Secrets are never printed: every message
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from typing import Any
 
 import click
 import pydantic
@@ -21,11 +22,11 @@ from workers.settings import CloudQueueSettings, load_settings
 CONFIG_ERROR_EXIT = 2
 
 
-def current_settings() -> CloudQueueSettings:
-    """The effective settings, with the root command's --config file."""
+def current_settings(overrides: Mapping[str, Any] | None = None) -> CloudQueueSettings:
+    """The effective settings, with the root command's --config file and CLI overrides."""
     config = click.get_current_context().find_root().params.get("config")
     try:
-        return load_settings(config)
+        return load_settings(config, **(overrides or {}))
     except pydantic.ValidationError as error:
         raise click.UsageError(redact(one_line(error))) from error
     except ConfigurationError as error:
@@ -40,6 +41,23 @@ def one_line(error: pydantic.ValidationError) -> str:
     if "connection_string" in field or not isinstance(first.get("input"), str | int | float):
         return message  # never echo a secret, nor a whole nested structure
     return f"{message} (got {first['input']!r})"
+
+
+def parse_overrides(assignments: tuple[str, ...]) -> dict[str, Any]:
+    """``("scaling.max_threads=8", ...)`` as nested settings overrides (validated on load)."""
+    overrides: dict[str, Any] = {}
+    for assignment in assignments:
+        key, separator, value = assignment.partition("=")
+        if not separator or not key.strip():
+            raise click.UsageError(
+                f"--set takes KEY=VALUE, e.g. scaling.max_threads=8; got {key!r}"
+            )
+        *sections, field = key.strip().split(".")
+        target = overrides
+        for section in sections:
+            target = target.setdefault(section, {})
+        target[field] = value
+    return overrides
 
 
 @contextmanager

@@ -1,0 +1,1 @@
+"""Benchmarks: standalone scripts (``python -m tests.benchmarks.<name>``), not part of pytest."""

@@ -1,0 +1,42 @@
+"""Workers that the CLI tests run in real subprocesses.
+
+They log each handled item as a JSON event with the process id, so a test can count what was
+handled and by which process. Their pace comes from the environment, since the CLI starts them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from typing import Any
+
+import structlog
+
+from workers import QueueWorker
+
+log = structlog.get_logger("tests.workers")
+
+HANDLER_DELAY_S = float(os.environ.get("TEST_HANDLER_DELAY_S", "0"))
+
+
+class RecordingWorker(QueueWorker[dict[str, Any]]):
+    """Logs `handled` with the item's number and its own pid, after an optional delay."""
+
+    queue_name = os.environ.get("TEST_QUEUE", "work")
+
+    def handle(self, item: dict[str, Any]) -> None:
+        log.info("handling", n=item["n"], pid=os.getpid())
+        if HANDLER_DELAY_S:
+            time.sleep(HANDLER_DELAY_S)  # a slow handler, as the scenario needs
+        log.info("handled", n=item["n"], pid=os.getpid())
+
+
+class AsyncRecordingWorker(QueueWorker[dict[str, Any]]):
+    """The same with an async handler."""
+
+    queue_name = os.environ.get("TEST_QUEUE", "work")
+
+    async def handle(self, item: dict[str, Any]) -> None:
+        await asyncio.sleep(HANDLER_DELAY_S)
+        log.info("handled", n=item["n"], pid=os.getpid())

@@ -1,0 +1,156 @@
+"""`cloudqueue run` as operators use it: real processes, real signals, messages counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.polling import eventually
+
+WORKER = "tests.support.workers:RecordingWorker"
+
+
+@dataclass
+class Run:
+    """A running `cloudqueue run` whose JSON log lines go to a file."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        parsed = [json.loads(line) for line in lines if line.startswith("{")]
+        return [e for e in parsed if name is None or e.get("event") == name]
+
+    def handled(self) -> set[int]:
+        return {int(e["n"]) for e in self.events("handled")}
+
+
+@pytest.fixture(params=["sqlite", "azure"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """The environment of a worker on the embedded store or on Azurite."""
+    if request.param == "sqlite":
+        connection_string = f"sqlite:///{tmp_path / 'queues.db'}"
+    else:
+        connection_string = request.getfixturevalue("azurite_connection_string")
+    return {
+        **os.environ,
+        "CLOUDQUEUE_CONNECTION_STRING": connection_string,
+        "CLOUDQUEUE_LOGGING__FORMAT": "json",
+        "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
+        "TEST_QUEUE": f"work-{uuid.uuid4().hex[:12]}",
+    }
+
+
+@pytest.fixture
+def start(env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
+    """Starts `cloudqueue run ...` processes that are always ended at teardown."""
+    runs: list[Run] = []
+
+    def launch(*args: str, delay_s: float = 0.0) -> Run:
+        log_path = tmp_path / f"run{len(runs)}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "workers", "run", WORKER, *args],
+                env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        run = Run(process, log_path)
+        runs.append(run)
+        return run
+
+    yield launch
+    for run in runs:
+        if run.process.poll() is None:
+            os.killpg(run.process.pid, signal.SIGKILL)
+        run.process.wait(10)
+
+
+def cloudqueue(env: dict[str, str], *args: str, stdin: str = "") -> str:
+    result = subprocess.run(
+        [sys.executable, "-m", "workers", *args],
+        input=stdin.encode(),
+        env=env,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+def enqueue(env: dict[str, str], count: int) -> None:
+    items = "\n".join(json.dumps({"n": n}) for n in range(count))
+    cloudqueue(env, "enqueue", env["TEST_QUEUE"], stdin=items)
+
+
+def depth(env: dict[str, str]) -> int:
+    return int(json.loads(cloudqueue(env, "status", env["TEST_QUEUE"], "--json"))["depth"])
+
+
+def test_sigterm_mid_burst_exits_0_and_every_message_is_handled_or_still_queued(
+    env: dict[str, str], start: Any
+) -> None:
+    """Each message is either handled (and deleted) or back in the queue: none lost, none twice."""
+    enqueue(env, 60)
+    run = start(delay_s=0.05)
+    eventually(lambda: len(run.handled()) >= 5, timeout_s=60)
+    run.process.send_signal(signal.SIGTERM)
+    assert run.process.wait(60) == 0
+    handled = run.handled()
+    assert 5 <= len(handled) <= 60
+    assert len(run.events("handled")) == len(handled)  # no duplicates within the run
+    assert len(handled) + depth(env) == 60
+
+
+def test_a_second_signal_exits_at_once_and_the_message_stays(
+    env: dict[str, str], start: Any
+) -> None:
+    """While a handler is stuck, SIGTERM twice ends the process now; its message is not lost."""
+    enqueue(env, 1)
+    run = start(delay_s=120)
+    eventually(lambda: run.events("handling"), timeout_s=60)
+    run.process.send_signal(signal.SIGTERM)
+    eventually(lambda: run.events("shutdown_requested"), timeout_s=10)
+    run.process.send_signal(signal.SIGTERM)
+    assert run.process.wait(10) == 128 + signal.SIGTERM
+    assert run.handled() == set()
+    assert depth(env) == 1
+
+
+def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
+    """--processes 2: both children handle messages; SIGTERM drains both and exits 0."""
+    enqueue(env, 80)
+    run = start("--processes", "2", "--set", "listener.dequeue_batch_size=4", delay_s=0.05)
+    eventually(lambda: len(run.handled()) == 80, timeout_s=120)
+    pids = {e["pid"] for e in run.events("handled")}
+    assert len(pids) == 2
+    run.process.send_signal(signal.SIGTERM)
+    assert run.process.wait(60) == 0
+
+
+def test_a_killed_child_is_restarted(env: dict[str, str], start: Any) -> None:
+    """kill -9 of a child: the supervisor starts a new one in its slot and keeps serving."""
+    run = start("--processes", "2")
+    eventually(lambda: len(run.events("host_started")) == 2, timeout_s=60)
+    victim = run.events("child_started")[0]["pid"]
+    os.kill(victim, signal.SIGKILL)
+    eventually(lambda: len(run.events("child_started")) == 3, timeout_s=30)
+    eventually(lambda: len(run.events("host_started")) == 3, timeout_s=60)
+    enqueue(env, 10)
+    eventually(lambda: len(run.handled()) == 10, timeout_s=60)
+    run.process.send_signal(signal.SIGTERM)
+    assert run.process.wait(60) == 0

@@ -1,0 +1,130 @@
+"""``cloudqueue run --processes N``: N worker processes under one parent.
+
+Python threads share one interpreter lock, so CPU-bound handlers need processes. The parent
+starts N children running the same workers, restarts a child that dies (with a randomized
+exponential back-off, so a child that crashes at start-up cannot spin), and forwards SIGTERM and
+SIGINT: the first drains every child, a second makes them exit at once. It touches no queue.
+"""
+
+from __future__ import annotations
+
+import random
+import signal
+import subprocess
+import threading
+from dataclasses import dataclass
+from types import FrameType
+
+import structlog
+
+from listener.backoff import randomized_exponential_backoff
+from listener.clock import SYSTEM_CLOCK, Clock
+
+log = structlog.get_logger(__name__)
+
+STABLE_AFTER_S = 60.0
+"""A child that ran this long before dying is restarted without back-off."""
+POLL_INTERVAL_S = 0.5
+MAX_RESTART_DELAY_S = 30.0
+
+
+@dataclass
+class Child:
+    """One worker process slot: its current process and its crash history."""
+
+    slot: int
+    process: subprocess.Popen[bytes] | None = None
+    started_at: float = 0.0
+    crashes: int = 0
+    restart_at: float | None = None
+
+
+class Supervisor:
+    """Keeps ``processes`` copies of ``command`` running until told to stop."""
+
+    def __init__(
+        self,
+        command: list[str],
+        processes: int,
+        *,
+        grace_s: float,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: random.Random | None = None,
+    ) -> None:
+        if processes < 1:
+            raise ValueError("processes must be at least 1")
+        self.command = command
+        self.grace_s = grace_s
+        self.clock = clock
+        self.rng = rng or random.Random()
+        self.children = [Child(slot) for slot in range(processes)]
+        self._shutdown = threading.Event()
+        self._signals = 0
+
+    def run(self) -> int:
+        """Start the children, keep them alive until a signal, then drain them."""
+        signal.signal(signal.SIGTERM, self._on_signal)
+        signal.signal(signal.SIGINT, self._on_signal)
+        for child in self.children:
+            self._start(child)
+        while not self._shutdown.wait(POLL_INTERVAL_S):
+            for child in self.children:
+                self._tend(child)
+        return self._drain()
+
+    def _on_signal(self, signum: int, _: FrameType | None = None) -> None:
+        self._signals += 1
+        log.info("supervisor_signal", signal=signal.Signals(signum).name, count=self._signals)
+        self._forward(signum)
+        self._shutdown.set()
+
+    def _forward(self, signum: int) -> None:
+        for child in self.children:
+            if child.process is not None and child.process.poll() is None:
+                child.process.send_signal(signum)
+
+    def _start(self, child: Child) -> None:
+        child.process = subprocess.Popen(self.command)
+        child.started_at = self.clock.monotonic()
+        child.restart_at = None
+        log.info("child_started", slot=child.slot, pid=child.process.pid)
+
+    def _tend(self, child: Child) -> None:
+        """Notice a dead child and restart it once its back-off has passed."""
+        now = self.clock.monotonic()
+        if child.restart_at is not None:
+            if now >= child.restart_at:
+                self._start(child)
+            return
+        if child.process is None or child.process.poll() is None:
+            return
+        lived = now - child.started_at
+        child.crashes = 1 if lived >= STABLE_AFTER_S else child.crashes + 1
+        delay = randomized_exponential_backoff(
+            child.crashes - 1, delta_s=0.5, min_s=0.0, max_s=MAX_RESTART_DELAY_S, rng=self.rng
+        )
+        child.restart_at = now + delay
+        log.warning(
+            "child_exited",
+            slot=child.slot,
+            pid=child.process.pid,
+            exit_code=child.process.returncode,
+            lived_s=round(lived, 1),
+            restart_in_s=round(delay, 2),
+        )
+
+    def _drain(self) -> int:
+        """Wait for the children to finish their in-flight work; 0 if all exited cleanly."""
+        deadline = self.clock.monotonic() + self.grace_s + 5.0
+        codes: list[int] = []
+        for child in self.children:
+            if child.process is None:
+                continue
+            try:
+                codes.append(child.process.wait(max(0.0, deadline - self.clock.monotonic())))
+            except subprocess.TimeoutExpired:
+                log.error("child_kill", slot=child.slot, pid=child.process.pid)
+                child.process.kill()
+                codes.append(child.process.wait())
+        log.info("supervisor_stopped", exit_codes=codes)
+        return 0 if all(code == 0 for code in codes) else 1
