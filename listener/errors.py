@@ -11,6 +11,7 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   │   └── PopReceiptMismatchError  the message exists but another get re-took it
     │   └── MessageTooLargeError      the encoded message exceeds the queue's size limit
     ├── DecodeError                   a message's text cannot become an item of the listener's type
+    ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     └── ConfigurationError            invalid settings or connection string (never retried)
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
@@ -49,6 +50,10 @@ class MessageTooLargeError(StorageError):
 
 class DecodeError(CloudQueueError):
     """A message's content cannot be decoded into an item of the listener's type."""
+
+
+class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the handler declares
+    """Raise from a handler when the item can never succeed: it goes to the poison queue at once."""
 
 
 class ConfigurationError(CloudQueueError, ValueError):

@@ -1,29 +1,42 @@
-"""Handling one fetched message: decode, fan out, then delete, leave for retry, or poison.
+"""Handling one fetched message: decode, fan out, then settle it.
 
-Every message ends in exactly one of three places: deleted after every observer returned, left in
-the queue (an observer raised, or the delete failed) to reappear after its visibility timeout, or
-copied to the poison queue with the reason and then deleted.
+Every message ends in exactly one place:
+
+* **deleted** after every observer returned;
+* **retried**: an observer raised, so the message is hidden for a short back-off that grows with
+  its dequeue count (not for the whole visibility timeout) and comes back;
+* **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted -- at once when it
+  cannot be decoded or a handler raised ``PermanentFailure``, or when its last allowed delivery
+  (``max_dequeue_count``) failed or it arrives past that count (a worker crashed on it each time);
+* **left** where it is when storage fails while settling: it reappears after its timeout.
 """
 
 from __future__ import annotations
 
-import contextlib
+import threading
+from collections import OrderedDict
 from typing import Generic, TypeVar
 
 import structlog
 
+from listener.backoff import RandomSource
 from listener.clock import Clock
 from listener.codec import Codec
+from listener.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.envelope import MessageEnvelope, set_current_envelope
-from listener.errors import DecodeError, StorageError
+from listener.errors import DecodeError, PermanentFailure, StorageError
+from listener.leases import Lease
 from listener.poison import poison_message
 from listener.stats import ListenerCounters
-from listener.storage import QueueMessage, QueueStorage
+from listener.storage import QueueStorage
 from listener.subscribers import Subscribers
 
 T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
+
+REMEMBERED_ERRORS = 10_000
+"""First errors kept per listener for poison records (oldest forgotten first)."""
 
 
 class MessageProcessor(Generic[T]):
@@ -38,6 +51,8 @@ class MessageProcessor(Generic[T]):
         subscribers: Subscribers[T],
         counters: ListenerCounters,
         clock: Clock,
+        policy: DeliveryPolicy,
+        rng: RandomSource,
     ) -> None:
         self.storage = storage
         self.queue_name = queue_name
@@ -45,69 +60,135 @@ class MessageProcessor(Generic[T]):
         self.subscribers = subscribers
         self.counters = counters
         self.clock = clock
+        self.policy = policy
+        self.rng = rng
+        self._first_errors: OrderedDict[str, str] = OrderedDict()
+        self._errors_lock = threading.Lock()
 
-    def process(self, message: QueueMessage) -> None:
-        """Decode, deliver to every observer, and settle the message."""
+    def process(self, lease: Lease) -> None:
+        """Decode, deliver to every observer, and settle the leased message."""
+        message = lease.message
         # bind/reset rather than the bound_contextvars() context manager: a third of the cost,
         # and this runs once per message.
         tokens = structlog.contextvars.bind_contextvars(
             queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
         )
         try:
-            self._settle(message)
+            self._handle(lease)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
-    def _settle(self, message: QueueMessage) -> None:
+    def release(self, leases: list[Lease]) -> None:
+        """Make fetched-but-unstarted messages visible again so others need not wait for them."""
+        for lease in leases:
+            self._set_visibility(lease, 0)
+        log.info("messages_released", queue=self.queue_name, count=len(leases))
+
+    def _handle(self, lease: Lease) -> None:
+        message = lease.message
+        if lease.lost:
+            log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
+            return
+        if message.dequeue_count > self.policy.max_dequeue_count:
+            error = self._first_error(message.id) or "delivered too often without success"
+            self._poison(lease, reason="max_dequeue_count_exceeded", error=error)
+            return
         try:
             item = self.codec.decode(message.content)
         except DecodeError as failure:
-            self._poison(message, reason="undecodable", error=str(failure))
+            self._poison(lease, reason="undecodable", error=str(failure))
             return
-        if self._deliver(message, item):
-            self._delete(message)
+        failures = self._deliver(lease, item)
+        if not failures:
+            self._delete(lease)
+        else:
+            self._after_failure(lease, failures)
 
-    def release(self, messages: list[QueueMessage]) -> None:
-        """Make fetched-but-unstarted messages visible again so others need not wait for them."""
-        for message in messages:
-            # On failure it reappears when its visibility timeout ends anyway.
-            with contextlib.suppress(StorageError):
-                self.storage.update_visibility(self.queue_name, message.id, message.pop_receipt, 0)
-        log.info("messages_released", queue=self.queue_name, count=len(messages))
-
-    def _deliver(self, message: QueueMessage, item: T) -> bool:
-        set_current_envelope(MessageEnvelope.of(self.queue_name, message))
+    def _deliver(self, lease: Lease, item: T) -> list[Exception]:
+        set_current_envelope(MessageEnvelope.of(self.queue_name, lease.message))
         try:
-            failures = self.subscribers.deliver(item)
+            return self.subscribers.deliver(item)
         finally:
             set_current_envelope(None)
-        if failures:
-            self.counters.add("failed")
-            # The message stays; it becomes visible again when its visibility timeout ends.
-            log.warning("message_left_for_retry", failures=len(failures))
-            return False
-        return True
 
-    def _delete(self, message: QueueMessage) -> None:
-        try:
-            self.storage.delete_message(self.queue_name, message.id, message.pop_receipt)
-        except StorageError as failure:
-            # Handled but not deleted: it reappears and is handled again (at-least-once).
-            log.warning("delete_failed", error=str(failure))
+    def _after_failure(self, lease: Lease, failures: list[Exception]) -> None:
+        self.counters.add("failed")
+        error = _describe(failures)
+        message = lease.message
+        if any(isinstance(failure, PermanentFailure) for failure in failures):
+            self._poison(lease, reason="permanent_failure", error=error)
+        elif exhausted(message.dequeue_count, self.policy):
+            self._poison(lease, reason="max_dequeue_count_exceeded", error=error)
+        else:
+            self._remember(message.id, error)
+            delay_s = retry_visibility_s(message.dequeue_count, self.policy, self.rng)
+            log.warning("message_retry_scheduled", error=error, retry_in_s=delay_s)
+            self._set_visibility(lease, delay_s)
+
+    def _delete(self, lease: Lease) -> None:
+        def delete(pop_receipt: str) -> None:
+            try:
+                self.storage.delete_message(self.queue_name, lease.message.id, pop_receipt)
+            except StorageError as failure:
+                # Handled but not deleted: it reappears and is handled again (at-least-once).
+                log.warning("delete_failed", error=str(failure))
+
+        lease.settle(delete)
+        self._forget(lease.message.id)
         self.counters.add("processed")
 
-    def _poison(self, message: QueueMessage, *, reason: str, error: str) -> None:
-        try:
-            moved = poison_message(
-                self.storage,
-                self.queue_name,
-                message,
-                reason=reason,
-                error=error,
-                now=self.clock.now(),
-            )
-        except StorageError as failure:
-            log.warning("poison_failed", error=str(failure))
-            moved = False
-        if moved:
+    def _set_visibility(self, lease: Lease, visibility_s: int) -> None:
+        def update(pop_receipt: str) -> None:
+            try:
+                self.storage.update_visibility(
+                    self.queue_name, lease.message.id, pop_receipt, visibility_s
+                )
+            except StorageError as failure:
+                # It reappears when its current visibility timeout ends instead.
+                log.warning("visibility_update_failed", error=str(failure))
+
+        lease.settle(update)
+
+    def _poison(self, lease: Lease, *, reason: str, error: str) -> None:
+        moved: list[bool] = []
+
+        def move(pop_receipt: str) -> None:
+            try:
+                moved.append(
+                    poison_message(
+                        self.storage,
+                        self.queue_name,
+                        lease.message,
+                        reason=reason,
+                        error=error,
+                        now=self.clock.now(),
+                        first_error=self._first_error(lease.message.id),
+                        pop_receipt=pop_receipt,
+                    )
+                )
+            except StorageError as failure:
+                log.warning("poison_failed", error=str(failure))
+
+        lease.settle(move)
+        self._forget(lease.message.id)
+        if any(moved):
             self.counters.add("poisoned")
+
+    def _remember(self, message_id: str, error: str) -> None:
+        with self._errors_lock:
+            self._first_errors.setdefault(message_id, error)
+            while len(self._first_errors) > REMEMBERED_ERRORS:
+                self._first_errors.popitem(last=False)
+
+    def _first_error(self, message_id: str) -> str | None:
+        with self._errors_lock:
+            return self._first_errors.get(message_id)
+
+    def _forget(self, message_id: str) -> None:
+        with self._errors_lock:
+            self._first_errors.pop(message_id, None)
+
+
+def _describe(failures: list[Exception]) -> str:
+    """One line naming each observer's failure (type and message)."""
+    return "; ".join(f"{type(failure).__name__}: {failure}" for failure in failures)[:2000]

@@ -22,8 +22,10 @@ from reactivex.disposable import Disposable
 from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.codec import Codec, MessageCodec
+from listener.delivery import DeliveryPolicy
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
+from listener.leases import Lease, LeaseKeeper
 from listener.location import CloudQueueLocation
 from listener.poison import poison_queue_name
 from listener.pool import DequeuePool
@@ -109,6 +111,7 @@ class CloudQueueListener(Observable[T]):
         queue_empty: QueueEmptyHandler | None = None,
         queue_work_detected: QueueWorkDetectedHandler | None = None,
         batch_processed: BatchProcessedHandler | None = None,
+        delivery: DeliveryPolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -130,6 +133,7 @@ class CloudQueueListener(Observable[T]):
         self.clock = clock
         self.sleeper = sleeper
         self.rng: RandomSource = rng or default_rng()
+        self.delivery = delivery or DeliveryPolicy()
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
         self._subscribers: Subscribers[T] = Subscribers()
@@ -140,6 +144,15 @@ class CloudQueueListener(Observable[T]):
             subscribers=self._subscribers,
             counters=self.counters,
             clock=clock,
+            policy=self.delivery,
+            rng=self.rng,
+        )
+        self._leases = LeaseKeeper(
+            storage,
+            location.queue_name,
+            location.visibility_timeout_s,
+            clock=clock,
+            renew=self.delivery.renew_visibility,
         )
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
         self._stopping = threading.Event()
@@ -207,6 +220,8 @@ class CloudQueueListener(Observable[T]):
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - self.clock.monotonic()))
         stragglers = [thread.name for thread in threads if thread.is_alive()]
+        if not stragglers:
+            self._leases.close()
         if stragglers:
             self._log.warning("dequeue_threads_still_running", threads=stragglers)
             return False
@@ -320,17 +335,23 @@ class CloudQueueListener(Observable[T]):
         )
 
     def _process_batch(self, messages: list[QueueMessage], started: float) -> None:
-        for position, message in enumerate(messages):
+        leases = self._leases.hold(messages)
+        for position, lease in enumerate(leases):
             if self._stopping.is_set():
-                self._processor.release(messages[position:])
-                self.counters.add("in_flight", -(len(messages) - position))
+                self._processor.release(leases[position:])
+                self._end_leases(leases[position:])
                 return
             try:
-                self._processor.process(message)
+                self._processor.process(lease)
             finally:
-                self.counters.add("in_flight", -1)
+                self._end_leases([lease])
         self.throughput.record(len(messages), self.clock.monotonic() - started)
         self._raise_hook(self.batch_processed, "batch_processed")
+
+    def _end_leases(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            self._leases.end(lease)
+        self.counters.add("in_flight", -len(leases))
 
     def _raise_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
         if self.queue_empty is None:

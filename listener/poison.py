@@ -39,6 +39,9 @@ class PoisonRecord:
     poisoned_on: str
     reason: str
     error: str
+    """The error that decided it (the last one)."""
+    first_error: str
+    """The first error this worker saw for the message (equal to ``error`` if only one)."""
     worker: str
     content: str
 
@@ -47,7 +50,9 @@ class PoisonRecord:
 
     @classmethod
     def from_json(cls, text: str) -> PoisonRecord:
-        return cls(**json.loads(text))
+        fields = json.loads(text)
+        fields.setdefault("first_error", fields.get("error", ""))
+        return cls(**fields)
 
 
 def _worker_identity() -> str:
@@ -71,8 +76,13 @@ def poison_message(
     reason: str,
     error: str,
     now: datetime,
+    first_error: str | None = None,
+    pop_receipt: str | None = None,
 ) -> bool:
-    """Copy the message to the poison queue, then delete it; False if it stays in its queue."""
+    """Copy the message to the poison queue, then delete it; False if it stays in its queue.
+
+    ``pop_receipt`` is the newest receipt when visibility was renewed since the get.
+    """
     record = PoisonRecord(
         queue=queue_name,
         original_id=message.id,
@@ -81,6 +91,7 @@ def poison_message(
         poisoned_on=now.isoformat(),
         reason=reason,
         error=error,
+        first_error=first_error or error,
         worker=_worker_identity(),
         content=message.content,
     )
@@ -91,8 +102,38 @@ def poison_message(
         # The original stays in its queue and comes back after its visibility timeout.
         log.error("poison_failed", queue=queue_name, reason=reason, error=str(failure))
         return False
-    storage.delete_message(queue_name, message.id, message.pop_receipt)
+    storage.delete_message(queue_name, message.id, pop_receipt or message.pop_receipt)
     log.warning(
         "message_poisoned", queue=queue_name, poison_queue=target, reason=reason, error=error
     )
     return True
+
+
+def requeue_poisoned(storage: QueueStorage, queue_name: str, *, limit: int | None = None) -> int:
+    """Move poisoned messages back to their queue with their original content; return how many.
+
+    Each is put back first and deleted from the poison queue second, so a failure in between
+    leaves a duplicate rather than a loss. A record that is not JSON (a near-64 KiB message kept
+    unwrapped) is requeued as it is.
+    """
+    moved = 0
+    source = poison_queue_name(queue_name)
+    while limit is None or moved < limit:
+        batch = storage.get_messages(
+            source, max_messages=min(32, (limit - moved) if limit else 32), visibility_timeout_s=60
+        )
+        if not batch:
+            break
+        for message in batch:
+            storage.put_message(queue_name, _original_content(message.content))
+            storage.delete_message(source, message.id, message.pop_receipt)
+            moved += 1
+    log.info("poison_requeued", queue=queue_name, count=moved)
+    return moved
+
+
+def _original_content(poison_text: str) -> str:
+    try:
+        return PoisonRecord.from_json(poison_text).content
+    except (ValueError, TypeError, AttributeError):
+        return poison_text  # not a record: the original content itself

@@ -120,6 +120,7 @@ def _host(
         codec=MessageCodec(worker.item_type, base64=options.base64),
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
+        delivery=settings.delivery_policy(),
     )
     ElasticScaler(settings.scaling_policy()).attach(listener)
     runner = AsyncHandlerRunner(worker.handle)

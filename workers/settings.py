@@ -23,6 +23,7 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from listener.delivery import DeliveryPolicy
 from listener.errors import ConfigurationError
 from listener.scaling import ScalingPolicy
 from listener.scaling_rules import ScalingRule, drain_time, import_rule, proportional, steps
@@ -30,7 +31,7 @@ from listener.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
-WORKER_SECTIONS = ("listener", "backoff", "scaling")
+WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison")
 
 
 class ListenerSettings(BaseModel):
@@ -41,6 +42,15 @@ class ListenerSettings(BaseModel):
     visibility_timeout_s: int = Field(default=30, ge=1, le=MAX_VISIBILITY_TIMEOUT_S)
     max_error_delay_s: float = Field(default=30.0, ge=0, description="longest back-off on errors")
     base64: bool = Field(default=True, description="base64 message text, as Azure Functions does")
+    retry_delay_s: float = Field(default=1.0, ge=0, description="base of the retry back-off")
+    max_retry_delay_s: float = Field(default=60.0, ge=0, description="longest retry back-off")
+    renew_visibility: bool = Field(default=True, description="extend held messages' visibility")
+
+
+class PoisonSettings(BaseModel):
+    """When a message is given up on and moved to ``<queue>-poison``."""
+
+    max_dequeue_count: int = Field(default=5, ge=1, description="deliveries before poisoning")
 
 
 class BackoffSettings(BaseModel):
@@ -133,6 +143,7 @@ class CloudQueueSettings(BaseSettings):
     listener: ListenerSettings = Field(default_factory=ListenerSettings)
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
+    poison: PoisonSettings = Field(default_factory=PoisonSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @classmethod
@@ -165,6 +176,15 @@ class CloudQueueSettings(BaseSettings):
             merged = {**current.model_dump(), **values}
             updates[section] = type(current).model_validate(merged)
         return self.model_copy(update=updates)
+
+    def delivery_policy(self) -> DeliveryPolicy:
+        """Retries, poisoning and renewal as these settings describe them."""
+        return DeliveryPolicy(
+            max_dequeue_count=self.poison.max_dequeue_count,
+            retry_delay_s=self.listener.retry_delay_s,
+            max_retry_delay_s=max(self.listener.max_retry_delay_s, self.listener.retry_delay_s),
+            renew_visibility=self.listener.renew_visibility,
+        )
 
     def scaling_policy(self) -> ScalingPolicy:
         """The listener-level policy these settings describe."""
