@@ -13,7 +13,7 @@ from listener.memory_storage import InMemoryQueueStorage
 from listener.sqlite_storage import SqliteQueueStorage
 from listener.storage import QueueStorage
 
-pytest_plugins = ["tests.support.azurite"]
+pytest_plugins = ["tests.support.azurite", "tests.support.redis_server"]
 
 BACKENDS = ["memory", "sqlite", "azure"]
 

@@ -77,7 +77,13 @@ def test_bad_input_is_poisoned_with_its_reason_while_good_messages_flow(
     for content in BAD_CONTENT.values():
         assert records[content].reason == "undecodable"
         assert records[content].error
-    requeued: list[int] = []  # the records just read stay hidden for a second: poll
-    eventually(lambda: sum(requeued) == 6 or requeued.append(requeue_poisoned(storage, queue_name)))
+    requeued: list[int] = []
+
+    def requeue_all() -> bool:
+        # The records read above stay hidden for a second, so this may take a few rounds.
+        requeued.append(requeue_poisoned(storage, queue_name))
+        return sum(requeued) == 6
+
+    eventually(requeue_all)
     assert storage.approximate_message_count(queue_name) == 6
     storage.close()

@@ -1,0 +1,109 @@
+"""Push triggers: a producer tells listeners "work detected" so idle ones need not poll.
+
+The seed's ``WorkDetected`` event names the storage account, the queue and the payload size. A
+``TriggerChannel`` carries events between producers and listeners: in one process (a reactivex
+Subject) or across processes and machines (Redis pub/sub, ``listener.redis_triggers``). A
+listener subscribes to ``channel.events`` and reacts only to events for its own account and queue.
+
+Triggers are an accelerator, never the only path: publishing never fails a put (a lost trigger
+is logged), and a watchdog's occasional depth check catches anything a lost trigger would strand.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import structlog
+from reactivex import Observable
+from reactivex.subject import Subject
+
+log = structlog.get_logger(__name__)
+
+ANY = "*"
+"""Matches every account or queue: sent after a reconnect, when triggers may have been missed."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkDetected:
+    """Work was enqueued: ``message_count`` messages, ``payload_size`` bytes, on one queue."""
+
+    account: str
+    queue_name: str
+    payload_size: int = 0
+    message_count: int = 1
+
+    def matches(self, account: str, queue_name: str) -> bool:
+        """Is this event about that account's queue (or about every queue)?"""
+        return self.account in (account, ANY) and self.queue_name in (queue_name, ANY)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> WorkDetected:
+        fields = json.loads(text)
+        return cls(
+            account=str(fields["account"]),
+            queue_name=str(fields["queue_name"]),
+            payload_size=int(fields.get("payload_size", 0)),
+            message_count=int(fields.get("message_count", 1)),
+        )
+
+
+class TriggerChannel(Protocol):
+    """Carries WorkDetected events from producers to listeners."""
+
+    @property
+    def events(self) -> Observable[WorkDetected]:
+        """Every event published on the channel (listeners filter their own)."""
+
+    def publish(self, event: WorkDetected) -> bool:
+        """Send an event; False (logged, never raised) when it could not be sent."""
+
+    def close(self) -> None:
+        """Stop delivering events and release connections."""
+
+
+class InProcessTriggerChannel:
+    """Producer and listeners in one process: a thread-safe reactivex Subject."""
+
+    def __init__(self) -> None:
+        self._subject: Subject[WorkDetected] = Subject()
+        self._lock = threading.Lock()
+
+    @property
+    def events(self) -> Observable[WorkDetected]:
+        return self._subject
+
+    def publish(self, event: WorkDetected) -> bool:
+        with self._lock:  # Rx observers expect serialized notifications
+            try:
+                self._subject.on_next(event)
+            except Exception:
+                log.exception("trigger_delivery_failed", queue=event.queue_name)
+                return False
+        return True
+
+    def close(self) -> None:
+        self._subject.on_completed()
+
+
+def account_of(connection_string: str | None) -> str:
+    """The identity triggers use for a store: Azure's account name, or the embedded file's path."""
+    if not connection_string:
+        return f"sqlite:{Path('.cloudqueue/queues.db').resolve()}"
+    if connection_string.startswith("sqlite:///"):
+        return f"sqlite:{Path(connection_string.removeprefix('sqlite:///')).resolve()}"
+    if connection_string.startswith("memory://"):
+        return "memory"
+    match = re.search(r"(?i)(?:^|;)\s*AccountName\s*=\s*([^;]+)", connection_string)
+    if match:
+        return match.group(1).strip()
+    if re.search(r"(?i)UseDevelopmentStorage\s*=\s*true", connection_string):
+        return "devstoreaccount1"
+    return "azure"
