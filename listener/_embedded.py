@@ -8,9 +8,10 @@ state changes. The Azure backend may call them too, to fail before a request is 
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 from datetime import datetime, timedelta
 
-from listener.errors import MessageTooLargeError
+from listener.errors import MessageTooLargeError, QueueNotFoundError
 from listener.storage import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
@@ -21,10 +22,15 @@ from listener.storage import (
 )
 
 
-def check_get_arguments(max_messages: int, visibility_timeout_s: int) -> None:
-    """Raise ValueError unless 1 <= max_messages <= 32 and 1 s <= timeout <= 7 days."""
+def check_max_messages(max_messages: int) -> None:
+    """Raise ValueError unless 1 <= max_messages <= 32 (the most one get or peek returns)."""
     if not 1 <= max_messages <= MAX_BATCH_SIZE:
         raise ValueError(f"max_messages must be 1..{MAX_BATCH_SIZE}, got {max_messages}")
+
+
+def check_get_arguments(max_messages: int, visibility_timeout_s: int) -> None:
+    """Raise ValueError unless 1 <= max_messages <= 32 and 1 s <= timeout <= 7 days."""
+    check_max_messages(max_messages)
     if not 1 <= visibility_timeout_s <= MAX_VISIBILITY_TIMEOUT_S:
         raise ValueError(
             f"visibility_timeout_s must be 1..{MAX_VISIBILITY_TIMEOUT_S} on get, "
@@ -87,3 +93,13 @@ def new_message(
         next_visible_on=now + timedelta(seconds=visibility_delay_s),
         content=content,
     )
+
+
+def peeked(message: QueueMessage) -> QueueMessage:
+    """The message as a peek shows it: everything but a pop receipt, which only a get hands out."""
+    return replace(message, pop_receipt="")
+
+
+def queue_not_found(queue_name: str) -> QueueNotFoundError:
+    """The error both embedded stores raise for a queue that does not exist."""
+    return QueueNotFoundError(f"queue {queue_name} does not exist")

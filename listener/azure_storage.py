@@ -9,6 +9,7 @@ as given (the SDK's default no-encode policy): the project's codec does its own 
 
 from __future__ import annotations
 
+import itertools
 import random
 import threading
 from collections.abc import Iterator
@@ -34,7 +35,12 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from listener import errors
-from listener._embedded import check_get_arguments, check_put_arguments, check_update_arguments
+from listener._embedded import (
+    check_get_arguments,
+    check_max_messages,
+    check_put_arguments,
+    check_update_arguments,
+)
 from listener.redaction import redact
 from listener.storage import QueueMessage, validate_queue_name
 
@@ -55,6 +61,11 @@ connection beyond that, so a listener scaled past 10 threads would reconnect on 
 
 _NEVER = datetime(9999, 12, 31, tzinfo=UTC)
 """Azure's expiry time for a message put with time-to-live -1."""
+
+MAX_CLEAR_ATTEMPTS = 100
+"""Clear Messages answers 500 OperationTimedOut when a queue is too big to clear within the
+service's timeout (30 s), having deleted part of it; Microsoft says to call again until it
+succeeds. Past this many such answers in a row (about an hour) give up; calling again resumes."""
 
 
 class FastRetry(ExponentialRetry):
@@ -143,7 +154,7 @@ def translate_error(err: AzureError, *, operation: str, queue_name: str) -> erro
     SDK messages can quote request URLs (with a SAS ``sig=``) or account names, so the message
     names the operation, queue, status and error code, never the SDK's text.
     """
-    where = f"{operation} on queue {queue_name!r} failed"
+    where = f"{operation} on queue {queue_name!r} failed" if queue_name else f"{operation} failed"
     if isinstance(err, ServiceRequestError | ServiceResponseError | IncompleteReadError):
         return errors.TransientStorageError(f"{where}: {type(err).__name__} (no usable response)")
     if not isinstance(err, HttpResponseError):
@@ -188,15 +199,19 @@ def _utc(value: datetime | None, what: str) -> datetime:
     return value.astimezone(UTC)
 
 
-def _to_message(sdk_message: SdkQueueMessage) -> QueueMessage:
+def _to_message(sdk_message: SdkQueueMessage, *, peeked: bool = False) -> QueueMessage:
     expires_on = _utc(sdk_message.expires_on, "an expiry time")
+    inserted_on = _utc(sdk_message.inserted_on, "an insertion time")
+    # A peek carries no next-visible time; the message is visible, so its insertion time is a
+    # true lower bound.
+    next_visible_on = sdk_message.next_visible_on or (inserted_on if peeked else None)
     return QueueMessage(
         id=sdk_message.id,
         pop_receipt=sdk_message.pop_receipt or "",
         dequeue_count=sdk_message.dequeue_count or 0,
-        inserted_on=_utc(sdk_message.inserted_on, "an insertion time"),
+        inserted_on=inserted_on,
         expires_on=None if expires_on >= _NEVER else expires_on,
-        next_visible_on=_utc(sdk_message.next_visible_on, "a next-visible time"),
+        next_visible_on=_utc(next_visible_on, "a next-visible time"),
         content=sdk_message.content or "",
     )
 
@@ -332,6 +347,39 @@ class AzureQueueStorage:
         with _translated("approximate_message_count", queue_name):
             properties = self._client(queue_name).get_queue_properties()
         return int(properties.approximate_message_count or 0)
+
+    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
+        check_max_messages(max_messages)
+        with _translated("peek_messages", queue_name):
+            found = self._client(queue_name).peek_messages(max_messages=max_messages)
+        return [_to_message(m, peeked=True) for m in found]
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        # The pager asks again (one request per 5,000 queues) until the listing is complete.
+        with _translated("list_queues", ""):
+            listed = self._service.list_queues(name_starts_with=prefix or None)
+            names = [queue.name for queue in listed]
+        return sorted(names)
+
+    def clear_queue(self, queue_name: str) -> None:
+        client = self._client(queue_name)
+        with _translated("clear_queue", queue_name):
+            for attempt in itertools.count(1):
+                try:
+                    client.clear_messages()
+                except HttpResponseError as err:
+                    if _error_code(err) != "OperationTimedOut" or attempt >= MAX_CLEAR_ATTEMPTS:
+                        raise
+                    log.info("queue_clear_continues", queue=queue_name, attempt=attempt)
+                else:
+                    return
+
+    def delete_queue(self, queue_name: str) -> None:
+        validate_queue_name(queue_name)
+        with _translated("delete_queue", queue_name):
+            self._client(queue_name).delete_queue()
+        with self._lock:
+            self._clients.pop(queue_name, None)
 
     def close(self) -> None:
         with self._lock:

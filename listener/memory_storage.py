@@ -7,19 +7,23 @@ Expired messages are dropped lazily, when a get or a count walks past them.
 
 from __future__ import annotations
 
+import itertools
 import threading
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
 from listener._embedded import (
     check_get_arguments,
+    check_max_messages,
     check_put_arguments,
     check_update_arguments,
     new_message,
     new_pop_receipt,
+    peeked,
+    queue_not_found,
 )
 from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import MessageNotFoundError, PopReceiptMismatchError, QueueNotFoundError
+from listener.errors import MessageNotFoundError, PopReceiptMismatchError
 from listener.storage import QueueMessage, validate_queue_name
 
 
@@ -131,6 +135,29 @@ class InMemoryQueueStorage:
             self._purge_expired(queue, self._clock.now())
             return len(queue)
 
+    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
+        check_max_messages(max_messages)
+        with self._lock:
+            now = self._clock.now()
+            queue = self._queue(queue_name)
+            self._purge_expired(queue, now)
+            visible = (stored.message for stored in queue.values() if stored.visible(now))
+            return [peeked(message) for message in itertools.islice(visible, max_messages)]
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        with self._lock:
+            return sorted(name for name in self._queues if name.startswith(prefix))
+
+    def clear_queue(self, queue_name: str) -> None:
+        with self._lock:
+            self._queue(queue_name).clear()
+
+    def delete_queue(self, queue_name: str) -> None:
+        validate_queue_name(queue_name)
+        with self._lock:
+            self._queue(queue_name)
+            del self._queues[queue_name]
+
     def close(self) -> None:
         """Nothing to release: the queues live as long as the instance."""
 
@@ -139,7 +166,7 @@ class InMemoryQueueStorage:
         try:
             return self._queues[queue_name]
         except KeyError:
-            raise QueueNotFoundError(f"queue {queue_name} does not exist") from None
+            raise queue_not_found(queue_name) from None
 
     @staticmethod
     def _purge_expired(queue: dict[str, _Stored], now: datetime) -> None:

@@ -78,6 +78,22 @@ class MeteredStorage:
         self._tick("approximate_message_count")
         return self.inner.approximate_message_count(queue_name)
 
+    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
+        self._tick("peek_messages")
+        return self.inner.peek_messages(queue_name, max_messages=max_messages)
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        self._tick("list_queues")
+        return self.inner.list_queues(prefix)
+
+    def clear_queue(self, queue_name: str) -> None:
+        self._tick("clear_queue")
+        self.inner.clear_queue(queue_name)
+
+    def delete_queue(self, queue_name: str) -> None:
+        self._tick("delete_queue")
+        self.inner.delete_queue(queue_name)
+
     def close(self) -> None:
         self.inner.close()
 

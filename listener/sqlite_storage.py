@@ -19,16 +19,18 @@ from pathlib import Path
 
 from listener._embedded import (
     check_get_arguments,
+    check_max_messages,
     check_put_arguments,
     check_update_arguments,
     new_message,
     new_pop_receipt,
+    peeked,
+    queue_not_found,
 )
 from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import (
     MessageNotFoundError,
     PopReceiptMismatchError,
-    QueueNotFoundError,
     StorageError,
     TransientStorageError,
 )
@@ -188,6 +190,38 @@ class SqliteQueueStorage:
             ).fetchone()
         return int(row[0])
 
+    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
+        check_max_messages(max_messages)
+        with self._lock, _translate_errors():
+            _require_queue(self._db, queue_name)
+            rows = self._db.execute(
+                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue = :queue"
+                f" AND next_visible_on <= :now AND {_UNEXPIRED} ORDER BY seq LIMIT :limit",
+                {"queue": queue_name, "now": self._now(), "limit": max_messages},
+            ).fetchall()
+        return [peeked(_to_message(row)) for row in rows]
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        with self._lock, _translate_errors():
+            rows = self._db.execute(
+                # substr, not LIKE: a prefix is literal text, with no wildcards to escape.
+                "SELECT name FROM queues WHERE substr(name, 1, ?) = ? ORDER BY name",
+                (len(prefix), prefix),
+            ).fetchall()
+        return [str(name) for (name,) in rows]
+
+    def clear_queue(self, queue_name: str) -> None:
+        with self._transaction() as db:
+            _require_queue(db, queue_name)
+            db.execute("DELETE FROM messages WHERE queue = ?", (queue_name,))
+
+    def delete_queue(self, queue_name: str) -> None:
+        validate_queue_name(queue_name)
+        with self._transaction() as db:
+            _require_queue(db, queue_name)
+            db.execute("DELETE FROM messages WHERE queue = ?", (queue_name,))
+            db.execute("DELETE FROM queues WHERE name = ?", (queue_name,))
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -229,7 +263,7 @@ def _translate_errors() -> Iterator[None]:
 
 def _require_queue(db: sqlite3.Connection, queue_name: str) -> None:
     if db.execute("SELECT 1 FROM queues WHERE name = ?", (queue_name,)).fetchone() is None:
-        raise QueueNotFoundError(f"queue {queue_name} does not exist")
+        raise queue_not_found(queue_name)
 
 
 _Row = tuple[str, str, int, float, float | None, float, str]

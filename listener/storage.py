@@ -7,6 +7,10 @@ in-memory store) and one contract test suite proves it. The semantics are Azure'
   pop receipt; a message not deleted in time becomes visible again with a higher dequeue count.
 * ``delete_message`` needs the newest pop receipt; a stale one means someone else owns the message.
 * Messages expire after their time-to-live; the approximate count includes invisible messages.
+
+Beside the message operations the listener uses, it carries the queue administration and
+inspection that the command line and the poison tooling need: list, delete and clear queues, and
+peek at messages without taking them.
 """
 
 from __future__ import annotations
@@ -91,6 +95,29 @@ class QueueStorage(Protocol):
 
     def approximate_message_count(self, queue_name: str) -> int:
         """The number of messages in the queue, visible or not (may lag a little on Azure)."""
+
+    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
+        """Up to ``max_messages`` (1..32) visible messages, left visible and their dequeue count
+        unchanged; a peek hands out no pop receipt (``pop_receipt`` is ``""``).
+
+        ``next_visible_on`` is a time not after the peek: Azure does not say when a visible message
+        became visible, so its backend reports the insertion time.
+        """
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        """The names of the queues that start with ``prefix`` (all of them by default), sorted."""
+
+    def clear_queue(self, queue_name: str) -> None:
+        """Delete every message in the queue, visible or not; the queue itself stays."""
+
+    def delete_queue(self, queue_name: str) -> None:
+        """Delete the queue and its messages.
+
+        Raises QueueNotFoundError if there is none, ConfigurationError for a name Azure rejects.
+
+        Azure frees the name only after 40 s or more: creating the queue again meanwhile raises
+        TransientStorageError (409 QueueBeingDeleted). The embedded stores free it at once.
+        """
 
     def close(self) -> None:
         """Release connections; the storage is not used afterwards."""

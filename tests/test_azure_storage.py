@@ -378,6 +378,76 @@ def test_a_silent_server_times_out_as_transient(
     storage.close()
 
 
+OPERATION_TIMED_OUT = (
+    b"HTTP/1.1 500 Internal Server Error\r\nx-ms-error-code: OperationTimedOut\r\n"
+    b"Content-Length: 0\r\nConnection: close\r\n\r\n"
+)
+NO_CONTENT = b"HTTP/1.1 204 No Content\r\nContent-Length: 0\r\nConnection: close\r\n\r\n"
+
+
+class BigQueueServer(ScriptedServer):
+    """Answers Clear Messages as Azure does for a big queue: OperationTimedOut (having deleted
+    part of it) ``timeouts`` times, then 204 once nothing is left."""
+
+    def __init__(self, timeouts: int) -> None:
+        super().__init__(OPERATION_TIMED_OUT)
+        self.timeouts = timeouts
+
+    def count_request(self) -> None:
+        super().count_request()
+        if self.requests > self.timeouts:
+            self.response = NO_CONTENT
+
+
+@pytest.fixture
+def big_queue_server() -> Iterator[Callable[[int], BigQueueServer]]:
+    """Starts BigQueueServers in background threads; shuts them all down after the test."""
+    servers: list[BigQueueServer] = []
+
+    def start(timeouts: int) -> BigQueueServer:
+        server = BigQueueServer(timeouts)
+        servers.append(server)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        return server
+
+    yield start
+    for server in servers:
+        server.shutdown()
+        server.server_close()
+
+
+def test_clear_calls_again_until_a_big_queue_is_empty(
+    big_queue_server: Callable[[int], BigQueueServer], queue_name: str
+) -> None:
+    """After each OperationTimedOut, Clear Messages is called again until one call succeeds."""
+    server = big_queue_server(3)
+    storage = AzureQueueStorage.from_connection_string(
+        server.connection_string, retry_policy=FastRetry(retry_total=0)
+    )
+    with capture_logs() as logs:
+        storage.clear_queue(queue_name)
+    storage.close()
+    assert server.requests == 4
+    assert [e["attempt"] for e in logs if e["event"] == "queue_clear_continues"] == [1, 2, 3]
+
+
+def test_clear_gives_up_as_transient_after_max_attempts(
+    big_queue_server: Callable[[int], BigQueueServer],
+    queue_name: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A queue that never finishes clearing ends in TransientStorageError, to be called again."""
+    monkeypatch.setattr("listener.azure_storage.MAX_CLEAR_ATTEMPTS", 2)
+    server = big_queue_server(10)
+    storage = AzureQueueStorage.from_connection_string(
+        server.connection_string, retry_policy=FastRetry(retry_total=0)
+    )
+    with pytest.raises(TransientStorageError, match="HTTP 500 OperationTimedOut"):
+        storage.clear_queue(queue_name)
+    storage.close()
+    assert server.requests == 2
+
+
 def test_errors_and_logs_never_carry_the_sas_signature(
     scripted_server: Callable[[bytes | None], ScriptedServer], queue_name: str
 ) -> None:

@@ -28,6 +28,7 @@ def env(tmp_path: Path) -> dict[str, str]:
         "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
         "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
         "CLOUDQUEUE_LOGGING__FORMAT": "json",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
     }
 
 
@@ -73,7 +74,12 @@ def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
     assert cloudqueue("enqueue", "invoices", env=env, stdin="c\nd\n\ne\n").returncode == 0
     result = cloudqueue("status", "invoices", "--json", env=env)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {"queue": "invoices", "depth": 5, "poison_depth": 0}
+    assert json.loads(result.stdout) == {
+        "queue": "invoices",
+        "depth": 5,
+        "poison_depth": 0,
+        "workers": [],
+    }
 
 
 def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
@@ -86,13 +92,15 @@ def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
     eventually(
         lambda: sum(e["event"] == "invoice_billed" for e in events(log_path)) == 20, timeout_s=30
     )
+    live = json.loads(cloudqueue("status", "invoices", "--json", env=env).stdout)["workers"]
+    assert [w["pid"] for w in live] == [worker.pid]  # status shows the running worker
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
     billed = [e for e in events(log_path) if e["event"] == "invoice_billed"]
     assert {e["total_cents"] for e in billed} == {360}
     assert all("message_id" in e and e["queue"] == "invoices" for e in billed)
     status = json.loads(cloudqueue("status", "invoices", "--json", env=env).stdout)
-    assert status["depth"] == 0
+    assert (status["depth"], status["workers"]) == (0, [])  # gone with its process
 
 
 @pytest.mark.parametrize(

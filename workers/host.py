@@ -18,15 +18,18 @@ import structlog
 
 from listener.clock import SYSTEM_CLOCK
 from listener.codec import MessageCodec
-from listener.connection import open_storage
+from listener.connection import describe_storage, open_storage
 from listener.listener import CloudQueueListener
 from listener.scaling import ElasticScaler
 from listener.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
+from workers.live_state import LiveStatePublisher
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
+
+LIVE_STATE_INTERVAL_S = 1.0
 
 
 @dataclass
@@ -102,10 +105,20 @@ class WorkerHost:
         """Start, wait for SIGTERM/SIGINT, drain and return the exit code."""
         signal.signal(signal.SIGTERM, self.request_shutdown)
         signal.signal(signal.SIGINT, self.request_shutdown)
+        live = LiveStatePublisher(
+            self.settings.state_dir,
+            worker=" ".join(_target_name(hosted.worker) for hosted in self.hosted),
+            storage=describe_storage(self.settings.connection_string_value()),
+        )
         self.start()
-        while not self._shutdown.wait(1.0):
-            pass  # a timed wait keeps the main thread responsive to signals
-        return 0 if self.stop() else 1
+        live.publish(self.listeners)
+        # A timed wait keeps the main thread responsive to signals; each wake publishes the
+        # live state that `cloudqueue status` shows (a local file: no storage transaction).
+        while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
+            live.publish(self.listeners)
+        drained = self.stop()
+        live.remove()
+        return 0 if drained else 1
 
 
 def _host(
@@ -126,6 +139,10 @@ def _host(
     runner = AsyncHandlerRunner(worker.handle)
     listener.subscribe(runner)
     return HostedWorker(worker=worker, listener=listener, settings=settings, runner=runner)
+
+
+def _target_name(worker: QueueWorker[Any]) -> str:
+    return f"{type(worker).__module__}:{type(worker).__qualname__}"
 
 
 def _finish(hosted: HostedWorker) -> None:

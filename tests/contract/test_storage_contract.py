@@ -19,6 +19,7 @@ from listener.errors import (
     MessageTooLargeError,
     PopReceiptMismatchError,
     QueueNotFoundError,
+    TransientStorageError,
 )
 from listener.storage import (
     DEFAULT_TIME_TO_LIVE_S,
@@ -318,6 +319,156 @@ def test_approximate_count_includes_invisible_messages(storage: QueueStorage, qu
     assert storage.approximate_message_count(queue) == 3
     storage.delete_message(queue, taken[0].id, taken[0].pop_receipt)
     assert storage.approximate_message_count(queue) == 2
+
+
+# Peek
+
+
+def peek_all(storage: QueueStorage, queue: str) -> list[QueueMessage]:
+    """Peek at every message that is visible now (up to a batch)."""
+    return storage.peek_messages(queue, max_messages=MAX_BATCH_SIZE)
+
+
+def test_peek_shows_visible_messages_without_taking_them(storage: QueueStorage, queue: str) -> None:
+    """Peeked messages carry their content and dequeue count 0, no receipt, and stay visible."""
+    puts = {storage.put_message(queue, content).id: content for content in ("a", "b")}
+    peeked = peek_all(storage, queue)
+    assert {m.id: m.content for m in peeked} == puts
+    assert {(m.pop_receipt, m.dequeue_count) for m in peeked} == {("", 0)}
+    assert {m.id for m in peek_all(storage, queue)} == set(puts)
+    got = get_all(storage, queue)
+    assert {m.id for m in got} == set(puts)
+    assert {m.dequeue_count for m in got} == {1}
+
+
+def test_peek_skips_messages_that_are_taken_or_delayed(storage: QueueStorage, queue: str) -> None:
+    """Only visible messages are peeked: not one a get holds, nor one put with a delay."""
+    storage.put_message(queue, "taken")
+    get_one(storage, queue, visibility_timeout_s=LONG_S)
+    storage.put_message(queue, "later", visibility_delay_s=LONG_S)
+    storage.put_message(queue, "visible")
+    assert [m.content for m in peek_all(storage, queue)] == ["visible"]
+    assert storage.approximate_message_count(queue) == 3
+
+
+def test_peek_reports_a_redelivered_message_without_counting_a_dequeue(
+    storage: QueueStorage, queue: str
+) -> None:
+    """A message back from its visibility timeout peeks with dequeue count 1; a get then says 2."""
+    put = storage.put_message(queue, "again")
+    get_one(storage, queue, visibility_timeout_s=SHORT_S)
+    peeked = eventually(lambda: peek_all(storage, queue))
+    assert [(m.id, m.dequeue_count) for m in peeked] == [(put.id, 1)]
+    assert peeked[0].next_visible_on <= datetime.now(UTC) + CLOCK_SLACK
+    assert get_one(storage, queue).dequeue_count == 2
+
+
+def test_peek_returns_at_most_max_messages(storage: QueueStorage, queue: str) -> None:
+    """Of 40 visible messages a peek of 32 shows 32 distinct ones, and a peek of 5 shows 5."""
+    for index in range(40):
+        storage.put_message(queue, f"m{index}")
+    assert len({m.id for m in peek_all(storage, queue)}) == MAX_BATCH_SIZE
+    assert len(storage.peek_messages(queue, max_messages=5)) == 5
+
+
+def test_an_expired_message_is_not_peeked(storage: QueueStorage, queue: str) -> None:
+    """Once its TTL passes a message no longer shows up in a peek."""
+    storage.put_message(queue, "fleeting", time_to_live_s=SHORT_S)
+    storage.put_message(queue, "lasting")
+    eventually(lambda: [m.content for m in peek_all(storage, queue)] == ["lasting"])
+
+
+@pytest.mark.parametrize("max_messages", [0, MAX_BATCH_SIZE + 1])
+def test_out_of_range_peek_size_raises_value_error(
+    storage: QueueStorage, queue: str, max_messages: int
+) -> None:
+    """A peek size outside 1..32 is refused before any call."""
+    with pytest.raises(ValueError, match="max_messages"):
+        storage.peek_messages(queue, max_messages=max_messages)
+
+
+# Queue administration
+
+
+def test_list_queues_returns_the_names_with_the_prefix_sorted(
+    storage: QueueStorage, queue_name: str
+) -> None:
+    """Only queues whose names start with the prefix are listed, in name order."""
+    other = f"z{queue_name}"
+    for name in (f"{queue_name}-b", f"{queue_name}-a", other):
+        storage.create_queue(name)
+    assert storage.list_queues(queue_name) == [f"{queue_name}-a", f"{queue_name}-b"]
+    assert storage.list_queues(f"{queue_name}-nothing") == []
+    everything = storage.list_queues()
+    assert everything == sorted(everything)
+    assert {f"{queue_name}-a", f"{queue_name}-b", other} <= set(everything)
+
+
+def test_clear_removes_every_message_and_keeps_the_queue(storage: QueueStorage, queue: str) -> None:
+    """Visible, taken and delayed messages all go; the queue then takes new messages as before."""
+    storage.put_message(queue, "visible")
+    storage.put_message(queue, "taken")
+    taken = get_one(storage, queue)
+    storage.put_message(queue, "later", visibility_delay_s=LONG_S)
+    storage.clear_queue(queue)
+    assert storage.approximate_message_count(queue) == 0
+    assert get_all(storage, queue) == []
+    assert storage.delete_message(queue, taken.id, taken.pop_receipt) is False
+    storage.put_message(queue, "fresh")
+    assert [m.content for m in get_all(storage, queue)] == ["fresh"]
+
+
+def test_clear_of_an_empty_queue_succeeds(storage: QueueStorage, queue: str) -> None:
+    """Clearing a queue that holds nothing is not an error."""
+    storage.clear_queue(queue)
+    assert storage.approximate_message_count(queue) == 0
+
+
+def test_delete_queue_removes_the_queue_and_its_messages(storage: QueueStorage, queue: str) -> None:
+    """A deleted queue is no longer listed, and using it raises QueueNotFoundError."""
+    storage.put_message(queue, "doomed")
+    storage.delete_queue(queue)
+    assert queue not in storage.list_queues(queue)
+    with pytest.raises(QueueNotFoundError):
+        storage.put_message(queue, "too late")
+    with pytest.raises(QueueNotFoundError):
+        storage.approximate_message_count(queue)
+
+
+def test_a_deleted_queue_can_be_created_again_empty(storage: QueueStorage, queue: str) -> None:
+    """The name is free again once the service lets go of it (Azure: 40 s or more), and the new
+    queue starts empty."""
+    storage.put_message(queue, "old")
+    storage.delete_queue(queue)
+
+    def recreated() -> bool:
+        try:
+            storage.create_queue(queue)
+        except TransientStorageError:  # 409 QueueBeingDeleted: not yet
+            return False
+        return True
+
+    eventually(recreated, timeout_s=120, interval_s=1)
+    assert storage.approximate_message_count(queue) == 0
+    assert peek_all(storage, queue) == []
+
+
+def test_administration_of_a_missing_queue_raises_queue_not_found(
+    storage: QueueStorage, queue_name: str
+) -> None:
+    """Peek, clear and delete on a queue that was never created raise QueueNotFoundError."""
+    with pytest.raises(QueueNotFoundError):
+        storage.peek_messages(queue_name, max_messages=1)
+    with pytest.raises(QueueNotFoundError):
+        storage.clear_queue(queue_name)
+    with pytest.raises(QueueNotFoundError):
+        storage.delete_queue(queue_name)
+
+
+def test_deleting_an_invalid_queue_name_is_a_configuration_error(storage: QueueStorage) -> None:
+    """A name Azure would reject fails with ConfigurationError on delete, as on create."""
+    with pytest.raises(ConfigurationError):
+        storage.delete_queue("Not_A_Queue")
 
 
 # Limits

@@ -11,7 +11,10 @@ from pathlib import Path
 import click
 
 from workers.cli.common import CONFIG_ERROR_EXIT
+from workers.cli.config_cmd import config_group
+from workers.cli.demo import demo
 from workers.cli.messages import enqueue, status
+from workers.cli.queues import queues_group
 from workers.cli.run import run
 
 
@@ -30,7 +33,7 @@ def cli(config: Path | None) -> None:
     """
 
 
-for command in (run, enqueue, status):
+for command in (run, enqueue, status, config_group, demo, queues_group):
     cli.add_command(command)
 
 

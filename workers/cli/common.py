@@ -6,6 +6,8 @@ field; storage errors exit with code 1. Secrets are never printed: every message
 
 from __future__ import annotations
 
+import os
+import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
@@ -17,6 +19,7 @@ from listener.connection import open_storage
 from listener.errors import CloudQueueError, ConfigurationError
 from listener.redaction import redact
 from listener.storage import QueueStorage, validate_queue_name
+from workers.logging import configure_logging
 from workers.settings import CloudQueueSettings, load_settings
 
 CONFIG_ERROR_EXIT = 2
@@ -26,11 +29,21 @@ def current_settings(overrides: Mapping[str, Any] | None = None) -> CloudQueueSe
     """The effective settings, with the root command's --config file and CLI overrides."""
     config = click.get_current_context().find_root().params.get("config")
     try:
-        return load_settings(config, **(overrides or {}))
+        settings = load_settings(config, **(overrides or {}))
     except pydantic.ValidationError as error:
         raise click.UsageError(redact(one_line(error))) from error
     except ConfigurationError as error:
         raise click.UsageError(redact(str(error))) from error
+    # Every command logs through the redacting pipeline to stderr: structlog's unconfigured
+    # default would print to stdout, into the command's output, and unredacted.
+    configure_logging(settings.logging)
+    return settings
+
+
+def import_from_working_directory() -> None:
+    """Let ``module:Class`` arguments name modules in the working directory, as ``python -m``."""
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
 
 
 def one_line(error: pydantic.ValidationError) -> str:

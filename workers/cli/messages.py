@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import asdict
 
 import click
 
@@ -14,6 +16,7 @@ from listener.errors import QueueNotFoundError
 from listener.poison import poison_queue_name
 from listener.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
 
 
 @click.command()
@@ -34,9 +37,10 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool) -> None:
     with opened_storage(settings) as storage:
         storage.create_queue(queue)
         count = 0
-        for item in _items(items):
-            storage.put_message(queue, codec.encode(item))
-            count += 1
+        with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
+            for item in pending:
+                storage.put_message(queue, codec.encode(item))
+                count += 1
     where = describe_storage(settings.connection_string_value())
     click.echo(f"enqueued {count} item(s) on {queue} ({where})")
 
@@ -52,11 +56,27 @@ def _items(arguments: Iterable[str]) -> Iterator[str]:
             yield stripped
 
 
+def _counted(items: Iterator[str], *, label: str) -> AbstractContextManager[Iterable[str]]:
+    """The items, with a running count on stderr when it is a terminal (and nothing otherwise).
+
+    The number of lines on stdin is unknown, so it shows a count rather than a bar.
+    """
+    stderr = sys.stderr
+    if not stderr.isatty():
+        return nullcontext(items)
+    return click.progressbar(
+        items, label=label, file=stderr, show_pos=True, bar_template="%(label)s: %(info)s"
+    )
+
+
 @click.command()
 @click.argument("queue")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def status(queue: str, as_json: bool) -> None:
-    """Show the approximate depth of QUEUE and of its poison queue.
+    """Show the approximate depth of QUEUE and of its poison queue, and the workers on it.
+
+    Workers are the running `cloudqueue run` processes that publish their live state (threads,
+    counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
 
     \b
     Examples:
@@ -71,10 +91,20 @@ def status(queue: str, as_json: bool) -> None:
             "depth": storage.approximate_message_count(queue),
             "poison_depth": _depth_or_zero(storage, poison_queue_name(queue)),
         }
+    where = describe_storage(settings.connection_string_value())
+    running = [
+        (state, listener)
+        for state in read_live_states(settings.state_dir, queue, storage=where)
+        for listener in state.listening_on(queue)
+    ]
     if as_json:
-        click.echo(json.dumps(report))
+        click.echo(json.dumps({**report, "workers": [_worker_report(*item) for item in running]}))
     else:
         click.echo(f"{queue}: {report['depth']} message(s), poison: {report['poison_depth']}")
+        for item in running:
+            click.echo(_worker_line(*item))
+        if not running:
+            click.echo(f"  no running worker publishes its state in {settings.state_dir}")
 
 
 def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
@@ -82,3 +112,22 @@ def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
         return storage.approximate_message_count(queue)
     except QueueNotFoundError:
         return 0
+
+
+def _worker_report(state: LiveState, listener: QueueLiveState) -> dict[str, object]:
+    """One running listener on the queue: its process, threads, counters and measured rate."""
+    measured = {key: value for key, value in asdict(listener).items() if key != "queue"}
+    process = {"pid": state.pid, "host": state.host, "worker": state.worker}
+    return {**process, "updated_at": state.updated_at.isoformat(), **measured}
+
+
+def _worker_line(state: LiveState, listener: QueueLiveState) -> str:
+    rate = listener.per_thread_rate_per_s
+    speed = "no rate measured yet" if rate is None else f"{rate:.1f} msg/s per thread"
+    age_s = (utc_now() - state.updated_at).total_seconds()
+    return (
+        f"  {state.host}-{state.pid} ({state.worker}): {listener.active_threads} thread(s), "
+        f"peak {listener.peak_threads}; processed {listener.processed}, failed {listener.failed}, "
+        f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
+        f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
+    )

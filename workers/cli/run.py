@@ -8,9 +8,8 @@ import click
 
 from listener.errors import ConfigurationError
 from listener.redaction import redact
-from workers.cli.common import current_settings, parse_overrides
+from workers.cli.common import current_settings, import_from_working_directory, parse_overrides
 from workers.host import WorkerHost
-from workers.logging import configure_logging
 from workers.supervisor import Supervisor
 from workers.worker import load_worker
 
@@ -44,7 +43,7 @@ def run(targets: tuple[str, ...], processes: int, assignments: tuple[str, ...]) 
       cloudqueue run app.workers:Renderer --processes 4
     """
     settings = current_settings(parse_overrides(assignments))
-    configure_logging(settings.logging)
+    import_from_working_directory()
     try:
         worker_types = [load_worker(target) for target in targets]
         for worker_type in worker_types:

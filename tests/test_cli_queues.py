@@ -1,0 +1,314 @@
+"""``cloudqueue queues`` and the CLI's progress output, driven for real in subprocesses.
+
+Every queue command runs against the embedded SQLite store and against Azurite. The session's
+Azurite is shared with other tests, so each test works on its own queue names and lists by prefix.
+Terminal behaviour (confirmation prompts, progress) is exercised through a pseudo-terminal.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import pty
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from tests.support.polling import eventually
+from workers.cli.queues import progress_spinner
+
+BAD_NAME = "Bad_Name"
+
+
+@pytest.fixture(params=["sqlite", "azure"])
+def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
+    """An environment whose storage is a fresh SQLite file, or the session's Azurite."""
+    if request.param == "sqlite":
+        connection_string = f"sqlite:///{tmp_path / 'q.db'}"
+    else:
+        connection_string = request.getfixturevalue("azurite_connection_string")
+    return {
+        **os.environ,
+        "CLOUDQUEUE_CONNECTION_STRING": connection_string,
+        "CLOUDQUEUE_LOGGING__FORMAT": "json",
+    }
+
+
+@pytest.fixture
+def sqlite_env(tmp_path: Path) -> dict[str, str]:
+    """An environment on a fresh SQLite file, for the terminal tests."""
+    return {**os.environ, "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'q.db'}"}
+
+
+def cloudqueue(
+    *args: str, env: dict[str, str], stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere)."""
+    return subprocess.run(
+        [sys.executable, "-m", "workers", *args],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(*args: str, env: dict[str, str], stdin: str = "") -> str:
+    """Run the CLI, require exit code 0, and return its stdout."""
+    result = cloudqueue(*args, env=env, stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def listed(prefix: str, env: dict[str, str]) -> list[dict[str, object]]:
+    rows: list[dict[str, object]] = json.loads(
+        ok("queues", "list", "--prefix", prefix, "--json", env=env)
+    )
+    return rows
+
+
+def queue_with(queue: str, items: int, env: dict[str, str]) -> str:
+    """Create the queue and put ``items`` messages on it."""
+    ok("queues", "create", queue, env=env)
+    if items:
+        ok("enqueue", queue, *(f"item-{index}" for index in range(items)), env=env)
+    return queue
+
+
+# Create and list
+
+
+def test_list_shows_each_queue_with_its_depth(env: dict[str, str], queue_name: str) -> None:
+    """Created queues are listed by prefix, in name order, with their depths, as text and JSON."""
+    queue_with(queue_name, 3, env)
+    queue_with(f"{queue_name}-poison", 0, env)
+    assert listed(queue_name, env) == [
+        {"queue": queue_name, "depth": 3},
+        {"queue": f"{queue_name}-poison", "depth": 0},
+    ]
+    lines = ok("queues", "list", "--prefix", queue_name, env=env).splitlines()
+    assert lines[0].split() == ["QUEUE", "DEPTH"]
+    assert [line.split() for line in lines[1:]] == [
+        [queue_name, "3"],
+        [f"{queue_name}-poison", "0"],
+    ]
+
+
+def test_list_with_a_prefix_nothing_matches_says_so(env: dict[str, str], queue_name: str) -> None:
+    """An empty listing is an empty JSON array, and a sentence naming the prefix as text."""
+    assert listed(queue_name, env) == []
+    assert f"no queues starting with '{queue_name}'" in ok(
+        "queues", "list", "--prefix", queue_name, env=env
+    )
+
+
+def test_create_is_idempotent_and_says_whether_the_queue_existed(
+    env: dict[str, str], queue_name: str
+) -> None:
+    """Creating an existing queue succeeds, keeps its messages, and reports that it existed."""
+    assert ok("queues", "create", queue_name, env=env).startswith(f"created {queue_name} on ")
+    ok("enqueue", queue_name, "kept", env=env)
+    assert "already exists" in ok("queues", "create", queue_name, env=env)
+    assert listed(queue_name, env) == [{"queue": queue_name, "depth": 1}]
+
+
+# Clear and delete
+
+
+def test_clear_with_yes_empties_the_queue_and_keeps_it(
+    env: dict[str, str], queue_name: str
+) -> None:
+    """`queues clear --yes` deletes every message and reports how many there were."""
+    queue_with(queue_name, 4, env)
+    assert "(4 message(s) before)" in ok("queues", "clear", queue_name, "--yes", env=env)
+    assert listed(queue_name, env) == [{"queue": queue_name, "depth": 0}]
+
+
+def test_delete_with_yes_removes_the_queue(env: dict[str, str], queue_name: str) -> None:
+    """`queues delete --yes` removes the queue; the name can then be created again, empty."""
+    queue_with(queue_name, 2, env)
+    queue_with(f"{queue_name}-kept", 0, env)
+    assert ok("queues", "delete", queue_name, "--yes", env=env).startswith(f"deleted {queue_name}")
+    assert [row["queue"] for row in listed(queue_name, env)] == [f"{queue_name}-kept"]
+    # Azure keeps a deleted name reserved for 40 s or more; Azurite and the embedded stores do not.
+    eventually(
+        lambda: cloudqueue("queues", "create", queue_name, env=env).returncode == 0,
+        timeout_s=90,
+        interval_s=1,
+    )
+    assert listed(queue_name, env)[0] == {"queue": queue_name, "depth": 0}
+
+
+@pytest.mark.parametrize("command", ["clear", "delete"])
+def test_destructive_commands_refuse_without_yes_when_stdin_is_not_a_terminal(
+    env: dict[str, str], queue_name: str, command: str
+) -> None:
+    """Without --yes and nobody to ask, clear and delete exit 2 and touch nothing."""
+    queue_with(queue_name, 2, env)
+    result = cloudqueue("queues", command, queue_name, env=env)
+    assert result.returncode == 2
+    assert "without --yes" in result.stderr
+    assert listed(queue_name, env) == [{"queue": queue_name, "depth": 2}]
+
+
+@pytest.mark.parametrize("command", ["clear", "delete"])
+def test_a_missing_queue_exits_1_naming_it(
+    env: dict[str, str], queue_name: str, command: str
+) -> None:
+    """Clearing or deleting a queue that does not exist fails with exit 1 and a plain message."""
+    result = cloudqueue("queues", command, queue_name, "--yes", env=env)
+    assert result.returncode == 1
+    assert f"queue {queue_name} does not exist on " in result.stderr
+    assert "Traceback" not in result.stderr
+
+
+@pytest.mark.parametrize("args", [("create",), ("clear", "--yes"), ("delete", "--yes")])
+def test_an_invalid_queue_name_exits_2(env: dict[str, str], args: tuple[str, ...]) -> None:
+    """A name Azure would reject is a usage error that explains the naming rule."""
+    command, *flags = args
+    result = cloudqueue("queues", command, BAD_NAME, *flags, env=env)
+    assert result.returncode == 2
+    assert "invalid queue name 'Bad_Name'" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["list", "create", "clear", "delete"])
+def test_every_queues_command_documents_examples(command: str) -> None:
+    """Each command's --help ends with an Examples block that click left unwrapped."""
+    help_text = ok("queues", command, "--help", env=dict(os.environ))
+    examples = help_text.split("Examples:\n", 1)[1]
+    assert examples.splitlines()[0].strip().startswith(f"cloudqueue queues {command}")
+
+
+# On a terminal
+
+
+class Terminal:
+    """A pseudo-terminal for a child process; everything the child writes to it is collected."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not chunk:
+                return
+            self._chunks.append(chunk)
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def output(self) -> str:
+        """What the child wrote, once it has exited (the terminal is closed here)."""
+        os.close(self.slave)
+        self._reader.join(10)
+        os.close(self.master)
+        return b"".join(self._chunks).decode(errors="replace")
+
+
+def run_on_terminal(
+    *args: str, env: dict[str, str], terminal: Terminal, stdin: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run the CLI with stderr on the terminal, and stdin too unless ``stdin`` text is given."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workers", *args],
+        stdin=terminal.slave if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=terminal.slave,
+        env=env,
+        text=True,
+    )
+    stdout, _ = process.communicate(stdin, timeout=60)
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
+    return result, terminal.output()
+
+
+@pytest.mark.parametrize(("answer", "depth"), [("y", 0), ("n", 3)])
+def test_clear_on_a_terminal_asks_first(
+    sqlite_env: dict[str, str], queue_name: str, answer: str, depth: int
+) -> None:
+    """On a terminal clear asks, naming the message count; only a yes clears the queue."""
+    queue_with(queue_name, 3, sqlite_env)
+    terminal = Terminal()
+    terminal.type(f"{answer}\n")
+    result, _ = run_on_terminal("queues", "clear", queue_name, env=sqlite_env, terminal=terminal)
+    assert f"Delete all 3 message(s) in {queue_name}" in result.stdout
+    assert result.returncode == (0 if answer == "y" else 1)
+    assert listed(queue_name, sqlite_env) == [{"queue": queue_name, "depth": depth}]
+
+
+def test_delete_on_a_terminal_asks_first(sqlite_env: dict[str, str], queue_name: str) -> None:
+    """On a terminal delete asks before removing the queue; a no keeps it."""
+    queue_with(queue_name, 1, sqlite_env)
+    terminal = Terminal()
+    terminal.type("n\n")
+    result, _ = run_on_terminal("queues", "delete", queue_name, env=sqlite_env, terminal=terminal)
+    assert result.returncode == 1
+    assert f"Delete {queue_name} and its 1 message(s)" in result.stdout
+    assert listed(queue_name, sqlite_env) == [{"queue": queue_name, "depth": 1}]
+
+
+def test_bulk_enqueue_shows_a_running_count_only_on_a_terminal(
+    sqlite_env: dict[str, str], queue_name: str
+) -> None:
+    """Items from stdin are counted on stderr when it is a terminal, and never into a pipe."""
+    items = "\n".join(f"item-{index}" for index in range(25))
+    result, progress = run_on_terminal(
+        "enqueue", queue_name, env=sqlite_env, terminal=Terminal(), stdin=items
+    )
+    assert result.returncode == 0
+    assert f"enqueueing on {queue_name}: 25" in progress
+    assert result.stdout.startswith(f"enqueued 25 item(s) on {queue_name}")
+
+    piped = cloudqueue("enqueue", queue_name, env=sqlite_env, stdin=items)
+    assert piped.returncode == 0
+    assert piped.stderr == ""
+
+
+def test_a_quick_clear_shows_no_spinner_even_on_a_terminal(
+    sqlite_env: dict[str, str], queue_name: str
+) -> None:
+    """The embedded stores clear in one quick call, so nothing is drawn on the terminal."""
+    queue_with(queue_name, 3, sqlite_env)
+    result, progress = run_on_terminal(
+        "queues", "clear", queue_name, "--yes", env=sqlite_env, terminal=Terminal(), stdin=""
+    )
+    assert result.returncode == 0
+    assert progress == ""
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_spinner_shows_the_elapsed_time_and_erases_itself() -> None:
+    """Past its delay the spinner redraws one line with the elapsed seconds, then clears it."""
+    terminal = FakeTerminal()
+    with progress_spinner("clearing big", stream=terminal, delay_s=0, interval_s=0.01):
+        eventually(lambda: terminal.getvalue().count("clearing big (") >= 2)
+    assert terminal.getvalue().endswith("\r\x1b[K")
+
+
+def test_the_spinner_stays_silent_for_quick_work_and_off_a_terminal() -> None:
+    """Work that ends within the delay draws nothing; neither does anything on a pipe."""
+    terminal = FakeTerminal()
+    with progress_spinner("quick", stream=terminal, delay_s=60):
+        pass
+    pipe = io.StringIO()
+    with progress_spinner("piped", stream=pipe, delay_s=0, interval_s=0.01):
+        pass
+    assert terminal.getvalue() == ""
+    assert pipe.getvalue() == ""

@@ -1,0 +1,216 @@
+"""``cloudqueue queues``: list, create, clear and delete the queues of the configured storage.
+
+Clearing and deleting destroy messages, so both ask first on a terminal and refuse to run
+unattended (stdin not a terminal) without ``--yes``. A missing queue is exit code 1 with a message
+that names it and the storage; an invalid queue name is exit code 2.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TextIO
+
+import click
+
+from listener.connection import describe_storage
+from listener.errors import QueueNotFoundError
+from listener.storage import QueueStorage
+from workers.cli.common import checked_queue, current_settings, opened_storage
+
+SPINNER_DELAY_S = 0.5
+"""A call that returns sooner shows no spinner: only long, many-request work does (e.g. Azure
+clearing a big queue, one Clear Messages call after another)."""
+
+SPINNER_INTERVAL_S = 0.1
+
+
+@click.group("queues")
+def queues_group() -> None:
+    """List, create, clear and delete queues.
+
+    \b
+    Examples:
+      cloudqueue queues list
+      cloudqueue queues create invoices
+      cloudqueue queues clear invoices-poison --yes
+    """
+
+
+@queues_group.command("list")
+@click.option("--prefix", default="", help="Only queues whose names start with this text.")
+@click.option("--json", "as_json", is_flag=True, help='Print a JSON array of {"queue", "depth"}.')
+def list_queues(prefix: str, as_json: bool) -> None:
+    """List the queues with their approximate depths.
+
+    A depth counts every message in the queue, those a worker has taken but not yet deleted too.
+
+    \b
+    Examples:
+      cloudqueue queues list
+      cloudqueue queues list --prefix invoices
+      cloudqueue queues list --json | jq '.[] | select(.depth > 0)'
+    """
+    with _storage() as (storage, where):
+        depths = {name: _depth(storage, name) for name in storage.list_queues(prefix)}
+    rows = [{"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None]
+    if as_json:
+        click.echo(json.dumps(rows))
+    elif not rows:
+        matching = f" starting with {prefix!r}" if prefix else ""
+        click.echo(f"no queues{matching} on {where}")
+    else:
+        width = max(len("QUEUE"), *(len(name) for name in depths))
+        click.echo(f"{'QUEUE':<{width}}  DEPTH")
+        for row in rows:
+            click.echo(f"{row['queue']:<{width}}  {row['depth']}")
+
+
+@queues_group.command()
+@click.argument("queue")
+def create(queue: str) -> None:
+    """Create QUEUE; succeed if it already exists.
+
+    On Azure a just-deleted name stays reserved for 40 s or more (409 QueueBeingDeleted): run the
+    command again after that.
+
+    \b
+    Examples:
+      cloudqueue queues create invoices
+      CLOUDQUEUE_CONNECTION_STRING=sqlite:///jobs.db cloudqueue queues create thumbnails
+    """
+    checked_queue(queue)
+    with _storage() as (storage, where):
+        existed = queue in storage.list_queues(queue)
+        storage.create_queue(queue)
+    click.echo(
+        f"queue {queue} already exists on {where}" if existed else f"created {queue} on {where}"
+    )
+
+
+@queues_group.command()
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is no terminal).")
+def clear(queue: str, yes: bool) -> None:
+    """Delete every message in QUEUE; the queue stays.
+
+    Messages that workers have taken but not yet deleted go too. On Azure a big queue takes
+    several Clear Messages calls; a spinner shows on a terminal while they run.
+
+    \b
+    Examples:
+      cloudqueue queues clear invoices
+      cloudqueue queues clear invoices-poison --yes
+    """
+    checked_queue(queue)
+    _refuse_unattended(yes, f"clear {queue}")
+    with _storage() as (storage, where), _existing(queue, where):
+        depth = storage.approximate_message_count(queue)
+        if not yes:
+            click.confirm(f"Delete all {depth} message(s) in {queue} on {where}?", abort=True)
+        with progress_spinner(f"clearing {queue}"):
+            storage.clear_queue(queue)
+    click.echo(f"cleared {queue} on {where} ({depth} message(s) before)")
+
+
+@queues_group.command()
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is no terminal).")
+def delete(queue: str, yes: bool) -> None:
+    """Delete QUEUE and all its messages.
+
+    On Azure the name stays reserved for 40 s or more afterwards: creating the queue again
+    meanwhile fails with 409 QueueBeingDeleted.
+
+    \b
+    Examples:
+      cloudqueue queues delete scratch
+      cloudqueue queues delete scratch --yes
+    """
+    checked_queue(queue)
+    _refuse_unattended(yes, f"delete {queue}")
+    with _storage() as (storage, where), _existing(queue, where):
+        if not yes:
+            depth = storage.approximate_message_count(queue)
+            click.confirm(f"Delete {queue} and its {depth} message(s) on {where}?", abort=True)
+        storage.delete_queue(queue)
+    click.echo(f"deleted {queue} on {where}")
+
+
+@contextmanager
+def _storage() -> Iterator[tuple[QueueStorage, str]]:
+    """The configured storage (closed afterwards) and its description; logs go to stderr."""
+    settings = current_settings()
+    where = describe_storage(settings.connection_string_value())
+    with opened_storage(settings) as storage:
+        yield storage, where
+
+
+@contextmanager
+def _existing(queue: str, where: str) -> Iterator[None]:
+    """Turn QueueNotFoundError into exit code 1 with a message naming the queue and storage."""
+    try:
+        yield
+    except QueueNotFoundError:
+        raise click.ClickException(f"queue {queue} does not exist on {where}") from None
+
+
+def _depth(storage: QueueStorage, queue: str) -> int | None:
+    """The queue's approximate depth; None when it was deleted after it was listed."""
+    try:
+        return storage.approximate_message_count(queue)
+    except QueueNotFoundError:
+        return None
+
+
+def _refuse_unattended(yes: bool, action: str) -> None:
+    """Refuse a destructive action nobody can confirm: no --yes and stdin is not a terminal."""
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError(
+            f"refusing to {action} without --yes: stdin is not a terminal to confirm on"
+        )
+
+
+@contextmanager
+def progress_spinner(
+    label: str,
+    *,
+    stream: TextIO | None = None,
+    delay_s: float = SPINNER_DELAY_S,
+    interval_s: float = SPINNER_INTERVAL_S,
+) -> Iterator[None]:
+    """While the block runs, show a spinner and the elapsed seconds on a terminal.
+
+    It appears only once the block has run for ``delay_s``, and never when ``stream`` (stderr by
+    default) is not a terminal; the line is erased at the end.
+    """
+    output = stream or sys.stderr
+    if not output.isatty():
+        yield
+        return
+    done = threading.Event()
+    started = time.monotonic()
+
+    def spin() -> None:
+        if done.wait(delay_s):
+            return
+        for frame in itertools.cycle("|/-\\"):
+            output.write(f"\r{frame} {label} ({time.monotonic() - started:.0f} s)")
+            output.flush()
+            if done.wait(interval_s):
+                break
+        output.write("\r\x1b[K")
+        output.flush()
+
+    spinner = threading.Thread(target=spin, name="progress-spinner", daemon=True)
+    spinner.start()
+    try:
+        yield
+    finally:
+        done.set()
+        spinner.join()

@@ -1,0 +1,233 @@
+"""Running workers' live state, published as files for ``cloudqueue status`` to read.
+
+Each host process writes ``<state_dir>/<hostname>-<pid>.json`` every few seconds -- atomically,
+a temporary file then ``os.replace``, so a reader never sees half a file -- and removes it at exit.
+Everything in it comes from the listeners' in-memory counters: publishing costs no storage
+transaction. A reader ignores the file of a process that is gone: one whose pid no longer runs on
+this host, or (on any host, e.g. a shared folder) one not updated within ``STALE_AFTER_S``; and,
+when told which storage it looks at, the files of processes on another storage (same queue name,
+another account or database).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from listener.listener import CloudQueueListener
+
+PUBLISH_INTERVAL_S = 2.0
+STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S
+"""A file not rewritten for three publish intervals belongs to a process that hung or died."""
+
+log = structlog.get_logger(__name__)
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLiveState:
+    """One listener of a running process: its threads, totals and measured speed."""
+
+    queue: str
+    active_threads: int
+    peak_threads: int
+    processed: int
+    failed: int
+    poisoned: int
+    dequeue_errors: int
+    in_flight: int
+    per_thread_rate_per_s: float | None
+    """Messages per second one thread completes (smoothed); None before the first batch."""
+
+    @classmethod
+    def of(cls, listener: CloudQueueListener[Any]) -> QueueLiveState:
+        """The listener's state now, without touching storage (``query_state`` would count)."""
+        counters = listener.counters.snapshot()
+        return cls(
+            queue=listener.queue_name,
+            active_threads=listener.active_dequeue_tasks,
+            peak_threads=listener._pool.peak,  # query_state() reports it too, after a storage call
+            processed=counters["processed"],
+            failed=counters["failed"],
+            poisoned=counters["poisoned"],
+            dequeue_errors=counters["dequeue_errors"],
+            in_flight=counters["in_flight"],
+            per_thread_rate_per_s=listener.throughput.per_thread_rate_per_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class LiveState:
+    """What one running host process last published."""
+
+    pid: int
+    host: str
+    worker: str
+    storage: str | None
+    """Which storage the process works on, as ``describe_storage`` says it (no secrets)."""
+    updated_at: datetime
+    queues: tuple[QueueLiveState, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pid": self.pid,
+            "host": self.host,
+            "worker": self.worker,
+            "storage": self.storage,
+            "updated_at": self.updated_at.isoformat(),
+            "queues": [asdict(queue) for queue in self.queues],
+        }
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> LiveState:
+        """Parse what ``to_json`` wrote; KeyError/TypeError/ValueError if it is not that."""
+        updated_at = datetime.fromisoformat(data["updated_at"])
+        if updated_at.tzinfo is None:
+            raise ValueError("updated_at has no time zone")
+        return cls(
+            pid=int(data["pid"]),
+            host=str(data["host"]),
+            worker=str(data["worker"]),
+            storage=None if data.get("storage") is None else str(data["storage"]),
+            updated_at=updated_at,
+            queues=tuple(QueueLiveState(**queue) for queue in data["queues"]),
+        )
+
+    def listening_on(self, queue: str) -> list[QueueLiveState]:
+        return [state for state in self.queues if state.queue == queue]
+
+
+class LiveStatePublisher:
+    """Writes this process's live state to ``<directory>/<hostname>-<pid>.json``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        *,
+        worker: str,
+        storage: str | None = None,
+        pid: int | None = None,
+        host: str | None = None,
+        now: Callable[[], datetime] = utc_now,
+    ) -> None:
+        self.directory = directory
+        self.worker = worker
+        self.storage = storage
+        self.pid = os.getpid() if pid is None else pid
+        self.host = socket.gethostname() if host is None else host
+        self.path = directory / f"{self.host}-{self.pid}.json"
+        self._now = now
+        self._failing = False
+
+    def publish(self, listeners: list[CloudQueueListener[Any]]) -> None:
+        """Replace the state file; a failure is logged (once while it lasts), never raised."""
+        state = LiveState(
+            pid=self.pid,
+            host=self.host,
+            worker=self.worker,
+            storage=self.storage,
+            updated_at=self._now(),
+            queues=tuple(QueueLiveState.of(listener) for listener in listeners),
+        )
+        try:
+            self._write(json.dumps(state.to_json()))
+        except OSError as error:
+            if not self._failing:
+                log.warning("live_state_not_published", path=str(self.path), error=str(error))
+            self._failing = True
+        else:
+            self._failing = False
+
+    def _write(self, text: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        descriptor, temporary = tempfile.mkstemp(
+            dir=self.directory, prefix=f".{self.path.name}.", suffix=".tmp"
+        )
+        try:
+            with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+                file.write(text)
+            os.replace(temporary, self.path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+
+    def remove(self) -> None:
+        """Delete the state file (at exit), if it is there."""
+        try:
+            self.path.unlink(missing_ok=True)
+        except OSError as error:
+            log.warning("live_state_not_removed", path=str(self.path), error=str(error))
+
+
+def read_live_states(
+    directory: Path,
+    queue: str,
+    *,
+    storage: str | None = None,
+    now: datetime | None = None,
+    stale_after_s: float = STALE_AFTER_S,
+) -> list[LiveState]:
+    """The states of running processes that listen on ``queue``, by host and pid.
+
+    Skips files that are unreadable or not live state, older than ``stale_after_s`` at ``now``,
+    written on this host by a pid that no longer runs, or -- given ``storage`` -- published by a
+    process that named another storage.
+    """
+    now = now or utc_now()
+    this_host = socket.gethostname()
+    states = []
+    for path in directory.glob("*.json"):
+        state = _read(path)
+        if state is None or not state.listening_on(queue):
+            continue
+        if storage is not None and state.storage not in (None, storage):
+            continue
+        if (now - state.updated_at).total_seconds() > stale_after_s:
+            continue
+        if state.host == this_host and not pid_is_alive(state.pid):
+            continue
+        states.append(state)
+    return sorted(states, key=lambda state: (state.host, state.pid))
+
+
+def _read(path: Path) -> LiveState | None:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return LiveState.from_json(data)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None  # removed meanwhile, or not a live-state file: not a running worker
+
+
+def pid_is_alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this host (signal 0 checks without signalling)."""
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # it exists, under another user
+    return True
+
+
+__all__ = [
+    "PUBLISH_INTERVAL_S",
+    "STALE_AFTER_S",
+    "LiveState",
+    "LiveStatePublisher",
+    "QueueLiveState",
+    "read_live_states",
+]
