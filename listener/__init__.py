@@ -6,7 +6,7 @@ The public surface is what ``__all__`` names; everything else is internal.
 from listener.backoff import randomized_exponential_backoff
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
 from listener.codec import Codec, MessageCodec
-from listener.connection import open_storage
+from listener.connection import open_payload_store, open_storage
 from listener.envelope import MessageEnvelope, current_envelope
 from listener.errors import (
     CloudQueueError,
@@ -14,6 +14,7 @@ from listener.errors import (
     DecodeError,
     MessageNotFoundError,
     MessageTooLargeError,
+    PayloadNotFoundError,
     PopReceiptMismatchError,
     QueueNotFoundError,
     StorageError,
@@ -30,7 +31,9 @@ from listener.listener import (
 from listener.location import CloudQueueLocation
 from listener.memory_storage import InMemoryQueueStorage
 from listener.metered import MeteredStorage
+from listener.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.poison import PoisonRecord, poison_queue_name
+from listener.publisher import Publisher
 from listener.scaling import ElasticScaler, ScalingPolicy
 from listener.scaling_rules import ScalingInput, ScalingRule, drain_time, proportional, steps
 from listener.sqlite_storage import SqliteQueueStorage
@@ -49,6 +52,8 @@ __all__ = [
     "DecodeError",
     "ElasticScaler",
     "EventSleeper",
+    "FolderPayloadStore",
+    "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "ListenerLoad",
     "MessageCodec",
@@ -56,8 +61,11 @@ __all__ = [
     "MessageNotFoundError",
     "MessageTooLargeError",
     "MeteredStorage",
+    "PayloadNotFoundError",
+    "PayloadStore",
     "PoisonRecord",
     "PopReceiptMismatchError",
+    "Publisher",
     "QueueEmptyDecision",
     "QueueEmptyHandler",
     "QueueMessage",
@@ -74,6 +82,7 @@ __all__ = [
     "TransientStorageError",
     "current_envelope",
     "drain_time",
+    "open_payload_store",
     "open_storage",
     "poison_queue_name",
     "proportional",

@@ -8,6 +8,9 @@ Accepted forms::
     AccountName=...;AccountKey=...;...   Azure Storage (or SharedAccessSignature=..., or
     UseDevelopmentStorage=true           Azurite on its default port)
 
+``open_payload_store`` opens the matching store for payloads too large for a message: a folder
+``payloads/`` beside the SQLite file, memory, or a blob container of the same Azure account.
+
 Connection strings hold secrets, so no error message here ever quotes one: each says which part is
 missing or malformed.
 """
@@ -22,9 +25,10 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from listener.errors import ConfigurationError
+from listener.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.storage import QueueStorage
 
-__all__ = ["DEFAULT_PATH", "describe_storage", "open_storage"]
+__all__ = ["DEFAULT_PATH", "describe_storage", "open_payload_store", "open_storage"]
 
 DEFAULT_PATH = Path(".cloudqueue/queues.db")
 
@@ -78,6 +82,27 @@ def open_storage(
     return AzureQueueStorage.from_connection_string(target.connection_string)
 
 
+def open_payload_store(
+    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+) -> PayloadStore:
+    """The payload store that goes with ``open_storage(connection_string)``.
+
+    SQLite: the folder ``payloads`` beside the database file. Memory: a new in-memory store (share
+    one instance between publisher and listener). Azure: the ``cloudqueue-payloads`` container of
+    the same account; a string that lists endpoints must list a BlobEndpoint too.
+    """
+    target = _parse(connection_string, default_path)
+    if isinstance(target, _Memory):
+        return InMemoryPayloadStore()
+    if isinstance(target, _Sqlite):
+        return FolderPayloadStore(target.path.parent / "payloads")
+    _check_blob_endpoint(target.connection_string)
+    # Imported here so that only Azure users pay for importing the Azure SDK.
+    from listener.azure_payloads import AzureBlobPayloadStore
+
+    return AzureBlobPayloadStore.from_connection_string(target.connection_string)
+
+
 def describe_storage(connection_string: str | None, *, default_path: Path = DEFAULT_PATH) -> str:
     """A one-line description without secrets, e.g. "azure account NAME at https://HOST"."""
     return _parse(connection_string, default_path).description
@@ -112,6 +137,17 @@ def _parse_azure(connection_string: str) -> _Azure:
     endpoint = _queue_endpoint(settings, account)
     who = f"azure account {account}" if account else "azure (shared access signature)"
     return _Azure(f"{who} at {endpoint}", connection_string=connection_string)
+
+
+def _check_blob_endpoint(connection_string: str) -> None:
+    """A string that names its endpoints (Azurite, SAS, custom domains) must name the blob one:
+    the SDK would otherwise derive a public-cloud blob host that is not where the queues are."""
+    settings = _settings(connection_string)
+    if "QUEUEENDPOINT" in settings and "BLOBENDPOINT" not in settings:
+        raise ConfigurationError(
+            "the Azure Storage connection string names a QueueEndpoint but no BlobEndpoint: add "
+            "BlobEndpoint=... to keep large payloads in blob storage"
+        )
 
 
 def _settings(connection_string: str) -> dict[str, str]:

@@ -9,7 +9,8 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   ├── QueueNotFoundError        the queue does not exist
     │   ├── MessageNotFoundError      the message is gone: deleted, expired, or unknown id
     │   │   └── PopReceiptMismatchError  the message exists but another get re-took it
-    │   └── MessageTooLargeError      the encoded message exceeds the queue's size limit
+    │   ├── MessageTooLargeError      the encoded message exceeds the queue's size limit
+    │   └── PayloadNotFoundError      a large payload's blob is gone (deleted, or never written)
     ├── DecodeError                   a message's text cannot become an item of the listener's type
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     └── ConfigurationError            invalid settings or connection string (never retried)
@@ -46,6 +47,10 @@ class PopReceiptMismatchError(MessageNotFoundError):
 
 class MessageTooLargeError(StorageError):
     """The message exceeds the queue's limit (64 KiB as stored)."""
+
+
+class PayloadNotFoundError(StorageError):
+    """A message refers to a stored payload (a blob) that does not exist."""
 
 
 class DecodeError(CloudQueueError):

@@ -1,13 +1,25 @@
 """Handling one fetched message: decode, fan out, then settle it.
 
+A message carries one item, or -- when a publisher batched them (``listener.payload``) -- several,
+inline or in a stored payload that is fetched first. Each item goes to every observer in turn, in
+the order published, and the next item is delivered even when an earlier one failed, so one bad
+item does not hold its neighbours back. The *message* is the unit of settlement and of retry: it
+is deleted only when every item succeeded with every observer; otherwise the whole message comes
+back and *all* its items are delivered again, also those that had succeeded. A queue can only
+hide, delete or poison a whole message, and that is why handlers must be idempotent (they must
+be anyway: any message may be delivered twice).
+
 Every message ends in exactly one place:
 
-* **deleted** after every observer returned;
+* **deleted** after every observer returned for every item, and then its stored payload, if any,
+  is deleted too (a failure there is logged and leaves an orphan blob, never an error);
 * **retried**: an observer raised, so the message is hidden for a short back-off that grows with
   its dequeue count (not for the whole visibility timeout) and comes back;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted -- at once when it
-  cannot be decoded or a handler raised ``PermanentFailure``, or when its last allowed delivery
-  (``max_dequeue_count``) failed or it arrives past that count (a worker crashed on it each time);
+  cannot be decoded, its stored payload is gone (``payload_missing``) or a handler raised
+  ``PermanentFailure``, or when its last allowed delivery (``max_dequeue_count``) failed or it
+  arrives past that count (a worker crashed on it each time). A stored payload stays: the poison
+  record holds the envelope that refers to it, so a requeue works;
 * **left** where it is when storage fails while settling: it reappears after its timeout.
 """
 
@@ -24,8 +36,10 @@ from listener.clock import Clock
 from listener.codec import Codec
 from listener.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.envelope import MessageEnvelope, set_current_envelope
-from listener.errors import DecodeError, PermanentFailure, StorageError
+from listener.errors import DecodeError, PayloadNotFoundError, PermanentFailure, StorageError
 from listener.leases import Lease
+from listener.payload import MessageContents, open_message
+from listener.payload_store import PayloadStore
 from listener.poison import poison_message
 from listener.stats import ListenerCounters
 from listener.storage import QueueStorage
@@ -53,6 +67,7 @@ class MessageProcessor(Generic[T]):
         clock: Clock,
         policy: DeliveryPolicy,
         rng: RandomSource,
+        payload_store: PayloadStore | None = None,
     ) -> None:
         self.storage = storage
         self.queue_name = queue_name
@@ -62,6 +77,7 @@ class MessageProcessor(Generic[T]):
         self.clock = clock
         self.policy = policy
         self.rng = rng
+        self.payload_store = payload_store
         self._first_errors: OrderedDict[str, str] = OrderedDict()
         self._errors_lock = threading.Lock()
 
@@ -93,21 +109,41 @@ class MessageProcessor(Generic[T]):
             error = self._first_error(message.id) or "delivered too often without success"
             self._poison(lease, reason="max_dequeue_count_exceeded", error=error)
             return
+        opened = self._open(lease)
+        if opened is None:
+            return
+        contents, items = opened
+        failures = self._deliver(lease, items)
+        if failures:
+            self._after_failure(lease, failures)
+        elif self._delete(lease) and contents.payload_name is not None:
+            self._delete_payload(contents.payload_name)
+
+    def _open(self, lease: Lease) -> tuple[MessageContents, list[T]] | None:
+        """The message's contents and decoded items; None when it was poisoned or retried."""
         try:
-            item = self.codec.decode(message.content)
+            contents = open_message(lease.message.content, self.payload_store)
+            return contents, [self.codec.decode(text) for text in contents.texts]
+        except PayloadNotFoundError as failure:
+            self._poison(lease, reason="payload_missing", error=str(failure))
         except DecodeError as failure:
             self._poison(lease, reason="undecodable", error=str(failure))
-            return
-        failures = self._deliver(lease, item)
-        if not failures:
-            self._delete(lease)
-        else:
-            self._after_failure(lease, failures)
+        except StorageError as failure:
+            # The payload store is unreachable: retry like a failed delivery, poison eventually.
+            self._after_failure(lease, [failure])
+        except Exception as failure:
+            # A codec or store bug must not end the dequeue thread: retried, then poisoned.
+            log.error("message_open_failed", exc_info=failure)
+            self._after_failure(lease, [failure])
+        return None
 
-    def _deliver(self, lease: Lease, item: T) -> list[Exception]:
+    def _deliver(self, lease: Lease, items: list[T]) -> list[Exception]:
         set_current_envelope(MessageEnvelope.of(self.queue_name, lease.message))
         try:
-            return self.subscribers.deliver(item)
+            failures: list[Exception] = []
+            for item in items:
+                failures += self.subscribers.deliver(item)
+            return failures
         finally:
             set_current_envelope(None)
 
@@ -125,10 +161,15 @@ class MessageProcessor(Generic[T]):
             log.warning("message_retry_scheduled", error=error, retry_in_s=delay_s)
             self._set_visibility(lease, delay_s)
 
-    def _delete(self, lease: Lease) -> None:
+    def _delete(self, lease: Lease) -> bool:
+        """Delete the handled message; True only when this call deleted it."""
+        deleted: list[bool] = []
+
         def delete(pop_receipt: str) -> None:
             try:
-                self.storage.delete_message(self.queue_name, lease.message.id, pop_receipt)
+                deleted.append(
+                    self.storage.delete_message(self.queue_name, lease.message.id, pop_receipt)
+                )
             except StorageError as failure:
                 # Handled but not deleted: it reappears and is handled again (at-least-once).
                 log.warning("delete_failed", error=str(failure))
@@ -136,6 +177,21 @@ class MessageProcessor(Generic[T]):
         lease.settle(delete)
         self._forget(lease.message.id)
         self.counters.add("processed")
+        return any(deleted)
+
+    def _delete_payload(self, name: str) -> None:
+        """Remove the stored payload of a deleted message; log, never raise, on failure."""
+        # Only after a delete that succeeded: a message that was not deleted (stale receipt)
+        # is someone else's now, and they still need the payload.
+        store = self.payload_store
+        if store is None:  # pragma: no cover - a stored payload was read through this store
+            return
+        try:
+            store.delete(name)
+        except StorageError as failure:
+            log.warning("payload_delete_failed", payload=name, error=str(failure))
+        except Exception:
+            log.exception("payload_delete_failed_unexpectedly", payload=name)
 
     def _set_visibility(self, lease: Lease, visibility_s: int) -> None:
         def update(pop_receipt: str) -> None:

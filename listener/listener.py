@@ -1,8 +1,9 @@
 """CloudQueueListener: a pool of dequeue threads that turns a queue into an Rx observable.
 
 Each dequeue thread repeats: get a batch (up to 32) with a visibility timeout; for each message,
-decode it, deliver the item to every observer, and delete the message only when every observer's
-``on_next`` returned. An empty batch raises the ``queue_empty`` hook, which decides how long the
+decode it, deliver its item (or each of its items, one by one, for a message a ``Publisher``
+batched) to every observer, and delete the message only when every observer's ``on_next``
+returned for every item. An empty batch raises the ``queue_empty`` hook, which decides how long the
 thread waits and whether it stops; a thread that was idle and finds work raises
 ``queue_work_detected``, whose handler may start more threads. Threads never die from errors:
 storage outages and unexpected failures are logged and backed off; only ``stop`` ends the pool.
@@ -27,6 +28,7 @@ from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.leases import Lease, LeaseKeeper
 from listener.location import CloudQueueLocation
+from listener.payload_store import PayloadStore
 from listener.poison import poison_queue_name
 from listener.pool import DequeuePool
 from listener.stats import ListenerCounters
@@ -96,6 +98,11 @@ class CloudQueueListener(Observable[T]):
     of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and ends that chain, so
     put fallible work in the final ``subscribe`` callback. ``on_completed`` is sent once, when
     the listener has stopped and its last thread has exited.
+
+    Messages sent by a ``Publisher`` may be compressed, batched or kept in a payload store; the
+    listener unpacks them transparently. ``payload_store`` is where it fetches stored payloads
+    (and deletes them once their message is deleted); without one such messages are poisoned as
+    undecodable. A batched message is retried as a whole: see ``listener.handling``.
     """
 
     def __init__(
@@ -112,6 +119,7 @@ class CloudQueueListener(Observable[T]):
         queue_work_detected: QueueWorkDetectedHandler | None = None,
         batch_processed: BatchProcessedHandler | None = None,
         delivery: DeliveryPolicy | None = None,
+        payload_store: PayloadStore | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -134,6 +142,7 @@ class CloudQueueListener(Observable[T]):
         self.sleeper = sleeper
         self.rng: RandomSource = rng or default_rng()
         self.delivery = delivery or DeliveryPolicy()
+        self.payload_store = payload_store
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
         self._subscribers: Subscribers[T] = Subscribers()
@@ -146,6 +155,7 @@ class CloudQueueListener(Observable[T]):
             clock=clock,
             policy=self.delivery,
             rng=self.rng,
+            payload_store=payload_store,
         )
         self._leases = LeaseKeeper(
             storage,
@@ -156,6 +166,8 @@ class CloudQueueListener(Observable[T]):
         )
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
         self._stopping = threading.Event()
+        self._nudge = threading.Event()
+        """Set by stop and by wake_idle: ends every idle wait at once."""
         self._queues_ready = False
         self._log = log.bind(queue=location.queue_name)
 
@@ -229,9 +241,19 @@ class CloudQueueListener(Observable[T]):
         self._log.info("listener_stopped", processed=self.counters.processed)
         return True
 
+    def wake_idle(self) -> None:
+        """End the back-off waits of idle threads now (a push trigger says work is waiting)."""
+        self._nudge.set()
+
+    @property
+    def peak_dequeue_tasks(self) -> int:
+        """The most dequeue threads active at once so far (no storage call, unlike query_state)."""
+        return self._pool.peak
+
     def request_stop(self) -> None:
         """Stop fetching without waiting (``stop`` waits); threads finish their current item."""
         self._stopping.set()
+        self._nudge.set()
 
     @property
     def stopped(self) -> bool:
@@ -293,13 +315,21 @@ class CloudQueueListener(Observable[T]):
             if not messages:
                 idle_count += 1
                 decision = self._raise_queue_empty(idle_count)
-                if decision.stop or self.sleeper.wait(self._stopping, decision.delay_s):
+                if decision.stop or self._idle_wait(decision.delay_s):
                     break
                 continue
             if idle_count > 0:
                 idle_count = 0
                 self._raise_hook(self.queue_work_detected, "queue_work_detected")
             self._process_batch(messages, started)
+
+    def _idle_wait(self, delay_s: float) -> bool:
+        """Wait out an idle back-off, or less if nudged; True when the listener is stopping."""
+        if self.sleeper.wait(self._nudge, delay_s) and not self._stopping.is_set():
+            # Nudged by a trigger: poll now. Clearing lets the next idle wait sleep again;
+            # threads woken by the same nudge have all returned from their waits by then.
+            self._nudge.clear()
+        return self._stopping.is_set()
 
     def _get_batch(self) -> list[QueueMessage]:
         try:

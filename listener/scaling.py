@@ -120,6 +120,8 @@ class ElasticScaler:
         self.cpu_meter = cpu_meter or ProcessCpuMeter()
         self._lock = threading.Lock()
         self._below_since: float | None = None
+        self._poll_lock = threading.Lock()
+        self._poll_requested = False
         self._last_rescale = clock.monotonic()
 
     def attach(self, listener: CloudQueueListener[Any]) -> None:
@@ -131,6 +133,9 @@ class ElasticScaler:
         self, listener: CloudQueueListener[Any], idle_count: int
     ) -> QueueEmptyDecision:
         delay = idle_delay_s(idle_count, self.policy, self.rng)
+        if self._take_poll_request():
+            # A trigger arrived since this thread's empty get: look again now rather than stop.
+            return QueueEmptyDecision(stop=False, delay_s=0.0)
         if should_stop_idle(delay, listener.active_dequeue_tasks, self.policy) and (
             listener.reserve_stop(self.policy.min_threads)
         ):
@@ -145,26 +150,53 @@ class ElasticScaler:
         return QueueEmptyDecision(stop=False, delay_s=delay)
 
     def on_queue_work_detected(self, listener: CloudQueueListener[Any]) -> None:
-        self.rescale(listener, trigger="work_detected")
+        self.rescale(listener, trigger="work_detected", wait=True)
 
     def on_batch_processed(self, listener: CloudQueueListener[Any]) -> None:
         if self.clock.monotonic() - self._last_rescale >= self.policy.rescale_interval_s:
             self.rescale(listener, trigger="periodic")
 
-    def rescale(self, listener: CloudQueueListener[Any], *, trigger: str) -> None:
-        """Measure the load, ask the rule, and grow or shrink the pool (one decision at a time)."""
-        if not self._lock.acquire(blocking=False):
-            return  # another thread is deciding right now; its decision covers this one
+    def on_trigger(self, listener: CloudQueueListener[Any], *, trigger: str = "push") -> None:
+        """A push trigger (or the watchdog) says there is work: make sure someone looks."""
+        with self._poll_lock:
+            self._poll_requested = True  # set before measuring: see on_queue_empty
+        listener.wake_idle()
+        self.rescale(listener, trigger=trigger, at_least=1, wait=True)
+
+    def rescale(
+        self,
+        listener: CloudQueueListener[Any],
+        *,
+        trigger: str,
+        at_least: int = 0,
+        wait: bool = False,
+    ) -> None:
+        """Measure the load, ask the rule, and grow or shrink the pool (one decision at a time).
+
+        Periodic re-evaluations skip when another decision is under way (it covers them);
+        work-detected and trigger decisions wait their turn, so none is lost. ``at_least``
+        makes sure that many threads run (a trigger's work must be looked at even when the
+        approximate count lags behind the put).
+        """
+        if not self._lock.acquire(blocking=wait):
+            return
         try:
             self._last_rescale = self.clock.monotonic()
             try:
                 load = listener.measure_load()
             except StorageError as failure:
                 log.warning("rescale_skipped", queue=listener.queue_name, error=str(failure))
+                if at_least and listener.active_dequeue_tasks < at_least:
+                    listener.start_listener(at_least - listener.active_dequeue_tasks)
                 return
-            self._apply(listener, load, trigger)
+            self._apply(listener, load, trigger, at_least)
         finally:
             self._lock.release()
+
+    def _take_poll_request(self) -> bool:
+        with self._poll_lock:
+            requested, self._poll_requested = self._poll_requested, False
+            return requested
 
     def targets(self, load: ListenerLoad) -> tuple[int, int]:
         """(grow target from the visible backlog, shrink target from visible + in-flight)."""
@@ -178,8 +210,11 @@ class ElasticScaler:
 
         return ask(load.visible_depth), ask(load.visible_depth + load.in_flight)
 
-    def _apply(self, listener: CloudQueueListener[Any], load: ListenerLoad, trigger: str) -> None:
+    def _apply(
+        self, listener: CloudQueueListener[Any], load: ListenerLoad, trigger: str, at_least: int
+    ) -> None:
         grow_target, shrink_target = self.targets(load)
+        grow_target = max(grow_target, min(at_least, self.policy.max_threads))
         active = listener.active_dequeue_tasks
         decision = decide(
             active=active,
@@ -223,7 +258,9 @@ class ElasticScaler:
                 reason="cpu_saturated",
                 cpu_cores_used=round(cores, 2),
             )
-            return
+            if active > 0:
+                return
+            change = 1  # never none at all: with no thread, nobody would look at the queue
         listener.start_listener(change)
         self._log_scaled(
             "scaled_up",

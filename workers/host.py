@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
 
@@ -20,8 +20,11 @@ from listener.clock import SYSTEM_CLOCK
 from listener.codec import MessageCodec
 from listener.connection import describe_storage, open_storage
 from listener.listener import CloudQueueListener
+from listener.push import TriggerWaker, Watchdog
+from listener.redis_triggers import RedisTriggerChannel
 from listener.scaling import ElasticScaler
 from listener.storage import QueueStorage
+from listener.triggers import TriggerChannel, account_of
 from workers.async_handler import AsyncHandlerRunner
 from workers.live_state import LiveStatePublisher
 from workers.settings import CloudQueueSettings
@@ -40,6 +43,8 @@ class HostedWorker:
     listener: CloudQueueListener[Any]
     settings: CloudQueueSettings
     runner: AsyncHandlerRunner
+    scaler: ElasticScaler
+    push: list[TriggerWaker | Watchdog] = field(default_factory=list)
 
 
 class WorkerHost:
@@ -62,6 +67,7 @@ class WorkerHost:
             _host(worker_type(), worker_settings, self.storage)
             for worker_type, worker_settings in prepared
         ]
+        self.triggers = open_trigger_channel(settings)
         self._shutdown = threading.Event()
         self._signals = 0
 
@@ -71,8 +77,11 @@ class WorkerHost:
 
     def start(self) -> None:
         """Call every worker's on_start, then start its dequeue threads."""
+        account = account_of(self.settings.connection_string_value())
         for hosted in self.hosted:
             hosted.worker.on_start(hosted.listener)
+            if self.triggers is not None:
+                hosted.push = _push(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
         log.info("host_started", queues=[hosted.listener.queue_name for hosted in self.hosted])
 
@@ -80,6 +89,8 @@ class WorkerHost:
         """Stop all listeners against one deadline, then on_stop and close; True if drained."""
         deadline = SYSTEM_CLOCK.monotonic() + self.settings.shutdown_grace_s
         for hosted in self.hosted:
+            for part in hosted.push:
+                part.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
@@ -87,6 +98,8 @@ class WorkerHost:
         ]
         for hosted in self.hosted:
             _finish(hosted)
+        if self.triggers is not None:
+            self.triggers.close()
         self.storage.close()
         log.info("host_stopped", drained=all(drained))
         return all(drained)
@@ -135,10 +148,32 @@ def _host(
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
     )
-    ElasticScaler(settings.scaling_policy()).attach(listener)
+    scaler = ElasticScaler(settings.scaling_policy())
+    scaler.attach(listener)
     runner = AsyncHandlerRunner(worker.handle)
     listener.subscribe(runner)
-    return HostedWorker(worker=worker, listener=listener, settings=settings, runner=runner)
+    return HostedWorker(
+        worker=worker, listener=listener, settings=settings, runner=runner, scaler=scaler
+    )
+
+
+def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
+    """The Redis trigger channel the settings name, or None to poll only."""
+    url = settings.triggers.url_value()
+    if url is None:
+        return None
+    return RedisTriggerChannel(url, channel=settings.triggers.channel)
+
+
+def _push(
+    hosted: HostedWorker, channel: TriggerChannel, account: str
+) -> list[TriggerWaker | Watchdog]:
+    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads."""
+    waker = TriggerWaker(hosted.listener, hosted.scaler, channel, account=account)
+    watchdog = Watchdog(
+        hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s
+    ).start()
+    return [waker, watchdog]
 
 
 def _target_name(worker: QueueWorker[Any]) -> str:

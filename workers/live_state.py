@@ -58,7 +58,7 @@ class QueueLiveState:
         return cls(
             queue=listener.queue_name,
             active_threads=listener.active_dequeue_tasks,
-            peak_threads=listener._pool.peak,  # query_state() reports it too, after a storage call
+            peak_threads=listener.peak_dequeue_tasks,
             processed=counters["processed"],
             failed=counters["failed"],
             poisoned=counters["poisoned"],

@@ -117,6 +117,35 @@ class ScalingSettings(BaseModel):
         return import_rule(self.rule)
 
 
+class TriggerSettings(BaseModel):
+    """Push triggers: producers announce work so idle listeners need not poll."""
+
+    url: SecretStr | None = Field(
+        default=None, description="redis://host:port/db (unset: no push triggers, poll only)"
+    )
+    channel: str = Field(default="cloudqueue:work-detected", min_length=1)
+    publish: Literal["per_put", "per_batch", "when_empty"] = Field(
+        default="per_batch",
+        description="when a producer sends a trigger: after every put, once per batch of puts, "
+        "or only when the queue was probably empty (depth was 0 before the batch)",
+    )
+    watchdog_interval_s: float = Field(
+        default=300.0, gt=0, description="depth check while at zero threads (lost triggers)"
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _redis_url(cls, url: SecretStr | None) -> SecretStr | None:
+        if url is not None and not url.get_secret_value().startswith(
+            ("redis://", "rediss://", "unix://")
+        ):
+            raise ValueError("must be a redis://, rediss:// or unix:// URL")
+        return url
+
+    def url_value(self) -> str | None:
+        return self.url.get_secret_value() if self.url is not None else None
+
+
 class LoggingSettings(BaseModel):
     """Log level and format (JSON lines when not on a terminal, unless told otherwise)."""
 
@@ -144,6 +173,7 @@ class CloudQueueSettings(BaseSettings):
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     poison: PoisonSettings = Field(default_factory=PoisonSettings)
+    triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @classmethod
@@ -157,6 +187,15 @@ class CloudQueueSettings(BaseSettings):
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file.get())
         return (init_settings, env_settings, dotenv_settings, toml)
+
+    @model_validator(mode="after")
+    def _zero_threads_need_triggers(self) -> CloudQueueSettings:
+        if self.scaling.min_threads == 0 and self.triggers.url is None:
+            raise ValueError(
+                "scaling.min_threads = 0 needs triggers.url: with no poller and no push trigger, "
+                "work would wait for the watchdog"
+            )
+        return self
 
     def connection_string_value(self) -> str | None:
         """The connection string in clear, for opening storage only (never for logging)."""

@@ -16,6 +16,7 @@ from workers.cli.demo import demo
 from workers.cli.messages import enqueue, status
 from workers.cli.queues import queues_group
 from workers.cli.run import run
+from workers.cli.trigger import trigger
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -33,7 +34,7 @@ def cli(config: Path | None) -> None:
     """
 
 
-for command in (run, enqueue, status, config_group, demo, queues_group):
+for command in (run, enqueue, status, config_group, demo, queues_group, trigger):
     cli.add_command(command)
 
 

@@ -1,0 +1,159 @@
+"""Where payloads too large for a queue message live: the ``PayloadStore`` protocol.
+
+A payload is stored under a name; the queue carries only a small envelope naming it (see
+``listener.payload``). Three implementations: Azure Blob Storage (``listener.azure_payloads``, for
+the Azure queue backend), a local folder (for the embedded SQLite store) and memory (for the
+in-memory store and tests). ``listener.connection.open_payload_store`` picks the one that matches
+a connection string.
+
+Lifetime: the publisher writes the payload before it puts the message; the listener deletes it
+after it deleted the message, and never for a poisoned message (the poison record still refers to
+it, so a requeue works). Payloads of messages that expired unread stay behind: give the container
+a lifecycle rule (or clean the folder) for anything older than the queue's time-to-live. Two
+messages refer to one payload only if the SDK repeated a put that had in fact succeeded (a 500
+after the write); the second one handled finds the payload gone and is poisoned as
+``payload_missing``, a duplicate an operator may drop.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import threading
+import uuid
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from listener.errors import PayloadNotFoundError, StorageError
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}$")
+
+
+def new_payload_name(queue_name: str) -> str:
+    """A fresh, unique name for a payload published on the queue: ``<queue>/<32 hex digits>``."""
+    return f"{queue_name}/{uuid.uuid4().hex}"
+
+
+def validate_payload_name(name: str) -> str:
+    """Return the name if it has the form cloudqueue writes; raise ValueError otherwise.
+
+    Names arrive in queue messages, which anyone with queue access can write: a strict form keeps
+    a crafted name from reaching outside the store (``../``) or touching other blobs.
+    """
+    if not _NAME.match(name):
+        raise ValueError(f"invalid payload name {name[:80]!r}: expected <queue>/<32 hex digits>")
+    return name
+
+
+@runtime_checkable
+class PayloadStore(Protocol):
+    """Named byte strings written once, read by the listener, then deleted."""
+
+    def put(self, name: str, data: bytes) -> None:
+        """Store ``data`` under ``name``, replacing what was there; visible whole or not at all."""
+
+    def get(self, name: str) -> bytes:
+        """The bytes stored under ``name``; raises PayloadNotFoundError when there are none."""
+
+    def delete(self, name: str) -> None:
+        """Remove the payload; a name with nothing stored under it is not an error."""
+
+    def close(self) -> None:
+        """Release connections; the store is not used afterwards."""
+
+
+class InMemoryPayloadStore:
+    """Payloads in a dict, lost when the process exits (pairs with InMemoryQueueStorage)."""
+
+    def __init__(self) -> None:
+        self._payloads: dict[str, bytes] = {}
+        self._lock = threading.Lock()
+
+    def put(self, name: str, data: bytes) -> None:
+        validate_payload_name(name)
+        with self._lock:
+            self._payloads[name] = bytes(data)
+
+    def get(self, name: str) -> bytes:
+        with self._lock:
+            data = self._payloads.get(name)
+        if data is None:
+            raise PayloadNotFoundError(f"payload {name!r} not found")
+        return data
+
+    def delete(self, name: str) -> None:
+        with self._lock:
+            self._payloads.pop(name, None)
+
+    def names(self) -> list[str]:
+        """Every stored name, sorted (for tests and tooling)."""
+        with self._lock:
+            return sorted(self._payloads)
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __repr__(self) -> str:
+        return f"InMemoryPayloadStore(payloads={len(self._payloads)})"
+
+
+class FolderPayloadStore:
+    """Payloads as files under a folder (``<root>/<queue>/<name>``), for the embedded store."""
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+
+    def put(self, name: str, data: bytes) -> None:
+        path = self._path(name)
+        # Written to a temporary file and renamed, so a reader never sees half a payload and a
+        # crash leaves either the old state or the new one.
+        temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with temporary.open("wb") as file:
+                file.write(data)
+                file.flush()
+                os.fsync(file.fileno())  # durable before the message that refers to it is put
+            temporary.replace(path)
+        except OSError as error:
+            temporary.unlink(missing_ok=True)
+            raise StorageError(f"storing payload {name!r} failed: {error.strerror}") from None
+
+    def get(self, name: str) -> bytes:
+        try:
+            return self._path(name).read_bytes()
+        except FileNotFoundError:
+            raise PayloadNotFoundError(f"payload {name!r} not found") from None
+        except OSError as error:
+            raise StorageError(f"reading payload {name!r} failed: {error.strerror}") from None
+
+    def delete(self, name: str) -> None:
+        try:
+            self._path(name).unlink(missing_ok=True)
+        except OSError as error:
+            raise StorageError(f"deleting payload {name!r} failed: {error.strerror}") from None
+
+    def names(self) -> list[str]:
+        """Every stored name, sorted (for tests and tooling; temporary files excluded)."""
+        if not self.root.is_dir():
+            return []
+        found = (path.relative_to(self.root).as_posix() for path in self.root.glob("*/*"))
+        return sorted(name for name in found if _NAME.match(name))
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def _path(self, name: str) -> Path:
+        return self.root / validate_payload_name(name)
+
+    def __repr__(self) -> str:
+        return f"FolderPayloadStore({str(self.root)!r})"
+
+
+__all__ = [
+    "FolderPayloadStore",
+    "InMemoryPayloadStore",
+    "PayloadStore",
+    "new_payload_name",
+    "validate_payload_name",
+]

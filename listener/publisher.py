@@ -1,0 +1,159 @@
+"""Publisher: puts items on a queue, one per message or packed into batches, large ones compressed
+or kept in a payload store (the wire format is in ``listener.payload``).
+
+Each message is one storage transaction to put and two to take (get + delete), so packing a
+hundred small items into one message makes them a hundred times cheaper to move; a listener hands
+them to its observers one by one. Items of a batch are retried together (see
+``listener.handling``), so batch items that take long or fail often independently are better
+sent one per message.
+
+Delivery is at-least-once from this end too. A put that fails with ``TransientStorageError`` (a
+timeout, a 500 or 503) may have happened all the same. The publisher does not retry it itself: it
+raises, and a caller that publishes again may create a duplicate. That is tolerated by design,
+because handlers must be idempotent anyway (any message can be delivered twice). cloudqueue adds
+no message key for deduplication: a key minted here would differ between the original put and
+the caller's retry, so it could not recognise exactly the duplicates that matter, and plain items
+carry no envelope to hold one. Deduplicate on a key that belongs to the item (an invoice number,
+an idempotency token), which survives any retry.
+
+A stored payload whose message could not be put is deleted again when the failure was definite,
+and kept after a transient one: the message referring to it may exist.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Generic, TypeVar
+
+import structlog
+
+from listener.codec import Codec, MessageCodec
+from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
+from listener.packing import PlannedMessage, message_bytes, plan_batches, single_message
+from listener.payload import Packed, blob_envelope
+from listener.payload_store import PayloadStore, new_payload_name
+from listener.storage import MAX_MESSAGE_BYTES, QueueStorage, validate_queue_name
+
+T = TypeVar("T")
+
+log = structlog.get_logger(__name__)
+
+PENDING_BYTES = 1024 * 1024
+"""In batch mode, items are packed whenever this much encoded text is waiting, so a stream of
+items of any length is sent with bounded memory."""
+
+
+class Publisher(Generic[T]):
+    """Sends items of one type to one queue.
+
+    ``batch=False`` (the default) sends one item per message, byte-for-byte what Azure Functions
+    expects whenever the item fits. ``batch=True`` packs the items given to ``publish_many`` into
+    as few gzip-compressed messages as fit. Either way an item too large for a message is sent
+    gzip-compressed, and if still too large, kept in ``payload_store`` with only a reference in
+    the queue; without a store that raises MessageTooLargeError. The queue must exist.
+    """
+
+    def __init__(
+        self,
+        storage: QueueStorage,
+        queue_name: str,
+        item_type: type[T],
+        *,
+        codec: Codec[T] | None = None,
+        payload_store: PayloadStore | None = None,
+        batch: bool = False,
+        time_to_live_s: int | None = None,
+    ) -> None:
+        self.storage = storage
+        self.queue_name = validate_queue_name(queue_name)
+        self.codec: Codec[T] = codec or MessageCodec(item_type)
+        self.payload_store = payload_store
+        self.batch = batch
+        self.time_to_live_s = time_to_live_s
+        self.messages_sent = 0
+        self.items_sent = 0
+        self.payloads_stored = 0
+
+    def publish(self, item: T) -> None:
+        """Send one item in a message of its own."""
+        self._send_alone(self.codec.encode(item))
+
+    def publish_many(self, items: Iterable[T]) -> int:
+        """Send the items (read lazily, in order) and return how many messages that took.
+
+        If a put fails, the error is raised and the messages before it stay sent.
+        """
+        if not self.batch:
+            return sum(self._send_alone(self.codec.encode(item)) for item in items)
+        sent = 0
+        pending: list[str] = []
+        pending_bytes = 0
+        for item in items:
+            text = self.codec.encode(item)
+            pending.append(text)
+            pending_bytes += message_bytes(text)
+            if pending_bytes >= PENDING_BYTES:
+                planned = plan_batches(pending)
+                sent += self._send_planned(planned[:-1])
+                pending = planned[-1].texts  # the last message may have room for the next items
+                pending_bytes = sum(message_bytes(text) for text in pending)
+        return sent + self._send_planned(plan_batches(pending))
+
+    def _send_planned(self, planned: list[PlannedMessage]) -> int:
+        for message in planned:
+            if message.content is None:
+                self._send_alone(message.texts[0])
+            else:
+                self._put(message.content, len(message.texts))
+        return len(planned)
+
+    def _send_alone(self, text: str) -> int:
+        message = single_message(text)
+        if isinstance(message, Packed):
+            self._put_stored(message, message_bytes(text))
+        else:
+            self._put(message, 1)
+        return 1
+
+    def _put_stored(self, packed: Packed, text_bytes: int) -> None:
+        store = self.payload_store
+        if store is None:
+            raise MessageTooLargeError(
+                f"an item of {text_bytes} bytes exceeds the {MAX_MESSAGE_BYTES}-byte message "
+                f"limit even compressed ({len(packed.data)} bytes): pass a payload_store to "
+                "keep large items in blob storage"
+            )
+        name = new_payload_name(self.queue_name)
+        store.put(name, packed.data)
+        self.payloads_stored += 1
+        log.debug("payload_stored", queue=self.queue_name, payload=name, size=len(packed.data))
+        try:
+            self._put(blob_envelope(name, packed), packed.count)
+        except TransientStorageError:
+            log.warning("payload_kept_after_failed_put", queue=self.queue_name, payload=name)
+            raise
+        except Exception:
+            _discard(store, name)
+            raise
+
+    def _put(self, content: str, item_count: int) -> None:
+        self.storage.put_message(self.queue_name, content, time_to_live_s=self.time_to_live_s)
+        self.messages_sent += 1
+        self.items_sent += item_count
+
+    def __repr__(self) -> str:
+        return (
+            f"Publisher(queue={self.queue_name!r}, batch={self.batch}, "
+            f"messages_sent={self.messages_sent}, items_sent={self.items_sent}, "
+            f"payloads_stored={self.payloads_stored})"
+        )
+
+
+def _discard(store: PayloadStore, name: str) -> None:
+    try:
+        store.delete(name)
+    except StorageError as failure:
+        log.warning("payload_delete_failed", payload=name, error=str(failure))
+
+
+__all__ = ["PENDING_BYTES", "Publisher"]
