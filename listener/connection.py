@@ -24,9 +24,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import structlog
+
 from listener.errors import ConfigurationError
 from listener.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.storage import QueueStorage
+
+log = structlog.get_logger(__name__)
 
 __all__ = ["DEFAULT_PATH", "describe_storage", "open_payload_store", "open_storage"]
 
@@ -204,3 +208,15 @@ def _queue_endpoint(settings: dict[str, str], account: str | None) -> str:
         raise ConfigurationError("the QueueEndpoint in the connection string is not an http(s) URL")
     host = parts.hostname if port is None else f"{parts.hostname}:{port}"
     return f"{parts.scheme}://{host}"
+
+
+def open_payload_store_if_available(connection_string: str | None) -> PayloadStore | None:
+    """The payload store for this storage, or None when it has none (a queue-only Azure string).
+
+    Without a store, items too large for a message are refused with a clear error instead.
+    """
+    try:
+        return open_payload_store(connection_string)
+    except ConfigurationError as reason:
+        log.info("payload_store_unavailable", reason=str(reason))
+        return None

@@ -22,11 +22,12 @@ and kept after a transient one: the message referring to it may exist.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Generic, TypeVar
 
 import structlog
 
+from listener.announce import WorkAnnouncer
 from listener.codec import Codec, MessageCodec
 from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
 from listener.packing import PlannedMessage, message_bytes, plan_batches, single_message
@@ -63,8 +64,10 @@ class Publisher(Generic[T]):
         payload_store: PayloadStore | None = None,
         batch: bool = False,
         time_to_live_s: int | None = None,
+        announcer: WorkAnnouncer | None = None,
     ) -> None:
         self.storage = storage
+        self.announcer = announcer
         self.queue_name = validate_queue_name(queue_name)
         self.codec: Codec[T] = codec or MessageCodec(item_type)
         self.payload_store = payload_store
@@ -73,16 +76,36 @@ class Publisher(Generic[T]):
         self.messages_sent = 0
         self.items_sent = 0
         self.payloads_stored = 0
+        self._bytes_sent = 0
 
     def publish(self, item: T) -> None:
-        """Send one item in a message of its own."""
-        self._send_alone(self.codec.encode(item))
+        """Send one item in a message of its own (and announce it, if triggers are set up)."""
+        self._announced(lambda: self._send_alone(self.codec.encode(item)))
 
     def publish_many(self, items: Iterable[T]) -> int:
         """Send the items (read lazily, in order) and return how many messages that took.
 
-        If a put fails, the error is raised and the messages before it stay sent.
+        If a put fails, the error is raised and the messages before it stay sent (and are
+        announced: listeners should not wait for the watchdog because a later put failed).
         """
+        return self._announced(lambda: self._send_many(items))
+
+    def _announced(self, send: Callable[[], int]) -> int:
+        announcer = self.announcer
+        if announcer is None:
+            return send()
+        announcer.batch_starting(self.storage, self.queue_name)
+        messages_before, bytes_before = self.messages_sent, self._bytes_sent
+        try:
+            return send()
+        finally:
+            announcer.batch_done(
+                self.queue_name,
+                messages=self.messages_sent - messages_before,
+                size=self._bytes_sent - bytes_before,
+            )
+
+    def _send_many(self, items: Iterable[T]) -> int:
         if not self.batch:
             return sum(self._send_alone(self.codec.encode(item)) for item in items)
         sent = 0
@@ -140,6 +163,9 @@ class Publisher(Generic[T]):
         self.storage.put_message(self.queue_name, content, time_to_live_s=self.time_to_live_s)
         self.messages_sent += 1
         self.items_sent += item_count
+        self._bytes_sent += len(content)
+        if self.announcer is not None:
+            self.announcer.message_put(self.queue_name, len(content))
 
     def __repr__(self) -> str:
         return (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -133,3 +134,16 @@ def test_an_unimportable_worker_exits_2(env: dict[str, str]) -> None:
     result = cloudqueue("run", "examples.nowhere:Worker", env=env)
     assert result.returncode == 2
     assert "examples.nowhere" in result.stderr
+
+
+def test_batch_enqueue_packs_items_and_large_items_go_to_the_payload_folder(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """--batch packs 200 small items into one message; a 200 KB item is stored beside the db."""
+    small = "\n".join(f'{{"n": {n}}}' for n in range(200))
+    batched = cloudqueue("enqueue", "bulk", "--batch", env=env, stdin=small)
+    assert "enqueued 200 item(s) in 1 message(s)" in batched.stdout
+    large = secrets.token_hex(100_000)  # random: gzip cannot shrink it under 64 KiB
+    single = cloudqueue("enqueue", "big", env=env, stdin=large)
+    assert single.returncode == 0, single.stderr
+    assert len([p for p in (tmp_path / "payloads").rglob("*") if p.is_file()]) == 1

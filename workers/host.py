@@ -18,8 +18,13 @@ import structlog
 
 from listener.clock import SYSTEM_CLOCK
 from listener.codec import MessageCodec
-from listener.connection import describe_storage, open_storage
+from listener.connection import (
+    describe_storage,
+    open_payload_store_if_available,
+    open_storage,
+)
 from listener.listener import CloudQueueListener
+from listener.payload_store import PayloadStore
 from listener.push import TriggerWaker, Watchdog
 from listener.redis_triggers import RedisTriggerChannel
 from listener.scaling import ElasticScaler
@@ -56,6 +61,7 @@ class WorkerHost:
         settings: CloudQueueSettings,
         *,
         storage: QueueStorage | None = None,
+        payload_store: PayloadStore | None = None,
     ) -> None:
         self.settings = settings
         # Every worker's settings are validated before storage is opened or a queue touched.
@@ -63,8 +69,10 @@ class WorkerHost:
             (worker_type, settings.for_worker(worker_type.settings)) for worker_type in worker_types
         ]
         self.storage = storage or open_storage(settings.connection_string_value())
+        if payload_store is None and storage is None:
+            payload_store = open_payload_store_if_available(settings.connection_string_value())
         self.hosted = [
-            _host(worker_type(), worker_settings, self.storage)
+            _host(worker_type(), worker_settings, self.storage, payload_store)
             for worker_type, worker_settings in prepared
         ]
         self.triggers = open_trigger_channel(settings)
@@ -135,7 +143,10 @@ class WorkerHost:
 
 
 def _host(
-    worker: QueueWorker[Any], settings: CloudQueueSettings, storage: QueueStorage
+    worker: QueueWorker[Any],
+    settings: CloudQueueSettings,
+    storage: QueueStorage,
+    payload_store: PayloadStore | None,
 ) -> HostedWorker:
     """Build a worker's listener with its scaler and its (possibly async) handler."""
     options = settings.listener
@@ -147,6 +158,7 @@ def _host(
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
+        payload_store=payload_store,
     )
     scaler = ElasticScaler(settings.scaling_policy())
     scaler.attach(listener)

@@ -10,12 +10,16 @@ from dataclasses import asdict
 
 import click
 
+from listener.announce import WorkAnnouncer
 from listener.codec import MessageCodec
-from listener.connection import describe_storage
+from listener.connection import describe_storage, open_payload_store_if_available
 from listener.errors import QueueNotFoundError
 from listener.poison import poison_queue_name
+from listener.publisher import Publisher
 from listener.storage import QueueStorage
+from listener.triggers import account_of
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.host import open_trigger_channel
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
 
 
@@ -23,26 +27,53 @@ from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_
 @click.argument("queue")
 @click.argument("items", nargs=-1)
 @click.option("--plain", is_flag=True, help="Store the text as is instead of base64.")
-def enqueue(queue: str, items: tuple[str, ...], plain: bool) -> None:
+@click.option(
+    "--batch", is_flag=True, help="Pack many items per message (gzip), for small items in bulk."
+)
+def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> None:
     """Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.
+
+    Items too large for a message are compressed, then kept in blob storage (or the embedded
+    store's payload folder) with a reference in the queue. With triggers configured
+    (CLOUDQUEUE_TRIGGERS__URL), listeners are told about the new work.
 
     \b
     Examples:
       cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines": []}'
-      cat items.jsonl | cloudqueue enqueue invoices
+      cat items.jsonl | cloudqueue enqueue invoices --batch
     """
     settings = current_settings()
     checked_queue(queue)
-    codec = MessageCodec(str, base64=not plain)
-    with opened_storage(settings) as storage:
-        storage.create_queue(queue)
-        count = 0
-        with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
-            for item in pending:
-                storage.put_message(queue, codec.encode(item))
-                count += 1
-    where = describe_storage(settings.connection_string_value())
-    click.echo(f"enqueued {count} item(s) on {queue} ({where})")
+    connection_string = settings.connection_string_value()
+    channel = open_trigger_channel(settings)
+    announcer = (
+        None
+        if channel is None
+        else WorkAnnouncer(
+            channel, account=account_of(connection_string), mode=settings.triggers.publish
+        )
+    )
+    try:
+        with opened_storage(settings) as storage:
+            storage.create_queue(queue)
+            publisher = Publisher(
+                storage,
+                queue,
+                str,
+                codec=MessageCodec(str, base64=not plain),
+                payload_store=open_payload_store_if_available(connection_string),
+                batch=batch,
+                announcer=announcer,
+            )
+            with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
+                publisher.publish_many(pending)
+    finally:
+        if channel is not None:
+            channel.close()
+    click.echo(
+        f"enqueued {publisher.items_sent} item(s) in {publisher.messages_sent} message(s) on "
+        f"{queue} ({describe_storage(connection_string)})"
+    )
 
 
 def _items(arguments: Iterable[str]) -> Iterator[str]:
