@@ -7,6 +7,7 @@ from listener.backoff import randomized_exponential_backoff
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
 from listener.codec import Codec, MessageCodec
 from listener.connection import open_payload_store, open_storage
+from listener.delivery import DeliveryPolicy
 from listener.envelope import MessageEnvelope, current_envelope
 from listener.errors import (
     CloudQueueError,
@@ -15,6 +16,7 @@ from listener.errors import (
     MessageNotFoundError,
     MessageTooLargeError,
     PayloadNotFoundError,
+    PermanentFailure,
     PopReceiptMismatchError,
     QueueNotFoundError,
     StorageError,
@@ -34,10 +36,12 @@ from listener.metered import MeteredStorage
 from listener.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.poison import PoisonRecord, poison_queue_name
 from listener.publisher import Publisher
+from listener.push import TriggerWaker, Watchdog
 from listener.scaling import ElasticScaler, ScalingPolicy
 from listener.scaling_rules import ScalingInput, ScalingRule, drain_time, proportional, steps
 from listener.sqlite_storage import SqliteQueueStorage
 from listener.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
+from listener.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -50,11 +54,13 @@ __all__ = [
     "Codec",
     "ConfigurationError",
     "DecodeError",
+    "DeliveryPolicy",
     "ElasticScaler",
     "EventSleeper",
     "FolderPayloadStore",
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
+    "InProcessTriggerChannel",
     "ListenerLoad",
     "MessageCodec",
     "MessageEnvelope",
@@ -63,6 +69,7 @@ __all__ = [
     "MeteredStorage",
     "PayloadNotFoundError",
     "PayloadStore",
+    "PermanentFailure",
     "PoisonRecord",
     "PopReceiptMismatchError",
     "Publisher",
@@ -80,6 +87,10 @@ __all__ = [
     "StorageError",
     "SystemClock",
     "TransientStorageError",
+    "TriggerChannel",
+    "TriggerWaker",
+    "Watchdog",
+    "WorkDetected",
     "current_envelope",
     "drain_time",
     "open_payload_store",
