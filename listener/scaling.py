@@ -42,7 +42,7 @@ class ScalingPolicy:
     rule_name: str = "proportional"
     delta_backoff_s: float = 0.1
     min_idle_s: float = 0.0
-    max_idle_s: float = 2.0
+    max_idle_s: float = 1.5
     rescale_interval_s: float = 1.0
     scale_in_delay_s: float = 15.0
     cpu_saturation_cores: float = 0.9

@@ -32,7 +32,7 @@ def write_toml(path: Path, max_threads: int) -> Path:
 def test_defaults_apply_when_nothing_is_configured() -> None:
     """With no file and no environment, the documented defaults hold."""
     settings = load_settings()
-    assert (settings.scaling.max_threads, settings.backoff.max_idle_s) == (16, 2.0)
+    assert (settings.scaling.max_threads, settings.backoff.max_idle_s) == (16, 1.5)
 
 
 def test_each_source_overrides_the_ones_below_it(

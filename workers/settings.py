@@ -58,7 +58,7 @@ class BackoffSettings(BaseModel):
 
     delta_backoff_s: float = Field(default=0.1, gt=0)
     min_idle_s: float = Field(default=0.0, ge=0)
-    max_idle_s: float = Field(default=2.0, ge=0)
+    max_idle_s: float = Field(default=1.5, ge=0)
 
     @model_validator(mode="after")
     def _ordered(self) -> BackoffSettings:
