@@ -142,7 +142,7 @@ def test_batch_enqueue_packs_items_and_large_items_go_to_the_payload_folder(
     """--batch packs 200 small items into one message; a 200 KB item is stored beside the db."""
     small = "\n".join(f'{{"n": {n}}}' for n in range(200))
     batched = cloudqueue("enqueue", "bulk", "--batch", env=env, stdin=small)
-    assert "enqueued 200 item(s) in 1 message(s)" in batched.stdout
+    assert "enqueued 200 item(s) on bulk in 1 message(s)" in batched.stdout
     large = secrets.token_hex(100_000)  # random: gzip cannot shrink it under 64 KiB
     single = cloudqueue("enqueue", "big", env=env, stdin=large)
     assert single.returncode == 0, single.stderr

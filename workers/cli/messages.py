@@ -71,8 +71,8 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
         if channel is not None:
             channel.close()
     click.echo(
-        f"enqueued {publisher.items_sent} item(s) in {publisher.messages_sent} message(s) on "
-        f"{queue} ({describe_storage(connection_string)})"
+        f"enqueued {publisher.items_sent} item(s) on {queue} in {publisher.messages_sent} "
+        f"message(s) ({describe_storage(connection_string)})"
     )
 
 
