@@ -110,6 +110,12 @@ def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
         ("CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE", "33", "listener.dequeue_batch_size"),
         ("CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE", "0", "listener.dequeue_batch_size"),
         ("CLOUDQUEUE_BACKOFF__MAX_IDLE_S", "-1", "backoff.max_idle_s"),
+        ("CLOUDQUEUE_LISTENER__RETRY_DELAY_S", "-0.5", "listener.retry_delay_s"),
+        ("CLOUDQUEUE_SCALING__MIN_THREADS", "99", "scaling"),
+        ("CLOUDQUEUE_SCALING__RULE", "fastest", "scaling.rule"),
+        ("CLOUDQUEUE_SCALING__RULE", "tests.nowhere:rule", "scaling.rule"),
+        ("CLOUDQUEUE_POISON__MAX_DEQUEUE_COUNT", "0", "poison.max_dequeue_count"),
+        ("CLOUDQUEUE_TRIGGERS__URL", "http://not-redis", "triggers.url"),
     ],
 )
 def test_invalid_settings_exit_2_naming_the_field(
