@@ -7,16 +7,18 @@ base64) so an operator can read it with any tool; it carries the original conten
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
 import structlog
 
-from listener.errors import MessageTooLargeError, StorageError
-from listener.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
+from listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
+from listener.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"
 
@@ -137,3 +139,136 @@ def _original_content(poison_text: str) -> str:
         return PoisonRecord.from_json(poison_text).content
     except (ValueError, TypeError, AttributeError):
         return poison_text  # not a record: the original content itself
+
+
+# -- Inspecting the poison queue (the `cloudqueue poison` commands) -----------------------------
+#
+# A peek sees at most 32 messages. Reading further takes messages page by page, each hidden for
+# SCAN_VISIBILITY_S so the next page holds new ones, and makes every one visible again at the end.
+
+SCAN_VISIBILITY_S = 60
+"""How long a scan hides each poison message it reads: longer than a scan takes, so none is read
+twice, and short enough that they reappear soon if the scanning process dies."""
+
+
+def read_record(poison_text: str) -> PoisonRecord | None:
+    """The record a poison message carries; None when it is the original content, kept unwrapped."""
+    try:
+        return PoisonRecord.from_json(poison_text)
+    except (ValueError, TypeError, AttributeError):
+        return None
+
+
+def browse_poisoned(storage: QueueStorage, queue_name: str, *, limit: int) -> list[QueueMessage]:
+    """Up to ``limit`` poison messages of the queue, left in place (their pop receipts are stale).
+
+    Up to 32 are peeked, which changes nothing; more are read by a scan, which hides them for a
+    moment: a requeue or a poison-queue listener running meanwhile may miss them.
+    """
+    source = poison_queue_name(queue_name)
+    if limit <= MAX_BATCH_SIZE:
+        return storage.peek_messages(source, max_messages=limit)
+    taken: list[QueueMessage] = []
+    try:
+        for page in _take_pages(storage, source, limit=limit):
+            taken.extend(page)
+    finally:
+        _release(storage, source, taken)
+    return list({message.id: message for message in taken}.values())
+
+
+def find_poisoned(storage: QueueStorage, queue_name: str, wanted_id: str) -> QueueMessage | None:
+    """The poison message for ``wanted_id``, left in place; None if there is none.
+
+    ``wanted_id`` is the original message's id, or the poison message's own id (the only one an
+    unwrapped message has). The first 32 are peeked; a scan looks further only when needed.
+    """
+    peeked = storage.peek_messages(poison_queue_name(queue_name), max_messages=MAX_BATCH_SIZE)
+    found = next((message for message in peeked if _matches(message, wanted_id)), None)
+    if found is not None or len(peeked) < MAX_BATCH_SIZE:
+        return found
+    taken = take_poisoned(storage, queue_name, wanted_id)
+    if taken is not None:
+        _release(storage, poison_queue_name(queue_name), [taken])
+    return taken
+
+
+def take_poisoned(
+    storage: QueueStorage,
+    queue_name: str,
+    wanted_id: str,
+    *,
+    visibility_timeout_s: int = SCAN_VISIBILITY_S,
+) -> QueueMessage | None:
+    """The poison message for ``wanted_id`` (as ``find_poisoned``), hidden with a fresh pop
+    receipt so the caller can delete it; None if there is none. The others read are released."""
+    source = poison_queue_name(queue_name)
+    passed: list[QueueMessage] = []
+    try:
+        for page in _take_pages(storage, source, visibility_timeout_s=visibility_timeout_s):
+            found = next((message for message in page if _matches(message, wanted_id)), None)
+            passed.extend(message for message in page if message is not found)
+            if found is not None:
+                return found
+    finally:
+        _release(storage, source, passed)
+    return None
+
+
+def requeue_poisoned_by_id(storage: QueueStorage, queue_name: str, wanted_id: str) -> bool:
+    """Move the poison message for ``wanted_id`` back to its queue with its original content.
+
+    False when there is none. Put back first, deleted second, as ``requeue_poisoned``; if the put
+    fails the poison message is made visible again at once.
+    """
+    source = poison_queue_name(queue_name)
+    message = take_poisoned(storage, queue_name, wanted_id)
+    if message is None:
+        return False
+    try:
+        storage.put_message(queue_name, _original_content(message.content))
+    except StorageError:
+        _release(storage, source, [message])
+        raise
+    storage.delete_message(source, message.id, message.pop_receipt)
+    log.info("poison_requeued", queue=queue_name, count=1, wanted_id=wanted_id)
+    return True
+
+
+def _matches(message: QueueMessage, wanted_id: str) -> bool:
+    record = read_record(message.content)
+    return message.id == wanted_id or (record is not None and record.original_id == wanted_id)
+
+
+def _take_pages(
+    storage: QueueStorage,
+    source: str,
+    *,
+    limit: int | None = None,
+    visibility_timeout_s: int = SCAN_VISIBILITY_S,
+) -> Iterator[list[QueueMessage]]:
+    """Pages of visible messages, each hidden as it is taken; the caller releases them.
+
+    Ends when no visible message is left, ``limit`` are taken, or one comes round a second time
+    (the scan outlasted the visibility timeout: everything has been seen).
+    """
+    seen: set[str] = set()
+    while limit is None or len(seen) < limit:
+        wanted = MAX_BATCH_SIZE if limit is None else min(MAX_BATCH_SIZE, limit - len(seen))
+        page = storage.get_messages(
+            source, max_messages=wanted, visibility_timeout_s=visibility_timeout_s
+        )
+        if not page:
+            return
+        repeated = any(message.id in seen for message in page)
+        seen.update(message.id for message in page)
+        yield page
+        if repeated:
+            return
+
+
+def _release(storage: QueueStorage, source: str, messages: list[QueueMessage]) -> None:
+    """Make taken messages visible again; one re-taken since, or gone, is no longer ours."""
+    for message in messages:
+        with contextlib.suppress(MessageNotFoundError):
+            storage.update_visibility(source, message.id, message.pop_receipt, 0)

@@ -10,14 +10,11 @@ from __future__ import annotations
 import io
 import json
 import os
-import pty
-import subprocess
-import sys
-import threading
 from pathlib import Path
 
 import pytest
 
+from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
 from workers.cli.queues import progress_spinner
 
@@ -42,28 +39,6 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
 def sqlite_env(tmp_path: Path) -> dict[str, str]:
     """An environment on a fresh SQLite file, for the terminal tests."""
     return {**os.environ, "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'q.db'}"}
-
-
-def cloudqueue(
-    *args: str, env: dict[str, str], stdin: str = ""
-) -> subprocess.CompletedProcess[str]:
-    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere)."""
-    return subprocess.run(
-        [sys.executable, "-m", "workers", *args],
-        input=stdin,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
-def ok(*args: str, env: dict[str, str], stdin: str = "") -> str:
-    """Run the CLI, require exit code 0, and return its stdout."""
-    result = cloudqueue(*args, env=env, stdin=stdin)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
 
 
 def listed(prefix: str, env: dict[str, str]) -> list[dict[str, object]]:
@@ -186,53 +161,6 @@ def test_every_queues_command_documents_examples(command: str) -> None:
 
 
 # On a terminal
-
-
-class Terminal:
-    """A pseudo-terminal for a child process; everything the child writes to it is collected."""
-
-    def __init__(self) -> None:
-        self.master, self.slave = pty.openpty()
-        self._chunks: list[bytes] = []
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        while True:
-            try:
-                chunk = os.read(self.master, 4096)
-            except OSError:  # EIO: every writer has closed the terminal
-                return
-            if not chunk:
-                return
-            self._chunks.append(chunk)
-
-    def type(self, text: str) -> None:
-        os.write(self.master, text.encode())
-
-    def output(self) -> str:
-        """What the child wrote, once it has exited (the terminal is closed here)."""
-        os.close(self.slave)
-        self._reader.join(10)
-        os.close(self.master)
-        return b"".join(self._chunks).decode(errors="replace")
-
-
-def run_on_terminal(
-    *args: str, env: dict[str, str], terminal: Terminal, stdin: str | None = None
-) -> tuple[subprocess.CompletedProcess[str], str]:
-    """Run the CLI with stderr on the terminal, and stdin too unless ``stdin`` text is given."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "workers", *args],
-        stdin=terminal.slave if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=terminal.slave,
-        env=env,
-        text=True,
-    )
-    stdout, _ = process.communicate(stdin, timeout=60)
-    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
-    return result, terminal.output()
 
 
 @pytest.mark.parametrize(("answer", "depth"), [("y", 0), ("n", 3)])

@@ -14,6 +14,7 @@ from workers.cli.common import CONFIG_ERROR_EXIT
 from workers.cli.config_cmd import config_group
 from workers.cli.demo import demo
 from workers.cli.messages import enqueue, status
+from workers.cli.poison import poison_group
 from workers.cli.queues import queues_group
 from workers.cli.run import run
 from workers.cli.trigger import trigger
@@ -34,7 +35,7 @@ def cli(config: Path | None) -> None:
     """
 
 
-for command in (run, enqueue, status, config_group, demo, queues_group, trigger):
+for command in (run, enqueue, status, config_group, demo, queues_group, poison_group, trigger):
     cli.add_command(command)
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import click
 import pydantic
 
-from listener.connection import open_storage
+from listener.connection import describe_storage, open_storage
 from listener.errors import CloudQueueError, ConfigurationError
 from listener.redaction import redact
 from listener.storage import QueueStorage, validate_queue_name
@@ -94,3 +94,20 @@ def checked_queue(queue: str) -> str:
         return validate_queue_name(queue)
     except ConfigurationError as error:
         raise click.UsageError(str(error)) from error
+
+
+@contextmanager
+def configured_storage() -> Iterator[tuple[QueueStorage, str]]:
+    """The configured storage (closed afterwards) and its safe description, for messages."""
+    settings = current_settings()
+    where = describe_storage(settings.connection_string_value())
+    with opened_storage(settings) as storage:
+        yield storage, where
+
+
+def refuse_unattended(yes: bool, action: str) -> None:
+    """Refuse a destructive action nobody can confirm: no --yes and stdin is not a terminal."""
+    if not yes and not sys.stdin.isatty():
+        raise click.UsageError(
+            f"refusing to {action} without --yes: stdin is not a terminal to confirm on"
+        )

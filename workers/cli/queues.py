@@ -18,10 +18,13 @@ from typing import TextIO
 
 import click
 
-from listener.connection import describe_storage
 from listener.errors import QueueNotFoundError
 from listener.storage import QueueStorage
-from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.common import (
+    checked_queue,
+    configured_storage,
+    refuse_unattended,
+)
 
 SPINNER_DELAY_S = 0.5
 """A call that returns sooner shows no spinner: only long, many-request work does (e.g. Azure
@@ -56,7 +59,7 @@ def list_queues(prefix: str, as_json: bool) -> None:
       cloudqueue queues list --prefix invoices
       cloudqueue queues list --json | jq '.[] | select(.depth > 0)'
     """
-    with _storage() as (storage, where):
+    with configured_storage() as (storage, where):
         depths = {name: _depth(storage, name) for name in storage.list_queues(prefix)}
     rows = [{"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None]
     if as_json:
@@ -85,7 +88,7 @@ def create(queue: str) -> None:
       CLOUDQUEUE_CONNECTION_STRING=sqlite:///jobs.db cloudqueue queues create thumbnails
     """
     checked_queue(queue)
-    with _storage() as (storage, where):
+    with configured_storage() as (storage, where):
         existed = queue in storage.list_queues(queue)
         storage.create_queue(queue)
     click.echo(
@@ -108,8 +111,8 @@ def clear(queue: str, yes: bool) -> None:
       cloudqueue queues clear invoices-poison --yes
     """
     checked_queue(queue)
-    _refuse_unattended(yes, f"clear {queue}")
-    with _storage() as (storage, where), _existing(queue, where):
+    refuse_unattended(yes, f"clear {queue}")
+    with configured_storage() as (storage, where), _existing(queue, where):
         depth = storage.approximate_message_count(queue)
         if not yes:
             click.confirm(f"Delete all {depth} message(s) in {queue} on {where}?", abort=True)
@@ -133,22 +136,13 @@ def delete(queue: str, yes: bool) -> None:
       cloudqueue queues delete scratch --yes
     """
     checked_queue(queue)
-    _refuse_unattended(yes, f"delete {queue}")
-    with _storage() as (storage, where), _existing(queue, where):
+    refuse_unattended(yes, f"delete {queue}")
+    with configured_storage() as (storage, where), _existing(queue, where):
         if not yes:
             depth = storage.approximate_message_count(queue)
             click.confirm(f"Delete {queue} and its {depth} message(s) on {where}?", abort=True)
         storage.delete_queue(queue)
     click.echo(f"deleted {queue} on {where}")
-
-
-@contextmanager
-def _storage() -> Iterator[tuple[QueueStorage, str]]:
-    """The configured storage (closed afterwards) and its description; logs go to stderr."""
-    settings = current_settings()
-    where = describe_storage(settings.connection_string_value())
-    with opened_storage(settings) as storage:
-        yield storage, where
 
 
 @contextmanager
@@ -166,14 +160,6 @@ def _depth(storage: QueueStorage, queue: str) -> int | None:
         return storage.approximate_message_count(queue)
     except QueueNotFoundError:
         return None
-
-
-def _refuse_unattended(yes: bool, action: str) -> None:
-    """Refuse a destructive action nobody can confirm: no --yes and stdin is not a terminal."""
-    if not yes and not sys.stdin.isatty():
-        raise click.UsageError(
-            f"refusing to {action} without --yes: stdin is not a terminal to confirm on"
-        )
 
 
 @contextmanager

@@ -1,0 +1,78 @@
+"""Running the real ``cloudqueue`` command in tests: with pipes, or on a pseudo-terminal."""
+
+from __future__ import annotations
+
+import os
+import pty
+import subprocess
+import sys
+import threading
+
+
+def cloudqueue(
+    *args: str, env: dict[str, str], stdin: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere)."""
+    return subprocess.run(
+        [sys.executable, "-m", "workers", *args],
+        input=stdin,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(*args: str, env: dict[str, str], stdin: str = "") -> str:
+    """Run the CLI, require exit code 0, and return its stdout."""
+    result = cloudqueue(*args, env=env, stdin=stdin)
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+class Terminal:
+    """A pseudo-terminal for a child process; everything the child writes to it is collected."""
+
+    def __init__(self) -> None:
+        self.master, self.slave = pty.openpty()
+        self._chunks: list[bytes] = []
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                chunk = os.read(self.master, 4096)
+            except OSError:  # EIO: every writer has closed the terminal
+                return
+            if not chunk:
+                return
+            self._chunks.append(chunk)
+
+    def type(self, text: str) -> None:
+        os.write(self.master, text.encode())
+
+    def output(self) -> str:
+        """What the child wrote, once it has exited (the terminal is closed here)."""
+        os.close(self.slave)
+        self._reader.join(10)
+        os.close(self.master)
+        return b"".join(self._chunks).decode(errors="replace")
+
+
+def run_on_terminal(
+    *args: str, env: dict[str, str], terminal: Terminal, stdin: str | None = None
+) -> tuple[subprocess.CompletedProcess[str], str]:
+    """Run the CLI with stderr on the terminal, and stdin too unless ``stdin`` text is given."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "workers", *args],
+        stdin=terminal.slave if stdin is None else subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=terminal.slave,
+        env=env,
+        text=True,
+    )
+    stdout, _ = process.communicate(stdin, timeout=60)
+    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
+    return result, terminal.output()
