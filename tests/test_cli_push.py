@@ -10,23 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 
 QUEUE = "pushed"
-
-
-def cloudqueue(env: dict[str, str], *args: str, stdin: str = "") -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "workers", *args],
-        input=stdin.encode(),
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr.decode()
-    return result.stdout.decode()
 
 
 def events(path: Path, name: str) -> list[dict[str, Any]]:
@@ -59,14 +47,14 @@ def test_a_worker_at_zero_threads_is_woken_by_enqueue_and_by_a_manual_trigger(
         )
     try:
         eventually(lambda: events(log_path, "dequeue_thread_stopped"), timeout_s=30)
-        cloudqueue(env, "enqueue", QUEUE, '{"n": 1}')
+        ok("enqueue", QUEUE, '{"n": 1}', env=env)
         eventually(lambda: [e["n"] for e in events(log_path, "handled")] == [1], timeout_s=30)
         # Enqueued with no trigger channel configured, then announced by hand.
         eventually(lambda: len(events(log_path, "dequeue_thread_stopped")) >= 2, timeout_s=30)
         quiet = {key: value for key, value in env.items() if key != "CLOUDQUEUE_TRIGGERS__URL"}
         quiet["CLOUDQUEUE_SCALING__MIN_THREADS"] = "1"
-        cloudqueue(quiet, "enqueue", QUEUE, '{"n": 2}')
-        assert "trigger sent" in cloudqueue(env, "trigger", QUEUE)
+        ok("enqueue", QUEUE, '{"n": 2}', env=quiet)
+        assert "trigger sent" in ok("trigger", QUEUE, env=env)
         eventually(lambda: [e["n"] for e in events(log_path, "handled")] == [1, 2], timeout_s=30)
     finally:
         worker.send_signal(signal.SIGTERM)

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from tests.support.cli import ok
 from tests.support.polling import eventually
 
 WORKER = "tests.support.workers:RecordingWorker"
@@ -79,26 +80,13 @@ def start(env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
         run.process.wait(10)
 
 
-def cloudqueue(env: dict[str, str], *args: str, stdin: str = "") -> str:
-    result = subprocess.run(
-        [sys.executable, "-m", "workers", *args],
-        input=stdin.encode(),
-        env=env,
-        capture_output=True,
-        timeout=60,
-        check=False,
-    )
-    assert result.returncode == 0, result.stderr.decode()
-    return result.stdout.decode()
-
-
 def enqueue(env: dict[str, str], count: int) -> None:
     items = "\n".join(json.dumps({"n": n}) for n in range(count))
-    cloudqueue(env, "enqueue", env["TEST_QUEUE"], stdin=items)
+    ok("enqueue", env["TEST_QUEUE"], env=env, stdin=items)
 
 
 def depth(env: dict[str, str]) -> int:
-    return int(json.loads(cloudqueue(env, "status", env["TEST_QUEUE"], "--json"))["depth"])
+    return int(json.loads(ok("status", env["TEST_QUEUE"], "--json", env=env))["depth"])
 
 
 def test_sigterm_mid_burst_exits_0_and_every_message_is_handled_or_still_queued(
