@@ -246,6 +246,16 @@ class CloudQueueListener(Observable[T]):
         self._nudge.set()
 
     @property
+    def threads_alive(self) -> int:
+        """Dequeue threads still running, including any finishing their last batch."""
+        return len(self._pool.threads())
+
+    @property
+    def visibility_renewals(self) -> int:
+        """How many times a held message's visibility was extended so far."""
+        return self._leases.renewals
+
+    @property
     def peak_dequeue_tasks(self) -> int:
         """The most dequeue threads active at once so far (no storage call, unlike query_state)."""
         return self._pool.peak

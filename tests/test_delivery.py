@@ -202,7 +202,7 @@ def test_a_handler_running_three_visibility_timeouts_is_renewed_and_delivered_on
     listener.subscribe(long_job)
     listener.start_listener(3)
     try:
-        eventually(lambda: listener._leases.renewals >= 6, timeout_s=20)  # ~3 timeouts of 2 s
+        eventually(lambda: listener.visibility_renewals >= 6, timeout_s=20)  # ~3 timeouts of 2 s
         finish.set()
         eventually(lambda: listener.messages_processed == 1)
     finally:

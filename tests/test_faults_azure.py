@@ -112,4 +112,4 @@ def test_a_job_running_three_visibility_timeouts_completes_once(
         listener.stop(10)
         storage.close()
     assert deliveries == [1]
-    assert listener._leases.renewals >= 4
+    assert listener.visibility_renewals >= 4

@@ -61,7 +61,7 @@ class Scenario:
 
     def idle_at_zero(self) -> None:
         self.listener.start_listener(1)
-        eventually(lambda: len(self.listener._pool.threads()) == 0)
+        eventually(lambda: self.listener.threads_alive == 0)
 
     def close(self) -> None:
         self.waker.close()
@@ -159,13 +159,13 @@ def test_over_redis_a_listener_at_zero_wakes_and_survives_a_redis_restart(
         scenario.put(1)
         assert producing.publish(WorkDetected(ACCOUNT, queue_name))
         eventually(lambda: scenario.handled == [1])
-        eventually(lambda: len(scenario.listener._pool.threads()) == 0)
+        eventually(lambda: scenario.listener.threads_alive == 0)
         redis_server.stop()
         scenario.put(2)
         assert not producing.publish(WorkDetected(ACCOUNT, queue_name))  # lost, not raised
         redis_server.start()
         eventually(lambda: scenario.handled == [1, 2], timeout_s=20)
-        eventually(lambda: len(scenario.listener._pool.threads()) == 0)
+        eventually(lambda: scenario.listener.threads_alive == 0)
         scenario.put(3)
         assert producing.publish(WorkDetected(ACCOUNT, queue_name))
         eventually(lambda: scenario.handled == [1, 2, 3])

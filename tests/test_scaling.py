@@ -335,7 +335,7 @@ def test_scale_in_lets_threads_finish_their_batches_and_abandons_nothing(
     eventually(lambda: len(handled) == 400, timeout_s=20)
     assert sorted(handled) == list(range(400))
     assert listener.messages_failed == 0
-    eventually(lambda: len(listener._pool.threads()) == 1)
+    eventually(lambda: listener.threads_alive == 1)
 
 
 def test_idle_threads_stop_down_to_one_poller(
@@ -350,7 +350,7 @@ def test_idle_threads_stop_down_to_one_poller(
         ScalingPolicy(min_threads=1, max_idle_s=1.0), clock=clock, rng=random.Random(3)
     ).attach(listener)
     listener.start_listener(5)
-    eventually(lambda: len(listener._pool.threads()) == 1)
+    eventually(lambda: listener.threads_alive == 1)
     assert listener.active_dequeue_tasks == 1
     assert listener.query_state().total_dequeue_tasks == 5
 

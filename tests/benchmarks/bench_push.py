@@ -244,7 +244,7 @@ def counts_since(storage: MeteredStorage, before: dict[str, int]) -> dict[str, i
 
 def live_threads(listener: CloudQueueListener[str]) -> int:
     """Dequeue threads that still exist (leaving ones included), as tests/test_push.py counts."""
-    return len(listener._pool.threads())
+    return listener.threads_alive
 
 
 def wait_for_zero_threads(listener: CloudQueueListener[str]) -> None:
