@@ -12,6 +12,7 @@ import structlog
 from listener.memory_storage import InMemoryQueueStorage
 from listener.sqlite_storage import SqliteQueueStorage
 from listener.storage import QueueStorage
+from listener.testing import ManualClock
 
 pytest_plugins = ["tests.support.azurite", "tests.support.redis_server"]
 
@@ -52,3 +53,17 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueSto
     backend = make_storage(request.param, request, tmp_path)
     yield backend
     backend.close()
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    """Time that moves only when a test or a waiting thread moves it."""
+    return ManualClock()
+
+
+@pytest.fixture
+def manual_storage(clock: ManualClock, queue_name: str) -> InMemoryQueueStorage:
+    """An in-memory store on the manual clock, with the test's queue already created."""
+    store = InMemoryQueueStorage(clock=clock)
+    store.create_queue(queue_name)
+    return store

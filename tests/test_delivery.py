@@ -25,15 +25,9 @@ from tests.support.polling import eventually
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def storage(clock: ManualClock, queue_name: str) -> InMemoryQueueStorage:
-    store = InMemoryQueueStorage(clock=clock)
-    store.create_queue(queue_name)
-    return store
+def storage(manual_storage: InMemoryQueueStorage) -> InMemoryQueueStorage:
+    """This module's store: in memory, on the manual clock (conftest's ``manual_storage``)."""
+    return manual_storage
 
 
 @pytest.fixture

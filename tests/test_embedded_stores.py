@@ -34,11 +34,6 @@ from listener.testing import ManualClock
 QUEUE = "work"
 
 
-@pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
 @pytest.fixture(params=["memory", "sqlite"])
 def store(
     request: pytest.FixtureRequest, clock: ManualClock, tmp_path: Path

@@ -34,11 +34,6 @@ class Order(BaseModel):
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
 def storage(clock: ManualClock) -> InMemoryQueueStorage:
     return InMemoryQueueStorage(clock=clock)
 

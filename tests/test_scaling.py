@@ -203,15 +203,9 @@ def test_in_flight_messages_hold_the_pool_while_the_visible_queue_is_empty() -> 
 
 
 @pytest.fixture
-def clock() -> ManualClock:
-    return ManualClock()
-
-
-@pytest.fixture
-def storage(clock: ManualClock, queue_name: str) -> InMemoryQueueStorage:
-    store = InMemoryQueueStorage(clock=clock)
-    store.create_queue(queue_name)
-    return store
+def storage(manual_storage: InMemoryQueueStorage) -> InMemoryQueueStorage:
+    """This module's store: in memory, on the manual clock (conftest's ``manual_storage``)."""
+    return manual_storage
 
 
 @pytest.fixture
