@@ -17,8 +17,8 @@ from typing import ClassVar
 import structlog
 
 from examples.billing import Invoice, InvoiceLine, InvoiceWorker
-from listener.codec import MessageCodec
-from listener.poison import poison_queue_name
+from listener.messages.codec import MessageCodec
+from listener.messages.poison import poison_queue_name
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.settings import BackoffSettings, CloudQueueSettings, ScalingSettings

@@ -3,12 +3,7 @@
 The public surface is what ``__all__`` names; everything else is internal.
 """
 
-from listener.backoff import randomized_exponential_backoff
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
-from listener.codec import Codec, MessageCodec
-from listener.connection import open_payload_store, open_storage
-from listener.delivery import DeliveryPolicy
-from listener.envelope import MessageEnvelope, current_envelope
 from listener.errors import (
     CloudQueueError,
     ConfigurationError,
@@ -31,17 +26,28 @@ from listener.listener import (
     QueueWorkDetectedHandler,
 )
 from listener.location import CloudQueueLocation
-from listener.memory_storage import InMemoryQueueStorage
-from listener.metered import MeteredStorage
-from listener.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
-from listener.poison import PoisonRecord, poison_queue_name
-from listener.publisher import Publisher
-from listener.push import TriggerWaker, Watchdog
-from listener.scaling import ElasticScaler, ScalingPolicy
-from listener.scaling_rules import ScalingInput, ScalingRule, drain_time, proportional, steps
-from listener.sqlite_storage import SqliteQueueStorage
-from listener.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
-from listener.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from listener.messages.codec import Codec, MessageCodec
+from listener.messages.envelope import MessageEnvelope, current_envelope
+from listener.messages.poison import PoisonRecord, poison_queue_name
+from listener.messages.publisher import Publisher
+from listener.policies.backoff import randomized_exponential_backoff
+from listener.policies.delivery import DeliveryPolicy
+from listener.policies.scaling_rules import (
+    ScalingInput,
+    ScalingRule,
+    drain_time,
+    proportional,
+    steps,
+)
+from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from listener.push.waker import TriggerWaker, Watchdog
+from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.stores.connection import open_payload_store, open_storage
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.metered import MeteredStorage
+from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
+from listener.stores.sqlite_storage import SqliteQueueStorage
+from listener.stores.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
 
 __all__ = [
     "MAX_BATCH_SIZE",

@@ -31,18 +31,18 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from listener.backoff import RandomSource
 from listener.clock import Clock
-from listener.codec import Codec
-from listener.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from listener.envelope import MessageEnvelope, set_current_envelope
 from listener.errors import DecodeError, PayloadNotFoundError, PermanentFailure, StorageError
 from listener.leases import Lease
-from listener.payload import MessageContents, open_message
-from listener.payload_store import PayloadStore
-from listener.poison import poison_message
+from listener.messages.codec import Codec
+from listener.messages.envelope import MessageEnvelope, set_current_envelope
+from listener.messages.payload import MessageContents, open_message
+from listener.messages.poison import poison_message
+from listener.policies.backoff import RandomSource
+from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.stats import ListenerCounters
-from listener.storage import QueueStorage
+from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import QueueStorage
 from listener.subscribers import Subscribers
 
 T = TypeVar("T")

@@ -22,7 +22,7 @@ import structlog
 
 from listener.clock import Clock
 from listener.errors import MessageNotFoundError, StorageError
-from listener.storage import QueueMessage, QueueStorage
+from listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 

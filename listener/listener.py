@@ -20,19 +20,19 @@ import structlog
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
-from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.codec import Codec, MessageCodec
-from listener.delivery import DeliveryPolicy
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.leases import Lease, LeaseKeeper
 from listener.location import CloudQueueLocation
-from listener.payload_store import PayloadStore
-from listener.poison import poison_queue_name
+from listener.messages.codec import Codec, MessageCodec
+from listener.messages.poison import poison_queue_name
+from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.policies.delivery import DeliveryPolicy
 from listener.pool import DequeuePool
 from listener.stats import ListenerCounters
-from listener.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
+from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from listener.subscribers import Subscribers
 from listener.throughput import ThroughputMeter
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from listener.errors import ConfigurationError
-from listener.poison import poison_queue_name
-from listener.storage import MAX_VISIBILITY_TIMEOUT_S, validate_queue_name
+from listener.messages.poison import poison_queue_name
+from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S, validate_queue_name
 
 
 @dataclass(frozen=True, slots=True)

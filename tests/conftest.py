@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import structlog
 
-from listener.memory_storage import InMemoryQueueStorage
-from listener.sqlite_storage import SqliteQueueStorage
-from listener.storage import QueueStorage
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.sqlite_storage import SqliteQueueStorage
+from listener.stores.storage import QueueStorage
 from listener.testing import ManualClock
 
 pytest_plugins = ["tests.support.azurite", "tests.support.redis_server"]
@@ -40,7 +40,7 @@ def make_storage(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Q
     if kind == "sqlite":
         return SqliteQueueStorage(tmp_path / "queues.db")
     if kind == "azure":
-        from listener.azure_storage import AzureQueueStorage
+        from listener.stores.azure_storage import AzureQueueStorage
 
         connection_string: str = request.getfixturevalue("azurite_connection_string")
         return AzureQueueStorage.from_connection_string(connection_string)

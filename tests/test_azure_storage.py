@@ -25,15 +25,6 @@ from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueClient, generate_account_sas
 from structlog.testing import capture_logs
 
-from listener.azure_storage import (
-    CONNECTION_POOL_SIZE,
-    CONNECTION_TIMEOUT_S,
-    READ_TIMEOUT_S,
-    AzureQueueStorage,
-    FastRetry,
-    client_options,
-    translate_error,
-)
 from listener.errors import (
     ConfigurationError,
     MessageNotFoundError,
@@ -43,7 +34,16 @@ from listener.errors import (
     StorageError,
     TransientStorageError,
 )
-from listener.storage import MAX_MESSAGE_BYTES
+from listener.stores.azure_storage import (
+    CONNECTION_POOL_SIZE,
+    CONNECTION_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    AzureQueueStorage,
+    FastRetry,
+    client_options,
+    translate_error,
+)
+from listener.stores.storage import MAX_MESSAGE_BYTES
 from tests.support.azurite import (
     ACCOUNT_KEY,
     ACCOUNT_NAME,
@@ -437,7 +437,7 @@ def test_clear_gives_up_as_transient_after_max_attempts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A queue that never finishes clearing ends in TransientStorageError, to be called again."""
-    monkeypatch.setattr("listener.azure_storage.MAX_CLEAR_ATTEMPTS", 2)
+    monkeypatch.setattr("listener.stores.azure_storage.MAX_CLEAR_ATTEMPTS", 2)
     server = big_queue_server(10)
     storage = AzureQueueStorage.from_connection_string(
         server.connection_string, retry_policy=FastRetry(retry_total=0)

@@ -32,11 +32,9 @@ from listener import (
     SqliteQueueStorage,
     poison_queue_name,
 )
-from listener.azure_storage import AzureQueueStorage
-from listener.delivery import DeliveryPolicy
 from listener.errors import PermanentFailure
-from listener.payload import blob_envelope, inline_envelope, pack
-from listener.poison import (
+from listener.messages.payload import blob_envelope, inline_envelope, pack
+from listener.messages.poison import (
     browse_poisoned,
     find_poisoned,
     poison_message,
@@ -44,7 +42,9 @@ from listener.poison import (
     requeue_poisoned_by_id,
     take_poisoned,
 )
-from listener.storage import QueueStorage
+from listener.policies.delivery import DeliveryPolicy
+from listener.stores.azure_storage import AzureQueueStorage
+from listener.stores.storage import QueueStorage
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
 from workers.cli.poison import content_view

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from listener.azure_storage import AzureQueueStorage
-from listener.connection import DEFAULT_PATH, describe_storage, open_storage
 from listener.errors import ConfigurationError
-from listener.memory_storage import InMemoryQueueStorage
-from listener.sqlite_storage import SqliteQueueStorage
-from listener.storage import QueueStorage
+from listener.stores.azure_storage import AzureQueueStorage
+from listener.stores.connection import DEFAULT_PATH, describe_storage, open_storage
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.sqlite_storage import SqliteQueueStorage
+from listener.stores.storage import QueueStorage
 from tests.support.azurite import ACCOUNT_KEY, AzuriteProcess
 
 SECRET_KEY = "c2VjcmV0LWFjY291bnQta2V5LXZhbHVlLTEyMzQ1Njc4OTA="

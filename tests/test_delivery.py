@@ -17,9 +17,9 @@ from listener import (
     PoisonRecord,
     poison_queue_name,
 )
-from listener.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.errors import PermanentFailure
-from listener.poison import requeue_poisoned
+from listener.messages.poison import requeue_poisoned
+from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 

@@ -26,9 +26,9 @@ from listener.errors import (
     StorageError,
     TransientStorageError,
 )
-from listener.memory_storage import InMemoryQueueStorage
-from listener.sqlite_storage import SqliteQueueStorage
-from listener.storage import DEFAULT_TIME_TO_LIVE_S, NEVER_EXPIRES, QueueStorage
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.sqlite_storage import SqliteQueueStorage
+from listener.stores.storage import DEFAULT_TIME_TO_LIVE_S, NEVER_EXPIRES, QueueStorage
 from listener.testing import ManualClock
 
 QUEUE = "work"

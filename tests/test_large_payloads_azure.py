@@ -20,12 +20,12 @@ from listener import (
     open_payload_store,
     poison_queue_name,
 )
-from listener.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
-from listener.azure_storage import AzureQueueStorage
 from listener.errors import PermanentFailure
-from listener.payload import parse_envelope
-from listener.payload_store import new_payload_name
-from listener.poison import requeue_poisoned
+from listener.messages.payload import parse_envelope
+from listener.messages.poison import requeue_poisoned
+from listener.stores.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
+from listener.stores.azure_storage import AzureQueueStorage
+from listener.stores.payload_store import new_payload_name
 from tests.support.azurite import AzuriteFactory
 from tests.support.polling import eventually
 

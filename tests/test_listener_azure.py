@@ -15,7 +15,7 @@ from listener import (
     PoisonRecord,
     poison_queue_name,
 )
-from listener.azure_storage import AzureQueueStorage
+from listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory
 from tests.support.polling import eventually
 

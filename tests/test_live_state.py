@@ -18,9 +18,9 @@ import structlog
 from click.testing import CliRunner
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
-from listener.connection import describe_storage
-from listener.metered import MeteredStorage
-from listener.sqlite_storage import SqliteQueueStorage
+from listener.stores.connection import describe_storage
+from listener.stores.metered import MeteredStorage
+from listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.polling import eventually
 from workers.cli import cli
 from workers.live_state import (

@@ -21,9 +21,14 @@ from listener import (
     PayloadStore,
     open_payload_store,
 )
-from listener import payload as wire
-from listener.packing import MAX_ENVELOPE_BYTES, message_bytes, plan_batches, single_message
-from listener.payload import (
+from listener.messages import payload as wire
+from listener.messages.packing import (
+    MAX_ENVELOPE_BYTES,
+    message_bytes,
+    plan_batches,
+    single_message,
+)
+from listener.messages.payload import (
     ENVELOPE_KEY,
     Packed,
     blob_envelope,
@@ -34,8 +39,8 @@ from listener.payload import (
     parse_envelope,
     unpack,
 )
-from listener.payload_store import new_payload_name
-from listener.storage import MAX_MESSAGE_BYTES
+from listener.stores.payload_store import new_payload_name
+from listener.stores.storage import MAX_MESSAGE_BYTES
 from tests.support.azurite import ACCOUNT_KEY
 
 NAME = "orders/" + "0123456789abcdef" * 2

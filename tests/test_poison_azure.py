@@ -12,10 +12,10 @@ from listener import (
     PoisonRecord,
     poison_queue_name,
 )
-from listener.azure_storage import AzureQueueStorage
-from listener.delivery import DeliveryPolicy
 from listener.errors import PermanentFailure
-from listener.poison import requeue_poisoned
+from listener.messages.poison import requeue_poisoned
+from listener.policies.delivery import DeliveryPolicy
+from listener.stores.azure_storage import AzureQueueStorage
 from tests.support.polling import eventually
 
 ALWAYS_FAILS, GIVES_UP = 13, 14

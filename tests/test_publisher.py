@@ -33,11 +33,11 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.packing import message_bytes
-from listener.payload import ENVELOPE_KEY, parse_envelope
-from listener.poison import requeue_poisoned
-from listener.publisher import PENDING_BYTES
-from listener.storage import MAX_MESSAGE_BYTES, QueueMessage
+from listener.messages.packing import message_bytes
+from listener.messages.payload import ENVELOPE_KEY, parse_envelope
+from listener.messages.poison import requeue_poisoned
+from listener.messages.publisher import PENDING_BYTES
+from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 

@@ -14,10 +14,10 @@ from listener import (
     MessageCodec,
     MeteredStorage,
 )
-from listener.push import TriggerWaker, Watchdog
-from listener.redis_triggers import RedisTriggerChannel
-from listener.scaling import ElasticScaler, ScalingPolicy
-from listener.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from listener.push.redis_triggers import RedisTriggerChannel
+from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from listener.push.waker import TriggerWaker, Watchdog
+from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 

@@ -13,14 +13,20 @@ from structlog.testing import capture_logs
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
 from listener.errors import ConfigurationError
 from listener.listener import ListenerLoad
-from listener.scaling import ElasticScaler, ScalingPolicy, decide, idle_delay_s, should_stop_idle
-from listener.scaling_rules import (
+from listener.policies.scaling_rules import (
     ScalingInput,
     bounded,
     drain_time,
     import_rule,
     proportional,
     steps,
+)
+from listener.scaling.scaler import (
+    ElasticScaler,
+    ScalingPolicy,
+    decide,
+    idle_delay_s,
+    should_stop_idle,
 )
 from listener.testing import ManualClock
 from tests.support.polling import eventually

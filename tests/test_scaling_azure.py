@@ -8,9 +8,9 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueEmptyDecision
-from listener.azure_storage import AzureQueueStorage
-from listener.scaling import ElasticScaler, ScalingPolicy
-from listener.scaling_rules import proportional
+from listener.policies.scaling_rules import proportional
+from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.stores.azure_storage import AzureQueueStorage
 from tests.support.polling import eventually
 
 BURST = 320

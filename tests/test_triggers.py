@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from listener.redis_triggers import RedisTriggerChannel
-from listener.triggers import ANY, InProcessTriggerChannel, WorkDetected, account_of
+from listener.push.redis_triggers import RedisTriggerChannel
+from listener.push.triggers import ANY, InProcessTriggerChannel, WorkDetected, account_of
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 

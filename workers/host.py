@@ -17,19 +17,19 @@ from typing import Any
 import structlog
 
 from listener.clock import SYSTEM_CLOCK
-from listener.codec import MessageCodec
-from listener.connection import (
+from listener.listener import CloudQueueListener
+from listener.messages.codec import MessageCodec
+from listener.push.redis_triggers import RedisTriggerChannel
+from listener.push.triggers import TriggerChannel, account_of
+from listener.push.waker import TriggerWaker, Watchdog
+from listener.scaling.scaler import ElasticScaler
+from listener.stores.connection import (
     describe_storage,
     open_payload_store_if_available,
     open_storage,
 )
-from listener.listener import CloudQueueListener
-from listener.payload_store import PayloadStore
-from listener.push import TriggerWaker, Watchdog
-from listener.redis_triggers import RedisTriggerChannel
-from listener.scaling import ElasticScaler
-from listener.storage import QueueStorage
-from listener.triggers import TriggerChannel, account_of
+from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
 from workers.live_state import LiveStatePublisher
 from workers.settings import CloudQueueSettings

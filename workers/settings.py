@@ -23,11 +23,17 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
-from listener.delivery import DeliveryPolicy
 from listener.errors import ConfigurationError
-from listener.scaling import ScalingPolicy
-from listener.scaling_rules import ScalingRule, drain_time, import_rule, proportional, steps
-from listener.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from listener.policies.delivery import DeliveryPolicy
+from listener.policies.scaling_rules import (
+    ScalingRule,
+    drain_time,
+    import_rule,
+    proportional,
+    steps,
+)
+from listener.scaling.scaler import ScalingPolicy
+from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")

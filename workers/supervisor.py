@@ -17,8 +17,8 @@ from types import FrameType
 
 import structlog
 
-from listener.backoff import randomized_exponential_backoff
 from listener.clock import SYSTEM_CLOCK, Clock
+from listener.policies.backoff import randomized_exponential_backoff
 
 log = structlog.get_logger(__name__)
 

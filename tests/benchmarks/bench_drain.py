@@ -39,13 +39,13 @@ import pydantic
 import structlog
 from azure.storage.queue import QueueClient, QueueServiceClient
 
-from listener.azure_storage import AzureQueueStorage, client_options
-from listener.codec import MessageCodec
 from listener.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.memory_storage import InMemoryQueueStorage
-from listener.poison import poison_queue_name
-from listener.storage import MAX_BATCH_SIZE, QueueStorage
+from listener.messages.codec import MessageCodec
+from listener.messages.poison import poison_queue_name
+from listener.stores.azure_storage import AzureQueueStorage, client_options
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
 QUEUE = "bench"

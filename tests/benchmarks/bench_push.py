@@ -49,15 +49,15 @@ from typing import Any
 
 import structlog
 
-from listener.azure_storage import AzureQueueStorage
-from listener.codec import MessageCodec
 from listener.listener import CloudQueueListener, QueueEmptyDecision, QueueEmptyHandler
 from listener.location import CloudQueueLocation
-from listener.metered import MeteredStorage
-from listener.push import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
-from listener.redis_triggers import RedisTriggerChannel
-from listener.scaling import ElasticScaler, ScalingPolicy
-from listener.triggers import WorkDetected, account_of
+from listener.messages.codec import MessageCodec
+from listener.push.redis_triggers import RedisTriggerChannel
+from listener.push.triggers import WorkDetected, account_of
+from listener.push.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
+from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.stores.azure_storage import AzureQueueStorage
+from listener.stores.metered import MeteredStorage
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.redis_server import RedisServer
 

@@ -49,13 +49,13 @@ from typing import Any
 
 import structlog
 
-from listener.azure_storage import AzureQueueStorage
-from listener.codec import MessageCodec
 from listener.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.metered import MeteredStorage
-from listener.scaling import ElasticScaler, ScalingPolicy
-from listener.storage import QueueStorage
+from listener.messages.codec import MessageCodec
+from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.stores.azure_storage import AzureQueueStorage
+from listener.stores.metered import MeteredStorage
+from listener.stores.storage import QueueStorage
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
 QUEUE = "scaling-bench"

@@ -21,7 +21,7 @@ from listener.errors import (
     QueueNotFoundError,
     TransientStorageError,
 )
-from listener.storage import (
+from listener.stores.storage import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from listener.scaling_rules import ScalingInput
+from listener.policies.scaling_rules import ScalingInput
 
 
 def double_the_pool(load: ScalingInput) -> int:

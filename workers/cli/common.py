@@ -15,10 +15,10 @@ from typing import Any
 import click
 import pydantic
 
-from listener.connection import describe_storage, open_storage
 from listener.errors import CloudQueueError, ConfigurationError
 from listener.redaction import redact
-from listener.storage import QueueStorage, validate_queue_name
+from listener.stores.connection import describe_storage, open_storage
+from listener.stores.storage import QueueStorage, validate_queue_name
 from workers.logging import configure_logging
 from workers.settings import CloudQueueSettings, load_settings
 

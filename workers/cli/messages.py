@@ -10,14 +10,14 @@ from dataclasses import asdict
 
 import click
 
-from listener.announce import WorkAnnouncer
-from listener.codec import MessageCodec
-from listener.connection import describe_storage, open_payload_store_if_available
 from listener.errors import QueueNotFoundError
-from listener.poison import poison_queue_name
-from listener.publisher import Publisher
-from listener.storage import QueueStorage
-from listener.triggers import account_of
+from listener.messages.codec import MessageCodec
+from listener.messages.poison import poison_queue_name
+from listener.messages.publisher import Publisher
+from listener.push.announce import WorkAnnouncer
+from listener.push.triggers import account_of
+from listener.stores.connection import describe_storage, open_payload_store_if_available
+from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
 from workers.host import open_trigger_channel
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now

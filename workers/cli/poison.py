@@ -22,8 +22,8 @@ from typing import Any
 import click
 
 from listener.errors import DecodeError, QueueNotFoundError
-from listener.payload import ENVELOPE_KEY, parse_envelope
-from listener.poison import (
+from listener.messages.payload import ENVELOPE_KEY, parse_envelope
+from listener.messages.poison import (
     PoisonRecord,
     browse_poisoned,
     find_poisoned,
@@ -32,7 +32,7 @@ from listener.poison import (
     requeue_poisoned,
     requeue_poisoned_by_id,
 )
-from listener.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
+from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from workers.cli.common import (
     checked_queue,
     configured_storage,

@@ -19,7 +19,7 @@ from typing import TextIO
 import click
 
 from listener.errors import QueueNotFoundError
-from listener.storage import QueueStorage
+from listener.stores.storage import QueueStorage
 from workers.cli.common import (
     checked_queue,
     configured_storage,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from listener.triggers import WorkDetected, account_of
+from listener.push.triggers import WorkDetected, account_of
 from workers.cli.common import checked_queue, current_settings
 from workers.host import open_trigger_channel
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 
-from listener.storage import QueueMessage, QueueStorage
+from listener.stores.storage import QueueMessage, QueueStorage
 
 
 class MeteredStorage:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from listener.backoff import RandomSource, randomized_exponential_backoff
 from listener.errors import ConfigurationError
+from listener.policies.backoff import RandomSource, randomized_exponential_backoff
 
 
 @dataclass(frozen=True, slots=True)

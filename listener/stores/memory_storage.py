@@ -12,7 +12,9 @@ import threading
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from listener._embedded import (
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.errors import MessageNotFoundError, PopReceiptMismatchError
+from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
     check_put_arguments,
@@ -22,9 +24,7 @@ from listener._embedded import (
     peeked,
     queue_not_found,
 )
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import MessageNotFoundError, PopReceiptMismatchError
-from listener.storage import QueueMessage, validate_queue_name
+from listener.stores.storage import QueueMessage, validate_queue_name
 
 
 @dataclass(slots=True)

@@ -22,12 +22,12 @@ from typing import Any
 
 import structlog
 
-from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.clock import SYSTEM_CLOCK, Clock
-from listener.cpu import CpuMeter, ProcessCpuMeter
 from listener.errors import ConfigurationError, StorageError
 from listener.listener import CloudQueueListener, ListenerLoad, QueueEmptyDecision
-from listener.scaling_rules import ScalingInput, ScalingRule, bounded, proportional
+from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.policies.scaling_rules import ScalingInput, ScalingRule, bounded, proportional
+from listener.scaling.cpu import CpuMeter, ProcessCpuMeter
 
 log = structlog.get_logger(__name__)
 

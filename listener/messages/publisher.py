@@ -27,13 +27,13 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from listener.announce import WorkAnnouncer
-from listener.codec import Codec, MessageCodec
 from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
-from listener.packing import PlannedMessage, message_bytes, plan_batches, single_message
-from listener.payload import Packed, blob_envelope
-from listener.payload_store import PayloadStore, new_payload_name
-from listener.storage import MAX_MESSAGE_BYTES, QueueStorage, validate_queue_name
+from listener.messages.codec import Codec, MessageCodec
+from listener.messages.packing import PlannedMessage, message_bytes, plan_batches, single_message
+from listener.messages.payload import Packed, blob_envelope
+from listener.push.announce import WorkAnnouncer
+from listener.stores.payload_store import PayloadStore, new_payload_name
+from listener.stores.storage import MAX_MESSAGE_BYTES, QueueStorage, validate_queue_name
 
 T = TypeVar("T")
 

@@ -18,9 +18,9 @@ import structlog
 from reactivex import Observable
 from reactivex.subject import Subject
 
-from listener.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.push.triggers import ANY, WorkDetected
 from listener.redaction import redact
-from listener.triggers import ANY, WorkDetected
 
 log = structlog.get_logger(__name__)
 

@@ -19,8 +19,8 @@ from reactivex.abc import DisposableBase
 from listener.clock import EVENT_SLEEPER, Sleeper
 from listener.errors import StorageError
 from listener.listener import CloudQueueListener
-from listener.scaling import ElasticScaler
-from listener.triggers import TriggerChannel, WorkDetected
+from listener.push.triggers import TriggerChannel, WorkDetected
+from listener.scaling.scaler import ElasticScaler
 
 log = structlog.get_logger(__name__)
 

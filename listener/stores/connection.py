@@ -27,8 +27,8 @@ from urllib.parse import urlsplit
 import structlog
 
 from listener.errors import ConfigurationError
-from listener.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
-from listener.storage import QueueStorage
+from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
+from listener.stores.storage import QueueStorage
 
 log = structlog.get_logger(__name__)
 
@@ -73,15 +73,15 @@ def open_storage(
     """The storage backend the connection string names; raises ConfigurationError if malformed."""
     target = _parse(connection_string, default_path)
     if isinstance(target, _Memory):
-        from listener.memory_storage import InMemoryQueueStorage
+        from listener.stores.memory_storage import InMemoryQueueStorage
 
         return InMemoryQueueStorage()
     if isinstance(target, _Sqlite):
-        from listener.sqlite_storage import SqliteQueueStorage
+        from listener.stores.sqlite_storage import SqliteQueueStorage
 
         return SqliteQueueStorage(target.path)
     # Imported here so that only Azure users pay for importing the Azure SDK.
-    from listener.azure_storage import AzureQueueStorage
+    from listener.stores.azure_storage import AzureQueueStorage
 
     return AzureQueueStorage.from_connection_string(target.connection_string)
 
@@ -102,7 +102,7 @@ def open_payload_store(
         return FolderPayloadStore(target.path.parent / "payloads")
     _check_blob_endpoint(target.connection_string)
     # Imported here so that only Azure users pay for importing the Azure SDK.
-    from listener.azure_payloads import AzureBlobPayloadStore
+    from listener.stores.azure_payloads import AzureBlobPayloadStore
 
     return AzureBlobPayloadStore.from_connection_string(target.connection_string)
 

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 from listener.errors import MessageTooLargeError, QueueNotFoundError
-from listener.storage import (
+from listener.stores.storage import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,

@@ -18,7 +18,7 @@ from datetime import datetime
 import structlog
 
 from listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
-from listener.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
+from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"
 

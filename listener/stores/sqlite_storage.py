@@ -17,7 +17,14 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
-from listener._embedded import (
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.errors import (
+    MessageNotFoundError,
+    PopReceiptMismatchError,
+    StorageError,
+    TransientStorageError,
+)
+from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
     check_put_arguments,
@@ -27,14 +34,7 @@ from listener._embedded import (
     peeked,
     queue_not_found,
 )
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import (
-    MessageNotFoundError,
-    PopReceiptMismatchError,
-    StorageError,
-    TransientStorageError,
-)
-from listener.storage import QueueMessage, validate_queue_name
+from listener.stores.storage import QueueMessage, validate_queue_name
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS queues (name TEXT PRIMARY KEY) WITHOUT ROWID",

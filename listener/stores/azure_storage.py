@@ -35,14 +35,14 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from listener import errors
-from listener._embedded import (
+from listener.redaction import redact
+from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
     check_put_arguments,
     check_update_arguments,
 )
-from listener.redaction import redact
-from listener.storage import QueueMessage, validate_queue_name
+from listener.stores.storage import QueueMessage, validate_queue_name
 
 __all__ = ["AzureQueueStorage", "FastRetry", "translate_error"]
 

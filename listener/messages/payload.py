@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from listener.errors import DecodeError
-from listener.payload_store import PayloadStore, validate_payload_name
+from listener.stores.payload_store import PayloadStore, validate_payload_name
 
 ENVELOPE_KEY = "$cloudqueue"
 VERSION = 1

@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
-from listener.storage import QueueMessage
+from listener.stores.storage import QueueMessage
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,9 +18,9 @@ from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFo
 from azure.storage.blob import ContainerClient
 
 from listener import errors
-from listener.azure_storage import client_options, translate_error
-from listener.payload_store import validate_payload_name
 from listener.redaction import redact
+from listener.stores.azure_storage import client_options, translate_error
+from listener.stores.payload_store import validate_payload_name
 
 __all__ = ["DEFAULT_CONTAINER", "AzureBlobPayloadStore"]
 

@@ -11,8 +11,16 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from listener.payload import Framed, Packed, frame, inline_envelope, is_reserved, pack, pack_frames
-from listener.storage import MAX_MESSAGE_BYTES
+from listener.messages.payload import (
+    Framed,
+    Packed,
+    frame,
+    inline_envelope,
+    is_reserved,
+    pack,
+    pack_frames,
+)
+from listener.stores.storage import MAX_MESSAGE_BYTES
 
 POISON_HEADROOM_BYTES = 6 * 1024
 MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES - POISON_HEADROOM_BYTES

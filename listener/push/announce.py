@@ -17,8 +17,8 @@ from __future__ import annotations
 from typing import Literal
 
 from listener.errors import StorageError
-from listener.storage import QueueStorage
-from listener.triggers import TriggerChannel, WorkDetected
+from listener.push.triggers import TriggerChannel, WorkDetected
+from listener.stores.storage import QueueStorage
 
 AnnounceMode = Literal["per_put", "per_batch", "when_empty"]
 
