@@ -85,6 +85,14 @@ class ListenerLoad:
         return max(0, self.approximate_depth - self.in_flight)
 
 
+@dataclass(slots=True)
+class _LoopState:
+    """One dequeue thread's streaks: consecutive empty gets and consecutive failures."""
+
+    idle_count: int = 0
+    error_count: int = 0
+
+
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
 
@@ -308,30 +316,47 @@ class CloudQueueListener(Observable[T]):
             self._retire_current_thread()
 
     def _dequeue_loop(self) -> None:
-        idle_count = 0
-        error_count = 0
+        state = _LoopState()
         while not self._stopping.is_set() and not self._pool.take_scale_in_request():
-            started = self.clock.monotonic()
             try:
-                messages = self._get_batch()
-            except Exception as failure:
-                error_count += 1
-                self.counters.add("dequeue_errors")
-                self._log_get_failure(failure, error_count)
-                if self.sleeper.wait(self._stopping, self._error_delay_s(error_count)):
-                    break
-                continue
-            error_count = 0
-            if not messages:
-                idle_count += 1
-                decision = self._raise_queue_empty(idle_count)
-                if decision.stop or self._idle_wait(decision.delay_s):
-                    break
-                continue
-            if idle_count > 0:
-                idle_count = 0
-                self._raise_hook(self.queue_work_detected, "queue_work_detected")
-            self._process_batch(messages, started)
+                if self._iterate(state):
+                    return
+            except Exception:
+                # A bug outside the per-message guard: log it, back off, go on. Only stop ends us.
+                state.error_count += 1
+                self._log.error(
+                    "dequeue_iteration_failed", consecutive_errors=state.error_count, exc_info=True
+                )
+                if self._error_wait(state.error_count):
+                    return
+
+    def _iterate(self, state: _LoopState) -> bool:
+        """One get and what follows it; True when this thread should end."""
+        started = self.clock.monotonic()
+        try:
+            messages = self._get_batch()
+        except Exception as failure:
+            state.error_count += 1
+            self.counters.add("dequeue_errors")
+            self._log_get_failure(failure, state.error_count)
+            return self._error_wait(state.error_count)
+        if not messages:
+            state.error_count = 0
+            state.idle_count += 1
+            decision = self._raise_queue_empty(state.idle_count)
+            return decision.stop or self._idle_wait(decision.delay_s)
+        if state.idle_count > 0:
+            state.idle_count = 0
+            self._raise_hook(self.queue_work_detected, "queue_work_detected")
+        if self._process_batch(messages, started) == 0:
+            state.error_count = 0
+            return False
+        state.error_count += 1
+        return self._error_wait(state.error_count)
+
+    def _error_wait(self, error_count: int) -> bool:
+        """Back off after an error; True when the listener is stopping."""
+        return self.sleeper.wait(self._stopping, self._error_delay_s(error_count))
 
     def _idle_wait(self, delay_s: float) -> bool:
         """Wait out an idle back-off, or less if nudged; True when the listener is stopping."""
@@ -353,7 +378,6 @@ class CloudQueueListener(Observable[T]):
             self._queues_ready = False
             self._ensure_queues()
             raise
-        self.counters.add("in_flight", len(messages))
         return messages
 
     def _log_get_failure(self, failure: Exception, error_count: int) -> None:
@@ -374,19 +398,47 @@ class CloudQueueListener(Observable[T]):
             error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
         )
 
-    def _process_batch(self, messages: list[QueueMessage], started: float) -> None:
+    def _process_batch(self, messages: list[QueueMessage], started: float) -> int:
+        """Handle and settle each message; return how many failed unexpectedly."""
         leases = self._leases.hold(messages)
+        self.counters.add("in_flight", len(leases))
+        unexpected = 0
         for position, lease in enumerate(leases):
             if self._stopping.is_set():
-                self._processor.release(leases[position:])
-                self._end_leases(leases[position:])
-                return
-            try:
-                self._processor.process(lease)
-            finally:
-                self._end_leases([lease])
+                self._release(leases[position:])
+                return unexpected
+            unexpected += not self._process(lease)
         self.throughput.record(len(messages), self.clock.monotonic() - started)
         self._raise_hook(self.batch_processed, "batch_processed")
+        return unexpected
+
+    def _process(self, lease: Lease) -> bool:
+        """Process one message; False when something raised that the processor did not expect.
+
+        The processor settles every outcome it knows; anything else (a bug in a store or a
+        codec) must not end the thread. The lease ends either way, so the message reappears
+        when its visibility timeout runs out and is delivered again.
+        """
+        try:
+            self._processor.process(lease)
+        except Exception as failure:
+            self.counters.add("failed")
+            self._log.error(
+                "message_failed_unexpectedly", message_id=lease.message.id, exc_info=failure
+            )
+            return False
+        finally:
+            self._end_leases([lease])
+        return True
+
+    def _release(self, leases: list[Lease]) -> None:
+        """Un-hide unstarted messages; if that fails they reappear after their timeout anyway."""
+        try:
+            self._processor.release(leases)
+        except Exception as failure:
+            self._log.error("release_failed_unexpectedly", count=len(leases), exc_info=failure)
+        finally:
+            self._end_leases(leases)
 
     def _end_leases(self, leases: list[Lease]) -> None:
         for lease in leases:

@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from pydantic import BaseModel
 from reactivex import Observer
+from structlog.testing import capture_logs
 
 from listener import (
     CloudQueueListener,
@@ -309,3 +310,90 @@ class FailingGets:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+# -- a dequeue thread never dies -----------------------------------------------------------------
+
+
+class BrokenSettlement(InMemoryQueueStorage):
+    """An in-memory store whose delete or visibility update raises a bug-like ValueError."""
+
+    def __init__(self, clock: ManualClock, *, broken: str, failures: int) -> None:
+        super().__init__(clock=clock)
+        self.broken = broken
+        self.failures = failures
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        self._maybe_fail("delete_message")
+        return super().delete_message(queue_name, message_id, pop_receipt)
+
+    def update_visibility(
+        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+    ) -> str:
+        self._maybe_fail("update_visibility")
+        return super().update_visibility(queue_name, message_id, pop_receipt, visibility_timeout_s)
+
+    def _maybe_fail(self, operation: str) -> None:
+        if operation == self.broken and self.failures > 0:
+            self.failures -= 1
+            raise ValueError(f"a bug in {operation}")
+
+
+@pytest.mark.parametrize("broken", ["delete_message", "update_visibility"])
+def test_a_settlement_that_raises_unexpectedly_does_not_end_the_only_thread(
+    broken: str, clock: ManualClock, queue_name: str
+) -> None:
+    """The error is logged with its traceback, the message reappears, the thread goes on."""
+    storage = BrokenSettlement(clock, broken=broken, failures=1)
+    put_orders(storage, queue_name, 3)
+    handled: list[int] = []
+
+    def handle(order: Order) -> None:
+        handled.append(order.order_id)
+        if broken == "update_visibility" and handled.count(order.order_id) == 1:
+            raise RuntimeError("retry me")  # a retry settles through update_visibility
+
+    listener = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), Order, clock=clock, sleeper=clock
+    )
+    try:
+        listener.subscribe(handle)
+        with capture_logs() as logs:
+            listener.start_listener(1)
+            eventually(lambda: storage.approximate_message_count(queue_name) == 0)
+        assert sorted(set(handled)) == [0, 1, 2]
+        assert listener.threads_alive == 1
+        failures = [e for e in logs if e["event"] == "message_failed_unexpectedly"]
+        assert len(failures) == 1
+        assert isinstance(failures[0]["exc_info"], ValueError)
+        assert listener.counters.in_flight == 0
+    finally:
+        listener.stop(5)
+
+
+def test_hooks_that_raise_do_not_end_the_thread(
+    storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
+) -> None:
+    """queue_empty, queue_work_detected and batch_processed raising: logged, the loop goes on."""
+    storage.create_queue(queue_name)
+    handled: list[int] = []
+    empties: list[int] = []
+
+    def broken_hook(_: Any) -> None:
+        raise ValueError("a bug in a hook")
+
+    def broken_empty(_: Any, idle_count: int) -> QueueEmptyDecision:
+        empties.append(idle_count)
+        raise ValueError("a bug in queue_empty")
+
+    listener = make_listener(
+        queue_empty=broken_empty, queue_work_detected=broken_hook, batch_processed=broken_hook
+    )
+    listener.subscribe(lambda order: handled.append(order.order_id))
+    listener.start_listener(1)
+    eventually(lambda: len(empties) >= 2)
+    put_orders(storage, queue_name, 2)
+    eventually(lambda: sorted(handled) == [0, 1])
+    put_orders(storage, queue_name, 1)
+    eventually(lambda: len(handled) == 3)
+    assert listener.threads_alive == 1
