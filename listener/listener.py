@@ -1,12 +1,15 @@
 """CloudQueueListener: a pool of dequeue threads that turns a queue into an Rx observable.
 
-Each dequeue thread repeats: get a batch (up to 32) with a visibility timeout; for each message,
-decode it, deliver its item (or each of its items, one by one, for a message a ``Publisher``
-batched) to every observer, and delete the message only when every observer's ``on_next``
+Each dequeue thread repeats: take the next fetched message from the listener's hand-off, or, when
+none is waiting, get a batch (up to 32) with a visibility timeout and put it there -- so one get
+feeds every thread and no thread keeps a batch of slow messages to itself. For each message it
+decodes it, delivers its item (or each of its items, one by one, for a message a ``Publisher``
+batched) to every observer, and deletes the message only when every observer's ``on_next``
 returned for every item. An empty batch raises the ``queue_empty`` hook, which decides how long the
-thread waits and whether it stops; a thread that was idle and finds work raises
-``queue_work_detected``, whose handler may start more threads. Threads never die from errors:
-storage outages and unexpected failures are logged and backed off; only ``stop`` ends the pool.
+thread waits and whether it stops; a thread that was idle and finds work (and the listener's first
+non-empty get) raises ``queue_work_detected``, whose handler may start more threads. Threads never
+die from errors: storage outages and unexpected failures are logged and backed off; only ``stop``
+ends the pool.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from reactivex.disposable import Disposable
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
+from listener.handoff import HandOff
 from listener.leases import Lease, LeaseKeeper
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
@@ -62,10 +66,12 @@ QueueEmptyHandler = Callable[["CloudQueueListener[Any]", int], QueueEmptyDecisio
 """Called with the listener and the thread's count of consecutive empty gets."""
 
 QueueWorkDetectedHandler = Callable[["CloudQueueListener[Any]"], None]
-"""Called when a dequeue thread that was idle gets messages again."""
+"""Called when a dequeue thread that was idle gets messages again, and on the listener's first
+non-empty get (so a listener started on a backlog can scale at once)."""
 
 BatchProcessedHandler = Callable[["CloudQueueListener[Any]"], None]
-"""Called by a dequeue thread after each non-empty batch (the scaler re-evaluates from here)."""
+"""Called by a dequeue thread after each message it handled (the scaler re-evaluates from here,
+at most once per ``rescale_interval_s``); keep it cheap."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +81,8 @@ class ListenerLoad:
     approximate_depth: int
     """The queue's approximate count: visible and in-flight messages of every consumer."""
     in_flight: int
-    """Messages this listener holds (fetched, not yet settled)."""
+    """Messages this listener's threads are handling now. Fetched messages still waiting in the
+    hand-off for a free thread are not counted: they are backlog, part of ``visible_depth``."""
     active_threads: int
     per_thread_rate_per_s: float | None
 
@@ -91,6 +98,8 @@ class _LoopState:
 
     idle_count: int = 0
     error_count: int = 0
+    fetch_s: float = 0.0
+    """Time spent on this thread's last get, charged to the next message it handles."""
 
 
 class CloudQueueListener(Observable[T]):
@@ -173,6 +182,8 @@ class CloudQueueListener(Observable[T]):
             renew=self.delivery.renew_visibility,
         )
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
+        self._handoff = HandOff()
+        self._found_work = False
         self._stopping = threading.Event()
         self._nudge = threading.Event()
         """Set by stop and by wake_idle: ends every idle wait at once."""
@@ -209,7 +220,7 @@ class CloudQueueListener(Observable[T]):
         depth = self.storage.approximate_message_count(self.queue_name)
         return ListenerLoad(
             approximate_depth=depth,
-            in_flight=self.counters.in_flight,
+            in_flight=max(0, self.counters.in_flight - len(self._handoff)),
             active_threads=self._pool.active,
             per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
         )
@@ -224,7 +235,7 @@ class CloudQueueListener(Observable[T]):
         return self._pool.reserve_stop(floor)
 
     def request_scale_in(self, count: int, *, floor: int) -> int:
-        """Ask up to ``count`` threads to stop after their current batch; return how many will."""
+        """Ask up to ``count`` threads to stop after their current message; return how many will."""
         return self._pool.request_scale_in(count, floor=floor)
 
     def stop(self, timeout_s: float = 30.0) -> bool:
@@ -331,8 +342,11 @@ class CloudQueueListener(Observable[T]):
                     return
 
     def _iterate(self, state: _LoopState) -> bool:
-        """One get and what follows it; True when this thread should end."""
+        """Handle the next waiting message, or fetch a batch; True when this thread should end."""
         started = self.clock.monotonic()
+        lease = self._handoff.take()
+        if lease is not None:
+            return self._handle_one(lease, state, started)
         try:
             messages = self._get_batch()
         except Exception as failure:
@@ -345,14 +359,32 @@ class CloudQueueListener(Observable[T]):
             state.idle_count += 1
             decision = self._raise_queue_empty(state.idle_count)
             return decision.stop or self._idle_wait(decision.delay_s)
-        if state.idle_count > 0:
+        self._hand_off(messages)
+        state.fetch_s += self.clock.monotonic() - started
+        if state.idle_count > 0 or not self._found_work:
+            # Also on the listener's first batch: a listener started on a backlog scales now,
+            # not after its first thread has worked through a batch alone.
             state.idle_count = 0
+            self._found_work = True
             self._raise_hook(self.queue_work_detected, "queue_work_detected")
-        if self._process_batch(messages, started) == 0:
-            state.error_count = 0
-            return False
-        state.error_count += 1
-        return self._error_wait(state.error_count)
+        return False
+
+    def _hand_off(self, messages: list[QueueMessage]) -> None:
+        leases = self._leases.hold(messages)
+        self.counters.add("in_flight", len(leases))
+        self._handoff.put(leases)
+
+    def _handle_one(self, lease: Lease, state: _LoopState, started: float) -> bool:
+        """Process one message, record the thread's rate, raise batch_processed; True to end."""
+        if not self._process(lease):
+            state.error_count += 1
+            return self._error_wait(state.error_count)
+        state.error_count = 0
+        # The sample includes this thread's pending fetch time: storage calls are part of the cost.
+        self.throughput.record(1, self.clock.monotonic() - started + state.fetch_s)
+        state.fetch_s = 0.0
+        self._raise_hook(self.batch_processed, "batch_processed")
+        return False
 
     def _error_wait(self, error_count: int) -> bool:
         """Back off after an error; True when the listener is stopping."""
@@ -397,20 +429,6 @@ class CloudQueueListener(Observable[T]):
         return randomized_exponential_backoff(
             error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
         )
-
-    def _process_batch(self, messages: list[QueueMessage], started: float) -> int:
-        """Handle and settle each message; return how many failed unexpectedly."""
-        leases = self._leases.hold(messages)
-        self.counters.add("in_flight", len(leases))
-        unexpected = 0
-        for position, lease in enumerate(leases):
-            if self._stopping.is_set():
-                self._release(leases[position:])
-                return unexpected
-            unexpected += not self._process(lease)
-        self.throughput.record(len(messages), self.clock.monotonic() - started)
-        self._raise_hook(self.batch_processed, "batch_processed")
-        return unexpected
 
     def _process(self, lease: Lease) -> bool:
         """Process one message; False when something raised that the processor did not expect.
@@ -479,6 +497,11 @@ class CloudQueueListener(Observable[T]):
 
     def _retire_current_thread(self) -> None:
         remaining = self._pool.retire_current()
+        if self._stopping.is_set() or remaining == 0:
+            # Nobody is left to start the waiting messages: give them back to the queue now.
+            waiting = self._handoff.take_all()
+            if waiting:
+                self._release(waiting)
         self._log.info("dequeue_thread_stopped", active=self._pool.active)
         if remaining == 0 and self._stopping.is_set():
             self._subscribers.complete()

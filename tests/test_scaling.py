@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -308,27 +309,30 @@ def test_a_saturated_cpu_caps_growth_and_says_why(
     assert [e["reason"] for e in logs if e["event"] == "scaling_capped"] == ["cpu_saturated"]
 
 
-def test_scale_in_lets_threads_finish_their_batches_and_abandons_nothing(
+def test_scale_in_lets_threads_finish_their_message_and_abandons_nothing(
     storage: InMemoryQueueStorage,
     queue_name: str,
     clock: ManualClock,
     listeners: list[CloudQueueListener[Any]],
 ) -> None:
-    """Threads asked to leave finish their current batch first: every message is handled once."""
+    """Threads asked to leave finish their current message first: every message is handled once."""
     fill(storage, queue_name, 400)
     listener = make_listener(storage, queue_name, clock, listeners)
     release = threading.Event()
     handled: list[int] = []
+    busy = threading.Semaphore(0)
     lock = threading.Lock()
 
     def handle(number: int) -> None:
+        busy.release()
         release.wait(10)
         with lock:
             handled.append(number)
 
     listener.subscribe(handle)
     listener.start_listener(6)
-    eventually(lambda: listener.counters.in_flight == 6 * 32)
+    for _ in range(6):
+        assert busy.acquire(timeout=10)  # every thread is in the middle of a message
     assert listener.request_scale_in(10, floor=1) == 5
     assert listener.active_dequeue_tasks == 1  # the decision shows at once
     release.set()
@@ -385,3 +389,97 @@ def test_the_busy_pool_rescales_periodically(
     clock.advance(2.0)
     carry_on.set()
     eventually(lambda: listener.query_state().total_dequeue_tasks >= 8)
+
+
+# -- a listener started on a backlog of slow messages -------------------------------------------
+
+
+class VirtualHandler:
+    """A handler that "takes" ``seconds`` of manual-clock time, as if the threads ran in parallel.
+
+    Each call waits until the clock reaches its own finish time; the clock is moved by the test
+    (``run``), which always jumps to the earliest finish time among the busy calls, so N threads
+    handling at once take ``seconds``, not N x ``seconds``.
+    """
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self.handled = 0
+        self._finishing: list[float] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, _: int) -> None:
+        with self._changed:
+            finish = self.clock.monotonic() + self.seconds
+            self._finishing.append(finish)
+            self._changed.notify_all()
+            while self.clock.monotonic() < finish:
+                self._changed.wait(0.01)
+            self._finishing.remove(finish)
+            self.handled += 1
+            self._changed.notify_all()
+
+    def run(self, listener: CloudQueueListener[int], total: int, *, busy: int) -> float:
+        """Move the clock until ``total`` messages are handled; return the virtual seconds taken."""
+        started = self.clock.monotonic()
+        deadline = time.monotonic() + 60  # a real-time safety net only; nothing asserts on it
+        while self.handled < total:
+            assert time.monotonic() < deadline, f"stuck after {self.handled} messages"
+            with self._changed:
+                # Let every thread that can start a message do so before time moves on.
+                self._changed.wait_for(
+                    lambda: (
+                        len(self._finishing) >= min(busy, listener.active_dequeue_tasks)
+                        or self.handled >= total
+                    ),
+                    timeout=0.05,
+                )
+                if self._finishing:
+                    self.clock.advance(max(0.0, min(self._finishing) - self.clock.monotonic()))
+                self._changed.notify_all()
+        return self.clock.monotonic() - started
+
+
+class VirtualSleeper:
+    """Waits until the manual clock, moved only by ``VirtualHandler.run``, has passed the delay."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+
+    def wait(self, stop_event: threading.Event, delay_s: float) -> bool:
+        until = self.clock.monotonic() + delay_s
+        while self.clock.monotonic() < until:
+            if stop_event.wait(0.005):
+                return True
+        return stop_event.is_set()
+
+
+def test_a_listener_started_on_a_backlog_of_slow_messages_scales_at_once_and_shares_the_work(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """200 x 0.25 s, drain_time(5 s), 1 thread: more threads before the first batch is done, and
+    idle threads take the fetched messages, so the drain takes about 6 s, not 16 s."""
+    fill(storage, queue_name, 200)
+    listener: CloudQueueListener[int] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), int, clock=clock, sleeper=VirtualSleeper(clock)
+    )
+    listeners.append(listener)
+    scaler = ElasticScaler(
+        ScalingPolicy(rule=drain_time(5.0), max_threads=10), clock=clock, cpu_meter=FixedCpu(0.1)
+    )
+    scaler.attach(listener)
+    handler = VirtualHandler(clock, seconds=0.25)
+    listener.subscribe(handler)
+    with capture_logs() as logs:
+        listener.start_listener(1)
+        drained_s = handler.run(listener, 200, busy=10)
+    first_growth = next(e for e in logs if e["event"] == "scaled_up")
+    assert first_growth["reason"] == "work_detected:backlog_above_pool"
+    assert listener.peak_dequeue_tasks == 10
+    # One thread holding its batch of 32 alone needs 8 s for it; the old loop drained in 16 s.
+    assert drained_s <= 6.5
+    assert listener.messages_processed == 200
