@@ -70,8 +70,8 @@ QueueWorkDetectedHandler = Callable[["CloudQueueListener[Any]"], None]
 non-empty get (so a listener started on a backlog can scale at once)."""
 
 BatchProcessedHandler = Callable[["CloudQueueListener[Any]"], None]
-"""Called by a dequeue thread after each message it handled (the scaler re-evaluates from here,
-at most once per ``rescale_interval_s``); keep it cheap."""
+"""Called by a dequeue thread after each stretch of work: every ``STRETCH_S`` of handling, or
+every message when handling is slower (the scaler re-evaluates from here)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +98,15 @@ class _LoopState:
 
     idle_count: int = 0
     error_count: int = 0
-    fetch_s: float = 0.0
-    """Time spent on this thread's last get, charged to the next message it handles."""
+    stretch_started: float | None = None
+    """When the thread's current stretch of work began (its gets included; idle waits not)."""
+    stretch_handled: int = 0
+
+
+STRETCH_S = 0.1
+"""A thread reports its rate and raises batch_processed after at least this long of work -- after
+each message when handling is slower than that. Per-message reports would cost a lock per message,
+which stalls fast handlers on several threads."""
 
 
 class CloudQueueListener(Observable[T]):
@@ -334,33 +341,34 @@ class CloudQueueListener(Observable[T]):
                     return
             except Exception:
                 # A bug outside the per-message guard: log it, back off, go on. Only stop ends us.
-                state.error_count += 1
                 self._log.error(
-                    "dequeue_iteration_failed", consecutive_errors=state.error_count, exc_info=True
+                    "dequeue_iteration_failed",
+                    consecutive_errors=state.error_count + 1,
+                    exc_info=True,
                 )
-                if self._error_wait(state.error_count):
+                if self._error_wait(state):
                     return
 
     def _iterate(self, state: _LoopState) -> bool:
         """Handle the next waiting message, or fetch a batch; True when this thread should end."""
-        started = self.clock.monotonic()
+        if state.stretch_started is None:
+            state.stretch_started = self.clock.monotonic()
         lease = self._handoff.take()
         if lease is not None:
-            return self._handle_one(lease, state, started)
+            return self._handle_one(lease, state)
         try:
             messages = self._get_batch()
         except Exception as failure:
-            state.error_count += 1
             self.counters.add("dequeue_errors")
-            self._log_get_failure(failure, state.error_count)
-            return self._error_wait(state.error_count)
+            self._log_get_failure(failure, state.error_count + 1)
+            return self._error_wait(state)
         if not messages:
+            self._end_stretch(state)  # idle waits are not handling time
             state.error_count = 0
             state.idle_count += 1
             decision = self._raise_queue_empty(state.idle_count)
             return decision.stop or self._idle_wait(decision.delay_s)
         self._hand_off(messages)
-        state.fetch_s += self.clock.monotonic() - started
         if state.idle_count > 0 or not self._found_work:
             # Also on the listener's first batch: a listener started on a backlog scales now,
             # not after its first thread has worked through a batch alone.
@@ -374,21 +382,31 @@ class CloudQueueListener(Observable[T]):
         self.counters.add("in_flight", len(leases))
         self._handoff.put(leases)
 
-    def _handle_one(self, lease: Lease, state: _LoopState, started: float) -> bool:
-        """Process one message, record the thread's rate, raise batch_processed; True to end."""
+    def _handle_one(self, lease: Lease, state: _LoopState) -> bool:
+        """Process one message and count it in the thread's stretch; True when it should end."""
         if not self._process(lease):
-            state.error_count += 1
-            return self._error_wait(state.error_count)
+            return self._error_wait(state)
         state.error_count = 0
-        # The sample includes this thread's pending fetch time: storage calls are part of the cost.
-        self.throughput.record(1, self.clock.monotonic() - started + state.fetch_s)
-        state.fetch_s = 0.0
-        self._raise_hook(self.batch_processed, "batch_processed")
+        state.stretch_handled += 1
+        started = state.stretch_started
+        if started is not None and self.clock.monotonic() - started >= STRETCH_S:
+            self._end_stretch(state)
         return False
 
-    def _error_wait(self, error_count: int) -> bool:
-        """Back off after an error; True when the listener is stopping."""
-        return self.sleeper.wait(self._stopping, self._error_delay_s(error_count))
+    def _end_stretch(self, state: _LoopState) -> None:
+        """Report the thread's rate over its stretch and raise batch_processed; start anew."""
+        started, handled = state.stretch_started, state.stretch_handled
+        state.stretch_started, state.stretch_handled = None, 0
+        if started is None or handled == 0:
+            return
+        self.throughput.record(handled, self.clock.monotonic() - started)
+        self._raise_hook(self.batch_processed, "batch_processed")
+
+    def _error_wait(self, state: _LoopState) -> bool:
+        """Back off after a failure; True when the listener is stopping."""
+        state.error_count += 1
+        state.stretch_started, state.stretch_handled = None, 0  # the back-off is not handling
+        return self.sleeper.wait(self._stopping, self._error_delay_s(state.error_count))
 
     def _idle_wait(self, delay_s: float) -> bool:
         """Wait out an idle back-off, or less if nudged; True when the listener is stopping."""

@@ -69,6 +69,10 @@ class DequeuePool:
 
     def take_scale_in_request(self) -> bool:
         """Called by a thread between messages: True means it should leave now."""
+        if self._scale_in_requests == 0:
+            # Unlocked read first: this runs once per message, and a lock taken by every thread
+            # that often stalls fast handlers. A request seen one message late costs nothing.
+            return False
         with self._lock:
             if self._scale_in_requests == 0:
                 return False

@@ -1,11 +1,11 @@
 """How fast one dequeue thread gets through messages, measured as the listener runs.
 
-Each handled message is a sample: the seconds its thread spent on it, its share of storage calls
-included (a thread's get is charged to the next message it handles). An exponentially weighted
-mean of the seconds per message smooths the samples -- averaging seconds, not rates, so one slow
-get among fast messages counts for what it cost -- and the estimate follows a handler that slows
-down or speeds up within a few messages. The ``drain_time`` scaling rule turns it into a thread
-count (Little's law).
+Each sample is a stretch of one thread's work: the messages it completed and the seconds it spent,
+its gets included and its idle waits not (``listener.STRETCH_S`` long, or one message when
+handling is slower). An exponentially weighted mean of the seconds per message smooths the
+samples -- averaging seconds, not rates, so a slow stretch counts for what it cost -- and the
+estimate follows a handler that slows down or speeds up within a few samples. The ``drain_time``
+scaling rule turns it into a thread count (Little's law).
 """
 
 from __future__ import annotations
