@@ -50,8 +50,12 @@ class CloudQueueListenerInfo:
     """A point-in-time view of a listener's load (the seed's QueryState result)."""
 
     current_queue_depth: int
+    """The queue's approximate message count: visible and in-flight messages of every consumer."""
     active_dequeue_tasks: int
+    """Dequeue threads running now and not committed to leave."""
     total_dequeue_tasks: int
+    """The most dequeue threads ever active at once since the listener was created (the peak,
+    as in the seed) -- not a count of threads started over time, nor of those running now."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,7 +218,11 @@ class CloudQueueListener(Observable[T]):
         self._log.info("dequeue_threads_started", started=thread_count, active=active)
 
     def query_state(self) -> CloudQueueListenerInfo:
-        """Queue depth (visible and in flight) and the number of dequeue threads now and at most."""
+        """Queue depth (visible and in flight), active threads now, and the most ever active.
+
+        ``total_dequeue_tasks`` is the peak ("most tasks ever active", the seed's meaning); it
+        never goes down when the pool shrinks. One storage call (the approximate count).
+        """
         depth = self.storage.approximate_message_count(self.queue_name)
         return CloudQueueListenerInfo(
             current_queue_depth=depth,

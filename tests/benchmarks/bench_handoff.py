@@ -55,6 +55,17 @@ class BenchmarkError(RuntimeError):
     """A run did not finish as it should."""
 
 
+class Stopwatch:
+    """Wall seconds and this process's CPU seconds (all threads) since it was made."""
+
+    def __init__(self) -> None:
+        self._wall = time.perf_counter()
+        self._cpu = time.process_time()
+
+    def read(self) -> tuple[float, float]:
+        return time.perf_counter() - self._wall, time.process_time() - self._cpu
+
+
 def filled(count: int) -> InMemoryQueueStorage:
     storage = InMemoryQueueStorage()
     storage.create_queue(QUEUE)
@@ -66,8 +77,8 @@ def filled(count: int) -> InMemoryQueueStorage:
 
 def drain_listener(
     count: int, threads: int, handler: Callable[[int], None], scaler: ElasticScaler | None
-) -> float:
-    """Seconds from start until a listener has processed (handled and deleted) ``count``."""
+) -> tuple[float, float]:
+    """Wall and CPU seconds until a listener has processed (handled and deleted) ``count``."""
     storage = filled(count)
     listener: CloudQueueListener[int] = CloudQueueListener(
         storage, CloudQueueLocation(QUEUE), int, dequeue_interval_s=0.05
@@ -75,7 +86,7 @@ def drain_listener(
     if scaler is not None:
         scaler.attach(listener)
     listener.subscribe(handler)
-    started = time.perf_counter()
+    stopwatch = Stopwatch()
     try:
         listener.start_listener(threads)
         deadline = time.monotonic() + DEADLINE_S
@@ -83,13 +94,13 @@ def drain_listener(
             if time.monotonic() > deadline:
                 raise BenchmarkError(f"{listener.messages_processed}/{count} after {DEADLINE_S} s")
             time.sleep(0.002)  # the benchmark's own polling, not a test waiting for a condition
-        return time.perf_counter() - started
+        return stopwatch.read()
     finally:
         listener.stop(30)
 
 
-def drain_raw(count: int, threads: int) -> float:
-    """Seconds for ``threads`` plain loops (get 32, decode, delete each) to empty the queue."""
+def drain_raw(count: int, threads: int) -> tuple[float, float]:
+    """Wall and CPU seconds for ``threads`` plain loops (get 32, decode, delete each) to drain."""
     storage = filled(count)
 
     def loop() -> None:
@@ -101,15 +112,15 @@ def drain_raw(count: int, threads: int) -> float:
                 storage.delete_message(QUEUE, message.id, message.pop_receipt)
 
     workers = [threading.Thread(target=loop) for _ in range(threads)]
-    started = time.perf_counter()
+    stopwatch = Stopwatch()
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join(DEADLINE_S)
-    elapsed = time.perf_counter() - started
+    measured = stopwatch.read()
     if storage.approximate_message_count(QUEUE) != 0:
         raise BenchmarkError("the raw loop left messages behind")
-    return elapsed
+    return measured
 
 
 def slow_handler(_: int) -> None:
@@ -122,7 +133,7 @@ def no_op(_: int) -> None:
 
 def slow_runs(count: int, repetitions: int) -> dict[str, Any]:
     """Drain seconds: the scaled listener from 1 thread, and a fixed pool of max_threads."""
-    variants: dict[str, Callable[[], float]] = {
+    variants: dict[str, Drain] = {
         "scaled_from_1": lambda: drain_listener(
             count,
             1,
@@ -138,7 +149,7 @@ def slow_runs(count: int, repetitions: int) -> dict[str, Any]:
         ),
         "fixed_pool": lambda: drain_listener(count, SLOW_MAX_THREADS, slow_handler, None),
     }
-    times = alternate(variants, repetitions)
+    times, _ = alternate(variants, repetitions)
     median = {name: statistics.median(values) for name, values in times.items()}
     ideal_s = count * SLOW_HANDLER_S / SLOW_MAX_THREADS
     return {
@@ -155,30 +166,42 @@ def fast_runs(count: int, thread_counts: Sequence[int], repetitions: int) -> lis
     """Per thread count: listener and raw loop seconds, and listener rate / raw rate."""
     rows = []
     for threads in thread_counts:
-        variants: dict[str, Callable[[], float]] = {
+        variants: dict[str, Drain] = {
             "listener": partial(drain_listener, count, threads, no_op, None),
             "raw": partial(drain_raw, count, threads),
         }
-        times = alternate(variants, repetitions)
+        times, cpu = alternate(variants, repetitions)
         median = {name: statistics.median(values) for name, values in times.items()}
+        median_cpu = {name: statistics.median(values) for name, values in cpu.items()}
         rows.append(
             {
                 "threads": threads,
                 "seconds": times,
+                "cpu_seconds": cpu,
                 "median_s": median,
+                "median_cpu_s": median_cpu,
                 "listener_rate_over_raw": median["raw"] / median["listener"],
+                "raw_cpu_over_listener_cpu": median_cpu["raw"] / median_cpu["listener"],
             }
         )
     return rows
 
 
-def alternate(variants: dict[str, Callable[[], float]], repetitions: int) -> dict[str, list[float]]:
+Drain = Callable[[], tuple[float, float]]
+Seconds = dict[str, list[float]]
+
+
+def alternate(variants: dict[str, Drain], repetitions: int) -> tuple[Seconds, Seconds]:
+    """Wall and CPU seconds of each variant, the order of the variants reversed every run."""
     names = list(variants)
-    times: dict[str, list[float]] = {name: [] for name in names}
+    wall: Seconds = {name: [] for name in names}
+    cpu: Seconds = {name: [] for name in names}
     for repetition in range(repetitions):
         for name in names if repetition % 2 == 0 else reversed(names):
-            times[name].append(variants[name]())
-    return times
+            wall_s, cpu_s = variants[name]()
+            wall[name].append(wall_s)
+            cpu[name].append(cpu_s)
+    return wall, cpu
 
 
 @dataclass(frozen=True)
@@ -218,7 +241,8 @@ def report_lines(slow: dict[str, Any] | None, fast: list[dict[str, Any]]) -> lis
             f"fast: no-op, {row['threads']} thread(s): "
             f"listener {row['median_s']['listener']:.3f} s, "
             f"raw {row['median_s']['raw']:.3f} s, listener rate / raw rate = "
-            f"{row['listener_rate_over_raw']:.2f}"
+            f"{row['listener_rate_over_raw']:.2f} (CPU: raw / listener = "
+            f"{row['raw_cpu_over_listener_cpu']:.2f})"
         )
     return lines
 
