@@ -34,6 +34,7 @@ from listener.messages.poison import poison_queue_name
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.pool import DequeuePool
+from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision, ScalingHooks
 from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
@@ -58,14 +59,6 @@ class CloudQueueListenerInfo:
     as in the seed) -- not a count of threads started over time, nor of those running now."""
 
 
-@dataclass(frozen=True, slots=True)
-class QueueEmptyDecision:
-    """What a queue_empty handler tells the dequeue thread that found the queue empty."""
-
-    stop: bool
-    delay_s: float
-
-
 QueueEmptyHandler = Callable[["CloudQueueListener[Any]", int], QueueEmptyDecision]
 """Called with the listener and the thread's count of consecutive empty gets."""
 
@@ -76,24 +69,6 @@ non-empty get (so a listener started on a backlog can scale at once)."""
 BatchProcessedHandler = Callable[["CloudQueueListener[Any]"], None]
 """Called by a dequeue thread after each stretch of work: every ``STRETCH_S`` of handling, or
 every message when handling is slower (the scaler re-evaluates from here)."""
-
-
-@dataclass(frozen=True, slots=True)
-class ListenerLoad:
-    """What a scaler needs to know, measured at one moment."""
-
-    approximate_depth: int
-    """The queue's approximate count: visible and in-flight messages of every consumer."""
-    in_flight: int
-    """Messages this listener's threads are handling now. Fetched messages still waiting in the
-    hand-off for a free thread are not counted: they are backlog, part of ``visible_depth``."""
-    active_threads: int
-    per_thread_rate_per_s: float | None
-
-    @property
-    def visible_depth(self) -> int:
-        """An estimate of the messages waiting for a consumer."""
-        return max(0, self.approximate_depth - self.in_flight)
 
 
 @dataclass(slots=True)
@@ -195,6 +170,8 @@ class CloudQueueListener(Observable[T]):
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
         self._handoff = HandOff()
         self._found_work = False
+        self._scaling: ScalingHooks | None = None
+        self._control = _ListenerPoolControl(self)
         self._stopping = threading.Event()
         self._nudge = threading.Event()
         """Set by stop and by wake_idle: ends every idle wait at once."""
@@ -230,28 +207,15 @@ class CloudQueueListener(Observable[T]):
             total_dequeue_tasks=self._pool.peak,
         )
 
-    def measure_load(self) -> ListenerLoad:
-        """Depth, in-flight messages, active threads and measured rate, for scaling decisions."""
-        depth = self.storage.approximate_message_count(self.queue_name)
-        return ListenerLoad(
-            approximate_depth=depth,
-            in_flight=max(0, self.counters.in_flight - len(self._handoff)),
-            active_threads=self._pool.active,
-            per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
-        )
-
     @property
     def active_dequeue_tasks(self) -> int:
         """Threads running and not committed to leave."""
         return self._pool.active
 
-    def reserve_stop(self, floor: int) -> bool:
-        """For queue_empty handlers: may the calling thread stop and leave > ``floor`` running?"""
-        return self._pool.reserve_stop(floor)
-
-    def request_scale_in(self, count: int, *, floor: int) -> int:
-        """Ask up to ``count`` threads to stop after their current message; return how many will."""
-        return self._pool.request_scale_in(count, floor=floor)
+    @property
+    def pool_control(self) -> PoolControl:
+        """The narrow interface a scaler is given to grow and shrink this listener's pool."""
+        return self._control
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop fetching, let in-flight items finish, and join all threads within one deadline.
@@ -274,10 +238,6 @@ class CloudQueueListener(Observable[T]):
         self._subscribers.complete()
         self._log.info("listener_stopped", processed=self.counters.processed)
         return True
-
-    def wake_idle(self) -> None:
-        """End the back-off waits of idle threads now (a push trigger says work is waiting)."""
-        self._nudge.set()
 
     @property
     def threads_alive(self) -> int:
@@ -382,7 +342,7 @@ class CloudQueueListener(Observable[T]):
             # not after its first thread has worked through a batch alone.
             state.idle_count = 0
             self._found_work = True
-            self._raise_hook(self.queue_work_detected, "queue_work_detected")
+            self._raise_work_detected()
         return False
 
     def _hand_off(self, messages: list[QueueMessage]) -> None:
@@ -408,7 +368,7 @@ class CloudQueueListener(Observable[T]):
         if started is None or handled == 0:
             return
         self.throughput.record(handled, self.clock.monotonic() - started)
-        self._raise_hook(self.batch_processed, "batch_processed")
+        self._raise_batch_processed()
 
     def _error_wait(self, state: _LoopState) -> bool:
         """Back off after a failure; True when the listener is stopping."""
@@ -490,13 +450,25 @@ class CloudQueueListener(Observable[T]):
         self.counters.add("in_flight", -len(leases))
 
     def _raise_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
-        if self.queue_empty is None:
-            return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+        """Ask the bound scaler, else the queue_empty handler, else wait dequeue_interval_s."""
         try:
-            return self.queue_empty(self, idle_count)
+            if self._scaling is not None:
+                return self._scaling.on_queue_empty(idle_count)
+            if self.queue_empty is not None:
+                return self.queue_empty(self, idle_count)
         except Exception:
             self._log.exception("queue_empty_handler_failed")
-            return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+        return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+
+    def _raise_work_detected(self) -> None:
+        self._raise_hook(self.queue_work_detected, "queue_work_detected")
+        if self._scaling is not None:
+            self._raise_hook(_call(self._scaling.on_queue_work_detected), "scaler_work_detected")
+
+    def _raise_batch_processed(self) -> None:
+        self._raise_hook(self.batch_processed, "batch_processed")
+        if self._scaling is not None:
+            self._raise_hook(_call(self._scaling.on_batch_processed), "scaler_batch_processed")
 
     def _raise_hook(
         self, hook: Callable[[CloudQueueListener[Any]], None] | None, name: str
@@ -507,6 +479,15 @@ class CloudQueueListener(Observable[T]):
             hook(self)
         except Exception:
             self._log.exception("handler_failed", hook=name)
+
+    def _measure_load(self) -> ListenerLoad:
+        depth = self.storage.approximate_message_count(self.queue_name)
+        return ListenerLoad(
+            approximate_depth=depth,
+            in_flight=max(0, self.counters.in_flight - len(self._handoff)),
+            active_threads=self._pool.active,
+            per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+        )
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -537,3 +518,50 @@ class CloudQueueListener(Observable[T]):
             f"CloudQueueListener(queue={self.queue_name!r}, active={self.active_dequeue_tasks}, "
             f"counters={self.counters.snapshot()}, stopping={self._stopping.is_set()})"
         )
+
+
+def _call(event: Callable[[], None]) -> Callable[[CloudQueueListener[Any]], None]:
+    """A scaler's event as a hook taking the listener, so one guard serves both kinds."""
+    return lambda _: event()
+
+
+class _ListenerPoolControl:
+    """The listener's side of ``PoolControl``: what its scaler may see and do, nothing more."""
+
+    def __init__(self, listener: CloudQueueListener[Any]) -> None:
+        self._listener = listener
+
+    @property
+    def queue_name(self) -> str:
+        return self._listener.queue_name
+
+    @property
+    def active_threads(self) -> int:
+        return self._listener._pool.active
+
+    def measure_load(self) -> ListenerLoad:
+        return self._listener._measure_load()
+
+    def start_threads(self, count: int) -> None:
+        self._listener.start_listener(count)
+
+    def reserve_stop(self, floor: int) -> bool:
+        return self._listener._pool.reserve_stop(floor)
+
+    def request_scale_in(self, count: int, *, floor: int) -> int:
+        return self._listener._pool.request_scale_in(count, floor=floor)
+
+    def wake_idle(self) -> None:
+        self._listener._nudge.set()
+
+    def bind(self, hooks: ScalingHooks) -> None:
+        if self._listener.queue_empty is not None:
+            # Only one of them can decide how long an idle thread waits; never ignore one silently.
+            raise ConfigurationError(
+                "this listener has its own queue_empty handler; a scaler decides idle waits "
+                "itself: use one or the other"
+            )
+        self._listener._scaling = hooks
+
+    def __repr__(self) -> str:
+        return f"PoolControl(queue={self.queue_name!r}, active={self.active_threads})"

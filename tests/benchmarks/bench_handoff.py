@@ -76,15 +76,15 @@ def filled(count: int) -> InMemoryQueueStorage:
 
 
 def drain_listener(
-    count: int, threads: int, handler: Callable[[int], None], scaler: ElasticScaler | None
+    count: int, threads: int, handler: Callable[[int], None], scaling: ScalingPolicy | None
 ) -> tuple[float, float]:
     """Wall and CPU seconds until a listener has processed (handled and deleted) ``count``."""
     storage = filled(count)
     listener: CloudQueueListener[int] = CloudQueueListener(
         storage, CloudQueueLocation(QUEUE), int, dequeue_interval_s=0.05
     )
-    if scaler is not None:
-        scaler.attach(listener)
+    if scaling is not None:
+        ElasticScaler(listener.pool_control, scaling)
     listener.subscribe(handler)
     stopwatch = Stopwatch()
     try:
@@ -138,13 +138,11 @@ def slow_runs(count: int, repetitions: int) -> dict[str, Any]:
             count,
             1,
             slow_handler,
-            ElasticScaler(
-                ScalingPolicy(
-                    rule=drain_time(SLOW_TARGET_DRAIN_S),
-                    rule_name="drain_time",
-                    max_threads=SLOW_MAX_THREADS,
-                    cpu_saturation_cores=100.0,  # sleeping handlers; other processes share the CPU
-                )
+            ScalingPolicy(
+                rule=drain_time(SLOW_TARGET_DRAIN_S),
+                rule_name="drain_time",
+                max_threads=SLOW_MAX_THREADS,
+                cpu_saturation_cores=100.0,  # sleeping handlers; other processes share the CPU
             ),
         ),
         "fixed_pool": lambda: drain_listener(count, SLOW_MAX_THREADS, slow_handler, None),
