@@ -5,13 +5,22 @@ puts it here; every thread of the listener then takes its next message from here
 again. So one get feeds the whole pool, and no thread sits on a batch of slow messages while its
 neighbours are idle. Waiting messages keep their leases (the ``LeaseKeeper`` renews them); when
 the listener stops, or its last thread leaves, the remaining ones are released to the queue.
+
+How many to fetch (``fetch_size``): the configured batch, but no more than the pool can start
+within half a visibility timeout at the measured rate. Fast handlers always get full batches
+(fewest transactions); a handler taking seconds gets small ones, so one worker does not hide
+messages that other workers -- or, without renewal, a redelivery -- could take sooner.
 """
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 from listener.leases import Lease
+
+FETCH_HORIZON_FRACTION = 0.5
+"""Fetch no more than the pool can start within this fraction of the visibility timeout."""
 
 
 class HandOff:
@@ -42,3 +51,18 @@ class HandOff:
 
     def __repr__(self) -> str:
         return f"HandOff(waiting={len(self._waiting)})"
+
+
+def fetch_size(
+    *,
+    batch_size: int,
+    threads: int,
+    per_thread_rate_per_s: float | None,
+    visibility_timeout_s: float,
+) -> int:
+    """How many messages one get should ask for (1..batch_size); the full batch until measured."""
+    if per_thread_rate_per_s is None:
+        return batch_size
+    horizon_s = visibility_timeout_s * FETCH_HORIZON_FRACTION
+    startable = math.floor(max(1, threads) * per_thread_rate_per_s * horizon_s)
+    return max(1, min(batch_size, startable))

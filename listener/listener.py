@@ -26,7 +26,7 @@ from reactivex.disposable import Disposable
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
-from listener.handoff import HandOff
+from listener.handoff import HandOff, fetch_size
 from listener.leases import Lease, LeaseKeeper
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
@@ -388,7 +388,12 @@ class CloudQueueListener(Observable[T]):
         try:
             messages = self.storage.get_messages(
                 self.queue_name,
-                max_messages=self.dequeue_batch_size,
+                max_messages=fetch_size(
+                    batch_size=self.dequeue_batch_size,
+                    threads=self._pool.active,
+                    per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+                    visibility_timeout_s=self.location.visibility_timeout_s,
+                ),
                 visibility_timeout_s=self.location.visibility_timeout_s,
             )
         except QueueNotFoundError:

@@ -25,6 +25,7 @@ from listener import (
     current_envelope,
     poison_queue_name,
 )
+from listener.handoff import fetch_size
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 
@@ -397,3 +398,57 @@ def test_hooks_that_raise_do_not_end_the_thread(
     put_orders(storage, queue_name, 1)
     eventually(lambda: len(handled) == 3)
     assert listener.threads_alive == 1
+
+
+# -- fetching for the hand-off -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("threads", "rate", "expected"),
+    [(1, None, 32), (1, 1000.0, 32), (1, 4.0, 32), (1, 0.2, 3), (4, 0.2, 12), (1, 0.01, 1)],
+)
+def test_a_get_asks_for_what_the_pool_can_start_within_half_a_visibility_timeout(
+    threads: int, rate: float | None, expected: int
+) -> None:
+    """Full batches until measured and for fast handlers; a few at a time for very slow ones."""
+    assert (
+        fetch_size(
+            batch_size=32, threads=threads, per_thread_rate_per_s=rate, visibility_timeout_s=30
+        )
+        == expected
+    )
+
+
+class RecordingGets(InMemoryQueueStorage):
+    """An in-memory store that notes how many messages each get asked for."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.asked: list[int] = []
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        self.asked.append(max_messages)
+        return super().get_messages(
+            queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+        )
+
+
+def test_a_listener_with_a_very_slow_handler_fetches_small_batches(
+    clock: ManualClock, queue_name: str
+) -> None:
+    """5 s per message, 30 s visibility, one thread: after the first batch, gets ask for 3."""
+    storage = RecordingGets(clock)
+    put_orders(storage, queue_name, 40)
+    listener = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), Order, clock=clock, sleeper=clock
+    )
+    try:
+        listener.subscribe(lambda _: clock.advance(5.0))
+        listener.start_listener(1)
+        eventually(lambda: listener.messages_processed == 40)
+        assert storage.asked[0] == 32
+        assert set(storage.asked[1:]) == {3}
+    finally:
+        listener.stop(5)

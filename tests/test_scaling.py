@@ -392,18 +392,18 @@ def test_the_busy_pool_rescales_periodically(
         clock=clock,
         cpu_meter=FixedCpu(0.1),
     )
-    first_batch = threading.Event()
+    busy = threading.Event()
     carry_on = threading.Event()
 
-    def handle(number: int) -> None:
-        if number == 0:
-            first_batch.set()
-            carry_on.wait(10)
+    def handle(_: int) -> None:
+        busy.set()
+        carry_on.wait(10)  # every thread stays busy until the backlog has grown
 
     listener.subscribe(handle)
     listener.start_listener(1)
-    assert first_batch.wait(10)
-    fill(storage, queue_name, 256)  # the backlog grows while the only thread is busy
+    assert busy.wait(10)
+    assert listener.active_dequeue_tasks == 2  # the first get scaled to proportional(32) of 64
+    fill(storage, queue_name, 256)  # the backlog grows while every thread is busy
     clock.advance(2.0)
     carry_on.set()
     eventually(lambda: listener.query_state().total_dequeue_tasks >= 8)
