@@ -91,7 +91,7 @@ which stalls fast handlers on several threads."""
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
 
-    Threading: ``on_next`` is called on the dequeue thread that fetched the message, so with
+    Threading: ``on_next`` is called on the dequeue thread that took the message, so with
     several threads one observer receives items *concurrently* from several threads, and in no
     guaranteed order (queues do not guarantee order either). Observers must be thread-safe;
     stateful Rx operators (``scan``, ``buffer``, ``distinct``...) should be placed after
