@@ -452,3 +452,27 @@ def test_a_listener_with_a_very_slow_handler_fetches_small_batches(
         assert set(storage.asked[1:]) == {3}
     finally:
         listener.stop(5)
+
+
+def test_the_last_thread_to_leave_releases_the_messages_waiting_in_the_hand_off(
+    storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
+) -> None:
+    """Scaled in to zero mid-batch: the unstarted messages are visible again at once."""
+    put_orders(storage, queue_name, 5)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(_: Order) -> None:
+        entered.set()
+        release.wait(10)
+
+    listener = make_listener()
+    listener.subscribe(slow)
+    listener.start_listener(1)
+    assert entered.wait(10)
+    assert listener.pool_control.request_scale_in(1, floor=0) == 1
+    release.set()
+    eventually(lambda: listener.threads_alive == 0)
+    assert listener.messages_processed == 1
+    visible = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
+    assert len(visible) == 4  # released, not hidden until the visibility timeout
+    assert listener.counters.in_flight == 0
