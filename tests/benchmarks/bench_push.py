@@ -6,8 +6,7 @@ Two modes, each against its own fresh Azurite, the listener's storage wrapped in
 (one counted call = one billed transaction; the one-off ``create_queue`` calls of start-up are left
 out), a no-op handler that notes the time on its first line:
 
-* ``poll``: the defaults, ``ElasticScaler(listener.pool_control,
-  ScalingPolicy())``, one thread: an idle
+* ``poll``: the defaults (an ``ElasticScaler`` with ``ScalingPolicy()``), one thread: an idle
   poller backs off from 0.1 s to ``max_idle_s`` (the current default, read at run time) and keeps
   polling at that period;
 * ``push``: ``ScalingPolicy(min_threads=0)``, a ``TriggerWaker`` on a ``RedisTriggerChannel`` (a
