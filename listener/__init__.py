@@ -20,8 +20,6 @@ from listener.errors import (
 from listener.listener import (
     CloudQueueListener,
     CloudQueueListenerInfo,
-    ListenerLoad,
-    QueueEmptyDecision,
     QueueEmptyHandler,
     QueueWorkDetectedHandler,
 )
@@ -39,6 +37,7 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
+from listener.pool_control import ListenerLoad, QueueEmptyDecision
 from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy

@@ -1,12 +1,15 @@
 """CloudQueueListener: a pool of dequeue threads that turns a queue into an Rx observable.
 
-Each dequeue thread repeats: get a batch (up to 32) with a visibility timeout; for each message,
-decode it, deliver its item (or each of its items, one by one, for a message a ``Publisher``
-batched) to every observer, and delete the message only when every observer's ``on_next``
+Each dequeue thread repeats: take the next fetched message from the listener's hand-off, or, when
+none is waiting, get a batch (up to 32) with a visibility timeout and put it there -- so one get
+feeds every thread and no thread keeps a batch of slow messages to itself. For each message it
+decodes it, delivers its item (or each of its items, one by one, for a message a ``Publisher``
+batched) to every observer, and deletes the message only when every observer's ``on_next``
 returned for every item. An empty batch raises the ``queue_empty`` hook, which decides how long the
-thread waits and whether it stops; a thread that was idle and finds work raises
-``queue_work_detected``, whose handler may start more threads. Threads never die from errors:
-storage outages and unexpected failures are logged and backed off; only ``stop`` ends the pool.
+thread waits and whether it stops; a thread that was idle and finds work (and the listener's first
+non-empty get) raises ``queue_work_detected``, whose handler may start more threads. Threads never
+die from errors: storage outages and unexpected failures are logged and backed off; only ``stop``
+ends the pool.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from reactivex.disposable import Disposable
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
+from listener.handoff import HandOff, fetch_size
 from listener.leases import Lease, LeaseKeeper
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
@@ -30,6 +34,7 @@ from listener.messages.poison import poison_queue_name
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.pool import DequeuePool
+from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision, ScalingHooks
 from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
@@ -46,49 +51,47 @@ class CloudQueueListenerInfo:
     """A point-in-time view of a listener's load (the seed's QueryState result)."""
 
     current_queue_depth: int
+    """The queue's approximate message count: visible and in-flight messages of every consumer."""
     active_dequeue_tasks: int
+    """Dequeue threads running now and not committed to leave."""
     total_dequeue_tasks: int
-
-
-@dataclass(frozen=True, slots=True)
-class QueueEmptyDecision:
-    """What a queue_empty handler tells the dequeue thread that found the queue empty."""
-
-    stop: bool
-    delay_s: float
+    """The most dequeue threads ever active at once since the listener was created (the peak,
+    as in the seed) -- not a count of threads started over time, nor of those running now."""
 
 
 QueueEmptyHandler = Callable[["CloudQueueListener[Any]", int], QueueEmptyDecision]
 """Called with the listener and the thread's count of consecutive empty gets."""
 
 QueueWorkDetectedHandler = Callable[["CloudQueueListener[Any]"], None]
-"""Called when a dequeue thread that was idle gets messages again."""
+"""Called when a dequeue thread that was idle gets messages again, and on the listener's first
+non-empty get (so a listener started on a backlog can scale at once)."""
 
 BatchProcessedHandler = Callable[["CloudQueueListener[Any]"], None]
-"""Called by a dequeue thread after each non-empty batch (the scaler re-evaluates from here)."""
+"""Called by a dequeue thread after each stretch of work: every ``STRETCH_S`` of handling, or
+every message when handling is slower (the scaler re-evaluates from here)."""
 
 
-@dataclass(frozen=True, slots=True)
-class ListenerLoad:
-    """What a scaler needs to know, measured at one moment."""
+@dataclass(slots=True)
+class _LoopState:
+    """One dequeue thread's streaks: consecutive empty gets and consecutive failures."""
 
-    approximate_depth: int
-    """The queue's approximate count: visible and in-flight messages of every consumer."""
-    in_flight: int
-    """Messages this listener holds (fetched, not yet settled)."""
-    active_threads: int
-    per_thread_rate_per_s: float | None
+    idle_count: int = 0
+    error_count: int = 0
+    stretch_started: float | None = None
+    """When the thread's current stretch of work began (its gets included; idle waits not)."""
+    stretch_handled: int = 0
 
-    @property
-    def visible_depth(self) -> int:
-        """An estimate of the messages waiting for a consumer."""
-        return max(0, self.approximate_depth - self.in_flight)
+
+STRETCH_S = 0.1
+"""A thread reports its rate and raises batch_processed after at least this long of work -- after
+each message when handling is slower than that. Per-message reports would cost a lock per message,
+which stalls fast handlers on several threads."""
 
 
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
 
-    Threading: ``on_next`` is called on the dequeue thread that fetched the message, so with
+    Threading: ``on_next`` is called on the dequeue thread that took the message, so with
     several threads one observer receives items *concurrently* from several threads, and in no
     guaranteed order (queues do not guarantee order either). Observers must be thread-safe;
     stateful Rx operators (``scan``, ``buffer``, ``distinct``...) should be placed after
@@ -165,6 +168,10 @@ class CloudQueueListener(Observable[T]):
             renew=self.delivery.renew_visibility,
         )
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
+        self._handoff = HandOff()
+        self._found_work = False
+        self._scaling: ScalingHooks | None = None
+        self._control = _ListenerPoolControl(self)
         self._stopping = threading.Event()
         self._nudge = threading.Event()
         """Set by stop and by wake_idle: ends every idle wait at once."""
@@ -188,7 +195,11 @@ class CloudQueueListener(Observable[T]):
         self._log.info("dequeue_threads_started", started=thread_count, active=active)
 
     def query_state(self) -> CloudQueueListenerInfo:
-        """Queue depth (visible and in flight) and the number of dequeue threads now and at most."""
+        """Queue depth (visible and in flight), active threads now, and the most ever active.
+
+        ``total_dequeue_tasks`` is the peak ("most tasks ever active", the seed's meaning); it
+        never goes down when the pool shrinks. One storage call (the approximate count).
+        """
         depth = self.storage.approximate_message_count(self.queue_name)
         return CloudQueueListenerInfo(
             current_queue_depth=depth,
@@ -196,28 +207,15 @@ class CloudQueueListener(Observable[T]):
             total_dequeue_tasks=self._pool.peak,
         )
 
-    def measure_load(self) -> ListenerLoad:
-        """Depth, in-flight messages, active threads and measured rate, for scaling decisions."""
-        depth = self.storage.approximate_message_count(self.queue_name)
-        return ListenerLoad(
-            approximate_depth=depth,
-            in_flight=self.counters.in_flight,
-            active_threads=self._pool.active,
-            per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
-        )
-
     @property
     def active_dequeue_tasks(self) -> int:
         """Threads running and not committed to leave."""
         return self._pool.active
 
-    def reserve_stop(self, floor: int) -> bool:
-        """For queue_empty handlers: may the calling thread stop and leave > ``floor`` running?"""
-        return self._pool.reserve_stop(floor)
-
-    def request_scale_in(self, count: int, *, floor: int) -> int:
-        """Ask up to ``count`` threads to stop after their current batch; return how many will."""
-        return self._pool.request_scale_in(count, floor=floor)
+    @property
+    def pool_control(self) -> PoolControl:
+        """The narrow interface a scaler is given to grow and shrink this listener's pool."""
+        return self._control
 
     def stop(self, timeout_s: float = 30.0) -> bool:
         """Stop fetching, let in-flight items finish, and join all threads within one deadline.
@@ -240,10 +238,6 @@ class CloudQueueListener(Observable[T]):
         self._subscribers.complete()
         self._log.info("listener_stopped", processed=self.counters.processed)
         return True
-
-    def wake_idle(self) -> None:
-        """End the back-off waits of idle threads now (a push trigger says work is waiting)."""
-        self._nudge.set()
 
     @property
     def threads_alive(self) -> int:
@@ -308,30 +302,79 @@ class CloudQueueListener(Observable[T]):
             self._retire_current_thread()
 
     def _dequeue_loop(self) -> None:
-        idle_count = 0
-        error_count = 0
+        state = _LoopState()
         while not self._stopping.is_set() and not self._pool.take_scale_in_request():
-            started = self.clock.monotonic()
             try:
-                messages = self._get_batch()
-            except Exception as failure:
-                error_count += 1
-                self.counters.add("dequeue_errors")
-                self._log_get_failure(failure, error_count)
-                if self.sleeper.wait(self._stopping, self._error_delay_s(error_count)):
-                    break
-                continue
-            error_count = 0
-            if not messages:
-                idle_count += 1
-                decision = self._raise_queue_empty(idle_count)
-                if decision.stop or self._idle_wait(decision.delay_s):
-                    break
-                continue
-            if idle_count > 0:
-                idle_count = 0
-                self._raise_hook(self.queue_work_detected, "queue_work_detected")
-            self._process_batch(messages, started)
+                if self._iterate(state):
+                    return
+            except Exception:
+                # A bug outside the per-message guard: log it, back off, go on. Only stop ends us.
+                self._log.error(
+                    "dequeue_iteration_failed",
+                    consecutive_errors=state.error_count + 1,
+                    exc_info=True,
+                )
+                if self._error_wait(state):
+                    return
+
+    def _iterate(self, state: _LoopState) -> bool:
+        """Handle the next waiting message, or fetch a batch; True when this thread should end."""
+        if state.stretch_started is None:
+            state.stretch_started = self.clock.monotonic()
+        lease = self._handoff.take()
+        if lease is not None:
+            return self._handle_one(lease, state)
+        try:
+            messages = self._get_batch()
+        except Exception as failure:
+            self.counters.add("dequeue_errors")
+            self._log_get_failure(failure, state.error_count + 1)
+            return self._error_wait(state)
+        if not messages:
+            self._end_stretch(state)  # idle waits are not handling time
+            state.error_count = 0
+            state.idle_count += 1
+            decision = self._raise_queue_empty(state.idle_count)
+            return decision.stop or self._idle_wait(decision.delay_s)
+        self._hand_off(messages)
+        if state.idle_count > 0 or not self._found_work:
+            # Also on the listener's first batch: a listener started on a backlog scales now,
+            # not after its first thread has worked through a batch alone.
+            state.idle_count = 0
+            self._found_work = True
+            self._raise_work_detected()
+        return False
+
+    def _hand_off(self, messages: list[QueueMessage]) -> None:
+        leases = self._leases.hold(messages)
+        self.counters.add("in_flight", len(leases))
+        self._handoff.put(leases)
+
+    def _handle_one(self, lease: Lease, state: _LoopState) -> bool:
+        """Process one message and count it in the thread's stretch; True when it should end."""
+        if not self._process(lease):
+            return self._error_wait(state)
+        state.error_count = 0
+        state.stretch_handled += 1
+        started = state.stretch_started
+        if started is not None and self.clock.monotonic() - started >= STRETCH_S:
+            self._end_stretch(state)
+        return False
+
+    def _end_stretch(self, state: _LoopState) -> None:
+        """Report the thread's rate over its stretch and raise batch_processed; start anew."""
+        started, handled = state.stretch_started, state.stretch_handled
+        state.stretch_started, state.stretch_handled = None, 0
+        if started is None or handled == 0:
+            return
+        self.throughput.record(handled, self.clock.monotonic() - started)
+        self._raise_batch_processed()
+
+    def _error_wait(self, state: _LoopState) -> bool:
+        """Back off after a failure; True when the listener is stopping."""
+        state.error_count += 1
+        state.stretch_started, state.stretch_handled = None, 0  # the back-off is not handling
+        return self.sleeper.wait(self._stopping, self._error_delay_s(state.error_count))
 
     def _idle_wait(self, delay_s: float) -> bool:
         """Wait out an idle back-off, or less if nudged; True when the listener is stopping."""
@@ -345,7 +388,12 @@ class CloudQueueListener(Observable[T]):
         try:
             messages = self.storage.get_messages(
                 self.queue_name,
-                max_messages=self.dequeue_batch_size,
+                max_messages=fetch_size(
+                    batch_size=self.dequeue_batch_size,
+                    threads=self._pool.active,
+                    per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+                    visibility_timeout_s=self.location.visibility_timeout_s,
+                ),
                 visibility_timeout_s=self.location.visibility_timeout_s,
             )
         except QueueNotFoundError:
@@ -353,7 +401,6 @@ class CloudQueueListener(Observable[T]):
             self._queues_ready = False
             self._ensure_queues()
             raise
-        self.counters.add("in_flight", len(messages))
         return messages
 
     def _log_get_failure(self, failure: Exception, error_count: int) -> None:
@@ -374,19 +421,33 @@ class CloudQueueListener(Observable[T]):
             error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
         )
 
-    def _process_batch(self, messages: list[QueueMessage], started: float) -> None:
-        leases = self._leases.hold(messages)
-        for position, lease in enumerate(leases):
-            if self._stopping.is_set():
-                self._processor.release(leases[position:])
-                self._end_leases(leases[position:])
-                return
-            try:
-                self._processor.process(lease)
-            finally:
-                self._end_leases([lease])
-        self.throughput.record(len(messages), self.clock.monotonic() - started)
-        self._raise_hook(self.batch_processed, "batch_processed")
+    def _process(self, lease: Lease) -> bool:
+        """Process one message; False when something raised that the processor did not expect.
+
+        The processor settles every outcome it knows; anything else (a bug in a store or a
+        codec) must not end the thread. The lease ends either way, so the message reappears
+        when its visibility timeout runs out and is delivered again.
+        """
+        try:
+            self._processor.process(lease)
+        except Exception as failure:
+            self.counters.add("failed")
+            self._log.error(
+                "message_failed_unexpectedly", message_id=lease.message.id, exc_info=failure
+            )
+            return False
+        finally:
+            self._end_leases([lease])
+        return True
+
+    def _release(self, leases: list[Lease]) -> None:
+        """Un-hide unstarted messages; if that fails they reappear after their timeout anyway."""
+        try:
+            self._processor.release(leases)
+        except Exception as failure:
+            self._log.error("release_failed_unexpectedly", count=len(leases), exc_info=failure)
+        finally:
+            self._end_leases(leases)
 
     def _end_leases(self, leases: list[Lease]) -> None:
         for lease in leases:
@@ -394,13 +455,25 @@ class CloudQueueListener(Observable[T]):
         self.counters.add("in_flight", -len(leases))
 
     def _raise_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
-        if self.queue_empty is None:
-            return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+        """Ask the bound scaler, else the queue_empty handler, else wait dequeue_interval_s."""
         try:
-            return self.queue_empty(self, idle_count)
+            if self._scaling is not None:
+                return self._scaling.on_queue_empty(idle_count)
+            if self.queue_empty is not None:
+                return self.queue_empty(self, idle_count)
         except Exception:
             self._log.exception("queue_empty_handler_failed")
-            return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+        return QueueEmptyDecision(stop=False, delay_s=self.dequeue_interval_s)
+
+    def _raise_work_detected(self) -> None:
+        self._raise_hook(self.queue_work_detected, "queue_work_detected")
+        if self._scaling is not None:
+            self._raise_hook(_call(self._scaling.on_queue_work_detected), "scaler_work_detected")
+
+    def _raise_batch_processed(self) -> None:
+        self._raise_hook(self.batch_processed, "batch_processed")
+        if self._scaling is not None:
+            self._raise_hook(_call(self._scaling.on_batch_processed), "scaler_batch_processed")
 
     def _raise_hook(
         self, hook: Callable[[CloudQueueListener[Any]], None] | None, name: str
@@ -411,6 +484,15 @@ class CloudQueueListener(Observable[T]):
             hook(self)
         except Exception:
             self._log.exception("handler_failed", hook=name)
+
+    def _measure_load(self) -> ListenerLoad:
+        depth = self.storage.approximate_message_count(self.queue_name)
+        return ListenerLoad(
+            approximate_depth=depth,
+            in_flight=max(0, self.counters.in_flight - len(self._handoff)),
+            active_threads=self._pool.active,
+            per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+        )
 
     # -- bookkeeping ---------------------------------------------------------------------------
 
@@ -427,6 +509,11 @@ class CloudQueueListener(Observable[T]):
 
     def _retire_current_thread(self) -> None:
         remaining = self._pool.retire_current()
+        if self._stopping.is_set() or remaining == 0:
+            # Nobody is left to start the waiting messages: give them back to the queue now.
+            waiting = self._handoff.take_all()
+            if waiting:
+                self._release(waiting)
         self._log.info("dequeue_thread_stopped", active=self._pool.active)
         if remaining == 0 and self._stopping.is_set():
             self._subscribers.complete()
@@ -436,3 +523,50 @@ class CloudQueueListener(Observable[T]):
             f"CloudQueueListener(queue={self.queue_name!r}, active={self.active_dequeue_tasks}, "
             f"counters={self.counters.snapshot()}, stopping={self._stopping.is_set()})"
         )
+
+
+def _call(event: Callable[[], None]) -> Callable[[CloudQueueListener[Any]], None]:
+    """A scaler's event as a hook taking the listener, so one guard serves both kinds."""
+    return lambda _: event()
+
+
+class _ListenerPoolControl:
+    """The listener's side of ``PoolControl``: what its scaler may see and do, nothing more."""
+
+    def __init__(self, listener: CloudQueueListener[Any]) -> None:
+        self._listener = listener
+
+    @property
+    def queue_name(self) -> str:
+        return self._listener.queue_name
+
+    @property
+    def active_threads(self) -> int:
+        return self._listener._pool.active
+
+    def measure_load(self) -> ListenerLoad:
+        return self._listener._measure_load()
+
+    def start_threads(self, count: int) -> None:
+        self._listener.start_listener(count)
+
+    def reserve_stop(self, floor: int) -> bool:
+        return self._listener._pool.reserve_stop(floor)
+
+    def request_scale_in(self, count: int, *, floor: int) -> int:
+        return self._listener._pool.request_scale_in(count, floor=floor)
+
+    def wake_idle(self) -> None:
+        self._listener._nudge.set()
+
+    def bind(self, hooks: ScalingHooks) -> None:
+        if self._listener.queue_empty is not None:
+            # Only one of them can decide how long an idle thread waits; never ignore one silently.
+            raise ConfigurationError(
+                "this listener has its own queue_empty handler; a scaler decides idle waits "
+                "itself: use one or the other"
+            )
+        self._listener._scaling = hooks
+
+    def __repr__(self) -> str:
+        return f"PoolControl(queue={self.queue_name!r}, active={self.active_threads})"

@@ -1,9 +1,10 @@
 """The listener's dequeue threads: how many run, which are leaving, and the most ever running.
 
-Scaling in is cooperative: a thread leaves only between batches, never in the middle of one, so
-no fetched message is abandoned. "Active" counts threads that are running and not yet committed
-to leave, so a decision to shrink shows in ``query_state()`` at once, and two threads deciding to
-stop at the same moment can never take the pool below its floor.
+Scaling in is cooperative: a thread leaves only between messages, never in the middle of one, so
+no fetched message is abandoned (unstarted ones wait in the listener's hand-off for the others).
+"Active" counts threads that are running and not yet committed to leave, so a decision to shrink
+shows in ``query_state()`` at once, and two threads deciding to stop at the same moment can never
+take the pool below its floor.
 """
 
 from __future__ import annotations
@@ -60,14 +61,18 @@ class DequeuePool:
             return True
 
     def request_scale_in(self, count: int, *, floor: int) -> int:
-        """Ask ``count`` threads to leave after their current batch; return how many will."""
+        """Ask ``count`` threads to leave after their current message; return how many will."""
         with self._lock:
             granted = max(0, min(count, self._active() - floor))
             self._scale_in_requests += granted
             return granted
 
     def take_scale_in_request(self) -> bool:
-        """Called by a thread between batches: True means it should leave now."""
+        """Called by a thread between messages: True means it should leave now."""
+        if self._scale_in_requests == 0:
+            # Unlocked read first: this runs once per message, and a lock taken by every thread
+            # that often stalls fast handlers. A request seen one message late costs nothing.
+            return False
         with self._lock:
             if self._scale_in_requests == 0:
                 return False

@@ -1,9 +1,11 @@
 """How fast one dequeue thread gets through messages, measured as the listener runs.
 
-Each processed batch is a sample: messages completed divided by the seconds from the get to the
-end of the batch (the thread's full cycle, storage calls included). An exponentially weighted
-mean smooths the samples, so the estimate follows a handler that slows down or speeds up within
-a few batches. The ``drain_time`` scaling rule turns it into a thread count (Little's law).
+Each sample is a stretch of one thread's work: the messages it completed and the seconds it spent,
+its gets included and its idle waits not (``listener.STRETCH_S`` long, or one message when
+handling is slower). An exponentially weighted mean of the seconds per message smooths the
+samples -- averaging seconds, not rates, so a slow stretch counts for what it cost -- and the
+estimate follows a handler that slows down or speeds up within a few samples. The ``drain_time``
+scaling rule turns it into a thread count (Little's law).
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from __future__ import annotations
 import threading
 
 DEFAULT_SMOOTHING = 0.2
-"""Weight of the newest sample: about the last ten batches shape the estimate."""
+"""Weight of the newest sample: about the last ten samples shape the estimate."""
 
 
 class ThroughputMeter:
@@ -21,25 +23,26 @@ class ThroughputMeter:
         if not 0 < smoothing <= 1:
             raise ValueError("smoothing must be in (0, 1]")
         self._smoothing = smoothing
-        self._rate: float | None = None
+        self._seconds_per_message: float | None = None
         self._lock = threading.Lock()
 
     def record(self, messages: int, elapsed_s: float) -> None:
-        """Add one batch: ``messages`` completed in ``elapsed_s`` seconds by one thread."""
+        """Add a sample: ``messages`` completed in ``elapsed_s`` seconds by one thread."""
         if messages <= 0 or elapsed_s <= 0:
             return
-        sample = messages / elapsed_s
+        sample = elapsed_s / messages
         with self._lock:
-            if self._rate is None:
-                self._rate = sample
+            if self._seconds_per_message is None:
+                self._seconds_per_message = sample
             else:
-                self._rate += self._smoothing * (sample - self._rate)
+                self._seconds_per_message += self._smoothing * (sample - self._seconds_per_message)
 
     @property
     def per_thread_rate_per_s(self) -> float | None:
-        """Messages per second one thread completes; None before the first batch."""
+        """Messages per second one thread completes; None before the first message."""
         with self._lock:
-            return self._rate
+            seconds = self._seconds_per_message
+        return None if seconds is None else 1.0 / seconds
 
     def __repr__(self) -> str:
-        return f"ThroughputMeter(rate={self._rate})"
+        return f"ThroughputMeter(rate={self.per_thread_rate_per_s})"

@@ -69,7 +69,7 @@ def test_5_percent_faults_over_2000_messages_lose_nothing(
     listener: CloudQueueListener[int] = CloudQueueListener(
         faulty, CloudQueueLocation(queue_name), int, max_error_delay_s=1.0
     )
-    ElasticScaler(ScalingPolicy(max_threads=8, max_idle_s=0.5)).attach(listener)
+    ElasticScaler(listener.pool_control, ScalingPolicy(max_threads=8, max_idle_s=0.5))
     listener.subscribe(handle)
     listener.start_listener(2)
     try:

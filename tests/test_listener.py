@@ -9,6 +9,7 @@ from typing import Any, cast
 import pytest
 from pydantic import BaseModel
 from reactivex import Observer
+from structlog.testing import capture_logs
 
 from listener import (
     CloudQueueListener,
@@ -24,6 +25,7 @@ from listener import (
     current_envelope,
     poison_queue_name,
 )
+from listener.handoff import fetch_size
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 
@@ -309,3 +311,168 @@ class FailingGets:
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
+
+
+# -- a dequeue thread never dies -----------------------------------------------------------------
+
+
+class BrokenSettlement(InMemoryQueueStorage):
+    """An in-memory store whose delete or visibility update raises a bug-like ValueError."""
+
+    def __init__(self, clock: ManualClock, *, broken: str, failures: int) -> None:
+        super().__init__(clock=clock)
+        self.broken = broken
+        self.failures = failures
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        self._maybe_fail("delete_message")
+        return super().delete_message(queue_name, message_id, pop_receipt)
+
+    def update_visibility(
+        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+    ) -> str:
+        self._maybe_fail("update_visibility")
+        return super().update_visibility(queue_name, message_id, pop_receipt, visibility_timeout_s)
+
+    def _maybe_fail(self, operation: str) -> None:
+        if operation == self.broken and self.failures > 0:
+            self.failures -= 1
+            raise ValueError(f"a bug in {operation}")
+
+
+@pytest.mark.parametrize("broken", ["delete_message", "update_visibility"])
+def test_a_settlement_that_raises_unexpectedly_does_not_end_the_only_thread(
+    broken: str, clock: ManualClock, queue_name: str
+) -> None:
+    """The error is logged with its traceback, the message reappears, the thread goes on."""
+    storage = BrokenSettlement(clock, broken=broken, failures=1)
+    put_orders(storage, queue_name, 3)
+    handled: list[int] = []
+
+    def handle(order: Order) -> None:
+        handled.append(order.order_id)
+        if broken == "update_visibility" and handled.count(order.order_id) == 1:
+            raise RuntimeError("retry me")  # a retry settles through update_visibility
+
+    listener = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), Order, clock=clock, sleeper=clock
+    )
+    try:
+        listener.subscribe(handle)
+        with capture_logs() as logs:
+            listener.start_listener(1)
+            eventually(lambda: storage.approximate_message_count(queue_name) == 0)
+        assert sorted(set(handled)) == [0, 1, 2]
+        assert listener.threads_alive == 1
+        failures = [e for e in logs if e["event"] == "message_failed_unexpectedly"]
+        assert len(failures) == 1
+        assert isinstance(failures[0]["exc_info"], ValueError)
+        assert listener.counters.in_flight == 0
+    finally:
+        listener.stop(5)
+
+
+def test_hooks_that_raise_do_not_end_the_thread(
+    storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
+) -> None:
+    """queue_empty, queue_work_detected and batch_processed raising: logged, the loop goes on."""
+    storage.create_queue(queue_name)
+    handled: list[int] = []
+    empties: list[int] = []
+
+    def broken_hook(_: Any) -> None:
+        raise ValueError("a bug in a hook")
+
+    def broken_empty(_: Any, idle_count: int) -> QueueEmptyDecision:
+        empties.append(idle_count)
+        raise ValueError("a bug in queue_empty")
+
+    listener = make_listener(
+        queue_empty=broken_empty, queue_work_detected=broken_hook, batch_processed=broken_hook
+    )
+    listener.subscribe(lambda order: handled.append(order.order_id))
+    listener.start_listener(1)
+    eventually(lambda: len(empties) >= 2)
+    put_orders(storage, queue_name, 2)
+    eventually(lambda: sorted(handled) == [0, 1])
+    put_orders(storage, queue_name, 1)
+    eventually(lambda: len(handled) == 3)
+    assert listener.threads_alive == 1
+
+
+# -- fetching for the hand-off -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("threads", "rate", "expected"),
+    [(1, None, 32), (1, 1000.0, 32), (1, 4.0, 32), (1, 0.2, 3), (4, 0.2, 12), (1, 0.01, 1)],
+)
+def test_a_get_asks_for_what_the_pool_can_start_within_half_a_visibility_timeout(
+    threads: int, rate: float | None, expected: int
+) -> None:
+    """Full batches until measured and for fast handlers; a few at a time for very slow ones."""
+    assert (
+        fetch_size(
+            batch_size=32, threads=threads, per_thread_rate_per_s=rate, visibility_timeout_s=30
+        )
+        == expected
+    )
+
+
+class RecordingGets(InMemoryQueueStorage):
+    """An in-memory store that notes how many messages each get asked for."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        super().__init__(clock=clock)
+        self.asked: list[int] = []
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        self.asked.append(max_messages)
+        return super().get_messages(
+            queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+        )
+
+
+def test_a_listener_with_a_very_slow_handler_fetches_small_batches(
+    clock: ManualClock, queue_name: str
+) -> None:
+    """5 s per message, 30 s visibility, one thread: after the first batch, gets ask for 3."""
+    storage = RecordingGets(clock)
+    put_orders(storage, queue_name, 40)
+    listener = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), Order, clock=clock, sleeper=clock
+    )
+    try:
+        listener.subscribe(lambda _: clock.advance(5.0))
+        listener.start_listener(1)
+        eventually(lambda: listener.messages_processed == 40)
+        assert storage.asked[0] == 32
+        assert set(storage.asked[1:]) == {3}
+    finally:
+        listener.stop(5)
+
+
+def test_the_last_thread_to_leave_releases_the_messages_waiting_in_the_hand_off(
+    storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
+) -> None:
+    """Scaled in to zero mid-batch: the unstarted messages are visible again at once."""
+    put_orders(storage, queue_name, 5)
+    entered, release = threading.Event(), threading.Event()
+
+    def slow(_: Order) -> None:
+        entered.set()
+        release.wait(10)
+
+    listener = make_listener()
+    listener.subscribe(slow)
+    listener.start_listener(1)
+    assert entered.wait(10)
+    assert listener.pool_control.request_scale_in(1, floor=0) == 1
+    release.set()
+    eventually(lambda: listener.threads_alive == 0)
+    assert listener.messages_processed == 1
+    visible = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
+    assert len(visible) == 4  # released, not hidden until the visibility timeout
+    assert listener.counters.in_flight == 0

@@ -51,8 +51,10 @@ class Scenario:
         self.listener: CloudQueueListener[int] = CloudQueueListener(
             self.storage, CloudQueueLocation(queue_name), int
         )
-        self.scaler = ElasticScaler(ScalingPolicy(min_threads=0, max_threads=4, max_idle_s=0.1))
-        self.scaler.attach(self.listener)
+        self.scaler = ElasticScaler(
+            self.listener.pool_control,
+            ScalingPolicy(min_threads=0, max_threads=4, max_idle_s=0.1),
+        )
         self.listener.subscribe(self.handled.append)
         self.waker = TriggerWaker(self.listener, self.scaler, channel, account=ACCOUNT)
 

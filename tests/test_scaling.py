@@ -4,15 +4,21 @@ from __future__ import annotations
 
 import random
 import threading
+import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
+from listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    MessageCodec,
+    QueueEmptyDecision,
+)
 from listener.errors import ConfigurationError
-from listener.listener import ListenerLoad
 from listener.policies.scaling_rules import (
     ScalingInput,
     bounded,
@@ -21,12 +27,14 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
+from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import (
     ElasticScaler,
     ScalingPolicy,
     decide,
     idle_delay_s,
     should_stop_idle,
+    targets,
 )
 from listener.testing import ManualClock
 from tests.support.polling import eventually
@@ -197,12 +205,12 @@ def test_a_reading_back_on_target_resets_the_hysteresis_clock() -> None:
 
 def test_in_flight_messages_hold_the_pool_while_the_visible_queue_is_empty() -> None:
     """Grow on the visible backlog; shrink on visible plus in-flight (busy threads count)."""
-    scaler = ElasticScaler(ScalingPolicy(rule=proportional(32), max_threads=16))
+    policy = ScalingPolicy(rule=proportional(32), max_threads=16)
     busy = ListenerLoad(
         approximate_depth=256, in_flight=256, active_threads=8, per_thread_rate_per_s=None
     )
     assert busy.visible_depth == 0
-    assert scaler.targets(busy) == (1, 8)
+    assert targets(busy, policy) == (1, 8)
 
 
 # -- the scaler on a live listener ---------------------------------------------------------------
@@ -251,10 +259,13 @@ def test_work_detected_starts_threads_up_to_the_rule_and_logs_the_decision(
     fill(storage, queue_name, 300)
     listener = make_listener(storage, queue_name, clock, listeners)
     scaler = ElasticScaler(
-        ScalingPolicy(rule=proportional(32), max_threads=8), clock=clock, cpu_meter=FixedCpu(0.1)
+        listener.pool_control,
+        ScalingPolicy(rule=proportional(32), max_threads=8),
+        clock=clock,
+        cpu_meter=FixedCpu(0.1),
     )
     with capture_logs() as logs:
-        scaler.rescale(listener, trigger="work_detected")
+        scaler.rescale(trigger="work_detected")
     assert listener.query_state().active_dequeue_tasks == 8
     (event,) = [e for e in logs if e["event"] == "scaled_up"]
     assert {k: event[k] for k in ("queue", "depth", "active", "target", "rule")} == {
@@ -276,13 +287,16 @@ def test_two_threads_detecting_work_at_once_do_not_overshoot(
     fill(storage, queue_name, 200)
     listener = make_listener(storage, queue_name, clock, listeners)
     scaler = ElasticScaler(
-        ScalingPolicy(rule=proportional(50), max_threads=16), clock=clock, cpu_meter=FixedCpu(0.1)
+        listener.pool_control,
+        ScalingPolicy(rule=proportional(50), max_threads=16),
+        clock=clock,
+        cpu_meter=FixedCpu(0.1),
     )
     gate = threading.Barrier(8)
 
     def detect() -> None:
         gate.wait()
-        scaler.on_queue_work_detected(listener)
+        scaler.on_queue_work_detected()
 
     racers = [threading.Thread(target=detect) for _ in range(8)]
     for racer in racers:
@@ -301,35 +315,40 @@ def test_a_saturated_cpu_caps_growth_and_says_why(
     """Growth stops at one thread while the process is CPU-bound; scaling_capped explains it."""
     fill(storage, queue_name, 300)
     listener = make_listener(storage, queue_name, clock, listeners)
-    scaler = ElasticScaler(ScalingPolicy(max_threads=8), clock=clock, cpu_meter=FixedCpu(0.97))
+    scaler = ElasticScaler(
+        listener.pool_control, ScalingPolicy(max_threads=8), clock=clock, cpu_meter=FixedCpu(0.97)
+    )
     with capture_logs() as logs:
-        scaler.rescale(listener, trigger="work_detected")
+        scaler.rescale(trigger="work_detected")
     assert listener.active_dequeue_tasks == 1  # never zero: someone must look at the queue
     assert [e["reason"] for e in logs if e["event"] == "scaling_capped"] == ["cpu_saturated"]
 
 
-def test_scale_in_lets_threads_finish_their_batches_and_abandons_nothing(
+def test_scale_in_lets_threads_finish_their_message_and_abandons_nothing(
     storage: InMemoryQueueStorage,
     queue_name: str,
     clock: ManualClock,
     listeners: list[CloudQueueListener[Any]],
 ) -> None:
-    """Threads asked to leave finish their current batch first: every message is handled once."""
+    """Threads asked to leave finish their current message first: every message is handled once."""
     fill(storage, queue_name, 400)
     listener = make_listener(storage, queue_name, clock, listeners)
     release = threading.Event()
     handled: list[int] = []
+    busy = threading.Semaphore(0)
     lock = threading.Lock()
 
     def handle(number: int) -> None:
+        busy.release()
         release.wait(10)
         with lock:
             handled.append(number)
 
     listener.subscribe(handle)
     listener.start_listener(6)
-    eventually(lambda: listener.counters.in_flight == 6 * 32)
-    assert listener.request_scale_in(10, floor=1) == 5
+    for _ in range(6):
+        assert busy.acquire(timeout=10)  # every thread is in the middle of a message
+    assert listener.pool_control.request_scale_in(10, floor=1) == 5
     assert listener.active_dequeue_tasks == 1  # the decision shows at once
     release.set()
     eventually(lambda: len(handled) == 400, timeout_s=20)
@@ -347,8 +366,11 @@ def test_idle_threads_stop_down_to_one_poller(
     """With an empty queue, surplus threads stop once their back-off reaches max_idle; one stays."""
     listener = make_listener(storage, queue_name, clock, listeners)
     ElasticScaler(
-        ScalingPolicy(min_threads=1, max_idle_s=1.0), clock=clock, rng=random.Random(3)
-    ).attach(listener)
+        listener.pool_control,
+        ScalingPolicy(min_threads=1, max_idle_s=1.0),
+        clock=clock,
+        rng=random.Random(3),
+    )
     listener.start_listener(5)
     eventually(lambda: listener.threads_alive == 1)
     assert listener.active_dequeue_tasks == 1
@@ -364,24 +386,156 @@ def test_the_busy_pool_rescales_periodically(
     """While batches flow, a growing backlog adds threads without any idle thread."""
     fill(storage, queue_name, 64)
     listener = make_listener(storage, queue_name, clock, listeners)
-    scaler = ElasticScaler(
+    ElasticScaler(
+        listener.pool_control,
         ScalingPolicy(rule=proportional(32), max_threads=8, rescale_interval_s=1.0),
         clock=clock,
         cpu_meter=FixedCpu(0.1),
     )
-    scaler.attach(listener)
-    first_batch = threading.Event()
+    busy = threading.Event()
     carry_on = threading.Event()
 
-    def handle(number: int) -> None:
-        if number == 0:
-            first_batch.set()
-            carry_on.wait(10)
+    def handle(_: int) -> None:
+        busy.set()
+        carry_on.wait(10)  # every thread stays busy until the backlog has grown
 
     listener.subscribe(handle)
     listener.start_listener(1)
-    assert first_batch.wait(10)
-    fill(storage, queue_name, 256)  # the backlog grows while the only thread is busy
+    assert busy.wait(10)
+    assert listener.active_dequeue_tasks == 2  # the first get scaled to proportional(32) of 64
+    fill(storage, queue_name, 256)  # the backlog grows while every thread is busy
     clock.advance(2.0)
     carry_on.set()
     eventually(lambda: listener.query_state().total_dequeue_tasks >= 8)
+
+
+# -- a listener started on a backlog of slow messages -------------------------------------------
+
+
+class VirtualHandler:
+    """A handler that "takes" ``seconds`` of manual-clock time, as if the threads ran in parallel.
+
+    Each call waits until the clock reaches its own finish time; the clock is moved by the test
+    (``run``), which always jumps to the earliest finish time among the busy calls, so N threads
+    handling at once take ``seconds``, not N x ``seconds``.
+    """
+
+    def __init__(self, clock: ManualClock, seconds: float) -> None:
+        self.clock = clock
+        self.seconds = seconds
+        self.handled = 0
+        self._finishing: list[float] = []
+        self._changed = threading.Condition()
+
+    def __call__(self, _: int) -> None:
+        with self._changed:
+            finish = self.clock.monotonic() + self.seconds
+            self._finishing.append(finish)
+            self._changed.notify_all()
+            while self.clock.monotonic() < finish:
+                self._changed.wait(0.01)
+            self._finishing.remove(finish)
+            self.handled += 1
+            self._changed.notify_all()
+
+    def run(self, listener: CloudQueueListener[int], total: int, *, busy: int) -> float:
+        """Move the clock until ``total`` messages are handled; return the virtual seconds taken."""
+        started = self.clock.monotonic()
+        deadline = time.monotonic() + 60  # a real-time safety net only; nothing asserts on it
+        while self.handled < total:
+            assert time.monotonic() < deadline, f"stuck after {self.handled} messages"
+            with self._changed:
+                # Let every thread that can start a message do so before time moves on.
+                self._changed.wait_for(
+                    lambda: (
+                        len(self._finishing) >= min(busy, listener.active_dequeue_tasks)
+                        or self.handled >= total
+                    ),
+                    timeout=0.05,
+                )
+                if self._finishing:
+                    self.clock.advance(max(0.0, min(self._finishing) - self.clock.monotonic()))
+                self._changed.notify_all()
+        return self.clock.monotonic() - started
+
+
+class VirtualSleeper:
+    """Waits until the manual clock, moved only by ``VirtualHandler.run``, has passed the delay."""
+
+    def __init__(self, clock: ManualClock) -> None:
+        self.clock = clock
+
+    def wait(self, stop_event: threading.Event, delay_s: float) -> bool:
+        until = self.clock.monotonic() + delay_s
+        while self.clock.monotonic() < until:
+            if stop_event.wait(0.005):
+                return True
+        return stop_event.is_set()
+
+
+def test_a_listener_started_on_a_backlog_of_slow_messages_scales_at_once_and_shares_the_work(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """200 x 0.25 s, drain_time(5 s), 1 thread: more threads before the first batch is done, and
+    idle threads take the fetched messages, so the drain takes about 6 s, not 16 s."""
+    fill(storage, queue_name, 200)
+    listener: CloudQueueListener[int] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), int, clock=clock, sleeper=VirtualSleeper(clock)
+    )
+    listeners.append(listener)
+    ElasticScaler(
+        listener.pool_control,
+        ScalingPolicy(rule=drain_time(5.0), max_threads=10),
+        clock=clock,
+        cpu_meter=FixedCpu(0.1),
+    )
+    handler = VirtualHandler(clock, seconds=0.25)
+    listener.subscribe(handler)
+    with capture_logs() as logs:
+        listener.start_listener(1)
+        drained_s = handler.run(listener, 200, busy=10)
+    first_growth = next(e for e in logs if e["event"] == "scaled_up")
+    assert first_growth["reason"] == "work_detected:backlog_above_pool"
+    assert listener.peak_dequeue_tasks == 10
+    # One thread holding its batch of 32 alone needs 8 s for it; the old loop drained in 16 s.
+    assert drained_s <= 6.5
+    assert listener.messages_processed == 200
+
+
+def test_a_scaler_leaves_the_listeners_own_handlers_alone(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """queue_work_detected and batch_processed keep firing with a scaler; a queue_empty handler
+    and a scaler cannot both decide idle waits, so binding one to such a listener is refused."""
+    fill(storage, queue_name, 3)
+    detected, processed = threading.Event(), threading.Event()
+    listener: CloudQueueListener[int] = CloudQueueListener(
+        storage,
+        CloudQueueLocation(queue_name),
+        int,
+        clock=clock,
+        sleeper=clock,
+        queue_work_detected=lambda _: detected.set(),
+        batch_processed=lambda _: processed.set(),
+    )
+    listeners.append(listener)
+    scaler = ElasticScaler(listener.pool_control, clock=clock, cpu_meter=FixedCpu(0.1))
+    assert scaler.pool is listener.pool_control
+    listener.subscribe(lambda _: clock.advance(1.0))
+    listener.start_listener(1)
+    assert detected.wait(10)
+    assert processed.wait(10)
+    deciding: CloudQueueListener[int] = CloudQueueListener(
+        storage,
+        CloudQueueLocation(queue_name),
+        int,
+        queue_empty=lambda _, __: QueueEmptyDecision(stop=False, delay_s=1.0),
+    )
+    with pytest.raises(ConfigurationError, match="queue_empty"):
+        ElasticScaler(deciding.pool_control)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-from typing import Any
 
 from structlog.testing import capture_logs
 
@@ -32,16 +31,14 @@ def test_a_burst_into_an_idle_queue_scales_up_drains_and_settles_to_one_poller(
         scale_in_delay_s=1.0,
         cpu_saturation_cores=100.0,
     )
-    ElasticScaler(policy).attach(listener)
     went_idle = threading.Event()
-    on_empty = listener.queue_empty
-    assert on_empty is not None
 
-    def watch_idle(source: CloudQueueListener[Any], idle_count: int) -> QueueEmptyDecision:
-        went_idle.set()
-        return on_empty(source, idle_count)
+    class WatchedScaler(ElasticScaler):
+        def on_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
+            went_idle.set()
+            return super().on_queue_empty(idle_count)
 
-    listener.queue_empty = watch_idle
+    WatchedScaler(listener.pool_control, policy)
     handled: list[int] = []
     lock = threading.Lock()
 

@@ -160,8 +160,7 @@ def _host(
         delivery=settings.delivery_policy(),
         payload_store=payload_store,
     )
-    scaler = ElasticScaler(settings.scaling_policy())
-    scaler.attach(listener)
+    scaler = ElasticScaler(listener.pool_control, settings.scaling_policy())
     runner = AsyncHandlerRunner(worker.handle)
     listener.subscribe(runner)
     return HostedWorker(

@@ -55,7 +55,7 @@ class TriggerWaker:
             payload_size=event.payload_size,
         )
         try:
-            self.scaler.on_trigger(self.listener)
+            self.scaler.on_trigger()
         except Exception:
             log.exception("trigger_handling_failed", queue=self.listener.queue_name)
 
@@ -111,4 +111,4 @@ class Watchdog:
             return
         if depth > 0:
             log.info("watchdog_found_work", queue=queue, depth=depth)
-            self.scaler.on_trigger(self.listener, trigger="watchdog")
+            self.scaler.on_trigger(trigger="watchdog")

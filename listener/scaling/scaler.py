@@ -11,22 +11,22 @@
   keeps the count from flapping.
 
 The decisions are pure functions (``idle_delay_s``, ``should_stop_idle``, ``decide``); the
-``ElasticScaler`` only measures, applies and logs them.
+``ElasticScaler`` only measures, applies and logs them, through the listener's ``PoolControl``
+(``listener.pool_control``), the one thing it is given.
 """
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any
 
 import structlog
 
 from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import ConfigurationError, StorageError
-from listener.listener import CloudQueueListener, ListenerLoad, QueueEmptyDecision
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.scaling_rules import ScalingInput, ScalingRule, bounded, proportional
+from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision
 from listener.scaling.cpu import CpuMeter, ProcessCpuMeter
 
 log = structlog.get_logger(__name__)
@@ -73,6 +73,16 @@ def should_stop_idle(delay_s: float, active_threads: int, policy: ScalingPolicy)
     return delay_s >= policy.max_idle_s and active_threads > policy.min_threads
 
 
+def targets(load: ListenerLoad, policy: ScalingPolicy) -> tuple[int, int]:
+    """(grow target from the visible backlog, shrink target from visible + in-flight)."""
+
+    def ask(depth: int) -> int:
+        wanted = policy.rule(ScalingInput(depth, load.active_threads, load.per_thread_rate_per_s))
+        return bounded(wanted, min_threads=policy.min_threads, max_threads=policy.max_threads)
+
+    return ask(load.visible_depth), ask(load.visible_depth + load.in_flight)
+
+
 @dataclass(frozen=True, slots=True)
 class Rescale:
     """A decision: how many threads to add (> 0) or remove (< 0), and why."""
@@ -104,10 +114,15 @@ def decide(
 
 
 class ElasticScaler:
-    """Installs itself as a listener's queue_empty, queue_work_detected and batch_processed hook."""
+    """Grows and shrinks one listener's pool: ``ElasticScaler(listener.pool_control, policy)``.
+
+    It binds itself to the pool's events when made (``PoolControl.bind``); the listener's own
+    queue_empty, queue_work_detected and batch_processed handlers are left alone.
+    """
 
     def __init__(
         self,
+        pool: PoolControl,
         policy: ScalingPolicy | None = None,
         *,
         rng: RandomSource | None = None,
@@ -123,49 +138,43 @@ class ElasticScaler:
         self._poll_lock = threading.Lock()
         self._poll_requested = False
         self._last_rescale = clock.monotonic()
+        self.pool = pool
+        pool.bind(self)
 
-    def attach(self, listener: CloudQueueListener[Any]) -> None:
-        listener.queue_empty = self.on_queue_empty
-        listener.queue_work_detected = self.on_queue_work_detected
-        listener.batch_processed = self.on_batch_processed
-
-    def on_queue_empty(
-        self, listener: CloudQueueListener[Any], idle_count: int
-    ) -> QueueEmptyDecision:
+    def on_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
         delay = idle_delay_s(idle_count, self.policy, self.rng)
+        poll_now = QueueEmptyDecision(stop=False, delay_s=0.0)
         if self._take_poll_request():
             # A trigger arrived since this thread's empty get: look again now rather than stop.
-            return QueueEmptyDecision(stop=False, delay_s=0.0)
-        if should_stop_idle(delay, listener.active_dequeue_tasks, self.policy) and (
-            listener.reserve_stop(self.policy.min_threads)
-        ):
-            self._log_scaled(
-                "scaled_down",
-                listener,
-                depth=0,
-                target=listener.active_dequeue_tasks,
-                reason="idle",
-            )
-            return QueueEmptyDecision(stop=True, delay_s=0.0)
-        return QueueEmptyDecision(stop=False, delay_s=delay)
+            return poll_now
+        if not should_stop_idle(delay, self.pool.active_threads, self.policy):
+            return QueueEmptyDecision(stop=False, delay_s=delay)
+        with self._lock:
+            # Serialized with rescale: a trigger either set its flag before this check, or its
+            # rescale measures after this thread has reserved its stop (and starts another).
+            if self._take_poll_request():
+                return poll_now
+            if not self.pool.reserve_stop(self.policy.min_threads):
+                return QueueEmptyDecision(stop=False, delay_s=delay)
+        self._log_scaled("scaled_down", depth=0, target=self.pool.active_threads, reason="idle")
+        return QueueEmptyDecision(stop=True, delay_s=0.0)
 
-    def on_queue_work_detected(self, listener: CloudQueueListener[Any]) -> None:
-        self.rescale(listener, trigger="work_detected", wait=True)
+    def on_queue_work_detected(self) -> None:
+        self.rescale(trigger="work_detected", wait=True)
 
-    def on_batch_processed(self, listener: CloudQueueListener[Any]) -> None:
+    def on_batch_processed(self) -> None:
         if self.clock.monotonic() - self._last_rescale >= self.policy.rescale_interval_s:
-            self.rescale(listener, trigger="periodic")
+            self.rescale(trigger="periodic")
 
-    def on_trigger(self, listener: CloudQueueListener[Any], *, trigger: str = "push") -> None:
+    def on_trigger(self, *, trigger: str = "push") -> None:
         """A push trigger (or the watchdog) says there is work: make sure someone looks."""
         with self._poll_lock:
             self._poll_requested = True  # set before measuring: see on_queue_empty
-        listener.wake_idle()
-        self.rescale(listener, trigger=trigger, at_least=1, wait=True)
+        self.pool.wake_idle()
+        self.rescale(trigger=trigger, at_least=1, wait=True)
 
     def rescale(
         self,
-        listener: CloudQueueListener[Any],
         *,
         trigger: str,
         at_least: int = 0,
@@ -183,13 +192,13 @@ class ElasticScaler:
         try:
             self._last_rescale = self.clock.monotonic()
             try:
-                load = listener.measure_load()
+                load = self.pool.measure_load()
             except StorageError as failure:
-                log.warning("rescale_skipped", queue=listener.queue_name, error=str(failure))
-                if at_least and listener.active_dequeue_tasks < at_least:
-                    listener.start_listener(at_least - listener.active_dequeue_tasks)
+                log.warning("rescale_skipped", queue=self.pool.queue_name, error=str(failure))
+                if at_least and self.pool.active_threads < at_least:
+                    self.pool.start_threads(at_least - self.pool.active_threads)
                 return
-            self._apply(listener, load, trigger, at_least)
+            self._apply(load, trigger, at_least)
         finally:
             self._lock.release()
 
@@ -198,24 +207,10 @@ class ElasticScaler:
             requested, self._poll_requested = self._poll_requested, False
             return requested
 
-    def targets(self, load: ListenerLoad) -> tuple[int, int]:
-        """(grow target from the visible backlog, shrink target from visible + in-flight)."""
-        policy = self.policy
-
-        def ask(depth: int) -> int:
-            wanted = policy.rule(
-                ScalingInput(depth, load.active_threads, load.per_thread_rate_per_s)
-            )
-            return bounded(wanted, min_threads=policy.min_threads, max_threads=policy.max_threads)
-
-        return ask(load.visible_depth), ask(load.visible_depth + load.in_flight)
-
-    def _apply(
-        self, listener: CloudQueueListener[Any], load: ListenerLoad, trigger: str, at_least: int
-    ) -> None:
-        grow_target, shrink_target = self.targets(load)
+    def _apply(self, load: ListenerLoad, trigger: str, at_least: int) -> None:
+        grow_target, shrink_target = targets(load, self.policy)
         grow_target = max(grow_target, min(at_least, self.policy.max_threads))
-        active = listener.active_dequeue_tasks
+        active = self.pool.active_threads
         decision = decide(
             active=active,
             grow_target=grow_target,
@@ -226,31 +221,23 @@ class ElasticScaler:
         )
         self._below_since = decision.below_since
         if decision.change > 0:
-            self._grow(listener, load, active, decision.change, trigger)
+            self._grow(load, active, decision.change, trigger)
         elif decision.change < 0:
-            removed = listener.request_scale_in(-decision.change, floor=self.policy.min_threads)
+            removed = self.pool.request_scale_in(-decision.change, floor=self.policy.min_threads)
             if removed:
                 self._log_scaled(
                     "scaled_down",
-                    listener,
                     depth=load.visible_depth + load.in_flight,
                     target=active - removed,
                     reason=f"{trigger}:{decision.reason}",
                 )
 
-    def _grow(
-        self,
-        listener: CloudQueueListener[Any],
-        load: ListenerLoad,
-        active: int,
-        change: int,
-        trigger: str,
-    ) -> None:
+    def _grow(self, load: ListenerLoad, active: int, change: int, trigger: str) -> None:
         cores = self.cpu_meter.cores_used()
         if cores >= self.policy.cpu_saturation_cores:
             log.warning(
                 "scaling_capped",
-                queue=listener.queue_name,
+                queue=self.pool.queue_name,
                 depth=load.visible_depth,
                 active=active,
                 target=active + change,
@@ -261,29 +248,20 @@ class ElasticScaler:
             if active > 0:
                 return
             change = 1  # never none at all: with no thread, nobody would look at the queue
-        listener.start_listener(change)
+        self.pool.start_threads(change)
         self._log_scaled(
             "scaled_up",
-            listener,
             depth=load.visible_depth,
             target=active + change,
             reason=f"{trigger}:backlog_above_pool",
         )
 
-    def _log_scaled(
-        self,
-        event: str,
-        listener: CloudQueueListener[Any],
-        *,
-        depth: int,
-        target: int,
-        reason: str,
-    ) -> None:
+    def _log_scaled(self, event: str, *, depth: int, target: int, reason: str) -> None:
         log.info(
             event,
-            queue=listener.queue_name,
+            queue=self.pool.queue_name,
             depth=depth,
-            active=listener.active_dequeue_tasks,
+            active=self.pool.active_threads,
             target=target,
             rule=self.policy.rule_name,
             reason=reason,

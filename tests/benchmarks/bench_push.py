@@ -6,7 +6,7 @@ Two modes, each against its own fresh Azurite, the listener's storage wrapped in
 (one counted call = one billed transaction; the one-off ``create_queue`` calls of start-up are left
 out), a no-op handler that notes the time on its first line:
 
-* ``poll``: the defaults, ``ElasticScaler(ScalingPolicy()).attach(listener)``, one thread: an idle
+* ``poll``: the defaults (an ``ElasticScaler`` with ``ScalingPolicy()``), one thread: an idle
   poller backs off from 0.1 s to ``max_idle_s`` (the current default, read at run time) and keeps
   polling at that period;
 * ``push``: ``ScalingPolicy(min_threads=0)``, a ``TriggerWaker`` on a ``RedisTriggerChannel`` (a
@@ -49,9 +49,10 @@ from typing import Any
 
 import structlog
 
-from listener.listener import CloudQueueListener, QueueEmptyDecision, QueueEmptyHandler
+from listener.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
 from listener.messages.codec import MessageCodec
+from listener.pool_control import QueueEmptyDecision
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import WorkDetected, account_of
 from listener.push.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
@@ -162,21 +163,27 @@ class PickupProbe:
 
 
 class CapProbe:
-    """Wraps the scaler's queue_empty hook to see when an idle poller's back-off is at its cap."""
+    """Between the listener and its scaler: sees when an idle poller's back-off is at its cap."""
 
-    def __init__(self, listener: CloudQueueListener[str], max_idle_s: float) -> None:
-        if listener.queue_empty is None:
-            raise BenchmarkError("attach the scaler before the probe")
-        self._inner: QueueEmptyHandler = listener.queue_empty
+    def __init__(
+        self, listener: CloudQueueListener[str], scaler: ElasticScaler, max_idle_s: float
+    ) -> None:
+        self._scaler = scaler
         self.max_idle_s = max_idle_s
         self.at_cap = threading.Event()
-        listener.queue_empty = self
+        listener.pool_control.bind(self)  # the loop's events now pass through the probe
 
-    def __call__(self, listener: CloudQueueListener[Any], idle_count: int) -> QueueEmptyDecision:
-        decision = self._inner(listener, idle_count)
+    def on_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
+        decision = self._scaler.on_queue_empty(idle_count)
         if not decision.stop and decision.delay_s >= self.max_idle_s:
             self.at_cap.set()  # the poller waits max_idle_s from (about) now
         return decision
+
+    def on_queue_work_detected(self) -> None:
+        self._scaler.on_queue_work_detected()
+
+    def on_batch_processed(self) -> None:
+        self._scaler.on_batch_processed()
 
     def wait_next_poll_at_cap(self) -> None:
         self.at_cap.clear()
@@ -262,6 +269,7 @@ class Bench:
         self,
         mode: Mode,
         listener: CloudQueueListener[str],
+        scaler: ElasticScaler,
         storage: MeteredStorage,
         producer: AzureQueueStorage,
         publish: Callable[[WorkDetected], bool] | None,
@@ -279,7 +287,7 @@ class Bench:
         self.rng = rng
         self.probe = PickupProbe()
         listener.subscribe(self.probe)
-        self.cap = CapProbe(listener, MAX_IDLE_S)
+        self.cap = CapProbe(listener, scaler, MAX_IDLE_S)
         self.failed_publishes = 0
 
     def settle(self) -> None:
@@ -394,8 +402,9 @@ def build_listener(
     listener = CloudQueueListener(
         storage, CloudQueueLocation(QUEUE, visibility_timeout_s=VISIBILITY_TIMEOUT_S), str
     )
-    scaler = ElasticScaler(ScalingPolicy(min_threads=0) if mode.push else ScalingPolicy())
-    scaler.attach(listener)
+    scaler = ElasticScaler(
+        listener.pool_control, ScalingPolicy(min_threads=0) if mode.push else ScalingPolicy()
+    )
     return listener, scaler
 
 
@@ -413,7 +422,15 @@ def measure(mode: Mode, config: Config, redis_url: str | None, rng: random.Rando
             with trigger_plumbing(mode, redis_url, listener, scaler, account) as plumbing:
                 publish, waker, watchdog = plumbing
                 bench = Bench(
-                    mode, listener, storage, producer, publish, account, rng, config.push_gap_s
+                    mode,
+                    listener,
+                    scaler,
+                    storage,
+                    producer,
+                    publish,
+                    account,
+                    rng,
+                    config.push_gap_s,
                 )
                 try:
                     run = drive(bench, config, watchdog)

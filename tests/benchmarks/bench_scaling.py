@@ -8,7 +8,7 @@ Azurite, its storage wrapped in ``MeteredStorage`` (one counted call = one bille
 (a) ``fixed16``: a ``CloudQueueListener`` without a scaler, ``dequeue_interval_s=1.0``, 16 threads
     (cloudqueue's default ``max_threads``);
 (b) ``fixed1``: the same with 1 thread;
-(c) ``cloudqueue``: the defaults, ``ElasticScaler(ScalingPolicy()).attach(listener)``, 1 thread.
+(c) ``cloudqueue``: the defaults (an ``ElasticScaler`` with ``ScalingPolicy()``), 1 thread.
 
 The observer is a no-op unless ``--handler-ms`` gives it a fixed sleep (simulated I/O); all
 variants get the same one. The burst of N messages is put *before* the listener starts, by an
@@ -302,7 +302,7 @@ def build_listener(variant: Variant, storage: QueueStorage) -> CloudQueueListene
         dequeue_interval_s=FIXED_POLL_INTERVAL_S,
     )
     if variant.elastic:
-        ElasticScaler(ScalingPolicy()).attach(listener)
+        ElasticScaler(listener.pool_control, ScalingPolicy())
     return listener
 
 
