@@ -158,7 +158,13 @@ class MessageProcessor(Generic[T]):
         else:
             self._remember(message.id, error)
             delay_s = retry_visibility_s(message.dequeue_count, self.policy, self.rng)
-            log.warning("message_retry_scheduled", error=error, retry_in_s=delay_s)
+            log.warning(
+                "message_retry_scheduled",
+                message_id=message.id,
+                dequeue_count=message.dequeue_count,
+                error=error,
+                retry_in_s=delay_s,
+            )
             self._set_visibility(lease, delay_s)
 
     def _delete(self, lease: Lease) -> bool:

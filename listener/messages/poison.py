@@ -106,7 +106,13 @@ def poison_message(
         return False
     storage.delete_message(queue_name, message.id, pop_receipt or message.pop_receipt)
     log.warning(
-        "message_poisoned", queue=queue_name, poison_queue=target, reason=reason, error=error
+        "message_poisoned",
+        queue=queue_name,
+        poison_queue=target,
+        message_id=message.id,
+        dequeue_count=message.dequeue_count,
+        reason=reason,
+        error=error,
     )
     return True
 
