@@ -12,7 +12,10 @@ be anyway: any message may be delivered twice).
 Every message ends in exactly one place:
 
 * **deleted** after every observer returned for every item, and then its stored payload, if any,
-  is deleted too (a failure there is logged and leaves an orphan blob, never an error);
+  is replaced by a tombstone (a failure there is logged and leaves the payload, never an error);
+* **dropped** (deleted with a ``duplicate_dropped`` info event, not handled) when its stored
+  payload is a tombstone: it is a second copy, left by a repeated put, of a message whose work is
+  done (see ``listener.messages.payload``);
 * **retried**: an observer raised, so the message is hidden for a short back-off that grows with
   its dequeue count (not for the whole visibility timeout) and comes back;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted -- at once when it
@@ -36,7 +39,7 @@ from listener.errors import DecodeError, PayloadNotFoundError, PermanentFailure,
 from listener.leases import Lease
 from listener.messages.codec import Codec
 from listener.messages.envelope import MessageEnvelope, set_current_envelope
-from listener.messages.payload import MessageContents, open_message
+from listener.messages.payload import MessageContents, open_message, retire_payload
 from listener.messages.poison import poison_message
 from listener.policies.backoff import RandomSource
 from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
@@ -113,11 +116,14 @@ class MessageProcessor(Generic[T]):
         if opened is None:
             return
         contents, items = opened
+        if contents.handled:
+            self._drop_duplicate(lease, str(contents.payload_name))
+            return
         failures = self._deliver(lease, items)
         if failures:
             self._after_failure(lease, failures)
         elif self._delete(lease) and contents.payload_name is not None:
-            self._delete_payload(contents.payload_name)
+            self._retire_payload(contents.payload_name)
 
     def _open(self, lease: Lease) -> tuple[MessageContents, list[T]] | None:
         """The message's contents and decoded items; None when it was poisoned or retried."""
@@ -185,19 +191,30 @@ class MessageProcessor(Generic[T]):
         self.counters.add("processed")
         return any(deleted)
 
-    def _delete_payload(self, name: str) -> None:
-        """Remove the stored payload of a deleted message; log, never raise, on failure."""
+    def _drop_duplicate(self, lease: Lease, payload_name: str) -> None:
+        """Delete a message whose payload is a tombstone: another copy's work is done."""
+        log.info(
+            "duplicate_dropped",
+            message_id=lease.message.id,
+            dequeue_count=lease.message.dequeue_count,
+            payload=payload_name,
+        )
+        self._delete(lease)
+
+    def _retire_payload(self, name: str) -> None:
+        """Replace the stored payload of a deleted message with a tombstone; log, never raise."""
         # Only after a delete that succeeded: a message that was not deleted (stale receipt)
-        # is someone else's now, and they still need the payload.
+        # is someone else's now, and they still need the payload. Should this fail, the payload
+        # stays, and a duplicate copy, if any, is handled once more (at-least-once).
         store = self.payload_store
         if store is None:  # pragma: no cover - a stored payload was read through this store
             return
         try:
-            store.delete(name)
+            retire_payload(store, name)
         except StorageError as failure:
-            log.warning("payload_delete_failed", payload=name, error=str(failure))
+            log.warning("payload_retire_failed", payload=name, error=str(failure))
         except Exception:
-            log.exception("payload_delete_failed_unexpectedly", payload=name)
+            log.exception("payload_retire_failed_unexpectedly", payload=name)
 
     def _set_visibility(self, lease: Lease, visibility_s: int) -> None:
         def update(pop_receipt: str) -> None:

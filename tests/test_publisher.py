@@ -39,6 +39,7 @@ from listener.messages.poison import requeue_poisoned
 from listener.messages.publisher import PENDING_BYTES
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
 from listener.testing import ManualClock
+from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 
 
@@ -288,10 +289,10 @@ def test_a_large_compressible_item_is_sent_gzipped_inline(
     assert received == [big]
 
 
-def test_an_incompressible_large_item_is_stored_and_its_payload_deleted_after_handling(
+def test_an_incompressible_large_item_is_stored_and_its_payload_retired_after_handling(
     storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
 ) -> None:
-    """The queue holds a small reference; the listener resolves it, then deletes the payload."""
+    """The queue holds a small reference; the listener resolves it, then leaves a tombstone."""
     data = noise(200 * 1024)
     Publisher(storage, queue_name, bytes, payload_store=payloads).publish(data)
     [content] = contents(storage, queue_name)
@@ -301,7 +302,7 @@ def test_an_incompressible_large_item_is_stored_and_its_payload_deleted_after_ha
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_processed == 1)
     assert received == [data]
-    assert payloads.names() == []
+    assert live_payloads(payloads) == []
 
 
 def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
@@ -316,7 +317,7 @@ def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_processed == 3)
     assert sorted(received) == sorted(items)
-    assert payloads.names() == []
+    assert live_payloads(payloads) == []
 
 
 def test_without_a_payload_store_an_item_too_large_even_compressed_is_refused(
@@ -331,7 +332,7 @@ def test_without_a_payload_store_an_item_too_large_even_compressed_is_refused(
 def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
     storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
 ) -> None:
-    """The poison record's content is the reference; after requeue it is handled and deleted."""
+    """The poison record's content is the reference; after requeue it is handled and retired."""
     Publisher(storage, queue_name, bytes, payload_store=payloads).publish(noise(100 * 1024))
     outcomes = iter([PermanentFailure("not yet"), None])
 
@@ -348,7 +349,7 @@ def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
     assert payloads.names() == [envelope.payload_name]
     requeue_poisoned(storage, queue_name)
     eventually(lambda: listener.messages_processed == 1)
-    assert payloads.names() == []
+    assert live_payloads(payloads) == []
 
 
 def test_a_missing_payload_is_poisoned_as_payload_missing_and_the_listener_goes_on(
@@ -410,7 +411,7 @@ def test_a_failed_put_discards_the_stored_payload_unless_the_put_may_have_happen
 def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
     tmp_path: Path, queue_name: str, clock: ManualClock, listen: Listen, size: int
 ) -> None:
-    """1 MiB and 10 MiB items go through the folder beside the database; none is left behind."""
+    """1 MiB and 10 MiB items go through the folder beside the database; only tombstones stay."""
     connection = f"sqlite:///{tmp_path}/queues.db"
     storage = SqliteQueueStorage(tmp_path / "queues.db", clock=clock)
     storage.create_queue(queue_name)
@@ -423,7 +424,7 @@ def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
     listener = listen(storage, received.append, item_type=bytes, payload_store=folder)
     eventually(lambda: listener.messages_processed == 2, timeout_s=60)
     assert sorted(received) == sorted(items)
-    eventually(lambda: folder.names() == [])
+    eventually(lambda: live_payloads(folder) == [])
     assert list((tmp_path / "payloads").rglob("*.*")) == []  # no temporary files either
     assert listener.stop(5)
     storage.close()

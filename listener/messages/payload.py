@@ -23,6 +23,14 @@ characters, so it can never be taken for a base64 item, and its data is not base
 whose text is itself such an object is sent inside an envelope, so the key stays reserved without
 limiting what items may be. An envelope of an unknown version is undecodable (it is poisoned and
 can be requeued once the listener is upgraded).
+
+A stored payload of zero bytes is a *tombstone*: the listener writes it over a payload once its
+message was handled and deleted (``retire_payload``), instead of deleting it. gzip data is never
+empty, so it cannot be mistaken for a payload. A second message naming the payload -- left by an
+SDK retry of a put that had in fact succeeded -- then finds the tombstone and is dropped as a
+duplicate of done work, while a payload that is simply gone still means ``payload_missing``.
+Tombstones live in the store itself, so every worker process sees them; they are removed by the
+same clean-up as orphaned payloads (anything older than the queue's time-to-live).
 """
 
 from __future__ import annotations
@@ -57,6 +65,9 @@ _LENGTH_BYTES = 4
 _RESERVED = re.compile(r'^\s*\{\s*"\$cloudqueue"\s*:')
 _NOT_RESERVED = object()
 
+TOMBSTONE = b""
+"""What a handled message's payload is replaced with (see the module docstring)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Packed:
@@ -88,10 +99,15 @@ class Envelope:
 
 @dataclass(frozen=True, slots=True)
 class MessageContents:
-    """What one queue message carries: its items' codec texts, and the payload to delete after."""
+    """What one queue message carries: its items' codec texts, and the payload to retire after.
+
+    ``handled`` is True (and ``texts`` empty) when the payload is a tombstone: this message is a
+    duplicate of one whose work is done.
+    """
 
     texts: list[str]
     payload_name: str | None = None
+    handled: bool = False
 
 
 def pack(texts: Sequence[str]) -> Packed:
@@ -178,8 +194,15 @@ def open_message(content: str, store: PayloadStore | None) -> MessageContents:
             f"the message refers to stored payload {name!r}, but the listener has no payload "
             "store (pass payload_store=...)"
         )
-    packed = Packed(envelope.inner, envelope.count, store.get(name))
-    return MessageContents(unpack(packed), payload_name=name)
+    data = store.get(name)
+    if data == TOMBSTONE:
+        return MessageContents([], payload_name=name, handled=True)
+    return MessageContents(unpack(Packed(envelope.inner, envelope.count, data)), payload_name=name)
+
+
+def retire_payload(store: PayloadStore, name: str) -> None:
+    """Replace a handled message's payload with a tombstone (may raise StorageError)."""
+    store.put(name, TOMBSTONE)
 
 
 def _item_bytes(texts: Sequence[str]) -> tuple[Inner, list[bytes]]:
@@ -261,6 +284,7 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
 
 __all__ = [
     "ENVELOPE_KEY",
+    "TOMBSTONE",
     "Envelope",
     "Framed",
     "MessageContents",
@@ -273,5 +297,6 @@ __all__ = [
     "pack",
     "pack_frames",
     "parse_envelope",
+    "retire_payload",
     "unpack",
 ]
