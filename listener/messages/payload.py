@@ -10,6 +10,10 @@ JSON object whose only key is ``$cloudqueue``::
 
 * ``kind``: ``gzip`` is one item inline, ``batch`` several items inline, ``blob`` items kept in the
   payload store under the name ``blob`` (``bytes`` long, for operators).
+* ``attempts`` (optional, 0 when absent): how many times these items were delivered before they
+  were put in this message. The listener writes it when it re-publishes the failed items of a
+  batch (see ``listener.handling``), so their poison decision counts every attempt. A listener
+  that does not know the key ignores it and merely retries them longer.
 * ``data`` (base64), or the stored payload, is gzip of the *frames*: for each item in order, its
   length as 4 bytes big-endian, then its bytes.
 * ``inner`` says how each item's codec text became those bytes. ``base64``: every text was
@@ -95,6 +99,7 @@ class Envelope:
     count: int
     packed: Packed | None = None
     payload_name: str | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,6 +113,8 @@ class MessageContents:
     texts: list[str]
     payload_name: str | None = None
     handled: bool = False
+    attempts: int = 0
+    """Deliveries of these items in earlier messages (the envelope's ``attempts``)."""
 
 
 def pack(texts: Sequence[str]) -> Packed:
@@ -140,11 +147,13 @@ def unpack(packed: Packed) -> list[str]:
         raise DecodeError(f"an item in the envelope is not UTF-8 text: {error}") from None
 
 
-def inline_envelope(packed: Packed) -> str:
-    """The message text carrying packed items inline (kind ``gzip`` for one, ``batch`` for more)."""
+def inline_envelope(packed: Packed, *, attempts: int = 0) -> str:
+    """The message text carrying packed items inline (kind ``gzip`` for one, ``batch`` for more),
+    ``attempts`` earlier deliveries recorded when there were any."""
     kind: Kind = "gzip" if packed.count == 1 else "batch"
     data = base64.b64encode(packed.data).decode("ascii")
-    return _dump({**_header(kind, packed), "data": data})
+    tried = {"attempts": attempts} if attempts else {}
+    return _dump({**_header(kind, packed), **tried, "data": data})
 
 
 def blob_envelope(payload_name: str, packed: Packed) -> str:
@@ -177,6 +186,20 @@ def parse_envelope(content: str) -> Envelope | None:
         raise DecodeError(f"malformed cloudqueue envelope: {error}") from None
 
 
+def without_attempts(content: str) -> str:
+    """The message text with its envelope's ``attempts`` removed, for a fresh start (requeue);
+    any other text unchanged."""
+    try:
+        envelope = parse_envelope(content)
+    except DecodeError:
+        return content
+    if envelope is None or not envelope.attempts:
+        return content
+    fields = dict(json.loads(content)[ENVELOPE_KEY])
+    del fields["attempts"]
+    return _dump(fields)
+
+
 def open_message(content: str, store: PayloadStore | None) -> MessageContents:
     """The item texts in a message, fetching a stored payload if it refers to one.
 
@@ -187,7 +210,7 @@ def open_message(content: str, store: PayloadStore | None) -> MessageContents:
     if envelope is None:
         return MessageContents([content])
     if envelope.packed is not None:
-        return MessageContents(unpack(envelope.packed))
+        return MessageContents(unpack(envelope.packed), attempts=envelope.attempts)
     name = str(envelope.payload_name)
     if store is None:
         raise DecodeError(
@@ -197,7 +220,8 @@ def open_message(content: str, store: PayloadStore | None) -> MessageContents:
     data = store.get(name)
     if data == TOMBSTONE:
         return MessageContents([], payload_name=name, handled=True)
-    return MessageContents(unpack(Packed(envelope.inner, envelope.count, data)), payload_name=name)
+    texts = unpack(Packed(envelope.inner, envelope.count, data))
+    return MessageContents(texts, payload_name=name, attempts=envelope.attempts)
 
 
 def retire_payload(store: PayloadStore, name: str) -> None:
@@ -275,11 +299,14 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
         raise ValueError(f"unknown kind {kind!r} or inner encoding {inner!r}")
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive integer, got {count!r}")
+    attempts = fields.get("attempts", 0)
+    if not isinstance(attempts, int) or attempts < 0:
+        raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
     if kind == "blob":
         name = validate_payload_name(str(fields["blob"]))
-        return Envelope(kind, inner, count, payload_name=name)
+        return Envelope(kind, inner, count, payload_name=name, attempts=attempts)
     data = base64.b64decode(str(fields["data"]), validate=True)
-    return Envelope(kind, inner, count, packed=Packed(inner, count, data))
+    return Envelope(kind, inner, count, packed=Packed(inner, count, data), attempts=attempts)
 
 
 __all__ = [
@@ -299,4 +326,5 @@ __all__ = [
     "parse_envelope",
     "retire_payload",
     "unpack",
+    "without_attempts",
 ]
