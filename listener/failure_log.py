@@ -5,7 +5,8 @@ cloudqueue's fan-out; a raw traceback is mostly their frames. The one-line accou
 (type, message, what happens next) is logged by ``listener.handling``; this module adds the
 traceback at debug level, trimmed to the frames that are not the framework's, and only the first
 time an error is raised at a given place, so a poison message retried five times or a bug hit by
-every message does not repeat it.
+every message does not repeat it. The text goes under the ``exception`` key, which structlog's
+console renderer prints as a block and the JSON renderer keeps as one string.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ class TracebackLog:
             log.debug(
                 "handler_traceback",
                 error=f"{type(failure).__name__}: {failure}",
-                traceback=handler_traceback(failure),
+                exception=handler_traceback(failure),
             )
 
     def _first_time(self, place: tuple[str, str, int]) -> bool:

@@ -91,7 +91,7 @@ def test_the_traceback_is_logged_once_per_distinct_error_at_debug_without_framew
         eventually(lambda: listener.messages_poisoned == 1)
     [traceback] = [r for r in records if r["event"] == "handler_traceback"]
     assert traceback["log_level"] == "debug"
-    text = traceback["traceback"]
+    text = traceback["exception"]
     assert "handle_order" in text
     assert "ValueError: order 7 has no customer" in text
     for internal in ("reactivex", "asyncio", "subscribers.py", "async_handler.py"):
