@@ -238,9 +238,18 @@ class MessageProcessor(Generic[T]):
                 now=self.clock.now(),
             )
         except StorageError as failure:
-            log.warning("republish_failed", error=str(failure))
+            # The whole message comes back instead (and, if the put happened after all, the
+            # failed items twice: duplicates, no loss).
+            log.warning(
+                "message_retry_scheduled",
+                message_id=message.id,
+                dequeue_count=deliveries,
+                error=error,
+                retry_in_s=delay_s,
+                republish_error=str(failure),
+            )
             self._remember(message.id, error)
-            self._set_visibility(lease, delay_s)  # the whole message comes back instead
+            self._set_visibility(lease, delay_s)
             return
         self._remember(retry.id, self._first_error(message.id) or error)
         failed_count, count = items

@@ -148,3 +148,32 @@ def test_a_crash_between_republish_and_delete_duplicates_items_but_loses_none(
         [MessageCodec(str).encode("b2")]
     ] * 2
     assert {record.dequeue_count for record in records} == {5}
+
+
+def test_when_the_republish_fails_the_whole_batch_comes_back(
+    storage: QueueStorage, queue: str, listen: Listen, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A put that fails leaves the original to be retried as a whole, as before this rule."""
+    publish_batch(storage, queue, "b1", "b2", "b3")
+    put_message = storage.put_message
+    refused: list[str] = []
+
+    def refuse_once(queue_name: str, content: str, **options: Any) -> Any:
+        if queue_name == queue and not refused:
+            refused.append(content)
+            raise TransientStorageError("put_message timed out")
+        return put_message(queue_name, content, **options)
+
+    monkeypatch.setattr(storage, "put_message", refuse_once)
+    seen: Counter[str] = Counter()
+
+    def fail_b2_once(item: str) -> None:
+        seen[item] += 1
+        if item == "b2" and seen[item] == 1:
+            raise ValueError("b2 failed once")
+
+    listener = listen(fail_b2_once)
+    eventually(lambda: listener.messages_processed == 1 and drained(storage, queue), timeout_s=30)
+    assert refused
+    assert seen == {"b1": 2, "b2": 2, "b3": 2}
+    assert poisoned(storage, queue) == []
