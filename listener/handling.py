@@ -1,25 +1,35 @@
 """Handling one fetched message: decode, fan out, then settle it.
 
-A message carries one item, or -- when a publisher batched them (``listener.payload``) -- several,
-inline or in a stored payload that is fetched first. Each item goes to every observer in turn, in
-the order published, and the next item is delivered even when an earlier one failed, so one bad
-item does not hold its neighbours back. The *message* is the unit of settlement and of retry: it
-is deleted only when every item succeeded with every observer; otherwise the whole message comes
-back and *all* its items are delivered again, also those that had succeeded. A queue can only
-hide, delete or poison a whole message, and that is why handlers must be idempotent (they must
-be anyway: any message may be delivered twice).
+A message carries one item, or -- when a publisher batched them (``listener.messages.payload``)
+-- several, inline or in a stored payload that is fetched first. Each item goes to every observer
+in turn, in the order published, and the next item is delivered even when an earlier one failed,
+so one bad item does not hold its neighbours back. The *item* is the unit of retry: when some
+items of a batch failed and others succeeded, the failed ones are re-published as a new message
+(``listener.messages.republish``) and the original is deleted, so the items that succeeded are not
+run again. The new message records how often its items were tried (the envelope's ``attempts``):
+``max_dequeue_count`` counts every delivery of an item, in whichever message. It is put before the
+original is deleted, so a crash in between duplicates items and loses none; that, and the fact
+that any message may be delivered twice, is why handlers must be idempotent. An item counts as
+failed when any observer raised on it; retried, it goes to every observer again.
 
 Every message ends in exactly one place:
 
 * **deleted** after every observer returned for every item, and then its stored payload, if any,
-  is deleted too (a failure there is logged and leaves an orphan blob, never an error);
-* **retried**: an observer raised, so the message is hidden for a short back-off that grows with
-  its dequeue count (not for the whole visibility timeout) and comes back;
+  is replaced by a tombstone (a failure there is logged and leaves the payload, never an error);
+* **dropped** (deleted with a ``duplicate_dropped`` info event, not handled) when its stored
+  payload is a tombstone: it is a second copy, left by a repeated put, of a message whose work is
+  done (see ``listener.messages.payload``);
+* **retried**: an observer raised. A message of one item, or whose items all failed, is hidden for
+  a short back-off that grows with its deliveries (not for the whole visibility timeout) and comes
+  back; the failed items of a partly successful batch come back after that back-off in a new
+  message, and the original is deleted;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted -- at once when it
   cannot be decoded, its stored payload is gone (``payload_missing``) or a handler raised
-  ``PermanentFailure``, or when its last allowed delivery (``max_dequeue_count``) failed or it
-  arrives past that count (a worker crashed on it each time). A stored payload stays: the poison
-  record holds the envelope that refers to it, so a requeue works;
+  ``PermanentFailure``, or when its last allowed delivery (``max_dequeue_count``, counting earlier
+  messages of the same items) failed or it arrives past that count (a worker crashed on it each
+  time). When only some items of a batch failed, the record holds those items alone and its error
+  names each (position, repr, error). A stored payload stays: the poison record holds the envelope
+  that refers to it, so a requeue works; a requeued message starts its count afresh;
 * **left** where it is when storage fails while settling: it reappears after its timeout.
 """
 
@@ -27,22 +37,31 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from dataclasses import replace
 from typing import Generic, TypeVar
 
 import structlog
 
 from listener.clock import Clock
-from listener.errors import DecodeError, PayloadNotFoundError, PermanentFailure, StorageError
+from listener.errors import DecodeError, PayloadNotFoundError, StorageError
 from listener.leases import Lease
 from listener.messages.codec import Codec
 from listener.messages.envelope import MessageEnvelope, set_current_envelope
-from listener.messages.payload import MessageContents, open_message
+from listener.messages.item_failures import (
+    ItemFailure,
+    describe_errors,
+    describe_items,
+    is_permanent,
+    label,
+)
+from listener.messages.payload import MessageContents, open_message, retire_payload
 from listener.messages.poison import poison_message
+from listener.messages.republish import remainder_content, republish
 from listener.policies.backoff import RandomSource
 from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
+from listener.stores.storage import QueueMessage, QueueStorage
 from listener.subscribers import Subscribers
 
 T = TypeVar("T")
@@ -106,18 +125,21 @@ class MessageProcessor(Generic[T]):
             log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
             return
         if message.dequeue_count > self.policy.max_dequeue_count:
-            error = self._first_error(message.id) or "delivered too often without success"
-            self._poison(lease, reason="max_dequeue_count_exceeded", error=error)
+            self._poison_overdue(lease, message.dequeue_count)
             return
         opened = self._open(lease)
         if opened is None:
             return
         contents, items = opened
-        failures = self._deliver(lease, items)
-        if failures:
-            self._after_failure(lease, failures)
+        deliveries = contents.attempts + message.dequeue_count
+        if contents.handled:
+            self._drop_duplicate(lease, str(contents.payload_name))
+        elif deliveries > self.policy.max_dequeue_count:
+            self._poison_overdue(lease, deliveries)
+        elif failed := self._deliver(lease, contents, items):
+            self._after_item_failures(lease, contents, failed)
         elif self._delete(lease) and contents.payload_name is not None:
-            self._delete_payload(contents.payload_name)
+            self._retire_payload(contents.payload_name)
 
     def _open(self, lease: Lease) -> tuple[MessageContents, list[T]] | None:
         """The message's contents and decoded items; None when it was poisoned or retried."""
@@ -130,39 +152,133 @@ class MessageProcessor(Generic[T]):
             self._poison(lease, reason="undecodable", error=str(failure))
         except StorageError as failure:
             # The payload store is unreachable: retry like a failed delivery, poison eventually.
-            self._after_failure(lease, [failure])
+            self._after_failure(lease, describe_errors([failure]))
         except Exception as failure:
             # A codec or store bug must not end the dequeue thread: retried, then poisoned.
             log.error("message_open_failed", exc_info=failure)
-            self._after_failure(lease, [failure])
+            self._after_failure(lease, describe_errors([failure]))
         return None
 
-    def _deliver(self, lease: Lease, items: list[T]) -> list[Exception]:
+    def _deliver(
+        self, lease: Lease, contents: MessageContents, items: list[T]
+    ) -> list[ItemFailure]:
+        """Give every item to every observer; return the items that any observer failed on."""
         set_current_envelope(MessageEnvelope.of(self.queue_name, lease.message))
         try:
-            failures: list[Exception] = []
-            for item in items:
-                failures += self.subscribers.deliver(item)
-            return failures
+            failed: list[ItemFailure] = []
+            for position, (text, item) in enumerate(zip(contents.texts, items, strict=True)):
+                if failures := self.subscribers.deliver(item):
+                    failed.append(ItemFailure(position, text, label(item), failures))
+            return failed
         finally:
             set_current_envelope(None)
 
-    def _after_failure(self, lease: Lease, failures: list[Exception]) -> None:
+    def _after_item_failures(
+        self, lease: Lease, contents: MessageContents, failed: list[ItemFailure]
+    ) -> None:
+        """Poison or retry what failed: only the failed items when others of the batch succeeded
+        (they go on in a message of their own), else the whole message."""
+        count = len(contents.texts)
+        deliveries = contents.attempts + lease.message.dequeue_count
+        batched = count > 1 or contents.attempts > 0
+        error = describe_items(failed, count=count, batched=batched)
+        permanent = is_permanent(failed)
+        remainder = None
+        if len(failed) < count:
+            remainder = remainder_content([item.text for item in failed], attempts=deliveries)
+        if remainder is None:
+            self._after_failure(lease, error, permanent=permanent, attempts=contents.attempts)
+        elif permanent or exhausted(deliveries, self.policy):
+            self.counters.add("failed")
+            reason = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            failed_items = replace(lease.message, content=remainder, dequeue_count=deliveries)
+            self._poison(lease, reason=reason, error=error, message=failed_items)
+        else:
+            self.counters.add("failed")
+            self._republish(lease, remainder, error, deliveries, items=(len(failed), count))
+
+    def _after_failure(
+        self, lease: Lease, error: str, *, permanent: bool = False, attempts: int = 0
+    ) -> None:
+        """Poison the whole message, or hide it for the retry back-off."""
         self.counters.add("failed")
-        error = _describe(failures)
         message = lease.message
-        if any(isinstance(failure, PermanentFailure) for failure in failures):
-            self._poison(lease, reason="permanent_failure", error=error)
-        elif exhausted(message.dequeue_count, self.policy):
-            self._poison(lease, reason="max_dequeue_count_exceeded", error=error)
+        deliveries = attempts + message.dequeue_count
+        counted = replace(message, dequeue_count=deliveries)
+        if permanent:
+            self._poison(lease, reason="permanent_failure", error=error, message=counted)
+        elif exhausted(deliveries, self.policy):
+            self._poison(lease, reason="max_dequeue_count_exceeded", error=error, message=counted)
         else:
             self._remember(message.id, error)
-            delay_s = retry_visibility_s(message.dequeue_count, self.policy, self.rng)
-            log.warning("message_retry_scheduled", error=error, retry_in_s=delay_s)
+            delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
+            log.warning(
+                "message_retry_scheduled",
+                message_id=message.id,
+                dequeue_count=deliveries,
+                error=error,
+                retry_in_s=delay_s,
+            )
             self._set_visibility(lease, delay_s)
+
+    def _republish(
+        self, lease: Lease, content: str, error: str, deliveries: int, *, items: tuple[int, int]
+    ) -> None:
+        """Put the failed items in a new message (after the back-off), then delete the original:
+        a crash in between duplicates the batch's items, it loses none."""
+        message = lease.message
+        delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
+        try:
+            retry = republish(
+                self.storage,
+                self.queue_name,
+                content,
+                original=message,
+                delay_s=delay_s,
+                now=self.clock.now(),
+            )
+        except StorageError as failure:
+            # The whole message comes back instead (and, if the put happened after all, the
+            # failed items twice: duplicates, no loss).
+            log.warning(
+                "message_retry_scheduled",
+                message_id=message.id,
+                dequeue_count=deliveries,
+                error=error,
+                retry_in_s=delay_s,
+                republish_error=str(failure),
+            )
+            self._remember(message.id, error)
+            self._set_visibility(lease, delay_s)
+            return
+        self._remember(retry.id, self._first_error(message.id) or error)
+        failed_count, count = items
+        log.warning(
+            "message_retry_scheduled",
+            message_id=message.id,
+            dequeue_count=deliveries,
+            error=error,
+            retry_in_s=delay_s,
+            items_failed=failed_count,
+            items=count,
+            retry_message_id=retry.id,
+        )
+        self._remove(lease)
+
+    def _poison_overdue(self, lease: Lease, deliveries: int) -> None:
+        """Poison a message delivered more often than allowed (a worker crashed on it each time)."""
+        error = self._first_error(lease.message.id) or "delivered too often without success"
+        counted = replace(lease.message, dequeue_count=deliveries)
+        self._poison(lease, reason="max_dequeue_count_exceeded", error=error, message=counted)
 
     def _delete(self, lease: Lease) -> bool:
         """Delete the handled message; True only when this call deleted it."""
+        deleted = self._remove(lease)
+        self.counters.add("processed")
+        return deleted
+
+    def _remove(self, lease: Lease) -> bool:
+        """Delete the message from its queue; True only when this call deleted it."""
         deleted: list[bool] = []
 
         def delete(pop_receipt: str) -> None:
@@ -171,27 +287,37 @@ class MessageProcessor(Generic[T]):
                     self.storage.delete_message(self.queue_name, lease.message.id, pop_receipt)
                 )
             except StorageError as failure:
-                # Handled but not deleted: it reappears and is handled again (at-least-once).
+                # Not deleted: it reappears and is handled again (at-least-once).
                 log.warning("delete_failed", error=str(failure))
 
         lease.settle(delete)
         self._forget(lease.message.id)
-        self.counters.add("processed")
         return any(deleted)
 
-    def _delete_payload(self, name: str) -> None:
-        """Remove the stored payload of a deleted message; log, never raise, on failure."""
+    def _drop_duplicate(self, lease: Lease, payload_name: str) -> None:
+        """Delete a message whose payload is a tombstone: another copy's work is done."""
+        log.info(
+            "duplicate_dropped",
+            message_id=lease.message.id,
+            dequeue_count=lease.message.dequeue_count,
+            payload=payload_name,
+        )
+        self._delete(lease)
+
+    def _retire_payload(self, name: str) -> None:
+        """Replace the stored payload of a deleted message with a tombstone; log, never raise."""
         # Only after a delete that succeeded: a message that was not deleted (stale receipt)
-        # is someone else's now, and they still need the payload.
+        # is someone else's now, and they still need the payload. Should this fail, the payload
+        # stays, and a duplicate copy, if any, is handled once more (at-least-once).
         store = self.payload_store
         if store is None:  # pragma: no cover - a stored payload was read through this store
             return
         try:
-            store.delete(name)
+            retire_payload(store, name)
         except StorageError as failure:
-            log.warning("payload_delete_failed", payload=name, error=str(failure))
+            log.warning("payload_retire_failed", payload=name, error=str(failure))
         except Exception:
-            log.exception("payload_delete_failed_unexpectedly", payload=name)
+            log.exception("payload_retire_failed_unexpectedly", payload=name)
 
     def _set_visibility(self, lease: Lease, visibility_s: int) -> None:
         def update(pop_receipt: str) -> None:
@@ -205,8 +331,13 @@ class MessageProcessor(Generic[T]):
 
         lease.settle(update)
 
-    def _poison(self, lease: Lease, *, reason: str, error: str) -> None:
+    def _poison(
+        self, lease: Lease, *, reason: str, error: str, message: QueueMessage | None = None
+    ) -> None:
+        """Move the message to the poison queue; ``message`` is what the record holds, when it is
+        not the leased message as fetched (only its failed items, or all its deliveries)."""
         moved: list[bool] = []
+        recorded = message or lease.message
 
         def move(pop_receipt: str) -> None:
             try:
@@ -214,7 +345,7 @@ class MessageProcessor(Generic[T]):
                     poison_message(
                         self.storage,
                         self.queue_name,
-                        lease.message,
+                        recorded,
                         reason=reason,
                         error=error,
                         now=self.clock.now(),
@@ -243,8 +374,3 @@ class MessageProcessor(Generic[T]):
     def _forget(self, message_id: str) -> None:
         with self._errors_lock:
             self._first_errors.pop(message_id, None)
-
-
-def _describe(failures: list[Exception]) -> str:
-    """One line naming each observer's failure (type and message)."""
-    return "; ".join(f"{type(failure).__name__}: {failure}" for failure in failures)[:2000]

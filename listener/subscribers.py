@@ -9,6 +9,8 @@ from typing import Generic, TypeVar
 import structlog
 from reactivex import abc
 
+from listener.failure_log import TracebackLog
+
 T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
@@ -20,6 +22,7 @@ class Subscribers(Generic[T]):
     def __init__(self) -> None:
         self._observers: list[abc.ObserverBase[T]] = []
         self._lock = threading.Lock()
+        self._tracebacks = TracebackLog()
         self.completed = False
 
     def add(self, observer: abc.ObserverBase[T]) -> Callable[[], None] | None:
@@ -41,7 +44,11 @@ class Subscribers(Generic[T]):
             return len(self._observers)
 
     def deliver(self, item: T) -> list[Exception]:
-        """Give the item to every observer; return the failures (one never stops the rest)."""
+        """Give the item to every observer; return the failures (one never stops the rest).
+
+        The caller logs each failure with what happens next; here only its traceback is kept, at
+        debug level, once per distinct error.
+        """
         with self._lock:
             observers = list(self._observers)
         failures: list[Exception] = []
@@ -49,7 +56,7 @@ class Subscribers(Generic[T]):
             try:
                 observer.on_next(item)
             except Exception as failure:
-                log.error("observer_failed", observer=_describe(observer), exc_info=failure)
+                self._tracebacks.record(failure)
                 failures.append(failure)
         return failures
 

@@ -38,6 +38,7 @@ from listener.messages.payload import (
     pack,
     parse_envelope,
     unpack,
+    without_attempts,
 )
 from listener.stores.payload_store import new_payload_name
 from listener.stores.storage import MAX_MESSAGE_BYTES
@@ -173,6 +174,7 @@ def _with(fields: dict[str, object]) -> str:
         (_with({"data": base64.b64encode(gzip.compress(b"\0\0\0\x09ab")).decode()}), "truncated"),
         (json.dumps({ENVELOPE_KEY: "gzip"}), "not an object"),
         (_with({"kind": "blob", "blob": "../../etc/passwd"}), "invalid payload name"),
+        (_with({"attempts": -1}), "attempts"),
     ],
 )
 def test_a_malformed_envelope_is_a_decode_error(content: str, problem: str) -> None:
@@ -341,3 +343,18 @@ def test_an_azure_string_with_a_queue_endpoint_needs_a_blob_endpoint_too() -> No
     store = open_payload_store(both)
     assert type(store).__name__ == "AzureBlobPayloadStore"
     store.close()
+
+
+def test_an_envelope_carries_earlier_attempts_and_a_requeue_forgets_them() -> None:
+    """``attempts`` round-trips (0 when absent) and ``without_attempts`` drops it for a fresh
+    start, leaving every other text as it is."""
+    texts = orders(3)
+    retried = inline_envelope(pack(texts), attempts=2)
+    assert envelope_fields(retried)["attempts"] == 2
+    assert open_message(retried, None).attempts == 2
+    fresh = without_attempts(retried)
+    assert "attempts" not in envelope_fields(fresh)
+    assert open_message(fresh, None).texts == texts
+    assert open_message(fresh, None).attempts == 0
+    assert without_attempts("plain item") == "plain item"
+    assert without_attempts(_with({"attempts": -1})) == _with({"attempts": -1})

@@ -39,6 +39,7 @@ from listener.messages.poison import requeue_poisoned
 from listener.messages.publisher import PENDING_BYTES
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
 from listener.testing import ManualClock
+from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 
 
@@ -178,24 +179,24 @@ def test_a_batch_fans_out_its_items_one_by_one_in_order(
     assert first == second == list(range(100))
 
 
-def test_one_failing_item_makes_the_whole_message_come_back_and_all_its_items_run_again(
+def test_one_failing_item_comes_back_alone_and_its_neighbours_are_not_run_again(
     storage: InMemoryQueueStorage, queue_name: str, listen: Listen
 ) -> None:
-    """The message is the retry unit: item 2 fails once, so items 0-4 are all delivered twice,
-    then the message is deleted."""
+    """Item 2 fails once: it is re-published in a message of its own and the batch deleted, so
+    items 0, 1, 3, 4 run once and item 2 twice (details in tests/test_partial_batch.py)."""
     Publisher(storage, queue_name, Order, batch=True).publish_many(orders(5))
     seen: list[int] = []
     listener = listen(storage, failing_once_on(2, seen))
     eventually(lambda: listener.messages_processed == 1)
-    assert seen == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
+    assert seen == [0, 1, 2, 3, 4, 2]
     assert listener.messages_failed == 1
     assert storage.approximate_message_count(queue_name) == 0
 
 
-def test_a_permanent_failure_of_one_item_poisons_the_whole_batch_for_requeue(
+def test_a_permanent_failure_of_one_item_poisons_that_item_alone_for_requeue(
     storage: InMemoryQueueStorage, queue_name: str, listen: Listen
 ) -> None:
-    """The poison record holds the batch envelope; requeued, every item is delivered again."""
+    """The poison record holds an envelope of the failed item only; requeued, only it runs."""
     Publisher(storage, queue_name, Order, batch=True).publish_many(orders(4))
     seen: list[int] = []
 
@@ -208,10 +209,10 @@ def test_a_permanent_failure_of_one_item_poisons_the_whole_batch_for_requeue(
     eventually(lambda: listener.messages_poisoned == 1)
     [record] = poisoned(storage, queue_name)
     assert record.reason == "permanent_failure"
-    assert json.loads(record.content)[ENVELOPE_KEY]["kind"] == "batch"
+    assert json.loads(record.content)[ENVELOPE_KEY]["count"] == 1
     assert requeue_poisoned(storage, queue_name) == 1
     eventually(lambda: listener.messages_processed == 1)
-    assert seen == [0, 1, 2, 3, 0, 1, 2, 3]
+    assert seen == [0, 1, 2, 3, 1]
 
 
 def test_a_full_batch_that_is_poisoned_keeps_its_poison_details(
@@ -288,10 +289,10 @@ def test_a_large_compressible_item_is_sent_gzipped_inline(
     assert received == [big]
 
 
-def test_an_incompressible_large_item_is_stored_and_its_payload_deleted_after_handling(
+def test_an_incompressible_large_item_is_stored_and_its_payload_retired_after_handling(
     storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
 ) -> None:
-    """The queue holds a small reference; the listener resolves it, then deletes the payload."""
+    """The queue holds a small reference; the listener resolves it, then leaves a tombstone."""
     data = noise(200 * 1024)
     Publisher(storage, queue_name, bytes, payload_store=payloads).publish(data)
     [content] = contents(storage, queue_name)
@@ -301,7 +302,7 @@ def test_an_incompressible_large_item_is_stored_and_its_payload_deleted_after_ha
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_processed == 1)
     assert received == [data]
-    assert payloads.names() == []
+    assert live_payloads(payloads) == []
 
 
 def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
@@ -316,7 +317,7 @@ def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_processed == 3)
     assert sorted(received) == sorted(items)
-    assert payloads.names() == []
+    assert live_payloads(payloads) == []
 
 
 def test_without_a_payload_store_an_item_too_large_even_compressed_is_refused(
@@ -331,7 +332,7 @@ def test_without_a_payload_store_an_item_too_large_even_compressed_is_refused(
 def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
     storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
 ) -> None:
-    """The poison record's content is the reference; after requeue it is handled and deleted."""
+    """The poison record's content is the reference; after requeue it is handled and retired."""
     Publisher(storage, queue_name, bytes, payload_store=payloads).publish(noise(100 * 1024))
     outcomes = iter([PermanentFailure("not yet"), None])
 
@@ -348,7 +349,7 @@ def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
     assert payloads.names() == [envelope.payload_name]
     requeue_poisoned(storage, queue_name)
     eventually(lambda: listener.messages_processed == 1)
-    assert payloads.names() == []
+    assert live_payloads(payloads) == []
 
 
 def test_a_missing_payload_is_poisoned_as_payload_missing_and_the_listener_goes_on(
@@ -410,7 +411,7 @@ def test_a_failed_put_discards_the_stored_payload_unless_the_put_may_have_happen
 def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
     tmp_path: Path, queue_name: str, clock: ManualClock, listen: Listen, size: int
 ) -> None:
-    """1 MiB and 10 MiB items go through the folder beside the database; none is left behind."""
+    """1 MiB and 10 MiB items go through the folder beside the database; only tombstones stay."""
     connection = f"sqlite:///{tmp_path}/queues.db"
     storage = SqliteQueueStorage(tmp_path / "queues.db", clock=clock)
     storage.create_queue(queue_name)
@@ -423,7 +424,7 @@ def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
     listener = listen(storage, received.append, item_type=bytes, payload_store=folder)
     eventually(lambda: listener.messages_processed == 2, timeout_s=60)
     assert sorted(received) == sorted(items)
-    eventually(lambda: folder.names() == [])
+    eventually(lambda: live_payloads(folder) == [])
     assert list((tmp_path / "payloads").rglob("*.*")) == []  # no temporary files either
     assert listener.stop(5)
     storage.close()

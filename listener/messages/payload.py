@@ -10,6 +10,10 @@ JSON object whose only key is ``$cloudqueue``::
 
 * ``kind``: ``gzip`` is one item inline, ``batch`` several items inline, ``blob`` items kept in the
   payload store under the name ``blob`` (``bytes`` long, for operators).
+* ``attempts`` (optional, 0 when absent): how many times these items were delivered before they
+  were put in this message. The listener writes it when it re-publishes the failed items of a
+  batch (see ``listener.handling``), so their poison decision counts every attempt. A listener
+  that does not know the key ignores it and merely retries them longer.
 * ``data`` (base64), or the stored payload, is gzip of the *frames*: for each item in order, its
   length as 4 bytes big-endian, then its bytes.
 * ``inner`` says how each item's codec text became those bytes. ``base64``: every text was
@@ -23,6 +27,14 @@ characters, so it can never be taken for a base64 item, and its data is not base
 whose text is itself such an object is sent inside an envelope, so the key stays reserved without
 limiting what items may be. An envelope of an unknown version is undecodable (it is poisoned and
 can be requeued once the listener is upgraded).
+
+A stored payload of zero bytes is a *tombstone*: the listener writes it over a payload once its
+message was handled and deleted (``retire_payload``), instead of deleting it. gzip data is never
+empty, so it cannot be mistaken for a payload. A second message naming the payload -- left by an
+SDK retry of a put that had in fact succeeded -- then finds the tombstone and is dropped as a
+duplicate of done work, while a payload that is simply gone still means ``payload_missing``.
+Tombstones live in the store itself, so every worker process sees them; they are removed by the
+same clean-up as orphaned payloads (anything older than the queue's time-to-live).
 """
 
 from __future__ import annotations
@@ -57,6 +69,9 @@ _LENGTH_BYTES = 4
 _RESERVED = re.compile(r'^\s*\{\s*"\$cloudqueue"\s*:')
 _NOT_RESERVED = object()
 
+TOMBSTONE = b""
+"""What a handled message's payload is replaced with (see the module docstring)."""
+
 
 @dataclass(frozen=True, slots=True)
 class Packed:
@@ -84,14 +99,22 @@ class Envelope:
     count: int
     packed: Packed | None = None
     payload_name: str | None = None
+    attempts: int = 0
 
 
 @dataclass(frozen=True, slots=True)
 class MessageContents:
-    """What one queue message carries: its items' codec texts, and the payload to delete after."""
+    """What one queue message carries: its items' codec texts, and the payload to retire after.
+
+    ``handled`` is True (and ``texts`` empty) when the payload is a tombstone: this message is a
+    duplicate of one whose work is done.
+    """
 
     texts: list[str]
     payload_name: str | None = None
+    handled: bool = False
+    attempts: int = 0
+    """Deliveries of these items in earlier messages (the envelope's ``attempts``)."""
 
 
 def pack(texts: Sequence[str]) -> Packed:
@@ -124,11 +147,13 @@ def unpack(packed: Packed) -> list[str]:
         raise DecodeError(f"an item in the envelope is not UTF-8 text: {error}") from None
 
 
-def inline_envelope(packed: Packed) -> str:
-    """The message text carrying packed items inline (kind ``gzip`` for one, ``batch`` for more)."""
+def inline_envelope(packed: Packed, *, attempts: int = 0) -> str:
+    """The message text carrying packed items inline (kind ``gzip`` for one, ``batch`` for more),
+    ``attempts`` earlier deliveries recorded when there were any."""
     kind: Kind = "gzip" if packed.count == 1 else "batch"
     data = base64.b64encode(packed.data).decode("ascii")
-    return _dump({**_header(kind, packed), "data": data})
+    tried = {"attempts": attempts} if attempts else {}
+    return _dump({**_header(kind, packed), **tried, "data": data})
 
 
 def blob_envelope(payload_name: str, packed: Packed) -> str:
@@ -161,6 +186,20 @@ def parse_envelope(content: str) -> Envelope | None:
         raise DecodeError(f"malformed cloudqueue envelope: {error}") from None
 
 
+def without_attempts(content: str) -> str:
+    """The message text with its envelope's ``attempts`` removed, for a fresh start (requeue);
+    any other text unchanged."""
+    try:
+        envelope = parse_envelope(content)
+    except DecodeError:
+        return content
+    if envelope is None or not envelope.attempts:
+        return content
+    fields = dict(json.loads(content)[ENVELOPE_KEY])
+    del fields["attempts"]
+    return _dump(fields)
+
+
 def open_message(content: str, store: PayloadStore | None) -> MessageContents:
     """The item texts in a message, fetching a stored payload if it refers to one.
 
@@ -171,15 +210,23 @@ def open_message(content: str, store: PayloadStore | None) -> MessageContents:
     if envelope is None:
         return MessageContents([content])
     if envelope.packed is not None:
-        return MessageContents(unpack(envelope.packed))
+        return MessageContents(unpack(envelope.packed), attempts=envelope.attempts)
     name = str(envelope.payload_name)
     if store is None:
         raise DecodeError(
             f"the message refers to stored payload {name!r}, but the listener has no payload "
             "store (pass payload_store=...)"
         )
-    packed = Packed(envelope.inner, envelope.count, store.get(name))
-    return MessageContents(unpack(packed), payload_name=name)
+    data = store.get(name)
+    if data == TOMBSTONE:
+        return MessageContents([], payload_name=name, handled=True)
+    texts = unpack(Packed(envelope.inner, envelope.count, data))
+    return MessageContents(texts, payload_name=name, attempts=envelope.attempts)
+
+
+def retire_payload(store: PayloadStore, name: str) -> None:
+    """Replace a handled message's payload with a tombstone (may raise StorageError)."""
+    store.put(name, TOMBSTONE)
 
 
 def _item_bytes(texts: Sequence[str]) -> tuple[Inner, list[bytes]]:
@@ -252,15 +299,19 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
         raise ValueError(f"unknown kind {kind!r} or inner encoding {inner!r}")
     if not isinstance(count, int) or count < 1:
         raise ValueError(f"count must be a positive integer, got {count!r}")
+    attempts = fields.get("attempts", 0)
+    if not isinstance(attempts, int) or attempts < 0:
+        raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
     if kind == "blob":
         name = validate_payload_name(str(fields["blob"]))
-        return Envelope(kind, inner, count, payload_name=name)
+        return Envelope(kind, inner, count, payload_name=name, attempts=attempts)
     data = base64.b64decode(str(fields["data"]), validate=True)
-    return Envelope(kind, inner, count, packed=Packed(inner, count, data))
+    return Envelope(kind, inner, count, packed=Packed(inner, count, data), attempts=attempts)
 
 
 __all__ = [
     "ENVELOPE_KEY",
+    "TOMBSTONE",
     "Envelope",
     "Framed",
     "MessageContents",
@@ -273,5 +324,7 @@ __all__ = [
     "pack",
     "pack_frames",
     "parse_envelope",
+    "retire_payload",
     "unpack",
+    "without_attempts",
 ]

@@ -18,6 +18,7 @@ from datetime import datetime
 import structlog
 
 from listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
+from listener.messages.payload import without_attempts
 from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"
@@ -106,7 +107,13 @@ def poison_message(
         return False
     storage.delete_message(queue_name, message.id, pop_receipt or message.pop_receipt)
     log.warning(
-        "message_poisoned", queue=queue_name, poison_queue=target, reason=reason, error=error
+        "message_poisoned",
+        queue=queue_name,
+        poison_queue=target,
+        message_id=message.id,
+        dequeue_count=message.dequeue_count,
+        reason=reason,
+        error=error,
     )
     return True
 
@@ -135,10 +142,12 @@ def requeue_poisoned(storage: QueueStorage, queue_name: str, *, limit: int | Non
 
 
 def _original_content(poison_text: str) -> str:
+    """The content to requeue: the original's, its earlier attempts forgotten (a fresh start)."""
     try:
-        return PoisonRecord.from_json(poison_text).content
+        content = PoisonRecord.from_json(poison_text).content
     except (ValueError, TypeError, AttributeError):
-        return poison_text  # not a record: the original content itself
+        content = poison_text  # not a record: the original content itself
+    return without_attempts(content)
 
 
 # -- Inspecting the poison queue (the `cloudqueue poison` commands) -----------------------------

@@ -3,9 +3,8 @@ or kept in a payload store (the wire format is in ``listener.payload``).
 
 Each message is one storage transaction to put and two to take (get + delete), so packing a
 hundred small items into one message makes them a hundred times cheaper to move; a listener hands
-them to its observers one by one. Items of a batch are retried together (see
-``listener.handling``), so batch items that take long or fail often independently are better
-sent one per message.
+them to its observers one by one. A batch item that fails is retried alone, in a new message,
+while the items that succeeded are done (see ``listener.handling``).
 
 Delivery is at-least-once from this end too. A put that fails with ``TransientStorageError`` (a
 timeout, a 500 or 503) may have happened all the same. The publisher does not retry it itself: it

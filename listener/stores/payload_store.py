@@ -6,13 +6,14 @@ the Azure queue backend), a local folder (for the embedded SQLite store) and mem
 in-memory store and tests). ``listener.connection.open_payload_store`` picks the one that matches
 a connection string.
 
-Lifetime: the publisher writes the payload before it puts the message; the listener deletes it
-after it deleted the message, and never for a poisoned message (the poison record still refers to
-it, so a requeue works). Payloads of messages that expired unread stay behind: give the container
-a lifecycle rule (or clean the folder) for anything older than the queue's time-to-live. Two
-messages refer to one payload only if the SDK repeated a put that had in fact succeeded (a 500
-after the write); the second one handled finds the payload gone and is poisoned as
-``payload_missing``, a duplicate an operator may drop.
+Lifetime: the publisher writes the payload before it puts the message; once the message is
+handled and deleted, the listener overwrites the payload with an empty *tombstone* (never for a
+poisoned message: the poison record still refers to it, so a requeue works). Two messages refer to
+one payload only if the SDK repeated a put that had in fact succeeded (a 500 after the write); the
+tombstone tells the second copy that the work is done, so it is dropped rather than poisoned as
+``payload_missing`` (see ``listener.messages.payload``). Tombstones, and payloads of messages that
+expired unread, stay behind: give the container a lifecycle rule (or clean the folder) for
+anything older than the queue's time-to-live.
 """
 
 from __future__ import annotations
