@@ -19,7 +19,7 @@ import click
 import pydantic
 import structlog
 
-from listener.errors import CloudQueueError, ConfigurationError
+from listener.errors import CloudQueueError, ConfigurationError, StorageError
 from listener.redaction import redact
 from listener.stores.connection import describe_storage, open_storage, outlives_process
 from listener.stores.storage import QueueStorage, validate_queue_name
@@ -28,6 +28,7 @@ from workers.settings import CloudQueueSettings, ignored_environment_names, load
 from workers.settings_keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
+SECRET_FIELDS = frozenset({"connection_string", "triggers.url"})
 _CONFIG_FILE = "cloudqueue.config_file"
 
 log = structlog.get_logger(__name__)
@@ -107,14 +108,17 @@ def one_line(error: pydantic.ValidationError, source: str | None = None) -> str:
     ``source`` says where the values came from when one source holds them all (a worker class).
     """
     first = error.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"]) or "settings"
+    field = ".".join(str(part) for part in first["loc"])
     where = f" in {source}" if source else ""
     if first["type"] == "extra_forbidden":
         suggestion = closest(field, known_keys(CloudQueueSettings))
         hint = f": did you mean {suggestion}?" if suggestion else ""
         return f"unknown setting {field}{where}{hint}"
-    message = f"invalid setting {field}{where}: {first['msg']}"
-    if "connection_string" in field or not isinstance(first.get("input"), str | int | float):
+    reason = first["msg"].removeprefix("Value error, ")
+    if not field:  # a rule across sections, e.g. min_threads = 0 needs triggers.url
+        return f"invalid settings{where}: {reason}"
+    message = f"invalid setting {field}{where}: {reason}"
+    if field in SECRET_FIELDS or not isinstance(first.get("input"), str | int | float):
         return message  # never echo a secret, nor a whole nested structure
     return f"{message} (got {first['input']!r})"
 
@@ -149,7 +153,7 @@ def opened_storage(settings: CloudQueueSettings) -> Iterator[QueueStorage]:
         )
     try:
         storage = open_storage(connection_string)
-    except CloudQueueError as error:
+    except StorageError as error:
         raise BadInput(f"cannot open {describe_storage(connection_string)}: {error}") from None
     try:
         with translated_errors():

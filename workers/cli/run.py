@@ -8,6 +8,8 @@ from typing import Any
 import click
 import pydantic
 
+from listener.errors import StorageError
+from listener.stores.connection import describe_storage
 from workers.cli.common import (
     BadInput,
     config_file,
@@ -59,7 +61,11 @@ def run(targets: tuple[str, ...], processes: int, assignments: tuple[str, ...]) 
     if processes > 1:
         command = _child_command(targets, assignments)
         sys.exit(Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run())
-    host = WorkerHost(worker_types, settings)
+    try:
+        host = WorkerHost(worker_types, settings)
+    except StorageError as error:  # the store it names cannot be opened
+        where = describe_storage(settings.connection_string_value())
+        raise BadInput(f"cannot start on {where}: {error}") from None
     sys.exit(host.run())
 
 
