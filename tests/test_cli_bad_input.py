@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.cli import cloudqueue
+from tests.support.polling import eventually
 
 WORKERS = """
 from workers import QueueWorker
@@ -271,3 +275,45 @@ def test_version_prints_the_package_version(env: dict[str, str]) -> None:
     result = cloudqueue("--version", env=env)
     assert result.returncode == 0, result.stderr
     assert result.stdout.startswith("cloudqueue, version ")
+
+
+def test_run_imports_a_custom_rule_beside_the_worker(project: Path, env: dict[str, str]) -> None:
+    """`run mywork:W --set scaling.rule=myrule:five` starts in the folder holding both modules.
+
+    With -P, as the console script runs: `python -m` alone would put the working folder on the
+    import path before cloudqueue could.
+    """
+    log_path = project / "run.log"
+    command = ["run", "mywork:W", "--set", "scaling.rule=myrule:five"]
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-P", "-m", "workers", *command],
+            cwd=project,
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        eventually(
+            lambda: '"host_started"' in log_path.read_text() or process.poll() is not None,
+            timeout_s=30,
+        )
+        assert process.poll() is None, log_path.read_text()
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(30) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(10)
+
+
+def test_a_command_says_which_store_it_opened_with_its_absolute_path(
+    project: Path, env: dict[str, str]
+) -> None:
+    """sqlite:///tmp/x.db is relative (three slashes): the log line shows where it really is."""
+    relative = {**env, "CLOUDQUEUE_CONNECTION_STRING": "sqlite:///tmp/x.db"}
+    result = cloudqueue("queues", "list", env=relative, cwd=project)
+    assert result.returncode == 0, result.stderr
+    [line] = result.stderr.splitlines()
+    assert json.loads(line)["event"] == "store_opened"
+    assert json.loads(line)["storage"] == f"sqlite {project / 'tmp' / 'x.db'}"
