@@ -5,20 +5,22 @@ Sources, highest priority first: values passed in code (the CLI's flags), enviro
 TOML file (``--config``/``CLOUDQUEUE_CONFIG``, else ``config/cloudqueue.toml`` when present),
 then the defaults. The storage is chosen by ``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage
 connection string, ``sqlite:///path``, ``memory://``, or unset for ``.cloudqueue/queues.db``.
+
+Each source's keys are checked before they are merged (``workers.settings_keys``): a misspelt
+name is an error naming the source and the closest valid key, never a silent default.
 """
 
 from __future__ import annotations
 
 import os
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
 from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
-from pydantic.fields import FieldInfo
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -41,6 +43,7 @@ from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 from workers.settings_keys import (
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
+    CheckedSource,
     check_keys,
     env_label,
     unknown_environment_names,
@@ -220,10 +223,10 @@ class CloudQueueSettings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         return (
-            _CheckedSource(init_settings, OVERRIDE_SOURCE),
-            _CheckedSource(env_settings, env_label),
-            _CheckedSource(dotenv_settings, DOTENV_SOURCE, sections_only=True),
-            _CheckedSource(_toml_source(settings_cls, _config_file.get()), _toml_label()),
+            CheckedSource(init_settings, OVERRIDE_SOURCE),
+            CheckedSource(env_settings, env_label),
+            CheckedSource(dotenv_settings, DOTENV_SOURCE, sections_only=True),
+            CheckedSource(_toml_source(settings_cls, _config_file.get()), _toml_label()),
         )
 
     @field_validator("connection_string")
@@ -306,37 +309,6 @@ def config_file_path(explicit: Path | None = None) -> Path | None:
     if from_env:
         return Path(from_env)
     return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
-
-
-class _CheckedSource(PydanticBaseSettingsSource):
-    """A settings source whose keys are checked before they are merged (see settings_keys)."""
-
-    def __init__(
-        self,
-        source: PydanticBaseSettingsSource,
-        label: str | Callable[[str], str],
-        *,
-        sections_only: bool = False,
-    ) -> None:
-        super().__init__(source.settings_cls)
-        self._source = source
-        self._label = label
-        self._sections_only = sections_only
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._source.get_field_value(field, field_name)
-
-    def __call__(self) -> dict[str, Any]:
-        values = self._source()
-        checked = values
-        if self._sections_only:
-            # A .env file also holds other programs' variables: only our sections are checked.
-            checked = {key: value for key, value in values.items() if key in SETTINGS_FIELDS}
-        check_keys(self.settings_cls, checked, self._label)
-        return values
-
-
-SETTINGS_FIELDS = frozenset(CloudQueueSettings.model_fields)
 
 
 def _toml_source(settings_cls: type[BaseSettings], path: Path | None) -> PydanticBaseSettingsSource:

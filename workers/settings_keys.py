@@ -18,6 +18,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeGuard
 
 from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_settings import PydanticBaseSettingsSource
 
 from listener.errors import ConfigurationError
 
@@ -72,6 +74,35 @@ def check_keys(
             check_keys(annotation, value, source, prefix=f"{key}.")
 
 
+class CheckedSource(PydanticBaseSettingsSource):
+    """A settings source whose keys are checked (``check_keys``) before they are merged."""
+
+    def __init__(
+        self,
+        source: PydanticBaseSettingsSource,
+        label: str | Callable[[str], str],
+        *,
+        sections_only: bool = False,
+    ) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+        self._label = label
+        self._sections_only = sections_only
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        values = self._source()
+        checked = values
+        if self._sections_only:
+            # A .env file also holds other programs' variables: only our sections are checked.
+            fields = self.settings_cls.model_fields
+            checked = {key: value for key, value in values.items() if key in fields}
+        check_keys(self.settings_cls, checked, self._label)
+        return values
+
+
 def unknown_environment_names(model: type[BaseModel], names: Iterable[str]) -> list[str]:
     """``CLOUDQUEUE_*`` names whose first part is no setting: each with a hint, for a warning."""
     sections = set(model.model_fields)
@@ -114,6 +145,7 @@ def _all_keys(model: type[BaseModel], prefix: str) -> list[str]:
 
 
 __all__ = [
+    "CheckedSource",
     "check_keys",
     "closest",
     "env_label",
