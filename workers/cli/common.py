@@ -171,12 +171,17 @@ def checked_queue(queue: str) -> str:
 
 
 @contextmanager
-def configured_storage() -> Iterator[tuple[QueueStorage, str]]:
-    """The configured storage (closed afterwards) and its safe description, for messages."""
+def configured_storage(*, announce: bool = False) -> Iterator[tuple[QueueStorage, str]]:
+    """The configured storage (closed afterwards) and its safe description, for messages.
+
+    With ``announce`` the store and its absolute path are logged: for commands whose output may
+    not name it (the others print ``where`` in their result line, once is enough).
+    """
     settings = current_settings()
     where = describe_storage(settings.connection_string_value())
     with opened_storage(settings) as storage:
-        log.info("store_opened", storage=where)
+        if announce:
+            log.info("store_opened", storage=where)
         yield storage, where
 
 
