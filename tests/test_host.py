@@ -195,3 +195,13 @@ def test_the_payload_store_the_host_opened_is_closed_when_it_stops(
     host.start()
     assert host.stop()
     assert opened.closed
+
+
+class NotAMapping(Plain):
+    settings: ClassVar[Any] = {"scaling": 3}
+
+
+def test_a_worker_section_that_is_not_a_mapping_is_a_configuration_error() -> None:
+    """settings = {"scaling": 3} is refused with a sentence, not a TypeError traceback."""
+    with pytest.raises(ConfigurationError, match="'scaling' must map setting names to values"):
+        WorkerHost([NotAMapping], SETTINGS, storage=InMemoryQueueStorage())

@@ -52,6 +52,7 @@ from workers.settings_keys import (
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison")
+_EXAMPLE = '{"scaling": {"max_threads": 4}}'
 OVERRIDE_SOURCE = "--set"
 DOTENV_SOURCE = ".env"
 
@@ -264,10 +265,17 @@ class CloudQueueSettings(BaseSettings):
         ``min_threads = 0`` without triggers). ``source`` names the worker in errors.
         Raises ConfigurationError (unknown section or key) or pydantic's ValidationError.
         """
-        for section in overrides:
+        if not isinstance(overrides, Mapping):
+            raise ConfigurationError(f"{source} must map sections to settings, e.g. {_EXAMPLE}")
+        for section, values in overrides.items():
             if section not in WORKER_SECTIONS:
                 raise ConfigurationError(
                     f"{source} may override {', '.join(WORKER_SECTIONS)}, not {section!r}"
+                )
+            if not isinstance(values, Mapping):
+                raise ConfigurationError(
+                    f"{source}: {section!r} must map setting names to values, e.g. "
+                    f'{{"{section}": {{...}}}}'
                 )
         check_keys(CloudQueueSettings, overrides, source)
         merged = self.model_dump()
