@@ -67,6 +67,10 @@ def main() -> int:
     host = WorkerHost([DemoInvoiceWorker], settings)
     storage, listener = host.storage, host.listeners[0]
     queue = DemoInvoiceWorker.queue_name
+    for name in (queue, poison_queue_name(queue)):
+        # A clean start: leftovers of an earlier run would be mixed into this run's figures.
+        storage.create_queue(name)
+        storage.clear_queue(name)
     host.start()
     codec = MessageCodec(Invoice)
     rng = random.Random(7)

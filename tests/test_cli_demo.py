@@ -11,18 +11,23 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from tests.support.cli import cloudqueue
 from workers.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_demo_drains_the_burst_and_exits_0(tmp_path: Path) -> None:
-    """From a checkout, the demo bills every invoice, poisons the malformed one and exits 0."""
+    """From a checkout, the demo bills every invoice, poisons the malformed one and exits 0.
+
+    Poison left by an earlier run is cleared first, so the figures are this run's alone.
+    """
     env = {
         **os.environ,
         "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
         "CLOUDQUEUE_LOGGING__FORMAT": "json",
     }
+    assert cloudqueue("enqueue", "invoices-poison", "old poison", env=env).returncode == 0
     result = subprocess.run(
         [sys.executable, "-m", "workers", "demo"],
         cwd=REPO_ROOT,

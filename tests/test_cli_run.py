@@ -19,6 +19,7 @@ from tests.support.cli import ok
 from tests.support.polling import eventually
 
 WORKER = "tests.support.workers:RecordingWorker"
+SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_signal"}
 
 
 @dataclass
@@ -117,6 +118,8 @@ def test_a_second_signal_exits_at_once_and_the_message_stays(
     assert run.process.wait(10) == 128 + signal.SIGTERM
     assert run.handled() == set()
     assert depth(env) == 1
+    state_dir = Path(env["CLOUDQUEUE_STATE_DIR"])
+    assert list(state_dir.glob("*.json")) == []  # no stale live state for `status` to skip
 
 
 def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
@@ -126,6 +129,8 @@ def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
     eventually(lambda: len(run.handled()) == 80, timeout_s=120)
     pids = {e["pid"] for e in run.events("handled")}
     assert len(pids) == 2
+    children = [e for e in run.events() if e["event"] not in SUPERVISOR_EVENTS]
+    assert {e.get("child") for e in children} == {0, 1}  # every child's line names its slot
     run.process.send_signal(signal.SIGTERM)
     assert run.process.wait(60) == 0
 

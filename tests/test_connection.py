@@ -10,7 +10,12 @@ import pytest
 
 from listener.errors import ConfigurationError
 from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.connection import DEFAULT_PATH, describe_storage, open_storage
+from listener.stores.connection import (
+    DEFAULT_PATH,
+    describe_storage,
+    open_storage,
+    parse_connection_string,
+)
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
@@ -40,20 +45,20 @@ def test_no_connection_string_means_sqlite_at_the_default_path(
         assert isinstance(storage, SqliteQueueStorage)
         assert describe_storage(nothing, default_path=default) == f"sqlite {default}"
     assert default.exists()
-    assert describe_storage(None) == f"sqlite {DEFAULT_PATH}"
+    assert describe_storage(None) == f"sqlite {DEFAULT_PATH.resolve()}"
 
 
 def test_sqlite_url_with_a_relative_path(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, opened: list[QueueStorage]
 ) -> None:
-    """sqlite:///data/q.db is a path relative to the working directory."""
+    """sqlite:///data/q.db is a path relative to the working directory, described resolved."""
     monkeypatch.chdir(tmp_path)
     storage = open_storage("sqlite:///data/q.db")
     opened.append(storage)
     assert isinstance(storage, SqliteQueueStorage)
     storage.create_queue("relative")
     assert (tmp_path / "data" / "q.db").exists()
-    assert describe_storage("sqlite:///data/q.db") == "sqlite data/q.db"
+    assert describe_storage("sqlite:///data/q.db") == f"sqlite {tmp_path / 'data' / 'q.db'}"
 
 
 def test_sqlite_url_with_an_absolute_path(tmp_path: Path, opened: list[QueueStorage]) -> None:
@@ -72,6 +77,29 @@ def test_memory_url(opened: list[QueueStorage]) -> None:
     opened.append(storage)
     assert isinstance(storage, InMemoryQueueStorage)
     assert describe_storage("memory://") == "memory"
+
+
+@pytest.mark.parametrize(
+    ("connection_string", "account"),
+    [
+        ("AccountName=prodacct;AccountKey=a2V5;", "prodacct"),
+        ("accountname = prodacct ; accountkey=a2V5", "prodacct"),
+        ("QueueEndpoint=https://h.example;SharedAccessSignature=sv=1&sig=x", "azure"),
+        ("UseDevelopmentStorage=true", "devstoreaccount1"),
+        ("memory://", "memory"),
+    ],
+)
+def test_one_parse_gives_the_account_that_triggers_name(
+    connection_string: str, account: str
+) -> None:
+    """The typed target carries the identity triggers use: one parser, no second regex one."""
+    assert parse_connection_string(connection_string).account == account
+
+
+def test_sqlite_with_two_slashes_explains_the_slash_rule() -> None:
+    """sqlite://x.db is refused with the three-slash / four-slash rule, not a generic error."""
+    with pytest.raises(ConfigurationError, match=r"three slashes.*four for an absolute"):
+        parse_connection_string("sqlite://x.db")
 
 
 def test_azure_connection_string_opens_a_working_azure_backend(

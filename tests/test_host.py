@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, InMemoryQueueStorage, MessageCodec
 from listener.errors import ConfigurationError
+from listener.stores.payload_store import InMemoryPayloadStore
 from tests.support.polling import eventually
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
@@ -145,3 +147,61 @@ def test_an_on_stop_failure_is_logged_and_the_host_still_stops() -> None:
     host.start()
     assert host.stop()
     assert Failing.stopped.is_set()
+
+
+class ZeroThreads(Plain):
+    settings: ClassVar[dict[str, dict[str, Any]]] = {"scaling": {"min_threads": 0}}
+
+
+class Misspelt(Plain):
+    settings: ClassVar[dict[str, dict[str, Any]]] = {"scaling": {"max_thread": 2}}
+
+
+def test_worker_settings_are_checked_by_the_rules_across_sections() -> None:
+    """min_threads = 0 in a worker class needs triggers as it does process-wide (no watchdog)."""
+    with pytest.raises(ValidationError, match=r"triggers\.url"):
+        WorkerHost([ZeroThreads], SETTINGS, storage=InMemoryQueueStorage())
+
+
+def test_an_unknown_key_in_worker_settings_names_the_worker_and_the_closest_key() -> None:
+    """A misspelt override is refused, not ignored: the worker would run on the default."""
+    with pytest.raises(ConfigurationError) as refused:
+        WorkerHost([Misspelt], SETTINGS, storage=InMemoryQueueStorage())
+    assert str(refused.value) == (
+        "unknown setting scaling.max_thread in settings of tests.test_host:Misspelt: "
+        "did you mean scaling.max_threads?"
+    )
+
+
+class RecordingPayloadStore(InMemoryPayloadStore):
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_payload_store_the_host_opened_is_closed_when_it_stops(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """What the host opens from the settings it also closes (an Azure blob client holds sockets)."""
+    opened = RecordingPayloadStore()
+    monkeypatch.setattr("workers.host.open_payload_store_if_available", lambda _: opened)
+    settings = SETTINGS.model_copy(
+        update={"connection_string": SecretStr(f"sqlite:///{tmp_path / 'q.db'}")}
+    )
+    host = WorkerHost([Plain], settings)
+    host.start()
+    assert host.stop()
+    assert opened.closed
+
+
+class NotAMapping(Plain):
+    settings: ClassVar[Any] = {"scaling": 3}
+
+
+def test_a_worker_section_that_is_not_a_mapping_is_a_configuration_error() -> None:
+    """settings = {"scaling": 3} is refused with a sentence, not a TypeError traceback."""
+    with pytest.raises(ConfigurationError, match="'scaling' must map setting names to values"):
+        WorkerHost([NotAMapping], SETTINGS, storage=InMemoryQueueStorage())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 from pathlib import Path
@@ -10,7 +11,11 @@ import pytest
 from pydantic import ValidationError
 
 from listener.errors import ConfigurationError
-from workers.settings import CloudQueueSettings, load_settings
+from listener.policies.delivery import DeliveryPolicy
+from listener.policies.scaling_rules import ScalingInput
+from listener.scaling.scaler import ScalingPolicy
+from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
+from workers.settings import CloudQueueSettings, ScalingSettings, load_settings
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -99,3 +104,41 @@ def test_invalid_values_are_refused_naming_the_field(
     """Invalid settings fail at load time with the offending section in the error."""
     with pytest.raises(ValidationError, match=section):
         load_settings(**{section: values})  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("field", ["retry_delay_s", "max_retry_delay_s", "visibility_timeout_s"])
+def test_delays_that_become_visibility_timeouts_stop_at_the_services_7_days(field: str) -> None:
+    """Past 7 days Azure refuses the timeout at run time; the setting is refused at load time."""
+    assert load_settings(listener={field: MAX_VISIBILITY_TIMEOUT_S})
+    with pytest.raises(ValidationError, match=field):
+        load_settings(listener={field: MAX_VISIBILITY_TIMEOUT_S + 1})
+
+
+def test_the_policies_defaults_are_the_settings_defaults() -> None:
+    """ScalingPolicy() and DeliveryPolicy() (library users) behave as default settings (CLI)."""
+    settings = CloudQueueSettings()
+    assert settings.delivery_policy() == DeliveryPolicy()
+    from_settings = dataclasses.asdict(settings.scaling_policy())
+    defaults = dataclasses.asdict(ScalingPolicy())
+    rules = [policy.pop("rule") for policy in (from_settings, defaults)]  # closures
+    assert from_settings == defaults
+    for depth in (0, 1, 31, 32, 33, 1000):
+        load = ScalingInput(depth=depth, active_threads=1, per_thread_rate_per_s=None)
+        assert rules[0](load) == rules[1](load)
+
+
+def test_a_misspelt_key_in_the_env_file_is_refused_and_other_programs_variables_ignored(
+    tmp_path: Path,
+) -> None:
+    """.env is shared: DATABASE_URL is none of ours, CLOUDQUEUE_SCALING__MAXTHREADS is a typo."""
+    (tmp_path / ".env").write_text("DATABASE_URL=postgres://x\nCLOUDQUEUE_SCALING__MAX_THREADS=4\n")
+    assert load_settings().scaling.max_threads == 4
+    (tmp_path / ".env").write_text("CLOUDQUEUE_SCALING__MAXTHREADS=4\n")
+    with pytest.raises(ConfigurationError, match=r"scaling\.maxthreads in \.env: did you mean"):
+        load_settings()
+
+
+def test_a_misspelt_section_in_code_is_refused_with_the_closest_name() -> None:
+    """Sections built in code reject unknown fields too (no silent default)."""
+    with pytest.raises(ValidationError, match="max_thread"):
+        ScalingSettings(max_thread=2)  # type: ignore[call-arg]

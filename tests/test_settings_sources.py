@@ -16,6 +16,7 @@ from workers.settings_sources import SettingValue, explain_settings
 
 ACCOUNT_KEY = "c2VjcmV0LWtleS10aGF0LW11c3Qtbm90LWxlYWs="
 CONNECTION_STRING = f"AccountName=acme;AccountKey={ACCOUNT_KEY};"
+MASKED_CONNECTION_STRING = "AccountName=acme;AccountKey=***;"
 
 
 @pytest.fixture(autouse=True)
@@ -125,15 +126,41 @@ def test_sections_merge_key_by_key_across_sources(
 def test_the_connection_string_is_masked_whatever_its_source(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Only the mask and the source are reported, never the secret itself."""
+    """The account key is masked and the rest shown, whatever the source; never the secret."""
     config = write_toml(tmp_path / "c.toml", f'connection_string = "{CONNECTION_STRING}"\n')
-    assert explained(config)["connection_string"].value == "**********"
+    assert explained(config)["connection_string"].value == MASKED_CONNECTION_STRING
     monkeypatch.setenv("CLOUDQUEUE_CONNECTION_STRING", CONNECTION_STRING)
     result = explain_settings(config)
     assert result[0] == SettingValue(
-        "connection_string", "**********", "env:CLOUDQUEUE_CONNECTION_STRING"
+        "connection_string", MASKED_CONNECTION_STRING, "env:CLOUDQUEUE_CONNECTION_STRING"
     )
     assert ACCOUNT_KEY not in repr(result)
+
+
+@pytest.mark.parametrize(
+    ("connection_string", "shown"),
+    [
+        ("memory://", "memory://"),
+        ("sqlite:///data/q.db", "sqlite:///data/q.db"),
+        ("sqlite:////var/lib/q.db", "sqlite:////var/lib/q.db"),
+        (
+            "QueueEndpoint=https://acme.queue.core.windows.net;SharedAccessSignature=sv=1&sig=abc",
+            "QueueEndpoint=https://acme.queue.core.windows.net;SharedAccessSignature=***",
+        ),
+    ],
+)
+def test_config_show_masks_only_what_is_secret(
+    monkeypatch: pytest.MonkeyPatch, connection_string: str, shown: str
+) -> None:
+    """memory:// and sqlite paths are shown in clear; a SAS is masked, the endpoint kept."""
+    monkeypatch.setenv("CLOUDQUEUE_CONNECTION_STRING", connection_string)
+    assert explained()["connection_string"].value == shown
+
+
+def test_a_password_in_the_trigger_url_is_masked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """redis://user:password@host shows the user and host, not the password."""
+    monkeypatch.setenv("CLOUDQUEUE_TRIGGERS__URL", "redis://app:hunter2@cache:6379/0")
+    assert explained()["triggers.url"].value == "redis://app:***@cache:6379/0"
 
 
 def show(*args: str, env: dict[str, str] | None = None) -> tuple[int, str]:
@@ -154,7 +181,9 @@ def test_config_show_prints_each_setting_with_its_source(tmp_path: Path) -> None
     assert lines["scaling.max_threads"].split()[2:] == ["3", "#", f"toml:{config}"]
     assert lines["logging.level"].endswith("# env:CLOUDQUEUE_LOGGING__LEVEL")
     assert lines["shutdown_grace_s"].split()[2:] == ["5.0", "#", "override"]
-    assert lines["connection_string"].startswith("connection_string = '**********'")
+    assert lines["connection_string"].startswith(
+        f"connection_string = {MASKED_CONNECTION_STRING!r}"
+    )
     assert ACCOUNT_KEY not in output
 
 

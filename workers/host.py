@@ -66,11 +66,21 @@ class WorkerHost:
         self.settings = settings
         # Every worker's settings are validated before storage is opened or a queue touched.
         prepared = [
-            (worker_type, settings.for_worker(worker_type.settings)) for worker_type in worker_types
+            (
+                worker_type,
+                settings.for_worker(
+                    worker_type.settings, source=f"settings of {_name(worker_type)}"
+                ),
+            )
+            for worker_type in worker_types
         ]
         self.storage = storage or open_storage(settings.connection_string_value())
+        # What the host opened it closes; what it was given belongs to the caller.
+        self._owned_payload_store: PayloadStore | None = None
         if payload_store is None and storage is None:
             payload_store = open_payload_store_if_available(settings.connection_string_value())
+            self._owned_payload_store = payload_store
+        self._live: LiveStatePublisher | None = None
         self.hosted = [
             _host(worker_type(), worker_settings, self.storage, payload_store)
             for worker_type, worker_settings in prepared
@@ -109,6 +119,8 @@ class WorkerHost:
         if self.triggers is not None:
             self.triggers.close()
         self.storage.close()
+        if self._owned_payload_store is not None:
+            self._owned_payload_store.close()
         log.info("host_stopped", drained=all(drained))
         return all(drained)
 
@@ -118,6 +130,8 @@ class WorkerHost:
         name = signal.Signals(signum).name
         if self._signals > 1:
             log.warning("forced_exit", signal=name)
+            if self._live is not None:
+                self._live.remove()  # `cloudqueue status` must not show a process that is gone
             os._exit(128 + signum)  # unfinished messages reappear after their visibility timeout
         log.info("shutdown_requested", signal=name, grace_s=self.settings.shutdown_grace_s)
         self._shutdown.set()
@@ -126,11 +140,13 @@ class WorkerHost:
         """Start, wait for SIGTERM/SIGINT, drain and return the exit code."""
         signal.signal(signal.SIGTERM, self.request_shutdown)
         signal.signal(signal.SIGINT, self.request_shutdown)
-        live = LiveStatePublisher(
+        where = describe_storage(self.settings.connection_string_value())
+        live = self._live = LiveStatePublisher(
             self.settings.state_dir,
-            worker=" ".join(_target_name(hosted.worker) for hosted in self.hosted),
-            storage=describe_storage(self.settings.connection_string_value()),
+            worker=" ".join(_name(type(hosted.worker)) for hosted in self.hosted),
+            storage=where,
         )
+        log.info("store_opened", storage=where)
         self.start()
         live.publish(self.listeners)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
@@ -187,8 +203,9 @@ def _push(
     return [waker, watchdog]
 
 
-def _target_name(worker: QueueWorker[Any]) -> str:
-    return f"{type(worker).__module__}:{type(worker).__qualname__}"
+def _name(worker_type: type[QueueWorker[Any]]) -> str:
+    """``module:Class``, as the command line names a worker."""
+    return f"{worker_type.__module__}:{worker_type.__qualname__}"
 
 
 def _finish(hosted: HostedWorker) -> None:

@@ -7,6 +7,7 @@ SAS token that slips into an event or exception text is masked wherever it appea
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from typing import TextIO
 
@@ -15,6 +16,7 @@ from structlog.typing import EventDict, Processor, WrappedLogger
 
 from listener.redaction import redact
 from workers.settings import LoggingSettings
+from workers.supervisor import CHILD_SLOT_VARIABLE
 
 
 def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
@@ -24,12 +26,21 @@ def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDic
     }
 
 
+def child_slot(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Name the supervisor's child slot on every line of a ``--processes N`` child."""
+    slot = os.environ.get(CHILD_SLOT_VARIABLE)
+    if slot is not None:
+        event_dict.setdefault("child", int(slot) if slot.isdigit() else slot)
+    return event_dict
+
+
 def configure_logging(settings: LoggingSettings, *, stream: TextIO | None = None) -> None:
     """Configure structlog for a worker process writing to ``stream`` (stderr by default)."""
     output = stream or sys.stderr
     use_json = settings.format == "json" or (settings.format == "auto" and not output.isatty())
     shared: list[Processor] = [
         structlog.contextvars.merge_contextvars,
+        child_slot,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.StackInfoRenderer(),

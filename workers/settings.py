@@ -5,17 +5,22 @@ Sources, highest priority first: values passed in code (the CLI's flags), enviro
 TOML file (``--config``/``CLOUDQUEUE_CONFIG``, else ``config/cloudqueue.toml`` when present),
 then the defaults. The storage is chosen by ``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage
 connection string, ``sqlite:///path``, ``memory://``, or unset for ``.cloudqueue/queues.db``.
+
+Each source's keys are checked before they are merged (``workers.settings_keys``): a misspelt
+name is an error naming the source and the closest valid key, never a silent default.
 """
 
 from __future__ import annotations
 
 import os
+import tomllib
 from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, SecretStr, field_validator, model_validator
+from dotenv import dotenv_values
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -33,14 +38,32 @@ from listener.policies.scaling_rules import (
     steps,
 )
 from listener.scaling.scaler import ScalingPolicy
+from listener.stores.connection import describe_storage
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from workers.settings_keys import (
+    ENV_NESTED_DELIMITER,
+    ENV_PREFIX,
+    CheckedSource,
+    check_keys,
+    env_label,
+    unknown_environment_names,
+)
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison")
+_EXAMPLE = '{"scaling": {"max_threads": 4}}'
+OVERRIDE_SOURCE = "--set"
+DOTENV_SOURCE = ".env"
 
 
-class ListenerSettings(BaseModel):
+class _Section(BaseModel):
+    """A settings section: an unknown key is an error, never silently dropped."""
+
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+
+class ListenerSettings(_Section):
     """How each worker's listener fetches."""
 
     threads: int = Field(default=1, ge=1, description="dequeue threads started per worker")
@@ -48,18 +71,23 @@ class ListenerSettings(BaseModel):
     visibility_timeout_s: int = Field(default=30, ge=1, le=MAX_VISIBILITY_TIMEOUT_S)
     max_error_delay_s: float = Field(default=30.0, ge=0, description="longest back-off on errors")
     base64: bool = Field(default=True, description="base64 message text, as Azure Functions does")
-    retry_delay_s: float = Field(default=1.0, ge=0, description="base of the retry back-off")
-    max_retry_delay_s: float = Field(default=60.0, ge=0, description="longest retry back-off")
+    # A retry delay becomes a visibility timeout: the service refuses more than 7 days.
+    retry_delay_s: float = Field(
+        default=1.0, ge=0, le=MAX_VISIBILITY_TIMEOUT_S, description="base of the retry back-off"
+    )
+    max_retry_delay_s: float = Field(
+        default=60.0, ge=0, le=MAX_VISIBILITY_TIMEOUT_S, description="longest retry back-off"
+    )
     renew_visibility: bool = Field(default=True, description="extend held messages' visibility")
 
 
-class PoisonSettings(BaseModel):
+class PoisonSettings(_Section):
     """When a message is given up on and moved to ``<queue>-poison``."""
 
     max_dequeue_count: int = Field(default=5, ge=1, description="deliveries before poisoning")
 
 
-class BackoffSettings(BaseModel):
+class BackoffSettings(_Section):
     """Idle polling: min_idle_s + (2^n - 1) x U(0.8, 1.2) x delta_backoff_s, up to max_idle_s."""
 
     delta_backoff_s: float = Field(default=0.1, gt=0)
@@ -73,7 +101,7 @@ class BackoffSettings(BaseModel):
         return self
 
 
-class ScalingSettings(BaseModel):
+class ScalingSettings(_Section):
     """Thread bounds and the rule that turns queue depth into a thread count."""
 
     min_threads: int = Field(default=1, ge=0)
@@ -123,7 +151,7 @@ class ScalingSettings(BaseModel):
         return import_rule(self.rule)
 
 
-class TriggerSettings(BaseModel):
+class TriggerSettings(_Section):
     """Push triggers: producers announce work so idle listeners need not poll."""
 
     url: SecretStr | None = Field(
@@ -152,7 +180,7 @@ class TriggerSettings(BaseModel):
         return self.url.get_secret_value() if self.url is not None else None
 
 
-class LoggingSettings(BaseModel):
+class LoggingSettings(_Section):
     """Log level and format (JSON lines when not on a terminal, unless told otherwise)."""
 
     level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
@@ -166,7 +194,11 @@ class CloudQueueSettings(BaseSettings):
     """Everything a worker process needs."""
 
     model_config = SettingsConfigDict(
-        env_prefix="CLOUDQUEUE_", env_nested_delimiter="__", env_file=".env", extra="ignore"
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter=ENV_NESTED_DELIMITER,
+        env_file=".env",
+        extra="ignore",  # unknown names are refused per source (settings_keys), naming the source
+        hide_input_in_errors=True,  # an error's text must never carry the connection string
     )
 
     connection_string: SecretStr | None = None
@@ -191,8 +223,23 @@ class CloudQueueSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        toml = TomlConfigSettingsSource(settings_cls, toml_file=_config_file.get())
-        return (init_settings, env_settings, dotenv_settings, toml)
+        return (
+            CheckedSource(init_settings, OVERRIDE_SOURCE),
+            CheckedSource(env_settings, env_label),
+            CheckedSource(dotenv_settings, DOTENV_SOURCE, sections_only=True),
+            CheckedSource(_toml_source(settings_cls, _config_file.get()), _toml_label()),
+        )
+
+    @field_validator("connection_string")
+    @classmethod
+    def _parsable(cls, value: SecretStr | None) -> SecretStr | None:
+        """Check the connection string as opening the storage would, without opening it."""
+        if value is not None:
+            try:
+                describe_storage(value.get_secret_value())
+            except ConfigurationError as error:
+                raise ValueError(str(error)) from None  # the message never quotes the secret
+        return value
 
     @model_validator(mode="after")
     def _zero_threads_need_triggers(self) -> CloudQueueSettings:
@@ -209,18 +256,32 @@ class CloudQueueSettings(BaseSettings):
             return None
         return self.connection_string.get_secret_value() or None
 
-    def for_worker(self, overrides: Mapping[str, Mapping[str, Any]]) -> CloudQueueSettings:
-        """These settings with one worker's overrides of listener/backoff/scaling fields."""
-        updates: dict[str, BaseModel] = {}
+    def for_worker(
+        self, overrides: Mapping[str, Mapping[str, Any]], *, source: str = "worker settings"
+    ) -> CloudQueueSettings:
+        """These settings with one worker's overrides of listener/backoff/scaling/poison fields.
+
+        The whole object is validated again (``model_copy`` would skip the model validators, e.g.
+        ``min_threads = 0`` without triggers). ``source`` names the worker in errors.
+        Raises ConfigurationError (unknown section or key) or pydantic's ValidationError.
+        """
+        if not isinstance(overrides, Mapping):
+            raise ConfigurationError(f"{source} must map sections to settings, e.g. {_EXAMPLE}")
         for section, values in overrides.items():
-            current = getattr(self, section, None)
-            if section not in WORKER_SECTIONS or not isinstance(current, BaseModel):
+            if section not in WORKER_SECTIONS:
                 raise ConfigurationError(
-                    f"worker settings may override {', '.join(WORKER_SECTIONS)}, not {section!r}"
+                    f"{source} may override {', '.join(WORKER_SECTIONS)}, not {section!r}"
                 )
-            merged = {**current.model_dump(), **values}
-            updates[section] = type(current).model_validate(merged)
-        return self.model_copy(update=updates)
+            if not isinstance(values, Mapping):
+                raise ConfigurationError(
+                    f"{source}: {section!r} must map setting names to values, e.g. "
+                    f'{{"{section}": {{...}}}}'
+                )
+        check_keys(CloudQueueSettings, overrides, source)
+        merged = self.model_dump()
+        for section, values in overrides.items():
+            merged[section] = {**merged[section], **values}
+        return CloudQueueSettings.model_validate(merged)
 
     def delivery_policy(self) -> DeliveryPolicy:
         """Retries, poisoning and renewal as these settings describe them."""
@@ -256,6 +317,33 @@ def config_file_path(explicit: Path | None = None) -> Path | None:
     if from_env:
         return Path(from_env)
     return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+
+
+def _toml_source(settings_cls: type[BaseSettings], path: Path | None) -> PydanticBaseSettingsSource:
+    """The TOML file's settings; a syntax error names the file, line and column."""
+    try:
+        return TomlConfigSettingsSource(settings_cls, toml_file=path)
+    except tomllib.TOMLDecodeError as error:
+        # tomllib's message ends in "(at line L, column C)".
+        raise ConfigurationError(f"config file {path} is not valid TOML: {error}") from None
+    except (OSError, UnicodeDecodeError) as error:
+        raise ConfigurationError(f"cannot read config file {path}: {error}") from None
+
+
+def _toml_label() -> str:
+    return f"config file {_config_file.get()}"
+
+
+def ignored_environment_names() -> list[str]:
+    """``CLOUDQUEUE_*`` names in the environment or .env that are no setting, for a warning."""
+    names = list(os.environ)
+    if Path(".env").is_file():
+        names += [name for name in dotenv_values(".env") if name.upper() not in _upper(names)]
+    return unknown_environment_names(CloudQueueSettings, names)
+
+
+def _upper(names: list[str]) -> set[str]:
+    return {name.upper() for name in names}
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:

@@ -2,9 +2,11 @@
 
 Every source layer of ``CloudQueueSettings`` is read on its own -- the values passed in code, the
 environment, the ``.env`` file, the TOML file -- and each dotted key (``scaling.max_threads``) is
-attributed to the highest-priority layer that defines it, else to its default. The values come
-from the validated settings, so they are exactly what a worker would run with; secrets arrive
-already masked (``'**********'``), so the clear text never reaches this module's results.
+attributed to the highest-priority layer that defines it, else to its default. A worker class's
+own ``settings`` sit above them all, as ``cloudqueue run`` applies them. The values come from the
+validated settings, so they are exactly what a worker would run with. Only what is secret is
+masked: an account key, a SAS or a password in a URL (``***``); ``memory://`` and
+``sqlite:///…`` are shown as they are.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource, TomlConfigSettingsSource
 
+from listener.redaction import MASK, redact
 from workers.settings import CloudQueueSettings, config_file_path, load_settings
 
 DEFAULT = "default"
@@ -43,17 +47,56 @@ class _Layer:
     label: Callable[[str], str]
 
 
-def explain_settings(config_file: Path | None = None, **overrides: Any) -> list[SettingValue]:
-    """Every effective setting with the source of its value; arguments as for ``load_settings``.
+@dataclass(frozen=True, slots=True)
+class WorkerOverrides:
+    """A worker class's own ``settings`` and how to name it (``module:Class``)."""
 
-    Raises what ``load_settings`` raises (``ValidationError``, ``ConfigurationError``).
+    target: str
+    values: Mapping[str, Mapping[str, Any]]
+
+    @property
+    def source(self) -> str:
+        return f"settings of {self.target}"
+
+
+def explain_settings(
+    config_file: Path | None = None, *, worker: WorkerOverrides | None = None, **overrides: Any
+) -> list[SettingValue]:
+    """Every effective setting with the source of its value; arguments as for ``load_settings``,
+    and ``worker`` for one worker class's effective settings.
+
+    Raises what ``load_settings`` and ``for_worker`` raise (``ValidationError``,
+    ``ConfigurationError``).
     """
     settings = load_settings(config_file, **overrides)
     layers = _layers(config_file_path(config_file), overrides)
-    return [
-        SettingValue(key, value, _source_of(key, layers))
-        for key, value in _flatten(settings.model_dump(mode="json"))
-    ]
+    if worker is not None:
+        settings = settings.for_worker(worker.values, source=worker.source)
+        layers.insert(0, _Layer(worker.values, lambda _: worker.source))
+    values = settings.model_dump(mode="json")
+    values["connection_string"] = _shown(settings.connection_string_value())
+    values["triggers"]["url"] = _shown(settings.triggers.url_value())
+    return [SettingValue(key, value, _source_of(key, layers)) for key, value in _flatten(values)]
+
+
+def _shown(secret: str | None) -> str | None:
+    """A connection string or URL with only its secret parts masked (key, SAS, password)."""
+    if secret is None:
+        return None
+    return redact(_without_password(secret))
+
+
+def _without_password(text: str) -> str:
+    try:
+        parts = urlsplit(text)
+        password = parts.password
+    except ValueError:
+        return text
+    if not password:
+        return text
+    netloc = parts.netloc.rpartition("@")
+    user = (parts.username or "") + ":" + MASK
+    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
 
 
 def _layers(toml_file: Path | None, overrides: Mapping[str, Any]) -> list[_Layer]:
@@ -116,4 +159,4 @@ def _flatten(values: Mapping[str, Any], prefix: str = "") -> Iterator[tuple[str,
             yield key, value
 
 
-__all__ = ["SettingValue", "explain_settings"]
+__all__ = ["SettingValue", "WorkerOverrides", "explain_settings"]

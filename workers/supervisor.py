@@ -8,6 +8,7 @@ SIGINT: the first drains every child, a second makes them exit at once. It touch
 
 from __future__ import annotations
 
+import os
 import random
 import signal
 import subprocess
@@ -26,6 +27,8 @@ STABLE_AFTER_S = 60.0
 """A child that ran this long before dying is restarted without back-off."""
 POLL_INTERVAL_S = 0.5
 MAX_RESTART_DELAY_S = 30.0
+CHILD_SLOT_VARIABLE = "CLOUDQUEUE_CHILD"
+"""Tells a child its slot, so that each of its log lines names it (``child=N``)."""
 
 
 @dataclass
@@ -84,7 +87,8 @@ class Supervisor:
                 child.process.send_signal(signum)
 
     def _start(self, child: Child) -> None:
-        child.process = subprocess.Popen(self.command)
+        slot_env = {**os.environ, CHILD_SLOT_VARIABLE: str(child.slot)}
+        child.process = subprocess.Popen(self.command, env=slot_env)
         child.started_at = self.clock.monotonic()
         child.restart_at = None
         log.info("child_started", slot=child.slot, pid=child.process.pid)

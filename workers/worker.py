@@ -82,4 +82,7 @@ def load_worker(target: str) -> type[QueueWorker[Any]]:
     worker = import_object(target, what="worker")
     if not (isinstance(worker, type) and issubclass(worker, QueueWorker)):
         raise ConfigurationError(f"{target!r} is not a QueueWorker subclass")
+    if worker.handle is QueueWorker.handle:
+        # Refused at start, not on the first message (which would fail and be retried forever).
+        raise ConfigurationError(f"{target!r} does not define handle(self, item)")
     return worker

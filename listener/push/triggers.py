@@ -12,15 +12,15 @@ is logged), and a watchdog's occasional depth check catches anything a lost trig
 from __future__ import annotations
 
 import json
-import re
 import threading
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Protocol
 
 import structlog
 from reactivex import Observable
 from reactivex.subject import Subject
+
+from listener.stores.connection import parse_connection_string
 
 log = structlog.get_logger(__name__)
 
@@ -95,15 +95,4 @@ class InProcessTriggerChannel:
 
 def account_of(connection_string: str | None) -> str:
     """The identity triggers use for a store: Azure's account name, or the embedded file's path."""
-    if not connection_string:
-        return f"sqlite:{Path('.cloudqueue/queues.db').resolve()}"
-    if connection_string.startswith("sqlite:///"):
-        return f"sqlite:{Path(connection_string.removeprefix('sqlite:///')).resolve()}"
-    if connection_string.startswith("memory://"):
-        return "memory"
-    match = re.search(r"(?i)(?:^|;)\s*AccountName\s*=\s*([^;]+)", connection_string)
-    if match:
-        return match.group(1).strip()
-    if re.search(r"(?i)UseDevelopmentStorage\s*=\s*true", connection_string):
-        return "devstoreaccount1"
-    return "azure"
+    return parse_connection_string(connection_string).account

@@ -3,13 +3,16 @@
 Accepted forms::
 
     (none or empty)                      SQLite at the default path (.cloudqueue/queues.db)
-    sqlite:///relative/path.db           SQLite; four slashes for an absolute path
+    sqlite:///relative/path.db           SQLite, relative to the working directory (three slashes)
+    sqlite:////absolute/path.db          SQLite at an absolute path (four slashes)
     memory://                            in-memory, lost when the process exits
     AccountName=...;AccountKey=...;...   Azure Storage (or SharedAccessSignature=..., or
     UseDevelopmentStorage=true           Azurite on its default port)
 
-``open_payload_store`` opens the matching store for payloads too large for a message: a folder
-``payloads/`` beside the SQLite file, memory, or a blob container of the same Azure account.
+``parse_connection_string`` reads a string once into one typed ``StorageTarget``; the rest
+(opening, describing, the identity triggers use) works from that. ``open_payload_store`` opens
+the matching store for payloads too large for a message: a folder ``payloads/`` beside the SQLite
+file, memory, or a blob container of the same Azure account.
 
 Connection strings hold secrets, so no error message here ever quotes one: each says which part is
 missing or malformed.
@@ -32,7 +35,18 @@ from listener.stores.storage import QueueStorage
 
 log = structlog.get_logger(__name__)
 
-__all__ = ["DEFAULT_PATH", "describe_storage", "open_payload_store", "open_storage"]
+__all__ = [
+    "DEFAULT_PATH",
+    "AzureTarget",
+    "MemoryTarget",
+    "SqliteTarget",
+    "StorageTarget",
+    "describe_storage",
+    "open_payload_store",
+    "open_storage",
+    "outlives_process",
+    "parse_connection_string",
+]
 
 DEFAULT_PATH = Path(".cloudqueue/queues.db")
 
@@ -45,38 +59,51 @@ _USAGE = "use sqlite:///PATH, memory:// or an Azure Storage connection string"
 
 
 @dataclass(frozen=True)
-class _Sqlite:
+class SqliteTarget:
+    """The embedded SQLite store at ``path`` (absolute: resolved against the working directory)."""
+
     path: Path
 
     @property
     def description(self) -> str:
         return f"sqlite {self.path}"
 
+    @property
+    def account(self) -> str:
+        return f"sqlite:{self.path}"
+
 
 @dataclass(frozen=True)
-class _Memory:
+class MemoryTarget:
+    """The in-memory store of this process."""
+
     description: str = "memory"
+    account: str = "memory"
 
 
 @dataclass(frozen=True)
-class _Azure:
+class AzureTarget:
+    """An Azure Storage account (or Azurite); the connection string is kept out of ``repr``."""
+
     description: str
+    account: str
+    """The account name, or ``azure`` when a shared access signature names none."""
     connection_string: str = field(repr=False)
 
 
-_Target = _Sqlite | _Memory | _Azure
+StorageTarget = SqliteTarget | MemoryTarget | AzureTarget
 
 
 def open_storage(
     connection_string: str | None, *, default_path: Path = DEFAULT_PATH
 ) -> QueueStorage:
     """The storage backend the connection string names; raises ConfigurationError if malformed."""
-    target = _parse(connection_string, default_path)
-    if isinstance(target, _Memory):
+    target = parse_connection_string(connection_string, default_path=default_path)
+    if isinstance(target, MemoryTarget):
         from listener.stores.memory_storage import InMemoryQueueStorage
 
         return InMemoryQueueStorage()
-    if isinstance(target, _Sqlite):
+    if isinstance(target, SqliteTarget):
         from listener.stores.sqlite_storage import SqliteQueueStorage
 
         return SqliteQueueStorage(target.path)
@@ -95,10 +122,10 @@ def open_payload_store(
     one instance between publisher and listener). Azure: the ``cloudqueue-payloads`` container of
     the same account; a string that lists endpoints must list a BlobEndpoint too.
     """
-    target = _parse(connection_string, default_path)
-    if isinstance(target, _Memory):
+    target = parse_connection_string(connection_string, default_path=default_path)
+    if isinstance(target, MemoryTarget):
         return InMemoryPayloadStore()
-    if isinstance(target, _Sqlite):
+    if isinstance(target, SqliteTarget):
         return FolderPayloadStore(target.path.parent / "payloads")
     _check_blob_endpoint(target.connection_string)
     # Imported here so that only Azure users pay for importing the Azure SDK.
@@ -109,20 +136,33 @@ def open_payload_store(
 
 def describe_storage(connection_string: str | None, *, default_path: Path = DEFAULT_PATH) -> str:
     """A one-line description without secrets, e.g. "azure account NAME at https://HOST"."""
-    return _parse(connection_string, default_path).description
+    return parse_connection_string(connection_string, default_path=default_path).description
 
 
-def _parse(connection_string: str | None, default_path: Path) -> _Target:
+def outlives_process(connection_string: str | None) -> bool:
+    """Whether queues in this store remain after the process exits (all but ``memory://``)."""
+    return not isinstance(parse_connection_string(connection_string), MemoryTarget)
+
+
+def parse_connection_string(
+    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+) -> StorageTarget:
+    """The store a connection string names; raises ConfigurationError if malformed."""
     text = (connection_string or "").strip()
     if not text:
-        return _Sqlite(default_path)
+        return SqliteTarget(default_path.resolve())
     if text.startswith(_SQLITE_PREFIX):
         relative_or_absolute = text.removeprefix(_SQLITE_PREFIX)
         if not relative_or_absolute:
             raise ConfigurationError("the sqlite connection string has no path: sqlite:///PATH")
-        return _Sqlite(Path(relative_or_absolute))
+        return SqliteTarget(Path(relative_or_absolute).resolve())
     if text.lower() == _MEMORY:
-        return _Memory()
+        return MemoryTarget()
+    if text.lower().startswith("sqlite:"):
+        raise ConfigurationError(
+            "a sqlite connection string needs three slashes: sqlite:///relative/path.db, or "
+            "four for an absolute path: sqlite:////absolute/path.db"
+        )
     scheme = _SCHEME.match(text)
     if scheme:
         # A scheme is not a secret (a URL's user, password or query might be, so none is quoted).
@@ -130,17 +170,21 @@ def _parse(connection_string: str | None, default_path: Path) -> _Target:
     return _parse_azure(text)
 
 
-def _parse_azure(connection_string: str) -> _Azure:
+def _parse_azure(connection_string: str) -> AzureTarget:
     settings = _settings(connection_string)
     if settings.get("USEDEVELOPMENTSTORAGE", "").lower() == "true":
         # The SDK only understands the lowercase "true"; hand it the canonical form.
         description = f"azure account {_DEVELOPMENT_ACCOUNT} at {_DEVELOPMENT_ENDPOINT}"
-        return _Azure(description, connection_string="UseDevelopmentStorage=true")
+        return AzureTarget(
+            description, _DEVELOPMENT_ACCOUNT, connection_string="UseDevelopmentStorage=true"
+        )
     account = settings.get("ACCOUNTNAME")
     _check_credentials(settings, account)
     endpoint = _queue_endpoint(settings, account)
     who = f"azure account {account}" if account else "azure (shared access signature)"
-    return _Azure(f"{who} at {endpoint}", connection_string=connection_string)
+    return AzureTarget(
+        f"{who} at {endpoint}", account or "azure", connection_string=connection_string
+    )
 
 
 def _check_blob_endpoint(connection_string: str) -> None:

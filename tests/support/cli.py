@@ -7,16 +7,18 @@ import pty
 import subprocess
 import sys
 import threading
+from pathlib import Path
 
 
 def cloudqueue(
-    *args: str, env: dict[str, str], stdin: str = ""
+    *args: str, env: dict[str, str], stdin: str = "", cwd: Path | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere)."""
+    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere), in ``cwd``."""
     return subprocess.run(
         [sys.executable, "-m", "workers", *args],
         input=stdin,
         env=env,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=60,

@@ -1,16 +1,17 @@
 """The ``cloudqueue`` command line (``python -m workers`` too).
 
 Built on click, the well-kept standard for Python command lines, so every command has ``--help``
-with examples. Each command lives in its own module; this one only assembles the group.
+with examples. Each command lives in its own module; this one only assembles the group, gives
+every command the ``--config`` option, and routes every command's errors through one path.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 import click
 
-from workers.cli.common import CONFIG_ERROR_EXIT
+from workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
 from workers.cli.config_cmd import config_group
 from workers.cli.demo import demo
 from workers.cli.messages import enqueue, status
@@ -20,21 +21,40 @@ from workers.cli.run import run
 from workers.cli.trigger import trigger
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.option(
-    "--config",
-    type=click.Path(path_type=Path),
-    default=None,
-    help="TOML settings file (default: $CLOUDQUEUE_CONFIG, else config/cloudqueue.toml).",
-)
-def cli(config: Path | None) -> None:
+class CloudQueueGroup(click.Group):
+    """The root group: ``--config`` on every subcommand, one error path for all of them."""
+
+    def add_command(self, cmd: click.Command, name: str | None = None) -> None:
+        _give_config_option(cmd)
+        super().add_command(cmd, name)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        with translated_errors():
+            return super().invoke(ctx)
+
+
+def _give_config_option(command: click.Command) -> None:
+    """``cloudqueue run --config f.toml`` works as ``cloudqueue --config f.toml run`` does."""
+    if not any(param.name == "config" for param in command.params):
+        command.params.append(config_option())
+    if isinstance(command, click.Group):
+        for subcommand in command.commands.values():
+            _give_config_option(subcommand)
+
+
+@click.group(cls=CloudQueueGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="cloudqueue", prog_name="cloudqueue")
+def cli() -> None:
     """cloudqueue: auto-scaling queue workers for Azure Storage Queues.
 
-    The storage comes from CLOUDQUEUE_CONNECTION_STRING (an Azure connection string,
-    sqlite:///path or memory://); unset means the embedded store .cloudqueue/queues.db.
+    The storage comes from CLOUDQUEUE_CONNECTION_STRING: an Azure Storage connection string,
+    memory:// (one process only: for `run` and `demo`), or sqlite:///PATH -- three slashes for a
+    path relative to the working directory (sqlite:///data/q.db), four for an absolute one
+    (sqlite:////var/lib/q.db). Unset means the embedded store .cloudqueue/queues.db.
     """
 
 
+cli.params.append(config_option())
 for command in (run, enqueue, status, config_group, demo, queues_group, poison_group, trigger):
     cli.add_command(command)
 

@@ -1,7 +1,9 @@
 """What every command shares: settings, storage, queue-name checks and error translation.
 
-Configuration errors exit with code 2 (click's usage error) and a one-line message naming the
-field; storage errors exit with code 1. Secrets are never printed: every message passes ``redact``.
+Configuration errors exit with code 2 and one line naming the source and the field
+(``BadInput``); storage errors exit with code 1. ``translated_errors`` is the one boundary where
+the project's errors become those exits, for every command. Secrets are never printed: every
+message passes ``redact``.
 """
 
 from __future__ import annotations
@@ -10,33 +12,87 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 import click
 import pydantic
+import structlog
 
-from listener.errors import CloudQueueError, ConfigurationError
+from listener.errors import CloudQueueError, ConfigurationError, StorageError
 from listener.redaction import redact
-from listener.stores.connection import describe_storage, open_storage
+from listener.stores.connection import describe_storage, open_storage, outlives_process
 from listener.stores.storage import QueueStorage, validate_queue_name
 from workers.logging import configure_logging
-from workers.settings import CloudQueueSettings, load_settings
+from workers.settings import CloudQueueSettings, ignored_environment_names, load_settings
+from workers.settings_keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
+SECRET_FIELDS = frozenset({"connection_string", "triggers.url"})
+_CONFIG_FILE = "cloudqueue.config_file"
+
+log = structlog.get_logger(__name__)
+
+
+class BadInput(click.ClickException):
+    """Invalid configuration or arguments: one line on stderr, exit code 2, no usage text."""
+
+    exit_code = CONFIG_ERROR_EXIT
+
+    def __init__(self, message: str) -> None:
+        super().__init__(redact(message))
+
+
+@contextmanager
+def translated_errors() -> Iterator[None]:
+    """The one error path of every command: project errors become one line and an exit code."""
+    try:
+        yield
+    except pydantic.ValidationError as error:
+        raise BadInput(one_line(error)) from None
+    except ConfigurationError as error:
+        raise BadInput(str(error)) from None
+    except CloudQueueError as error:
+        raise click.ClickException(redact(str(error))) from None
+
+
+def remember_config_file(ctx: click.Context, _: click.Parameter, value: Path | None) -> None:
+    """``--config`` callback, before or after the subcommand: the last one given wins."""
+    if value is not None:
+        ctx.find_root().meta[_CONFIG_FILE] = value
+
+
+CONFIG_HELP = "TOML settings file (default: $CLOUDQUEUE_CONFIG, else config/cloudqueue.toml)."
+
+
+def config_option() -> click.Option:
+    """The ``--config`` option that every command accepts."""
+    return click.Option(
+        ["--config"],
+        type=click.Path(path_type=Path),
+        default=None,
+        expose_value=False,
+        is_eager=True,
+        callback=remember_config_file,
+        help=CONFIG_HELP,
+    )
+
+
+def config_file() -> Path | None:
+    """The ``--config`` given on the command line, if any."""
+    path: Path | None = click.get_current_context().find_root().meta.get(_CONFIG_FILE)
+    return path
 
 
 def current_settings(overrides: Mapping[str, Any] | None = None) -> CloudQueueSettings:
-    """The effective settings, with the root command's --config file and CLI overrides."""
-    config = click.get_current_context().find_root().params.get("config")
-    try:
-        settings = load_settings(config, **(overrides or {}))
-    except pydantic.ValidationError as error:
-        raise click.UsageError(redact(one_line(error))) from error
-    except ConfigurationError as error:
-        raise click.UsageError(redact(str(error))) from error
+    """The effective settings, with the --config file and CLI overrides; exit 2 if invalid."""
+    with translated_errors():
+        settings = load_settings(config_file(), **(overrides or {}))
     # Every command logs through the redacting pipeline to stderr: structlog's unconfigured
     # default would print to stdout, into the command's output, and unredacted.
     configure_logging(settings.logging)
+    for name in ignored_environment_names():
+        log.warning("unknown_environment_variable_ignored", variable=name)
     return settings
 
 
@@ -46,12 +102,23 @@ def import_from_working_directory() -> None:
         sys.path.append(os.getcwd())
 
 
-def one_line(error: pydantic.ValidationError) -> str:
-    """The first validation problem as one line naming the field (and the value, unless secret)."""
+def one_line(error: pydantic.ValidationError, source: str | None = None) -> str:
+    """The first validation problem as one line naming the field (and the value, unless secret).
+
+    ``source`` says where the values came from when one source holds them all (a worker class).
+    """
     first = error.errors(include_url=False)[0]
-    field = ".".join(str(part) for part in first["loc"]) or "settings"
-    message = f"invalid setting {field}: {first['msg']}"
-    if "connection_string" in field or not isinstance(first.get("input"), str | int | float):
+    field = ".".join(str(part) for part in first["loc"])
+    where = f" in {source}" if source else ""
+    if first["type"] == "extra_forbidden":
+        suggestion = closest(field, known_keys(CloudQueueSettings))
+        hint = f": did you mean {suggestion}?" if suggestion else ""
+        return f"unknown setting {field}{where}{hint}"
+    reason = first["msg"].removeprefix("Value error, ")
+    if not field:  # a rule across sections, e.g. min_threads = 0 needs triggers.url
+        return f"invalid settings{where}: {reason}"
+    message = f"invalid setting {field}{where}: {reason}"
+    if field in SECRET_FIELDS or not isinstance(first.get("input"), str | int | float):
         return message  # never echo a secret, nor a whole nested structure
     return f"{message} (got {first['input']!r})"
 
@@ -62,9 +129,7 @@ def parse_overrides(assignments: tuple[str, ...]) -> dict[str, Any]:
     for assignment in assignments:
         key, separator, value = assignment.partition("=")
         if not separator or not key.strip():
-            raise click.UsageError(
-                f"--set takes KEY=VALUE, e.g. scaling.max_threads=8; got {key!r}"
-            )
+            raise BadInput(f"--set takes KEY=VALUE, e.g. scaling.max_threads=8; got {key!r}")
         *sections, field = key.strip().split(".")
         target = overrides
         for section in sections:
@@ -75,39 +140,52 @@ def parse_overrides(assignments: tuple[str, ...]) -> dict[str, Any]:
 
 @contextmanager
 def opened_storage(settings: CloudQueueSettings) -> Iterator[QueueStorage]:
-    """Storage for one command, closed afterwards; storage failures become exit code 1."""
+    """Storage for one short command, closed afterwards; storage failures become exit code 1.
+
+    ``memory://`` is refused (exit 2): its queues would vanish with this process, so what the
+    command did could be seen by no other. A store that cannot be opened is exit code 2 too.
+    """
+    connection_string = settings.connection_string_value()
+    if not outlives_process(connection_string):
+        raise BadInput(
+            "memory:// keeps queues inside one process, so this command's work would be lost "
+            "when it exits: use sqlite:///PATH or an Azure Storage connection string"
+        )
     try:
-        storage = open_storage(settings.connection_string_value())
-    except ConfigurationError as error:
-        raise click.UsageError(redact(str(error))) from error
+        storage = open_storage(connection_string)
+    except StorageError as error:
+        raise BadInput(f"cannot open {describe_storage(connection_string)}: {error}") from None
     try:
-        yield storage
-    except CloudQueueError as error:
-        raise click.ClickException(redact(str(error))) from error
+        with translated_errors():
+            yield storage
     finally:
         storage.close()
 
 
 def checked_queue(queue: str) -> str:
-    """The queue name, or a usage error saying what a valid one looks like."""
+    """The queue name, or an error (exit code 2) saying what a valid one looks like."""
     try:
         return validate_queue_name(queue)
     except ConfigurationError as error:
-        raise click.UsageError(str(error)) from error
+        raise BadInput(str(error)) from None
 
 
 @contextmanager
-def configured_storage() -> Iterator[tuple[QueueStorage, str]]:
-    """The configured storage (closed afterwards) and its safe description, for messages."""
+def configured_storage(*, announce: bool = False) -> Iterator[tuple[QueueStorage, str]]:
+    """The configured storage (closed afterwards) and its safe description, for messages.
+
+    With ``announce`` the store and its absolute path are logged: for commands whose output may
+    not name it (the others print ``where`` in their result line, once is enough).
+    """
     settings = current_settings()
     where = describe_storage(settings.connection_string_value())
     with opened_storage(settings) as storage:
+        if announce:
+            log.info("store_opened", storage=where)
         yield storage, where
 
 
 def refuse_unattended(yes: bool, action: str) -> None:
     """Refuse a destructive action nobody can confirm: no --yes and stdin is not a terminal."""
     if not yes and not sys.stdin.isatty():
-        raise click.UsageError(
-            f"refusing to {action} without --yes: stdin is not a terminal to confirm on"
-        )
+        raise BadInput(f"refusing to {action} without --yes: stdin is not a terminal to confirm on")

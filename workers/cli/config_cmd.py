@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
-from workers.cli.common import current_settings, parse_overrides
-from workers.settings_sources import SettingValue, explain_settings
+from workers.cli.common import (
+    config_file,
+    current_settings,
+    import_from_working_directory,
+    parse_overrides,
+)
+from workers.cli.run import worker_settings
+from workers.settings_sources import SettingValue, WorkerOverrides, explain_settings
+from workers.worker import load_worker
 
 
 @click.group("config")
@@ -17,6 +23,7 @@ def config_group() -> None:
 
 
 @config_group.command("show")
+@click.argument("target", required=False, metavar="[MODULE:CLASS]")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option(
     "--set",
@@ -25,21 +32,29 @@ def config_group() -> None:
     metavar="KEY=VALUE",
     help="Override a setting as `cloudqueue run --set` does, e.g. --set scaling.max_threads=8.",
 )
-def show(as_json: bool, assignments: tuple[str, ...]) -> None:
+def show(target: str | None, as_json: bool, assignments: tuple[str, ...]) -> None:
     """Print every effective setting and where its value came from.
 
-    Sources: default, toml:PATH, .env, env:VARIABLE or override (--set). Secrets are masked.
+    Sources: default, toml:PATH, .env, env:VARIABLE, override (--set), or "settings of
+    MODULE:CLASS" when a worker class is given: then the settings that worker runs with.
+    Only secrets are masked (an account key, a SAS, a password in a URL).
 
     \b
     Examples:
       cloudqueue config show
+      cloudqueue config show examples.billing:InvoiceWorker
       CLOUDQUEUE_SCALING__MAX_THREADS=8 cloudqueue config show
-      cloudqueue --config config/profiles/steps.toml config show --json
+      cloudqueue config show --config config/profiles/steps.toml --json
     """
+    import_from_working_directory()  # a worker or custom rule beside the config, as for `run`
     overrides = parse_overrides(assignments)
-    current_settings(overrides)  # invalid settings fail here: exit code 2, naming the field
-    config_file: Path | None = click.get_current_context().find_root().params.get("config")
-    values = explain_settings(config_file, **overrides)
+    settings = current_settings(overrides)  # invalid settings fail here: exit code 2
+    worker = None
+    if target is not None:
+        worker_type = load_worker(target)
+        worker_settings(settings, target, worker_type)  # exit code 2 naming worker and field
+        worker = WorkerOverrides(target, worker_type.settings)
+    values = explain_settings(config_file(), worker=worker, **overrides)
     if as_json:
         report = {item.key: {"value": item.value, "source": item.source} for item in values}
         click.echo(json.dumps(report, indent=2))

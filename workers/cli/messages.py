@@ -53,21 +53,25 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
             channel, account=account_of(connection_string), mode=settings.triggers.publish
         )
     )
+    payload_store = None
     try:
         with opened_storage(settings) as storage:
             storage.create_queue(queue)
+            payload_store = open_payload_store_if_available(connection_string)
             publisher = Publisher(
                 storage,
                 queue,
                 str,
                 codec=MessageCodec(str, base64=not plain),
-                payload_store=open_payload_store_if_available(connection_string),
+                payload_store=payload_store,
                 batch=batch,
                 announcer=announcer,
             )
             with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
                 publisher.publish_many(pending)
     finally:
+        if payload_store is not None:
+            payload_store.close()
         if channel is not None:
             channel.close()
     click.echo(
@@ -131,7 +135,9 @@ def status(queue: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps({**report, "workers": [_worker_report(*item) for item in running]}))
     else:
-        click.echo(f"{queue}: {report['depth']} message(s), poison: {report['poison_depth']}")
+        click.echo(
+            f"{queue}: {report['depth']} message(s), poison: {report['poison_depth']} ({where})"
+        )
         for item in running:
             click.echo(_worker_line(*item))
         if not running:

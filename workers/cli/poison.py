@@ -86,7 +86,7 @@ def list_poisoned(queue: str, limit: int, as_json: bool) -> None:
     """
     checked_queue(queue)
     source = poison_queue_name(queue)
-    with configured_storage() as (storage, where):
+    with configured_storage(announce=True) as (storage, where):
         depth = _poison_depth(storage, queue, where)
         rows = [_summary(message) for message in browse_poisoned(storage, queue, limit=limit)]
     if as_json:
@@ -118,7 +118,7 @@ def show(queue: str, original_id: str, as_json: bool) -> None:
       cloudqueue poison show invoices 5f0c2a4e-0c1d-4d7e-9a55-2b1f0e6c9d10 --json | jq .error
     """
     checked_queue(queue)
-    with configured_storage() as (storage, where):
+    with configured_storage(announce=True) as (storage, where):
         _poison_depth(storage, queue, where)
         message = find_poisoned(storage, queue, original_id)
     if message is None:

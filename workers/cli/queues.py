@@ -59,7 +59,7 @@ def list_queues(prefix: str, as_json: bool) -> None:
       cloudqueue queues list --prefix invoices
       cloudqueue queues list --json | jq '.[] | select(.depth > 0)'
     """
-    with configured_storage() as (storage, where):
+    with configured_storage(announce=True) as (storage, where):
         depths = {name: _depth(storage, name) for name in storage.list_queues(prefix)}
     rows = [{"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None]
     if as_json:

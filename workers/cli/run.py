@@ -3,15 +3,25 @@
 from __future__ import annotations
 
 import sys
+from typing import Any
 
 import click
+import pydantic
 
-from listener.errors import ConfigurationError
-from listener.redaction import redact
-from workers.cli.common import current_settings, import_from_working_directory, parse_overrides
+from listener.errors import StorageError
+from listener.stores.connection import describe_storage
+from workers.cli.common import (
+    BadInput,
+    config_file,
+    current_settings,
+    import_from_working_directory,
+    one_line,
+    parse_overrides,
+)
 from workers.host import WorkerHost
+from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
-from workers.worker import load_worker
+from workers.worker import QueueWorker, load_worker
 
 
 @click.command()
@@ -42,24 +52,37 @@ def run(targets: tuple[str, ...], processes: int, assignments: tuple[str, ...]) 
       cloudqueue run app.workers:Processor app.workers:Controller --set scaling.max_threads=8
       cloudqueue run app.workers:Renderer --processes 4
     """
-    settings = current_settings(parse_overrides(assignments))
+    # First: a custom scaling rule beside the worker module is imported while settings validate.
     import_from_working_directory()
+    settings = current_settings(parse_overrides(assignments))
+    worker_types = [load_worker(target) for target in targets]
+    for target, worker_type in zip(targets, worker_types, strict=True):
+        worker_settings(settings, target, worker_type)  # fail here, not in every child
+    if processes > 1:
+        command = _child_command(targets, assignments)
+        sys.exit(Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run())
     try:
-        worker_types = [load_worker(target) for target in targets]
-        for worker_type in worker_types:
-            settings.for_worker(worker_type.settings)  # fail here, not in every child
-        if processes > 1:
-            command = _child_command(targets, assignments)
-            sys.exit(Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run())
         host = WorkerHost(worker_types, settings)
-    except ConfigurationError as error:
-        raise click.UsageError(redact(str(error))) from error
+    except StorageError as error:  # the store it names cannot be opened
+        where = describe_storage(settings.connection_string_value())
+        raise BadInput(f"cannot start on {where}: {error}") from None
     sys.exit(host.run())
+
+
+def worker_settings(
+    settings: CloudQueueSettings, target: str, worker_type: type[QueueWorker[Any]]
+) -> CloudQueueSettings:
+    """The worker class's effective settings; an invalid override names the worker and field."""
+    source = f"settings of {target}"
+    try:
+        return settings.for_worker(worker_type.settings, source=source)
+    except pydantic.ValidationError as error:
+        raise BadInput(one_line(error, source)) from None
 
 
 def _child_command(targets: tuple[str, ...], assignments: tuple[str, ...]) -> list[str]:
     """The same run, in one process, with the same config file and overrides."""
-    config = click.get_current_context().find_root().params.get("config")
+    config = config_file()
     command = [sys.executable, "-m", "workers"]
     if config is not None:
         command += ["--config", str(config)]

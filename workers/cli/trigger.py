@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from listener.push.triggers import WorkDetected, account_of
-from workers.cli.common import checked_queue, current_settings
+from workers.cli.common import BadInput, checked_queue, current_settings
 from workers.host import open_trigger_channel
 
 
@@ -24,7 +24,7 @@ def trigger(queue: str) -> None:
     checked_queue(queue)
     channel = open_trigger_channel(settings)
     if channel is None:
-        raise click.UsageError("no trigger channel: set triggers.url (CLOUDQUEUE_TRIGGERS__URL)")
+        raise BadInput("no trigger channel: set triggers.url (CLOUDQUEUE_TRIGGERS__URL)")
     try:
         event = WorkDetected(
             account=account_of(settings.connection_string_value()), queue_name=queue

@@ -1,0 +1,155 @@
+"""Unknown setting names, caught where they come from, with the closest valid name.
+
+A misspelt key (``scaling.maxthreads``, ``[scalling]``) would otherwise be dropped silently and the
+worker would run on defaults. Every source is checked against the fields of ``CloudQueueSettings``
+before its values are merged: ``--set`` flags, the TOML file, a worker class's ``settings``, the
+``.env`` file and the environment. An unknown key is a ``ConfigurationError`` naming the source and
+the key, e.g. ``unknown setting scaling.maxthreads in --set: did you mean scaling.max_threads?``.
+
+Environment variables are shared with other programs, so a ``CLOUDQUEUE_*`` name that matches no
+section at all is only reported (``unknown_environment_names``) for a warning; one inside a known
+section (``CLOUDQUEUE_SCALING__MAXTHREADS``) is clearly meant for us and is refused.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeGuard
+
+from pydantic import BaseModel
+from pydantic.fields import FieldInfo
+from pydantic_settings import PydanticBaseSettingsSource
+
+from listener.errors import ConfigurationError
+
+ENV_PREFIX = "CLOUDQUEUE_"
+ENV_NESTED_DELIMITER = "__"
+NOT_SETTINGS = frozenset({"CONFIG", "CHILD"})
+"""``CLOUDQUEUE_*`` variables that are not settings: the config file path, the supervisor's slot."""
+
+
+def known_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
+    """Every dotted key of ``model``: sections and their fields (``scaling``, ``scaling.rule``)."""
+    for name, field in model.model_fields.items():
+        yield f"{prefix}{name}"
+        if _is_section(field.annotation):
+            yield from known_keys(field.annotation, f"{prefix}{name}.")
+
+
+def closest(key: str, candidates: Iterable[str]) -> str | None:
+    """The valid key most like a misspelt one, if any is close."""
+    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
+    return matches[0] if matches else None
+
+
+def unknown_key_message(key: str, source: str, candidates: Iterable[str]) -> str:
+    """``unknown setting KEY in SOURCE`` with the closest valid name, when there is one."""
+    suggestion = closest(key, candidates)
+    hint = f": did you mean {suggestion}?" if suggestion else ""
+    return f"unknown setting {key} in {source}{hint}"
+
+
+def check_keys(
+    model: type[BaseModel],
+    values: Mapping[str, Any],
+    source: str | Callable[[str], str],
+    *,
+    prefix: str = "",
+) -> None:
+    """Raise ConfigurationError for the first key in nested ``values`` that ``model`` lacks.
+
+    ``source`` names where the values came from, or derives that name from the dotted key (the
+    environment names one variable per key).
+    """
+    for name, value in values.items():
+        key = f"{prefix}{name}"
+        field = model.model_fields.get(name)
+        if field is None:
+            key = _first_leaf(key, value)  # [scalling] max_threads: name the whole key
+            label = source(key) if callable(source) else source
+            raise ConfigurationError(unknown_key_message(key, label, _all_keys(model, prefix)))
+        annotation = field.annotation
+        if _is_section(annotation) and isinstance(value, Mapping):
+            check_keys(annotation, value, source, prefix=f"{key}.")
+
+
+class CheckedSource(PydanticBaseSettingsSource):
+    """A settings source whose keys are checked (``check_keys``) before they are merged."""
+
+    def __init__(
+        self,
+        source: PydanticBaseSettingsSource,
+        label: str | Callable[[str], str],
+        *,
+        sections_only: bool = False,
+    ) -> None:
+        super().__init__(source.settings_cls)
+        self._source = source
+        self._label = label
+        self._sections_only = sections_only
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return self._source.get_field_value(field, field_name)
+
+    def __call__(self) -> dict[str, Any]:
+        values = self._source()
+        checked = values
+        if self._sections_only:
+            # A .env file also holds other programs' variables: only our sections are checked.
+            fields = self.settings_cls.model_fields
+            checked = {key: value for key, value in values.items() if key in fields}
+        check_keys(self.settings_cls, checked, self._label)
+        return values
+
+
+def unknown_environment_names(model: type[BaseModel], names: Iterable[str]) -> list[str]:
+    """``CLOUDQUEUE_*`` names whose first part is no setting: each with a hint, for a warning."""
+    sections = set(model.model_fields)
+    candidates = [_env_name(key) for key in known_keys(model)]
+    unknown = []
+    for name in names:
+        upper = name.upper()
+        if not upper.startswith(ENV_PREFIX):
+            continue
+        first = upper.removeprefix(ENV_PREFIX).split(ENV_NESTED_DELIMITER)[0]
+        if first.lower() in sections or first in NOT_SETTINGS:
+            continue
+        suggestion = closest(upper, candidates)
+        unknown.append(f"{name} (did you mean {suggestion}?)" if suggestion else name)
+    return unknown
+
+
+def env_label(key: str) -> str:
+    """The environment variable that set a dotted key: ``env CLOUDQUEUE_SCALING__MAXTHREADS``."""
+    return f"env {_env_name(key)}"
+
+
+def _env_name(key: str) -> str:
+    return ENV_PREFIX + ENV_NESTED_DELIMITER.join(key.upper().split("."))
+
+
+def _is_section(annotation: Any) -> TypeGuard[type[BaseModel]]:
+    return isinstance(annotation, type) and issubclass(annotation, BaseModel)
+
+
+def _first_leaf(key: str, value: Any) -> str:
+    while isinstance(value, Mapping) and value:
+        name, value = next(iter(value.items()))
+        key = f"{key}.{name}"
+    return key
+
+
+def _all_keys(model: type[BaseModel], prefix: str) -> list[str]:
+    return [f"{prefix}{key}" for key in known_keys(model)]
+
+
+__all__ = [
+    "CheckedSource",
+    "check_keys",
+    "closest",
+    "env_label",
+    "known_keys",
+    "unknown_environment_names",
+    "unknown_key_message",
+]
