@@ -1,13 +1,14 @@
 """Publisher and listener together: batches, compressed and stored payloads, the retry unit.
 
-In memory with a manual clock (no test waits for real time), plus SQLite with the payload folder.
+In memory in virtual time (listeners run with ``run_until_drained``: no test waits for real
+time), plus SQLite with the payload folder.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,8 +39,8 @@ from listener.messages.payload import ENVELOPE_KEY, parse_envelope
 from listener.messages.poison import requeue_poisoned
 from listener.messages.publisher import PENDING_BYTES
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
-from listener.testing import ManualClock
-from tests.support.polling import eventually
+from listener.testing import VirtualClock
+from workers.testing import run_until_drained
 
 
 class Order(BaseModel):
@@ -49,9 +50,9 @@ class Order(BaseModel):
 
 
 @pytest.fixture
-def storage(manual_storage: InMemoryQueueStorage) -> InMemoryQueueStorage:
-    """This module's store: in memory, on the manual clock (conftest's ``manual_storage``)."""
-    return manual_storage
+def storage(virtual_storage: InMemoryQueueStorage) -> InMemoryQueueStorage:
+    """This module's store: in memory, in virtual time (conftest's ``virtual_storage``)."""
+    return virtual_storage
 
 
 @pytest.fixture
@@ -63,16 +64,17 @@ Listen = Callable[..., CloudQueueListener[Any]]
 
 
 @pytest.fixture
-def listen(clock: ManualClock, queue_name: str) -> Iterator[Listen]:
-    """Starts a one-thread listener on a storage with a handler; always stops it."""
-    made: list[CloudQueueListener[Any]] = []
+def listen(virtual_clock: VirtualClock, queue_name: str) -> Listen:
+    """Runs a one-thread listener with the handler (and any ``observers``) until the queue is
+    drained, and returns it stopped."""
 
-    def make(
+    def run(
         storage: QueueStorage,
         handler: Callable[[Any], None],
         *,
         item_type: type[Any] = Order,
         payload_store: PayloadStore | None = None,
+        observers: tuple[Callable[[Any], None], ...] = (),
         **options: Any,
     ) -> CloudQueueListener[Any]:
         listener: CloudQueueListener[Any] = CloudQueueListener(
@@ -80,18 +82,16 @@ def listen(clock: ManualClock, queue_name: str) -> Iterator[Listen]:
             CloudQueueLocation(queue_name, visibility_timeout_s=30),
             item_type,
             payload_store=payload_store,
-            clock=clock,
-            sleeper=clock,
+            clock=virtual_clock,
+            sleeper=virtual_clock,
             **options,
         )
-        listener.subscribe(handler)
-        listener.start_listener(1)
-        made.append(listener)
+        for observer in (handler, *observers):
+            listener.subscribe(observer)
+        run_until_drained(listener, fail_fast=False)
         return listener
 
-    yield make
-    for listener in made:
-        listener.stop(5)
+    return run
 
 
 def orders(count: int, *, notes: str = "") -> list[Order]:
@@ -159,7 +159,7 @@ def test_publish_many_streams_an_input_longer_than_its_buffer(
     sent = publisher.publish_many(iter(orders(count)))
     received: list[int] = []
     listener = listen(storage, lambda order: received.append(order.order_id))
-    eventually(lambda: listener.messages_processed == sent)
+    assert listener.messages_processed == sent
     assert sorted(received) == list(range(count))
     assert sent < count / 500
 
@@ -172,9 +172,12 @@ def test_a_batch_fans_out_its_items_one_by_one_in_order(
     assert storage.approximate_message_count(queue_name) == 1
     first: list[int] = []
     second: list[int] = []
-    listener = listen(storage, lambda order: first.append(order.order_id))
-    listener.subscribe(lambda order: second.append(order.order_id))
-    eventually(lambda: listener.messages_processed == 1)
+    listener = listen(
+        storage,
+        lambda order: first.append(order.order_id),
+        observers=(lambda order: second.append(order.order_id),),
+    )
+    assert listener.messages_processed == 1
     assert first == second == list(range(100))
 
 
@@ -186,7 +189,7 @@ def test_one_failing_item_makes_the_whole_message_come_back_and_all_its_items_ru
     Publisher(storage, queue_name, Order, batch=True).publish_many(orders(5))
     seen: list[int] = []
     listener = listen(storage, failing_once_on(2, seen))
-    eventually(lambda: listener.messages_processed == 1)
+    assert listener.messages_processed == 1
     assert seen == [0, 1, 2, 3, 4, 0, 1, 2, 3, 4]
     assert listener.messages_failed == 1
     assert storage.approximate_message_count(queue_name) == 0
@@ -205,12 +208,12 @@ def test_a_permanent_failure_of_one_item_poisons_the_whole_batch_for_requeue(
             raise PermanentFailure("order 1 is broken until fixed")
 
     listener = listen(storage, handle)
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     [record] = poisoned(storage, queue_name)
     assert record.reason == "permanent_failure"
     assert json.loads(record.content)[ENVELOPE_KEY]["kind"] == "batch"
     assert requeue_poisoned(storage, queue_name) == 1
-    eventually(lambda: listener.messages_processed == 1)
+    assert listen(storage, handle).messages_processed == 1
     assert seen == [0, 1, 2, 3, 0, 1, 2, 3]
 
 
@@ -230,7 +233,7 @@ def test_a_full_batch_that_is_poisoned_keeps_its_poison_details(
 
     sent = storage.approximate_message_count(queue_name)
     listener = listen(storage, reject)
-    eventually(lambda: listener.messages_poisoned == sent)
+    assert listener.messages_poisoned == sent
     records = poisoned(storage, queue_name)
     assert len(records) == sent
     assert {record.reason for record in records} == {"permanent_failure"}
@@ -248,11 +251,11 @@ def test_a_codec_bug_is_retried_then_poisoned_and_the_listener_lives_on(
 
     Publisher(storage, queue_name, Order).publish(orders(1)[0])
     listener = listen(storage, lambda _: None, codec=BrokenCodec(Order))
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     [record] = poisoned(storage, queue_name)
     assert record.reason == "max_dequeue_count_exceeded"
     assert "codec bug" in record.error
-    assert listener.active_dequeue_tasks == 1
+    assert listener.peak_dequeue_tasks == 1  # one thread lived through all five failures
 
 
 def test_a_plain_text_queue_keeps_items_that_look_like_envelopes_intact(
@@ -264,7 +267,7 @@ def test_a_plain_text_queue_keeps_items_that_look_like_envelopes_intact(
     Publisher(storage, queue_name, str, codec=codec).publish_many([tricky, "plain"])
     received: list[str] = []
     listener = listen(storage, received.append, item_type=str, codec=codec)
-    eventually(lambda: listener.messages_processed == 2)
+    assert listener.messages_processed == 2
     assert received == [tricky, "plain"]
 
 
@@ -284,7 +287,7 @@ def test_a_large_compressible_item_is_sent_gzipped_inline(
     assert payloads.names() == []
     received: list[Order] = []
     listener = listen(storage, received.append, payload_store=payloads)
-    eventually(lambda: listener.messages_processed == 1)
+    assert listener.messages_processed == 1
     assert received == [big]
 
 
@@ -299,7 +302,7 @@ def test_an_incompressible_large_item_is_stored_and_its_payload_deleted_after_ha
     assert len(payloads.names()) == 1
     received: list[bytes] = []
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
-    eventually(lambda: listener.messages_processed == 1)
+    assert listener.messages_processed == 1
     assert received == [data]
     assert payloads.names() == []
 
@@ -314,7 +317,7 @@ def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
     assert publisher.payloads_stored == 1
     received: list[bytes] = []
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
-    eventually(lambda: listener.messages_processed == 3)
+    assert listener.messages_processed == 3
     assert sorted(received) == sorted(items)
     assert payloads.names() == []
 
@@ -341,13 +344,14 @@ def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
             raise failure
 
     listener = listen(storage, handle, item_type=bytes, payload_store=payloads)
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     [record] = poisoned(storage, queue_name)
     envelope = parse_envelope(record.content)
     assert envelope is not None
     assert payloads.names() == [envelope.payload_name]
     requeue_poisoned(storage, queue_name)
-    eventually(lambda: listener.messages_processed == 1)
+    again = listen(storage, handle, item_type=bytes, payload_store=payloads)
+    assert again.messages_processed == 1
     assert payloads.names() == []
 
 
@@ -362,7 +366,8 @@ def test_a_missing_payload_is_poisoned_as_payload_missing_and_the_listener_goes_
     publisher.publish(b"next")
     received: list[bytes] = []
     listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
-    eventually(lambda: listener.messages_poisoned == 1 and listener.messages_processed == 1)
+    assert listener.messages_poisoned == 1
+    assert listener.messages_processed == 1
     assert received == [b"next"]
     [record] = poisoned(storage, queue_name)
     assert record.reason == "payload_missing"
@@ -375,7 +380,7 @@ def test_a_listener_without_a_payload_store_poisons_a_reference_as_undecodable(
     """Misconfiguration is visible in the poison queue, and the payload stays for a requeue."""
     Publisher(storage, queue_name, bytes, payload_store=payloads).publish(noise(100 * 1024))
     listener = listen(storage, lambda _: None, item_type=bytes)
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     [record] = poisoned(storage, queue_name)
     assert record.reason == "undecodable"
     assert "payload_store" in record.error
@@ -408,11 +413,11 @@ def test_a_failed_put_discards_the_stored_payload_unless_the_put_may_have_happen
 
 @pytest.mark.parametrize("size", [1 << 20, 10 << 20], ids=["1MiB", "10MiB"])
 def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
-    tmp_path: Path, queue_name: str, clock: ManualClock, listen: Listen, size: int
+    tmp_path: Path, queue_name: str, virtual_clock: VirtualClock, listen: Listen, size: int
 ) -> None:
     """1 MiB and 10 MiB items go through the folder beside the database; none is left behind."""
     connection = f"sqlite:///{tmp_path}/queues.db"
-    storage = SqliteQueueStorage(tmp_path / "queues.db", clock=clock)
+    storage = SqliteQueueStorage(tmp_path / "queues.db", clock=virtual_clock)
     storage.create_queue(queue_name)
     folder = open_payload_store(connection)
     assert isinstance(folder, FolderPayloadStore)
@@ -421,9 +426,8 @@ def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
     assert len(folder.names()) == 2
     received: list[bytes] = []
     listener = listen(storage, received.append, item_type=bytes, payload_store=folder)
-    eventually(lambda: listener.messages_processed == 2, timeout_s=60)
+    assert listener.messages_processed == 2
     assert sorted(received) == sorted(items)
-    eventually(lambda: folder.names() == [])
+    assert folder.names() == []
     assert list((tmp_path / "payloads").rglob("*.*")) == []  # no temporary files either
-    assert listener.stop(5)
     storage.close()
