@@ -431,3 +431,88 @@ def test_big_items_round_trip_through_sqlite_and_the_payload_folder(
     assert folder.names() == []
     assert list((tmp_path / "payloads").rglob("*.*")) == []  # no temporary files either
     storage.close()
+
+
+# -- delayed and expiring work ---------------------------------------------------------------
+
+
+def test_a_delayed_item_stays_invisible_until_its_delay_has_passed(
+    storage: InMemoryQueueStorage, queue_name: str, virtual_clock: VirtualClock, listen: Listen
+) -> None:
+    """publish(delay_s=90): counted in the queue at once, handed out 90 s later."""
+    Publisher(storage, queue_name, Order).publish(orders(1)[0], delay_s=90)
+    assert storage.approximate_message_count(queue_name) == 1
+    assert contents(storage, queue_name) == []
+    handled_at: list[float] = []
+    start = virtual_clock.monotonic()
+    listen(storage, lambda _: handled_at.append(virtual_clock.monotonic() - start))
+    assert len(handled_at) == 1
+    assert 90 <= handled_at[0] <= 92  # the next poll after the delay (polls every second)
+
+
+def test_the_delay_applies_to_every_message_of_publish_many_batched_or_not(
+    storage: InMemoryQueueStorage, queue_name: str
+) -> None:
+    """Single and batch mode alike: no message of the call is visible before its delay."""
+    assert Publisher(storage, queue_name, Order).publish_many(orders(3), delay_s=30) == 3
+    assert Publisher(storage, queue_name, Order, batch=True).publish_many(orders(50), delay_s=30)
+    assert contents(storage, queue_name) == []
+    assert storage.approximate_message_count(queue_name) == 4
+
+
+def test_an_item_not_handled_within_its_time_to_live_expires_unhandled(
+    storage: InMemoryQueueStorage, queue_name: str, virtual_clock: VirtualClock, listen: Listen
+) -> None:
+    """publish(time_to_live_s=60) overrides the publisher's TTL; past it the item is gone."""
+    publisher = Publisher(storage, queue_name, Order, time_to_live_s=3600)
+    publisher.publish(Order(order_id=1, customer="a"), time_to_live_s=60)
+    publisher.publish(Order(order_id=2, customer="b"))
+    virtual_clock.advance(61)
+    received: list[int] = []
+    listen(storage, lambda order: received.append(order.order_id))
+    assert received == [2]
+
+
+def test_a_never_expiring_item_has_no_expiry(
+    storage: InMemoryQueueStorage, queue_name: str
+) -> None:
+    """NEVER_EXPIRES (-1) on publish, as Azure's -1."""
+    Publisher(storage, queue_name, Order).publish(orders(1)[0], time_to_live_s=-1)
+    [message] = storage.peek_messages(queue_name, max_messages=1)
+    assert message.expires_on is None
+
+
+@pytest.mark.parametrize(
+    ("delay_s", "time_to_live_s", "complaint"),
+    [
+        (-1, None, "visibility_delay_s must be 0..604800"),
+        (7 * 24 * 3600 + 1, -1, "visibility_delay_s must be 0..604800"),
+        (60, 60, "must be less than time_to_live_s"),
+        (0, 0, "time_to_live_s must be >= 1"),
+        (1.5, None, "whole number of seconds"),
+    ],
+)
+def test_an_out_of_range_delay_or_time_to_live_is_refused_before_anything_is_sent(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    payloads: InMemoryPayloadStore,
+    delay_s: Any,
+    time_to_live_s: int | None,
+    complaint: str,
+) -> None:
+    """A clear ValueError; no message is put, and no large item's payload is stored."""
+    publisher = Publisher(storage, queue_name, bytes, payload_store=payloads)
+    with pytest.raises(ValueError, match=complaint):
+        publisher.publish(noise(100 * 1024), delay_s=delay_s, time_to_live_s=time_to_live_s)
+    with pytest.raises(ValueError, match=complaint):
+        publisher.publish_many([b"x"], delay_s=delay_s, time_to_live_s=time_to_live_s)
+    assert storage.approximate_message_count(queue_name) == 0
+    assert payloads.names() == []
+
+
+def test_a_publisher_with_an_invalid_time_to_live_is_refused_at_construction(
+    storage: InMemoryQueueStorage, queue_name: str
+) -> None:
+    """The publisher-wide TTL is checked when the publisher is made, not at the first put."""
+    with pytest.raises(ValueError, match="time_to_live_s"):
+        Publisher(storage, queue_name, Order, time_to_live_s=0)

@@ -17,8 +17,9 @@ from listener.messages.publisher import Publisher
 from listener.push.announce import WorkAnnouncer
 from listener.push.triggers import account_of
 from listener.stores.connection import describe_storage, open_payload_store_if_available
-from listener.stores.storage import QueueStorage
+from listener.stores.storage import QueueStorage, check_put_times
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.durations import Duration
 from workers.host import open_trigger_channel
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
 
@@ -30,7 +31,29 @@ from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_
 @click.option(
     "--batch", is_flag=True, help="Pack many items per message (gzip), for small items in bulk."
 )
-def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> None:
+@click.option(
+    "--delay",
+    "delay_s",
+    type=Duration(),
+    default=0,
+    help="Keep the items invisible this long (30s, 5m, 1h; at most 7d).",
+)
+@click.option(
+    "--ttl",
+    "time_to_live_s",
+    type=Duration(allow_never=True),
+    default=None,
+    help="Expire the items this long after the put, handled or not (1h, 30d, never) [7d].",
+)
+def enqueue(
+    *,
+    queue: str,
+    items: tuple[str, ...],
+    plain: bool,
+    batch: bool,
+    delay_s: int,
+    time_to_live_s: int | None,
+) -> None:
     """Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.
 
     Items too large for a message are compressed, then kept in blob storage (or the embedded
@@ -41,9 +64,11 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
     Examples:
       cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines": []}'
       cat items.jsonl | cloudqueue enqueue invoices --batch
+      cloudqueue enqueue reminders '{"user": 7}' --delay 30m --ttl 1d
     """
     settings = current_settings()
     checked_queue(queue)
+    _check_times(delay_s, time_to_live_s)
     connection_string = settings.connection_string_value()
     channel = open_trigger_channel(settings)
     announcer = (
@@ -66,7 +91,7 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
                 announcer=announcer,
             )
             with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
-                publisher.publish_many(pending)
+                publisher.publish_many(pending, delay_s=delay_s, time_to_live_s=time_to_live_s)
     finally:
         if channel is not None:
             channel.close()
@@ -74,6 +99,17 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
         f"enqueued {publisher.items_sent} item(s) on {queue} in {publisher.messages_sent} "
         f"message(s) ({describe_storage(connection_string)})"
     )
+
+
+def _check_times(delay_s: int, time_to_live_s: int | None) -> None:
+    """Refuse a delay or TTL Azure would refuse, before storage is opened or stdin read."""
+    try:
+        check_put_times(time_to_live_s, delay_s)
+    except ValueError as error:
+        message = (
+            str(error).replace("visibility_delay_s", "--delay").replace("time_to_live_s", "--ttl")
+        )
+        raise click.UsageError(f"{message} (values in seconds)") from error
 
 
 def _items(arguments: Iterable[str]) -> Iterator[str]:
