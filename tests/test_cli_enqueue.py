@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,8 +11,9 @@ import pytest
 
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.testing import ManualClock
-from tests.support.cli import cloudqueue, ok
+from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from workers.cli.durations import parse_duration_s
+from workers.cli.messages import STDIN_HINT
 
 QUEUE = "reminders"
 
@@ -82,3 +84,45 @@ def test_an_out_of_range_delay_or_ttl_is_a_usage_error_and_nothing_is_enqueued(
     assert result.returncode == 2
     assert complaint in result.stderr
     assert QUEUE not in store_at(tmp_path, 0).list_queues()
+
+
+def queued_items(tmp_path: Path) -> list[str]:
+    """The queue's items in order, decoded from the default base64."""
+    store = store_at(tmp_path, 0)
+    return [
+        base64.b64decode(message.content).decode()
+        for message in store.peek_messages(QUEUE, max_messages=32)
+    ]
+
+
+def test_a_dash_item_stands_for_the_lines_of_stdin(env: dict[str, str], tmp_path: Path) -> None:
+    """`enqueue QUEUE first - last` puts first, stdin's lines, last; never the text "-"."""
+    ok("enqueue", QUEUE, "first", "-", "last", env=env, stdin="a\nb\n")
+    assert queued_items(tmp_path) == ["first", "a", "b", "last"]
+    ok("enqueue", QUEUE, "-", env=env, stdin="c\n")
+    assert queued_items(tmp_path)[-1] == "c"
+
+
+def test_stdin_cannot_be_read_twice(env: dict[str, str], tmp_path: Path) -> None:
+    """Two dashes are a usage error before anything is enqueued."""
+    result = cloudqueue("enqueue", QUEUE, "-", "-", env=env, stdin="a\n")
+    assert result.returncode == 2
+    assert "only once" in result.stderr
+    assert QUEUE not in store_at(tmp_path, 0).list_queues()
+
+
+def test_waiting_on_a_terminal_says_how_to_finish(env: dict[str, str], tmp_path: Path) -> None:
+    """Reading a terminal, enqueue tells the person at it what it waits for and how to end."""
+    terminal = Terminal()
+    terminal.type("typed\n\x04")  # buffered by the terminal until enqueue reads it; ^D ends
+    result, shown = run_on_terminal("enqueue", QUEUE, "-", env=env, terminal=terminal)
+    assert result.returncode == 0
+    assert STDIN_HINT in shown
+    assert queued_items(tmp_path) == ["typed"]
+
+
+def test_no_hint_when_stdin_is_a_pipe_even_with_stderr_on_a_terminal(env: dict[str, str]) -> None:
+    """The hint is for people typing: piped input gets none, wherever stderr goes."""
+    result, shown = run_on_terminal("enqueue", QUEUE, env=env, terminal=Terminal(), stdin="x\n")
+    assert result.returncode == 0
+    assert STDIN_HINT not in shown

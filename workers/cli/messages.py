@@ -56,6 +56,9 @@ def enqueue(
 ) -> None:
     """Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.
 
+    An ITEM "-" stands for the lines of stdin, as in most Unix tools: to put the text "-"
+    itself, send it on stdin.
+
     Items too large for a message are compressed, then kept in blob storage (or the embedded
     store's payload folder) with a reference in the queue. With triggers configured
     (CLOUDQUEUE_TRIGGERS__URL), listeners are told about the new work.
@@ -64,11 +67,14 @@ def enqueue(
     Examples:
       cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines": []}'
       cat items.jsonl | cloudqueue enqueue invoices --batch
+      cat more.jsonl | cloudqueue enqueue invoices '{"invoice_id": 1}' -
       cloudqueue enqueue reminders '{"user": 7}' --delay 30m --ttl 1d
     """
     settings = current_settings()
     checked_queue(queue)
     _check_times(delay_s, time_to_live_s)
+    if items.count(STDIN) > 1:
+        raise click.UsageError("'-' (stdin) may be given only once")
     connection_string = settings.connection_string_value()
     channel = open_trigger_channel(settings)
     announcer = (
@@ -112,11 +118,25 @@ def _check_times(delay_s: int, time_to_live_s: int | None) -> None:
         raise click.UsageError(f"{message} (values in seconds)") from error
 
 
+STDIN = "-"
+"""As an item, "read the items from stdin here", as in most Unix tools."""
+
+STDIN_HINT = "reading items from stdin, one per line; Ctrl-D to finish"
+
+
 def _items(arguments: Iterable[str]) -> Iterator[str]:
-    given = list(arguments)
-    if given:
-        yield from given
-        return
+    """The given items, with stdin's lines in place of ``-``; stdin's lines when none is given."""
+    for item in list(arguments) or [STDIN]:
+        if item == STDIN:
+            yield from _stdin_lines()
+        else:
+            yield item
+
+
+def _stdin_lines() -> Iterator[str]:
+    # Someone typing needs to know the command waits for them, and how to end; a pipe does not.
+    if sys.stdin.isatty():
+        click.echo(STDIN_HINT, err=True)
     for line in sys.stdin:
         stripped = line.rstrip("\n")
         if stripped:
