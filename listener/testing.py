@@ -128,6 +128,7 @@ class VirtualClock:
         """Whether ``threads()`` threads (at least one) are all waiting, within ``timeout_s``.
 
         ``threads`` counts the threads that must be waiting, e.g. a listener's ``threads_alive``.
+        Every thread waiting on this clock counts, so give each listener a clock of its own.
         Blocks (in real time) up to ``timeout_s`` for them to get there; False when they did not
         (someone is still working, or no thread runs at all).
         """

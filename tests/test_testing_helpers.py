@@ -119,6 +119,34 @@ def test_without_fail_fast_a_failed_item_is_retried_after_its_back_off_in_virtua
     assert worker.attempts == {1: 2, 2: 2}
 
 
+def test_the_workers_own_settings_apply_threads_and_poisoning() -> None:
+    """Two threads share the work; an always-failing job is poisoned after max_dequeue_count."""
+    threads_seen: set[str] = set()
+    attempts: list[int] = []
+    both_busy = threading.Barrier(2, timeout=10)
+
+    class TwoThreads(QueueWorker[Job]):
+        queue_name = "jobs"
+        settings = {  # noqa: RUF012 - as users write it
+            "listener": {"threads": 2, "dequeue_batch_size": 1},
+            "poison": {"max_dequeue_count": 2},
+        }
+
+        def handle(self, item: Job) -> None:
+            threads_seen.add(threading.current_thread().name)
+            if item.job_id < 2:
+                both_busy.wait()  # returns only when both threads handle a job at once
+                return
+            attempts.append(item.job_id)
+            raise RuntimeError("always")
+
+    jobs = [Job(job_id=n) for n in range(3)]
+    handled = run_until_drained(TwoThreads, jobs, fail_fast=False)
+    assert sorted(job.job_id for job in handled) == [0, 1]
+    assert len(threads_seen) == 2
+    assert attempts == [2, 2]
+
+
 def test_an_async_handler_is_awaited() -> None:
     """async def handlers run to completion as with `cloudqueue run`."""
 

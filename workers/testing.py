@@ -96,19 +96,39 @@ def run_until_drained(
     return _drain_worker(worker, items, fail_fast=fail_fast, timeout_s=timeout_s)
 
 
-def worker_listener(
-    worker: QueueWorker[T], *, clock: VirtualClock | None = None
-) -> CloudQueueListener[T]:
-    """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
-    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout)."""
-    clock = clock or VirtualClock()
+def _drain_worker(
+    worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
+) -> list[T]:
     # model_construct: defaults plus the worker's own settings, never the environment or a
     # config file, so a test behaves the same on every machine.
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
+    listener = _listener_for(worker, settings)
+    runner = AsyncHandlerRunner(worker.handle)
+    recorder: _Recorder[T] = _Recorder(runner)
+    listener.subscribe(recorder)
+    worker.on_start(listener)
+    try:
+        _drain(
+            listener,
+            items,
+            settings.listener.threads,
+            recorder,
+            fail_fast=fail_fast,
+            timeout_s=timeout_s,
+        )
+    finally:
+        runner.close()
+        worker.on_stop()
+    return recorder.handled
+
+
+def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
+    """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
+    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout)."""
+    clock = VirtualClock()
     options = settings.listener
-    storage = InMemoryQueueStorage(clock=clock)
     return CloudQueueListener(
-        storage,
+        InMemoryQueueStorage(clock=clock),
         worker.location(options.visibility_timeout_s),
         worker.item_type,
         codec=MessageCodec(worker.item_type, base64=options.base64),
@@ -118,23 +138,6 @@ def worker_listener(
         clock=clock,
         sleeper=clock,
     )
-
-
-def _drain_worker(
-    worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
-) -> list[T]:
-    listener = worker_listener(worker)
-    runner = AsyncHandlerRunner(worker.handle)
-    recorder: _Recorder[T] = _Recorder(runner)
-    listener.subscribe(recorder)
-    threads = CloudQueueSettings.model_construct().for_worker(worker.settings).listener.threads
-    worker.on_start(listener)
-    try:
-        _drain(listener, items, threads, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
-    finally:
-        runner.close()
-        worker.on_stop()
-    return recorder.handled
 
 
 def _drain_listener(
@@ -206,5 +209,4 @@ __all__ = [
     "ManualClock",
     "VirtualClock",
     "run_until_drained",
-    "worker_listener",
 ]
