@@ -164,12 +164,22 @@ def test_a_real_sigint_stops_a_watch_with_exit_code_0(env: dict[str, str]) -> No
     assert "Traceback" not in stderr
 
 
-def test_without_watch_count_and_interval_change_nothing(env: dict[str, str]) -> None:
+def test_without_watch_status_prints_one_report_without_rates(env: dict[str, str]) -> None:
     """Plain `status` prints one report without rates, as before."""
     result = CliRunner().invoke(cli, ["status", QUEUE], env=env)
     assert result.exit_code == 0
     assert result.output.startswith("invoices: 3 message(s), poison: 0\n")
     assert "msg/s" not in result.output
+
+
+@pytest.mark.parametrize("option", [["--count", "2"], ["--interval", "5"]])
+def test_watch_options_without_watch_are_refused_not_ignored(
+    env: dict[str, str], option: list[str]
+) -> None:
+    """--count or --interval alone is a usage error (exit 2) naming --watch."""
+    result = CliRunner().invoke(cli, ["status", QUEUE, *option], env=env)
+    assert result.exit_code == 2
+    assert "only apply with --watch" in result.output
 
 
 def test_live_state_carries_the_process_transactions_and_reads_files_without_them() -> None:

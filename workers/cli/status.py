@@ -16,6 +16,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from listener.errors import QueueNotFoundError
 from listener.messages.poison import poison_queue_name
@@ -87,6 +88,7 @@ def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: 
       cloudqueue status invoices --json
       cloudqueue status invoices --watch --interval 5
     """
+    _refuse_watch_options_without_watch(watch, count)
     settings = current_settings()
     checked_queue(queue)
     with opened_storage(settings) as storage:
@@ -99,6 +101,14 @@ def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: 
             _show(look(None), as_json=as_json, rates=False)
             return
         _watch(look, as_json=as_json, interval_s=interval_s, count=count)
+
+
+def _refuse_watch_options_without_watch(watch: bool, count: int | None) -> None:
+    """--count and --interval mean nothing without --watch: say so rather than ignore them."""
+    context = click.get_current_context()
+    interval_given = context.get_parameter_source("interval_s") != ParameterSource.DEFAULT
+    if not watch and (count is not None or interval_given):
+        raise click.UsageError("--count and --interval only apply with --watch")
 
 
 def _watch(
