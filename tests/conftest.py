@@ -12,7 +12,7 @@ import structlog
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
-from listener.testing import ManualClock
+from listener.testing import ManualClock, VirtualClock
 
 pytest_plugins = ["tests.support.azurite", "tests.support.redis_server"]
 
@@ -65,5 +65,19 @@ def clock() -> ManualClock:
 def manual_storage(clock: ManualClock, queue_name: str) -> InMemoryQueueStorage:
     """An in-memory store on the manual clock, with the test's queue already created."""
     store = InMemoryQueueStorage(clock=clock)
+    store.create_queue(queue_name)
+    return store
+
+
+@pytest.fixture
+def virtual_clock() -> VirtualClock:
+    """Time that moves only while every dequeue thread waits (``run_until_drained`` moves it)."""
+    return VirtualClock()
+
+
+@pytest.fixture
+def virtual_storage(virtual_clock: VirtualClock, queue_name: str) -> InMemoryQueueStorage:
+    """An in-memory store on the virtual clock, with the test's queue already created."""
+    store = InMemoryQueueStorage(clock=virtual_clock)
     store.create_queue(queue_name)
     return store

@@ -1,10 +1,10 @@
-"""Retries, poisoning and visibility renewal, on the in-memory store with a manual clock."""
+"""Retries, poisoning and visibility renewal, on the in-memory store in virtual time."""
 
 from __future__ import annotations
 
 import random
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -20,23 +20,29 @@ from listener import (
 from listener.errors import PermanentFailure
 from listener.messages.poison import requeue_poisoned
 from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from listener.testing import ManualClock
+from listener.testing import VirtualClock
 from tests.support.polling import eventually
+from workers.testing import run_until_drained
 
 
 @pytest.fixture
-def storage(manual_storage: InMemoryQueueStorage) -> InMemoryQueueStorage:
-    """This module's store: in memory, on the manual clock (conftest's ``manual_storage``)."""
-    return manual_storage
+def clock(virtual_clock: VirtualClock) -> VirtualClock:
+    return virtual_clock
+
+
+@pytest.fixture
+def storage(virtual_storage: InMemoryQueueStorage) -> InMemoryQueueStorage:
+    """This module's store: in memory, in virtual time (conftest's ``virtual_storage``)."""
+    return virtual_storage
 
 
 @pytest.fixture
 def listen(
-    storage: InMemoryQueueStorage, clock: ManualClock, queue_name: str
-) -> Iterator[Callable[..., CloudQueueListener[Any]]]:
-    made: list[CloudQueueListener[Any]] = []
+    storage: InMemoryQueueStorage, clock: VirtualClock, queue_name: str
+) -> Callable[..., CloudQueueListener[Any]]:
+    """Runs a one-thread listener with a handler until the queue is drained, then stops it."""
 
-    def make(handler: Callable[[int], None], *, threads: int = 1, **policy: Any) -> Any:
+    def run(handler: Callable[[int], None], **policy: Any) -> CloudQueueListener[int]:
         listener: CloudQueueListener[int] = CloudQueueListener(
             storage,
             CloudQueueLocation(queue_name, visibility_timeout_s=30),
@@ -46,13 +52,10 @@ def listen(
             delivery=DeliveryPolicy(**policy),
         )
         listener.subscribe(handler)
-        listener.start_listener(threads)
-        made.append(listener)
+        run_until_drained(listener, fail_fast=False)
         return listener
 
-    yield make
-    for listener in made:
-        listener.stop(5)
+    return run
 
 
 def put(storage: InMemoryQueueStorage, queue_name: str, *numbers: int) -> None:
@@ -79,7 +82,7 @@ def test_the_retry_delay_grows_with_the_dequeue_count() -> None:
 
 
 def test_a_failed_message_comes_back_after_the_short_retry_delay_not_the_timeout(
-    storage: InMemoryQueueStorage, queue_name: str, clock: ManualClock, listen: Any
+    storage: InMemoryQueueStorage, queue_name: str, clock: VirtualClock, listen: Any
 ) -> None:
     """After a failure the message is hidden for ~1 s, not for the 30 s visibility timeout."""
     put(storage, queue_name, 7)
@@ -93,7 +96,6 @@ def test_a_failed_message_comes_back_after_the_short_retry_delay_not_the_timeout
         succeeded_at.append(clock.monotonic())
 
     listen(flaky)
-    eventually(lambda: succeeded_at)
     assert succeeded_at[0] - failed_at[0] < 5
 
 
@@ -112,7 +114,7 @@ def test_an_always_failing_message_is_poisoned_after_max_dequeue_count_with_its_
         good.append(number)
 
     listener = listen(handler)
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     assert sorted(good) == [1, 2]
     assert len(attempts) == 5
     (record,) = poisoned(storage, queue_name)
@@ -132,7 +134,7 @@ def test_a_permanent_failure_is_poisoned_at_once(
         raise PermanentFailure("customer account closed")
 
     listener = listen(handler)
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     assert calls == [4]
     (record,) = poisoned(storage, queue_name)
     assert record.reason == "permanent_failure"
@@ -140,7 +142,7 @@ def test_a_permanent_failure_is_poisoned_at_once(
 
 
 def test_a_message_past_its_dequeue_limit_is_poisoned_without_handling(
-    storage: InMemoryQueueStorage, queue_name: str, clock: ManualClock, listen: Any
+    storage: InMemoryQueueStorage, queue_name: str, clock: VirtualClock, listen: Any
 ) -> None:
     """A message that crashed its workers every time (count > max) is not handed out again."""
     put(storage, queue_name, 9)
@@ -149,7 +151,7 @@ def test_a_message_past_its_dequeue_limit_is_poisoned_without_handling(
         clock.advance(2)
     calls: list[int] = []
     listener = listen(calls.append, max_dequeue_count=3)
-    eventually(lambda: listener.messages_poisoned == 1)
+    assert listener.messages_poisoned == 1
     assert calls == []
     assert poisoned(storage, queue_name)[0].reason == "max_dequeue_count_exceeded"
 
@@ -161,8 +163,7 @@ def test_requeue_brings_poisoned_messages_back_with_their_original_content(
     put(storage, queue_name, 21)
     storage.put_message(queue_name, "not base64!")
     listener = listen(lambda _: (_ for _ in ()).throw(PermanentFailure("bug")))
-    eventually(lambda: listener.messages_poisoned == 2)
-    listener.stop(5)
+    assert listener.messages_poisoned == 2
     assert requeue_poisoned(storage, queue_name) == 2
     contents = sorted(
         m.content for m in storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=1)

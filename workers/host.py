@@ -28,6 +28,7 @@ from listener.stores.connection import (
     open_payload_store_if_available,
     open_storage,
 )
+from listener.stores.metered import MeteredStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
@@ -74,7 +75,8 @@ class WorkerHost:
             )
             for worker_type in worker_types
         ]
-        self.storage = storage or open_storage(settings.connection_string_value())
+        # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
+        self.storage = MeteredStorage(storage or open_storage(settings.connection_string_value()))
         # What the host opened it closes; what it was given belongs to the caller.
         self._owned_payload_store: PayloadStore | None = None
         if payload_store is None and storage is None:
@@ -148,11 +150,11 @@ class WorkerHost:
         )
         log.info("store_opened", storage=where)
         self.start()
-        live.publish(self.listeners)
+        live.publish(self.listeners, transactions=self.storage.transactions)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
-            live.publish(self.listeners)
+            live.publish(self.listeners, transactions=self.storage.transactions)
         drained = self.stop()
         live.remove()
         return 0 if drained else 1

@@ -79,6 +79,8 @@ class LiveState:
     """Which storage the process works on, as ``describe_storage`` says it (no secrets)."""
     updated_at: datetime
     queues: tuple[QueueLiveState, ...]
+    transactions: int | None = None
+    """Storage transactions of the whole process since it started (None: not counted)."""
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -88,6 +90,7 @@ class LiveState:
             "storage": self.storage,
             "updated_at": self.updated_at.isoformat(),
             "queues": [asdict(queue) for queue in self.queues],
+            "transactions": self.transactions,
         }
 
     @classmethod
@@ -103,6 +106,8 @@ class LiveState:
             storage=None if data.get("storage") is None else str(data["storage"]),
             updated_at=updated_at,
             queues=tuple(QueueLiveState(**queue) for queue in data["queues"]),
+            # Absent in files of processes that do not count their transactions.
+            transactions=None if data.get("transactions") is None else int(data["transactions"]),
         )
 
     def listening_on(self, queue: str) -> list[QueueLiveState]:
@@ -131,8 +136,13 @@ class LiveStatePublisher:
         self._now = now
         self._failing = False
 
-    def publish(self, listeners: list[CloudQueueListener[Any]]) -> None:
-        """Replace the state file; a failure is logged (once while it lasts), never raised."""
+    def publish(
+        self, listeners: list[CloudQueueListener[Any]], *, transactions: int | None = None
+    ) -> None:
+        """Replace the state file; a failure is logged (once while it lasts), never raised.
+
+        ``transactions`` is the process's storage transaction count so far, if it keeps one.
+        """
         state = LiveState(
             pid=self.pid,
             host=self.host,
@@ -140,6 +150,7 @@ class LiveStatePublisher:
             storage=self.storage,
             updated_at=self._now(),
             queues=tuple(QueueLiveState.of(listener) for listener in listeners),
+            transactions=transactions,
         )
         try:
             self._write(json.dumps(state.to_json()))

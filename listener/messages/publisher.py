@@ -17,11 +17,17 @@ an idempotency token), which survives any retry.
 
 A stored payload whose message could not be put is deleted again when the failure was definite,
 and kept after a transient one: the message referring to it may exist.
+
+Delayed and expiring work: ``delay_s`` keeps a message invisible for up to 7 days after the put
+(Azure's initial visibility timeout), and ``time_to_live_s`` makes it expire that long after the
+put, delivered or not (``NEVER_EXPIRES``, -1, for never; the default is Azure's 7 days). Both are
+checked before anything is sent or stored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import structlog
@@ -32,7 +38,12 @@ from listener.messages.packing import PlannedMessage, message_bytes, plan_batche
 from listener.messages.payload import Packed, blob_envelope
 from listener.push.announce import WorkAnnouncer
 from listener.stores.payload_store import PayloadStore, new_payload_name
-from listener.stores.storage import MAX_MESSAGE_BYTES, QueueStorage, validate_queue_name
+from listener.stores.storage import (
+    MAX_MESSAGE_BYTES,
+    QueueStorage,
+    check_put_times,
+    validate_queue_name,
+)
 
 T = TypeVar("T")
 
@@ -41,6 +52,14 @@ log = structlog.get_logger(__name__)
 PENDING_BYTES = 1024 * 1024
 """In batch mode, items are packed whenever this much encoded text is waiting, so a stream of
 items of any length is sent with bounded memory."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Timing:
+    """When the messages of one publish call become visible and when they expire."""
+
+    delay_s: int
+    time_to_live_s: int | None
 
 
 class Publisher(Generic[T]):
@@ -71,23 +90,39 @@ class Publisher(Generic[T]):
         self.codec: Codec[T] = codec or MessageCodec(item_type)
         self.payload_store = payload_store
         self.batch = batch
+        check_put_times(time_to_live_s, 0)
         self.time_to_live_s = time_to_live_s
         self.messages_sent = 0
         self.items_sent = 0
         self.payloads_stored = 0
         self._bytes_sent = 0
 
-    def publish(self, item: T) -> None:
-        """Send one item in a message of its own (and announce it, if triggers are set up)."""
-        self._announced(lambda: self._send_alone(self.codec.encode(item)))
+    def publish(self, item: T, *, delay_s: int = 0, time_to_live_s: int | None = None) -> None:
+        """Send one item in a message of its own (and announce it, if triggers are set up).
 
-    def publish_many(self, items: Iterable[T]) -> int:
+        ``delay_s`` (0 to 7 days) hides it from listeners that long; ``time_to_live_s`` (>= 1 s
+        and more than the delay, or ``NEVER_EXPIRES``) overrides the publisher's. A value out of
+        range raises ValueError before anything is sent.
+        """
+        timing = self._timing(delay_s, time_to_live_s)
+        self._announced(lambda: self._send_alone(self.codec.encode(item), timing))
+
+    def publish_many(
+        self, items: Iterable[T], *, delay_s: int = 0, time_to_live_s: int | None = None
+    ) -> int:
         """Send the items (read lazily, in order) and return how many messages that took.
 
-        If a put fails, the error is raised and the messages before it stay sent (and are
-        announced: listeners should not wait for the watchdog because a later put failed).
+        ``delay_s`` and ``time_to_live_s`` apply to every message, as in ``publish``. If a put
+        fails, the error is raised and the messages before it stay sent (and are announced:
+        listeners should not wait for the watchdog because a later put failed).
         """
-        return self._announced(lambda: self._send_many(items))
+        timing = self._timing(delay_s, time_to_live_s)
+        return self._announced(lambda: self._send_many(items, timing))
+
+    def _timing(self, delay_s: int, time_to_live_s: int | None) -> _Timing:
+        ttl_s = self.time_to_live_s if time_to_live_s is None else time_to_live_s
+        check_put_times(ttl_s, delay_s)
+        return _Timing(delay_s=delay_s, time_to_live_s=ttl_s)
 
     def _announced(self, send: Callable[[], int]) -> int:
         announcer = self.announcer
@@ -104,9 +139,9 @@ class Publisher(Generic[T]):
                 size=self._bytes_sent - bytes_before,
             )
 
-    def _send_many(self, items: Iterable[T]) -> int:
+    def _send_many(self, items: Iterable[T], timing: _Timing) -> int:
         if not self.batch:
-            return sum(self._send_alone(self.codec.encode(item)) for item in items)
+            return sum(self._send_alone(self.codec.encode(item), timing) for item in items)
         sent = 0
         pending: list[str] = []
         pending_bytes = 0
@@ -116,28 +151,28 @@ class Publisher(Generic[T]):
             pending_bytes += message_bytes(text)
             if pending_bytes >= PENDING_BYTES:
                 planned = plan_batches(pending)
-                sent += self._send_planned(planned[:-1])
+                sent += self._send_planned(planned[:-1], timing)
                 pending = planned[-1].texts  # the last message may have room for the next items
                 pending_bytes = sum(message_bytes(text) for text in pending)
-        return sent + self._send_planned(plan_batches(pending))
+        return sent + self._send_planned(plan_batches(pending), timing)
 
-    def _send_planned(self, planned: list[PlannedMessage]) -> int:
+    def _send_planned(self, planned: list[PlannedMessage], timing: _Timing) -> int:
         for message in planned:
             if message.content is None:
-                self._send_alone(message.texts[0])
+                self._send_alone(message.texts[0], timing)
             else:
-                self._put(message.content, len(message.texts))
+                self._put(message.content, len(message.texts), timing)
         return len(planned)
 
-    def _send_alone(self, text: str) -> int:
+    def _send_alone(self, text: str, timing: _Timing) -> int:
         message = single_message(text)
         if isinstance(message, Packed):
-            self._put_stored(message, message_bytes(text))
+            self._put_stored(message, message_bytes(text), timing)
         else:
-            self._put(message, 1)
+            self._put(message, 1, timing)
         return 1
 
-    def _put_stored(self, packed: Packed, text_bytes: int) -> None:
+    def _put_stored(self, packed: Packed, text_bytes: int, timing: _Timing) -> None:
         store = self.payload_store
         if store is None:
             raise MessageTooLargeError(
@@ -150,7 +185,7 @@ class Publisher(Generic[T]):
         self.payloads_stored += 1
         log.debug("payload_stored", queue=self.queue_name, payload=name, size=len(packed.data))
         try:
-            self._put(blob_envelope(name, packed), packed.count)
+            self._put(blob_envelope(name, packed), packed.count, timing)
         except TransientStorageError:
             log.warning("payload_kept_after_failed_put", queue=self.queue_name, payload=name)
             raise
@@ -158,8 +193,13 @@ class Publisher(Generic[T]):
             _discard(store, name)
             raise
 
-    def _put(self, content: str, item_count: int) -> None:
-        self.storage.put_message(self.queue_name, content, time_to_live_s=self.time_to_live_s)
+    def _put(self, content: str, item_count: int, timing: _Timing) -> None:
+        self.storage.put_message(
+            self.queue_name,
+            content,
+            time_to_live_s=timing.time_to_live_s,
+            visibility_delay_s=timing.delay_s,
+        )
         self.messages_sent += 1
         self.items_sent += item_count
         self._bytes_sent += len(content)

@@ -13,12 +13,11 @@ from datetime import datetime, timedelta
 
 from listener.errors import MessageTooLargeError, QueueNotFoundError
 from listener.stores.storage import (
-    DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,
     MAX_VISIBILITY_TIMEOUT_S,
-    NEVER_EXPIRES,
     QueueMessage,
+    check_put_times,
 )
 
 
@@ -56,19 +55,7 @@ def check_put_arguments(
         raise MessageTooLargeError(
             f"message of {size} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
         )
-    ttl_s = DEFAULT_TIME_TO_LIVE_S if time_to_live_s is None else time_to_live_s
-    if ttl_s != NEVER_EXPIRES and ttl_s < 1:
-        raise ValueError(f"time_to_live_s must be >= 1 or NEVER_EXPIRES (-1), got {ttl_s}")
-    if not 0 <= visibility_delay_s <= MAX_VISIBILITY_TIMEOUT_S:
-        raise ValueError(
-            f"visibility_delay_s must be 0..{MAX_VISIBILITY_TIMEOUT_S}, got {visibility_delay_s}"
-        )
-    # Azure rejects a delay that would let the message expire before anyone can see it.
-    if ttl_s != NEVER_EXPIRES and visibility_delay_s >= ttl_s:
-        raise ValueError(
-            f"visibility_delay_s ({visibility_delay_s}) must be less than time_to_live_s ({ttl_s})"
-        )
-    return None if ttl_s == NEVER_EXPIRES else ttl_s
+    return check_put_times(time_to_live_s, visibility_delay_s)
 
 
 def new_pop_receipt() -> str:

@@ -50,6 +50,33 @@ def validate_queue_name(queue_name: str) -> str:
     return queue_name
 
 
+def check_put_times(time_to_live_s: int | None, visibility_delay_s: int) -> int | None:
+    """Validate a put's delay and time-to-live (None: the 7-day default); return the effective
+    time-to-live in seconds, None when it never expires. Raises ValueError naming the limit."""
+    for name, value in (
+        ("time_to_live_s", time_to_live_s),
+        ("visibility_delay_s", visibility_delay_s),
+    ):
+        # Azure takes whole seconds only; a float would pass the range checks here and then be
+        # refused by the service (or silently work on the embedded stores).
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+            raise ValueError(f"{name} must be a whole number of seconds, got {value!r}")
+    ttl_s = DEFAULT_TIME_TO_LIVE_S if time_to_live_s is None else time_to_live_s
+    if ttl_s != NEVER_EXPIRES and ttl_s < 1:
+        raise ValueError(f"time_to_live_s must be >= 1 or NEVER_EXPIRES (-1), got {ttl_s}")
+    if not 0 <= visibility_delay_s <= MAX_VISIBILITY_TIMEOUT_S:
+        raise ValueError(
+            f"visibility_delay_s must be 0..{MAX_VISIBILITY_TIMEOUT_S} (7 days), "
+            f"got {visibility_delay_s}"
+        )
+    # Azure rejects a delay that would let the message expire before anyone can see it.
+    if ttl_s != NEVER_EXPIRES and visibility_delay_s >= ttl_s:
+        raise ValueError(
+            f"visibility_delay_s ({visibility_delay_s}) must be less than time_to_live_s ({ttl_s})"
+        )
+    return None if ttl_s == NEVER_EXPIRES else ttl_s
+
+
 @dataclass(frozen=True, slots=True)
 class QueueMessage:
     """One message as storage returned it: its envelope and its raw text content."""

@@ -300,6 +300,33 @@ def test_a_message_expires_after_its_time_to_live(storage: QueueStorage, queue: 
     assert get_all(storage, queue) == []
 
 
+def test_a_delayed_message_expires_counting_from_its_put_not_from_its_delay(
+    storage: QueueStorage, queue: str
+) -> None:
+    """Delay and TTL together: visible after the delay, expiring TTL seconds after the put."""
+    put = storage.put_message(queue, "later", visibility_delay_s=SHORT_S, time_to_live_s=LONG_S)
+    assert_close_to(put.next_visible_on, put.inserted_on + timedelta(seconds=SHORT_S))
+    assert put.expires_on is not None
+    assert_close_to(put.expires_on, put.inserted_on + timedelta(seconds=LONG_S))
+    later = redelivered(storage, queue)
+    assert later.id == put.id
+    assert later.expires_on is not None
+    assert_close_to(later.expires_on, put.expires_on)
+
+
+def test_the_longest_delay_of_seven_days_is_accepted(storage: QueueStorage, queue: str) -> None:
+    """7 days is Azure's limit for an initial delay; with a longer TTL the put succeeds."""
+    put = storage.put_message(
+        queue,
+        "next week",
+        visibility_delay_s=MAX_VISIBILITY_TIMEOUT_S,
+        time_to_live_s=NEVER_EXPIRES,
+    )
+    assert_close_to(put.next_visible_on, put.inserted_on + timedelta(days=7))
+    assert get_all(storage, queue) == []
+    assert storage.approximate_message_count(queue) == 1
+
+
 def test_a_message_put_to_never_expire_has_no_expiry(storage: QueueStorage, queue: str) -> None:
     """NEVER_EXPIRES gives a message without an expiry time, on put and on get."""
     put = storage.put_message(queue, "forever", time_to_live_s=NEVER_EXPIRES)
@@ -512,13 +539,21 @@ def test_out_of_range_get_arguments_raise_value_error_before_any_call(
 
 @pytest.mark.parametrize(
     ("time_to_live_s", "visibility_delay_s"),
-    [(0, 0), (-2, 0), (None, -1), (None, MAX_VISIBILITY_TIMEOUT_S + 1), (5, 5)],
+    [
+        (0, 0),
+        (-2, 0),
+        (None, -1),
+        (None, MAX_VISIBILITY_TIMEOUT_S + 1),
+        (5, 5),
+        (None, 1.5),
+        (2.5, 0),
+    ],
 )
 def test_out_of_range_put_arguments_raise_value_error(
     storage: QueueStorage, queue: str, time_to_live_s: int | None, visibility_delay_s: int
 ) -> None:
-    """A TTL below 1 s (other than NEVER_EXPIRES), or a delay outside 0..7 days or not below the
-    TTL, is refused and nothing is stored."""
+    """A TTL below 1 s (other than NEVER_EXPIRES), a delay outside 0..7 days or not below the
+    TTL, or either not a whole number of seconds, is refused and nothing is stored."""
     with pytest.raises(ValueError, match=r"time_to_live_s|visibility_delay_s"):
         storage.put_message(
             queue, "refused", time_to_live_s=time_to_live_s, visibility_delay_s=visibility_delay_s

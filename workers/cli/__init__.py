@@ -14,10 +14,11 @@ import click
 from workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
 from workers.cli.config_cmd import config_group
 from workers.cli.demo import demo
-from workers.cli.messages import enqueue, status
+from workers.cli.messages import enqueue
 from workers.cli.poison import poison_group
 from workers.cli.queues import queues_group
 from workers.cli.run import run
+from workers.cli.status import status
 from workers.cli.trigger import trigger
 
 

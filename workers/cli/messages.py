@@ -1,26 +1,22 @@
-"""``cloudqueue enqueue`` and ``cloudqueue status``: put work on a queue and look at it."""
+"""``cloudqueue enqueue``: put work on a queue, now or later, from arguments or stdin."""
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
-from dataclasses import asdict
 
 import click
 
-from listener.errors import QueueNotFoundError
 from listener.messages.codec import MessageCodec
-from listener.messages.poison import poison_queue_name
 from listener.messages.publisher import Publisher
 from listener.push.announce import WorkAnnouncer
 from listener.push.triggers import account_of
 from listener.stores.connection import describe_storage, open_payload_store_if_available
-from listener.stores.storage import QueueStorage
+from listener.stores.storage import check_put_times
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.durations import Duration
 from workers.host import open_trigger_channel
-from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
 
 
 @click.command()
@@ -30,8 +26,33 @@ from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_
 @click.option(
     "--batch", is_flag=True, help="Pack many items per message (gzip), for small items in bulk."
 )
-def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> None:
+@click.option(
+    "--delay",
+    "delay_s",
+    type=Duration(),
+    default=0,
+    help="Keep the items invisible this long (30s, 5m, 1h; at most 7d).",
+)
+@click.option(
+    "--ttl",
+    "time_to_live_s",
+    type=Duration(allow_never=True),
+    default=None,
+    help="Expire the items this long after the put, handled or not (1h, 30d, never) [7d].",
+)
+def enqueue(
+    *,
+    queue: str,
+    items: tuple[str, ...],
+    plain: bool,
+    batch: bool,
+    delay_s: int,
+    time_to_live_s: int | None,
+) -> None:
     """Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.
+
+    An ITEM "-" stands for the lines of stdin, as in most Unix tools: to put the text "-"
+    itself, send it on stdin.
 
     Items too large for a message are compressed, then kept in blob storage (or the embedded
     store's payload folder) with a reference in the queue. With triggers configured
@@ -41,9 +62,14 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
     Examples:
       cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines": []}'
       cat items.jsonl | cloudqueue enqueue invoices --batch
+      cat more.jsonl | cloudqueue enqueue invoices '{"invoice_id": 1}' -
+      cloudqueue enqueue reminders '{"user": 7}' --delay 30m --ttl 1d
     """
     settings = current_settings()
     checked_queue(queue)
+    _check_times(delay_s, time_to_live_s)
+    if items.count(STDIN) > 1:
+        raise click.UsageError("'-' (stdin) may be given only once")
     connection_string = settings.connection_string_value()
     channel = open_trigger_channel(settings)
     announcer = (
@@ -68,7 +94,7 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
                 announcer=announcer,
             )
             with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
-                publisher.publish_many(pending)
+                publisher.publish_many(pending, delay_s=delay_s, time_to_live_s=time_to_live_s)
     finally:
         if payload_store is not None:
             payload_store.close()
@@ -80,11 +106,36 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
     )
 
 
+def _check_times(delay_s: int, time_to_live_s: int | None) -> None:
+    """Refuse a delay or TTL Azure would refuse, before storage is opened or stdin read."""
+    try:
+        check_put_times(time_to_live_s, delay_s)
+    except ValueError as error:
+        message = (
+            str(error).replace("visibility_delay_s", "--delay").replace("time_to_live_s", "--ttl")
+        )
+        raise click.UsageError(f"{message} (values in seconds)") from error
+
+
+STDIN = "-"
+"""As an item, "read the items from stdin here", as in most Unix tools."""
+
+STDIN_HINT = "reading items from stdin, one per line; Ctrl-D to finish"
+
+
 def _items(arguments: Iterable[str]) -> Iterator[str]:
-    given = list(arguments)
-    if given:
-        yield from given
-        return
+    """The given items, with stdin's lines in place of ``-``; stdin's lines when none is given."""
+    for item in list(arguments) or [STDIN]:
+        if item == STDIN:
+            yield from _stdin_lines()
+        else:
+            yield item
+
+
+def _stdin_lines() -> Iterator[str]:
+    # Someone typing needs to know the command waits for them, and how to end; a pipe does not.
+    if sys.stdin.isatty():
+        click.echo(STDIN_HINT, err=True)
     for line in sys.stdin:
         stripped = line.rstrip("\n")
         if stripped:
@@ -101,70 +152,4 @@ def _counted(items: Iterator[str], *, label: str) -> AbstractContextManager[Iter
         return nullcontext(items)
     return click.progressbar(
         items, label=label, file=stderr, show_pos=True, bar_template="%(label)s: %(info)s"
-    )
-
-
-@click.command()
-@click.argument("queue")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
-def status(queue: str, as_json: bool) -> None:
-    """Show the approximate depth of QUEUE and of its poison queue, and the workers on it.
-
-    Workers are the running `cloudqueue run` processes that publish their live state (threads,
-    counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
-
-    \b
-    Examples:
-      cloudqueue status invoices
-      cloudqueue status invoices --json
-    """
-    settings = current_settings()
-    checked_queue(queue)
-    with opened_storage(settings) as storage:
-        report = {
-            "queue": queue,
-            "depth": storage.approximate_message_count(queue),
-            "poison_depth": _depth_or_zero(storage, poison_queue_name(queue)),
-        }
-    where = describe_storage(settings.connection_string_value())
-    running = [
-        (state, listener)
-        for state in read_live_states(settings.state_dir, queue, storage=where)
-        for listener in state.listening_on(queue)
-    ]
-    if as_json:
-        click.echo(json.dumps({**report, "workers": [_worker_report(*item) for item in running]}))
-    else:
-        click.echo(
-            f"{queue}: {report['depth']} message(s), poison: {report['poison_depth']} ({where})"
-        )
-        for item in running:
-            click.echo(_worker_line(*item))
-        if not running:
-            click.echo(f"  no running worker publishes its state in {settings.state_dir}")
-
-
-def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
-    try:
-        return storage.approximate_message_count(queue)
-    except QueueNotFoundError:
-        return 0
-
-
-def _worker_report(state: LiveState, listener: QueueLiveState) -> dict[str, object]:
-    """One running listener on the queue: its process, threads, counters and measured rate."""
-    measured = {key: value for key, value in asdict(listener).items() if key != "queue"}
-    process = {"pid": state.pid, "host": state.host, "worker": state.worker}
-    return {**process, "updated_at": state.updated_at.isoformat(), **measured}
-
-
-def _worker_line(state: LiveState, listener: QueueLiveState) -> str:
-    rate = listener.per_thread_rate_per_s
-    speed = "no rate measured yet" if rate is None else f"{rate:.1f} msg/s per thread"
-    age_s = (utc_now() - state.updated_at).total_seconds()
-    return (
-        f"  {state.host}-{state.pid} ({state.worker}): {listener.active_threads} thread(s), "
-        f"peak {listener.peak_threads}; processed {listener.processed}, failed {listener.failed}, "
-        f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
-        f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )

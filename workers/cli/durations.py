@@ -1,0 +1,49 @@
+"""Durations on the command line: ``30s``, ``5m``, ``1h``, ``7d`` or plain seconds.
+
+Azure takes delays and time-to-live in whole seconds, so a duration that is not a whole number of
+seconds is refused rather than rounded.
+"""
+
+from __future__ import annotations
+
+import re
+
+import click
+
+from listener.stores.storage import NEVER_EXPIRES
+
+UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+
+_DURATION = re.compile(r"^(?P<amount>\d+)(?P<unit>[smhd]?)$")
+
+
+def parse_duration_s(text: str) -> int:
+    """``"90"``, ``"90s"``, ``"5m"``, ``"1h"``, ``"7d"`` as seconds; ValueError otherwise."""
+    match = _DURATION.match(text.strip().lower())
+    if match is None:
+        raise ValueError(
+            f"{text!r} is not a duration: use a whole number with s, m, h or d (30s, 5m, 1h, 7d)"
+        )
+    return int(match["amount"]) * UNIT_S[match["unit"] or "s"]
+
+
+class Duration(click.ParamType[int]):
+    """A click option type for ``parse_duration_s``; ``allow_never`` also takes never or -1."""
+
+    name = "duration"
+
+    def __init__(self, *, allow_never: bool = False) -> None:
+        self.allow_never = allow_never
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value)
+        if self.allow_never and text.strip().lower() in ("never", "-1"):
+            return NEVER_EXPIRES
+        try:
+            return parse_duration_s(text)
+        except ValueError as error:
+            self.fail(str(error), param, ctx)

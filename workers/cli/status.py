@@ -1,0 +1,270 @@
+"""``cloudqueue status``: a queue's depth and the workers on it, once or as a live view.
+
+The workers' side comes from the live-state files running ``cloudqueue run`` processes publish
+(``workers.live_state``): reading them costs no storage transaction. The depths cost two (the
+queue's and its poison queue's count) per refresh. ``--watch`` compares each refresh with the one
+before it to show rates: messages handled per second and storage transactions per hour.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+from click.core import ParameterSource
+
+from listener.errors import QueueNotFoundError
+from listener.messages.poison import poison_queue_name
+from listener.stores.connection import describe_storage
+from listener.stores.storage import QueueStorage
+from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
+
+DEFAULT_INTERVAL_S = 2.0
+
+wait_s: Callable[[float], None] = time.sleep
+"""How ``--watch`` waits between refreshes; tests replace it so that they never sleep."""
+
+
+@dataclass(frozen=True, slots=True)
+class WorkerView:
+    """One running process's listener on the queue, and its rates since the previous refresh."""
+
+    state: LiveState
+    listener: QueueLiveState
+    rate_per_s: float | None = None
+    transactions_per_hour: float | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.state.host, self.state.pid)
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """What one refresh saw."""
+
+    queue: str
+    depth: int
+    poison_depth: int
+    workers: list[WorkerView]
+    storage_dir: Path
+
+
+@click.command()
+@click.argument("queue")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per refresh).")
+@click.option("--watch", is_flag=True, help="Refresh until Ctrl-C, with rates between refreshes.")
+@click.option(
+    "--interval",
+    "interval_s",
+    type=click.FloatRange(min=0),
+    default=DEFAULT_INTERVAL_S,
+    show_default=True,
+    help="Seconds between refreshes with --watch (each costs two storage transactions).",
+)
+@click.option(
+    "--count",
+    type=click.IntRange(min=1),
+    default=None,
+    help="With --watch, stop after this many refreshes.",
+)
+def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: int | None) -> None:
+    """Show the approximate depth of QUEUE and of its poison queue, and the workers on it.
+
+    Workers are the running `cloudqueue run` processes that publish their live state (threads,
+    counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
+    With --watch it refreshes every --interval seconds and adds, per worker and in total, the
+    messages handled per second and the storage transactions per hour since the last refresh.
+
+    \b
+    Examples:
+      cloudqueue status invoices
+      cloudqueue status invoices --json
+      cloudqueue status invoices --watch --interval 5
+    """
+    _refuse_watch_options_without_watch(watch, count)
+    settings = current_settings()
+    checked_queue(queue)
+    with opened_storage(settings) as storage:
+        where = describe_storage(settings.connection_string_value())
+
+        def look(previous: Snapshot | None) -> Snapshot:
+            return _snapshot(storage, queue, settings.state_dir, where, previous)
+
+        if not watch:
+            _show(look(None), as_json=as_json, rates=False)
+            return
+        _watch(look, as_json=as_json, interval_s=interval_s, count=count)
+
+
+def _refuse_watch_options_without_watch(watch: bool, count: int | None) -> None:
+    """--count and --interval mean nothing without --watch: say so rather than ignore them."""
+    context = click.get_current_context()
+    interval_given = context.get_parameter_source("interval_s") != ParameterSource.DEFAULT
+    if not watch and (count is not None or interval_given):
+        raise click.UsageError("--count and --interval only apply with --watch")
+
+
+def _watch(
+    look: Callable[[Snapshot | None], Snapshot],
+    *,
+    as_json: bool,
+    interval_s: float,
+    count: int | None,
+) -> None:
+    """Refresh ``count`` times (forever by default); Ctrl-C ends it quietly with exit code 0."""
+    clear = not as_json and sys.stdout.isatty()
+    previous: Snapshot | None = None
+    shown = 0
+    try:
+        while True:
+            current = look(previous)
+            if clear:
+                click.clear()
+            elif shown and not as_json:
+                click.echo()
+            _show(current, as_json=as_json, rates=True)
+            shown += 1
+            if count is not None and shown >= count:
+                return
+            previous = current
+            wait_s(interval_s)
+    except KeyboardInterrupt:
+        click.echo(err=True)  # end the ^C line; no traceback, no "Aborted!"
+
+
+def _snapshot(
+    storage: QueueStorage, queue: str, state_dir: Path, where: str, previous: Snapshot | None
+) -> Snapshot:
+    depth = storage.approximate_message_count(queue)
+    poison_depth = _depth_or_zero(storage, poison_queue_name(queue))
+    before = {view.key: view for view in previous.workers} if previous else {}
+    workers = [
+        _with_rates(WorkerView(state, listener), before.get((state.host, state.pid)))
+        for state in read_live_states(state_dir, queue, storage=where)
+        for listener in state.listening_on(queue)
+    ]
+    return Snapshot(queue, depth, poison_depth, workers, state_dir)
+
+
+def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
+    """The view with rates measured against the same process's previous one.
+
+    Measured between the processes' own publish times (``updated_at``), not between refreshes:
+    a process publishes about every second, so the refresh times would skew short intervals.
+    Until the process has published again, the previous rates stand.
+    """
+    if before is None:
+        return view
+    elapsed_s = (view.state.updated_at - before.state.updated_at).total_seconds()
+    if elapsed_s <= 0:
+        return WorkerView(
+            view.state, view.listener, before.rate_per_s, before.transactions_per_hour
+        )
+    handled = view.listener.processed - before.listener.processed
+    transactions_per_hour = None
+    if view.state.transactions is not None and before.state.transactions is not None:
+        spent = view.state.transactions - before.state.transactions
+        transactions_per_hour = spent / elapsed_s * 3600
+    return WorkerView(view.state, view.listener, handled / elapsed_s, transactions_per_hour)
+
+
+def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
+    try:
+        return storage.approximate_message_count(queue)
+    except QueueNotFoundError:
+        return 0
+
+
+def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(_report(snapshot, rates=rates)))
+        return
+    click.echo(_headline(snapshot, rates=rates))
+    for view in snapshot.workers:
+        click.echo(_worker_line(view, rates=rates))
+    if not snapshot.workers:
+        click.echo(f"  no running worker publishes its state in {snapshot.storage_dir}")
+
+
+def _report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
+    report: dict[str, object] = {
+        "queue": snapshot.queue,
+        "depth": snapshot.depth,
+        "poison_depth": snapshot.poison_depth,
+        "workers": [_worker_report(view, rates=rates) for view in snapshot.workers],
+    }
+    if rates:
+        report["at"] = utc_now().isoformat()
+        report["totals"] = _totals(snapshot.workers)
+    return report
+
+
+def _worker_report(view: WorkerView, *, rates: bool) -> dict[str, object]:
+    """One running listener on the queue: its process, threads, counters and measured rate."""
+    measured = {key: value for key, value in asdict(view.listener).items() if key != "queue"}
+    state = view.state
+    process = {"pid": state.pid, "host": state.host, "worker": state.worker}
+    report = {**process, "updated_at": state.updated_at.isoformat(), **measured}
+    if rates:
+        report["rate_per_s"] = view.rate_per_s
+        report["transactions_per_hour"] = view.transactions_per_hour
+    return report
+
+
+def _totals(workers: list[WorkerView]) -> dict[str, object]:
+    """Threads, rate and transactions per hour of all the workers (rates once all are known)."""
+    rates = [view.rate_per_s for view in workers]
+    # A process hosting several workers reports its transactions once per worker line.
+    per_process = {view.key: view.transactions_per_hour for view in workers}
+    return {
+        "threads": sum(view.listener.active_threads for view in workers),
+        "rate_per_s": None if None in rates else sum(rate or 0.0 for rate in rates),
+        "transactions_per_hour": (
+            None if None in per_process.values() else sum(tx or 0.0 for tx in per_process.values())
+        ),
+    }
+
+
+def _headline(snapshot: Snapshot, *, rates: bool) -> str:
+    line = f"{snapshot.queue}: {snapshot.depth} message(s), poison: {snapshot.poison_depth}"
+    if not rates:
+        return line
+    totals = _totals(snapshot.workers)
+    at = utc_now().strftime("%H:%M:%S")
+    return (
+        f"{line} ({at} UTC); {len(snapshot.workers)} worker(s), {totals['threads']} thread(s), "
+        f"{_rate(totals['rate_per_s'])}, {_per_hour(totals['transactions_per_hour'])}"
+    )
+
+
+def _worker_line(view: WorkerView, *, rates: bool) -> str:
+    state, listener = view.state, view.listener
+    rate = listener.per_thread_rate_per_s
+    speed = "no rate measured yet" if rate is None else f"{rate:.1f} msg/s per thread"
+    age_s = (utc_now() - state.updated_at).total_seconds()
+    line = (
+        f"  {state.host}-{state.pid} ({state.worker}): {listener.active_threads} thread(s), "
+        f"peak {listener.peak_threads}; processed {listener.processed}, failed {listener.failed}, "
+        f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
+        f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
+    )
+    if rates:
+        line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"
+    return line
+
+
+def _rate(rate_per_s: object) -> str:
+    return "measuring msg/s" if rate_per_s is None else f"{rate_per_s:.1f} msg/s"
+
+
+def _per_hour(transactions_per_hour: object) -> str:
+    if transactions_per_hour is None:
+        return "measuring transactions/h"
+    return f"{transactions_per_hour:,.0f} transactions/h"

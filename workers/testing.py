@@ -1,0 +1,212 @@
+"""Testing your workers without Azure and without waiting: run one until its queue is drained.
+
+``run_until_drained`` puts items on an in-memory queue, runs the worker's listener on a
+``VirtualClock`` and returns once every message is settled, with the items the handler finished.
+Virtual time moves only while every dequeue thread is waiting, and then straight to the next
+wake-up, so retry back-offs, visibility timeouts and delays take no real time, and no test races
+ahead of a handler still at work. With ``fail_fast`` (the default) the first exception a handler
+raised is raised again in the test, as dramatiq's ``StubBroker.join(fail_fast=True)`` does.
+
+Example::
+
+    def test_invoices_are_billed() -> None:
+        handled = run_until_drained(InvoiceWorker(), [Invoice(invoice_id=1)])
+        assert [invoice.invoice_id for invoice in handled] == [1]
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterable
+from typing import Any, Generic, TypeVar, cast
+
+from listener.errors import CloudQueueError, ConfigurationError
+from listener.listener import CloudQueueListener
+from listener.messages.codec import MessageCodec
+from listener.messages.publisher import Publisher
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.testing import ManualClock, VirtualClock
+from workers.async_handler import AsyncHandlerRunner
+from workers.settings import CloudQueueSettings
+from workers.worker import QueueWorker
+
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT_S = 10.0
+"""Real seconds ``run_until_drained`` waits for handlers before it gives up: a handler blocked
+on something that never happens must fail the test, not hang it."""
+
+
+class HandlerFailedError(CloudQueueError):
+    """A listener's observer failed while ``run_until_drained`` ran it with ``fail_fast``.
+
+    Raised for a listener, whose observers the helper cannot wrap: the observer's own exception
+    is in the ``observer_failed`` log event. For a worker, its exception is raised instead.
+    """
+
+
+class DrainTimeoutError(CloudQueueError):
+    """The queue was not drained within the real-time limit: a handler blocked, or no thread ran."""
+
+
+class _Recorder(Generic[T]):
+    """Wraps a handler: keeps the items it finished and the first exception it raised."""
+
+    def __init__(self, handler: Callable[[T], Any]) -> None:
+        self._handler = handler
+        self._lock = threading.Lock()
+        self.handled: list[T] = []
+        self.first_error: BaseException | None = None
+
+    def __call__(self, item: T) -> None:
+        try:
+            self._handler(item)
+        except Exception as error:
+            with self._lock:
+                self.first_error = self.first_error or error
+            raise
+        with self._lock:
+            self.handled.append(item)
+
+
+def run_until_drained(
+    target: QueueWorker[T] | type[QueueWorker[T]] | CloudQueueListener[T],
+    items: Iterable[T] = (),
+    *,
+    fail_fast: bool = True,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> list[T]:
+    """Publish ``items``, run until the queue is empty and every thread idle; return the handled.
+
+    ``target`` is a worker (instance or class), run on a fresh in-memory queue with its own
+    ``settings`` (threads, retries, poisoning), or a listener you built on an in-memory store
+    with a ``VirtualClock`` as both its clock and its sleeper (not started yet, observers
+    subscribed). For a worker, the result is the items its ``handle`` returned from, in the order
+    they finished; for a listener, every item its observers were given, retries included.
+
+    With ``fail_fast`` the first handler failure stops the run and is raised (a worker's own
+    exception, or ``HandlerFailedError`` for a listener); without it, failing messages are
+    retried and poisoned as in production. Raises ``DrainTimeoutError`` after ``timeout_s`` real
+    seconds without draining.
+    """
+    if isinstance(target, CloudQueueListener):
+        return _drain_listener(target, items, fail_fast=fail_fast, timeout_s=timeout_s)
+    worker = target() if isinstance(target, type) else target
+    return _drain_worker(worker, items, fail_fast=fail_fast, timeout_s=timeout_s)
+
+
+def _drain_worker(
+    worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
+) -> list[T]:
+    # model_construct: defaults plus the worker's own settings, never the environment or a
+    # config file, so a test behaves the same on every machine.
+    settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
+    listener = _listener_for(worker, settings)
+    runner = AsyncHandlerRunner(worker.handle)
+    recorder: _Recorder[T] = _Recorder(runner)
+    listener.subscribe(recorder)
+    worker.on_start(listener)
+    try:
+        _drain(
+            listener,
+            items,
+            settings.listener.threads,
+            recorder,
+            fail_fast=fail_fast,
+            timeout_s=timeout_s,
+        )
+    finally:
+        runner.close()
+        worker.on_stop()
+    return recorder.handled
+
+
+def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
+    """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
+    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout)."""
+    clock = VirtualClock()
+    options = settings.listener
+    return CloudQueueListener(
+        InMemoryQueueStorage(clock=clock),
+        worker.location(options.visibility_timeout_s),
+        worker.item_type,
+        codec=MessageCodec(worker.item_type, base64=options.base64),
+        dequeue_batch_size=options.dequeue_batch_size,
+        max_error_delay_s=options.max_error_delay_s,
+        delivery=settings.delivery_policy(),
+        clock=clock,
+        sleeper=clock,
+    )
+
+
+def _drain_listener(
+    listener: CloudQueueListener[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
+) -> list[T]:
+    if not isinstance(listener.sleeper, VirtualClock) or listener.clock is not listener.sleeper:
+        raise ConfigurationError(
+            "run_until_drained needs a listener built with clock=clock, sleeper=clock for one "
+            "VirtualClock (listener.testing): on real time it could not tell idle from busy"
+        )
+    recorder: _Recorder[T] = _Recorder(lambda _: None)
+    listener.subscribe(recorder)
+    _drain(listener, items, 1, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
+    return recorder.handled
+
+
+def _drain(
+    listener: CloudQueueListener[T],
+    items: Iterable[T],
+    threads: int,
+    recorder: _Recorder[T],
+    *,
+    fail_fast: bool,
+    timeout_s: float,
+) -> None:
+    clock = cast(VirtualClock, listener.sleeper)  # both callers made sure
+    storage, queue = listener.storage, listener.queue_name
+    storage.create_queue(queue)
+    # The listener's codec writes what it reads; the item type only matters for a new codec.
+    publisher = Publisher(storage, queue, cast(type[T], object), codec=listener.codec)
+    publisher.publish_many(items)
+    failures_before = listener.messages_failed
+    listener.start_listener(threads)
+    deadline = time.monotonic() + timeout_s
+    try:
+        while True:
+            if fail_fast:
+                _raise_first_failure(listener, recorder, failures_before)
+            if clock.all_waiting(lambda: listener.threads_alive):
+                # Every thread idle: done if nothing is left, else on to the next wake-up.
+                if storage.approximate_message_count(queue) == 0:
+                    return
+                clock.advance_to_next_wake_up()
+            if time.monotonic() > deadline:
+                raise DrainTimeoutError(
+                    f"queue {queue} not drained within {timeout_s} s of real time: "
+                    f"{listener!r}, {clock!r}"
+                )
+    finally:
+        listener.stop(timeout_s)
+
+
+def _raise_first_failure(
+    listener: CloudQueueListener[Any], recorder: _Recorder[Any], failures_before: int
+) -> None:
+    if recorder.first_error is not None:
+        raise recorder.first_error
+    failed = listener.messages_failed - failures_before
+    if failed:
+        raise HandlerFailedError(
+            f"{failed} delivery(ies) on queue {listener.queue_name} failed in an observer; "
+            "its exception is in the observer_failed log event"
+        )
+
+
+__all__ = [
+    "DrainTimeoutError",
+    "HandlerFailedError",
+    "ManualClock",
+    "VirtualClock",
+    "run_until_drained",
+]
