@@ -99,7 +99,7 @@ class RedisRateLimiter:
             return self._local_until_s is not None
 
     def acquire(self, stop_event: threading.Event) -> float:
-        wait_s = self._reserve_s()
+        wait_s = self.reserve_s()
         if wait_s > 0:
             self.sleeper.wait(stop_event, wait_s)
         return wait_s
@@ -107,7 +107,8 @@ class RedisRateLimiter:
     def close(self) -> None:
         self._client.close()
 
-    def _reserve_s(self) -> float:
+    def reserve_s(self) -> float:
+        """Take the next slot (in Redis, or locally while it is out); return how long until it."""
         if self._use_local():
             return self._fallback.reserve_s()
         try:
