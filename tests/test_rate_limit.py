@@ -6,14 +6,15 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
-from pydantic import ValidationError
+from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
 from listener.errors import ConfigurationError
 from listener.limits.limiter import LocalRateLimiter
+from listener.limits.redis_limiter import RedisRateLimiter
 from listener.listener import ListenerLoad
 from listener.policies.rate_limit import (
     capped_by_limit,
@@ -24,7 +25,8 @@ from listener.policies.rate_limit import (
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.testing import ManualClock
 from tests.support.polling import eventually
-from workers.settings import CloudQueueSettings, RateLimitSettings
+from workers import QueueWorker, WorkerHost
+from workers.settings import CloudQueueSettings, RateLimitSettings, TriggerSettings
 
 # -- the pure bucket -----------------------------------------------------------------------------
 
@@ -308,3 +310,49 @@ def test_the_limit_reaches_the_scaling_policy() -> None:
     """The scaler caps its target with the worker's limit."""
     settings = CloudQueueSettings(rate_limit=RateLimitSettings(max_messages_per_s=25))
     assert settings.scaling_policy().max_messages_per_s == 25
+
+
+# -- hosting -------------------------------------------------------------------------------------
+
+
+class Limited(QueueWorker[dict[str, int]]):
+    queue_name = "limited"
+    settings: ClassVar[dict[str, dict[str, Any]]] = {"rate_limit": {"max_messages_per_s": 25}}
+
+    def handle(self, item: dict[str, int]) -> None:
+        """Nothing to do."""
+
+
+class FleetLimited(Limited):
+    settings: ClassVar[dict[str, dict[str, Any]]] = {
+        "rate_limit": {"max_messages_per_s": 25, "fleet": True}
+    }
+
+
+def test_a_workers_own_limit_reaches_its_listener_and_its_scaler() -> None:
+    """Per-worker settings: a local limiter of 25/s, and the scaler caps with 25/s."""
+    host = WorkerHost([Limited], CloudQueueSettings(), storage=InMemoryQueueStorage())
+    (hosted,) = host.hosted
+    limiter = hosted.listener.rate_limiter
+    assert isinstance(limiter, LocalRateLimiter)
+    assert limiter.max_messages_per_s == 25
+    assert hosted.scaler.policy.max_messages_per_s == 25
+
+
+def test_a_fleet_limit_uses_one_redis_key_per_account_and_queue() -> None:
+    """With triggers.url the fleet limiter's key names the store's account and the queue."""
+    settings = CloudQueueSettings(
+        connection_string=SecretStr("memory://"),
+        triggers=TriggerSettings(url=SecretStr("redis://127.0.0.1:1/0")),
+    )
+    host = WorkerHost([FleetLimited], settings, storage=InMemoryQueueStorage())
+    limiter = host.hosted[0].listener.rate_limiter
+    assert isinstance(limiter, RedisRateLimiter)
+    assert limiter.key == "cloudqueue:rate-limit:memory:limited"
+    limiter.close()
+
+
+def test_a_worker_asking_for_a_fleet_limit_without_redis_is_refused() -> None:
+    """A worker's own fleet = true with no triggers.url fails at start, naming the setting."""
+    with pytest.raises(ConfigurationError, match=r"triggers\.url"):
+        WorkerHost([FleetLimited], CloudQueueSettings(), storage=InMemoryQueueStorage())
