@@ -5,7 +5,9 @@ kept in one key per queue, on the Redis server's clock (``TIME``), so every proc
 one timeline whatever its own clock says. Why GCRA rather than ``INCR`` over fixed windows:
 fixed windows let a full window's worth through at the end of one window and again at the start
 of the next (twice the limit over that second); GCRA spaces messages evenly with a small,
-bounded burst. Times are whole microseconds, which a Lua number holds exactly.
+bounded burst. Times are whole microseconds, which a Lua number holds exactly. The key expires a
+second after its last reserved slot: a fleet idle that long starts again from an empty bucket,
+as a new one does (no burst, never more than the limit).
 
 When Redis cannot be reached the limiter never stops consuming: it warns and falls back to a
 local limit of the same rate (the fleet limit is then held per process, not fleet-wide), and
