@@ -79,8 +79,8 @@ def test_a_redis_outage_falls_back_to_the_local_limit_and_recovers(
 # -- two processes, one fleet limit --------------------------------------------------------------
 
 WORKER = "tests.support.workers:RecordingWorker"
-FLEET_LIMIT_PER_S = 100
-MESSAGES = 600
+FLEET_LIMIT_PER_S = 400
+MESSAGES = 2_000
 
 
 def handled_times(log_path: Path) -> dict[int, list[datetime]]:
@@ -98,7 +98,7 @@ def handled_times(log_path: Path) -> dict[int, list[datetime]]:
 def test_two_processes_sharing_a_fleet_limit_hold_it_together(
     redis_server: RedisServer, tmp_path: Path
 ) -> None:
-    """`cloudqueue run --processes 2` with a 100/s fleet limit: both work, together <= 110/s."""
+    """`cloudqueue run --processes 2` with a 400/s fleet limit: both work, together <= 440/s."""
     queue = f"work-{uuid.uuid4().hex[:12]}"
     env = {
         **os.environ,
