@@ -295,6 +295,25 @@ def test_held_messages_stay_hidden_while_they_wait_for_the_limit(queue_name: str
     assert listener.visibility_renewals > 0
 
 
+def test_stop_ends_the_wait_for_the_limit_and_releases_the_held_messages(queue_name: str) -> None:
+    """At one message per 100 s, stop returns at once and the nine waiting messages are back."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(queue_name)
+    put_items(storage, queue_name, 10)
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        storage,
+        CloudQueueLocation(queue_name, visibility_timeout_s=30),
+        dict,
+        rate_limiter=LocalRateLimiter(0.01, burst=1),
+    )
+    listener.subscribe(lambda _: None)
+    listener.start_listener(1)
+    eventually(lambda: listener.messages_processed == 1)
+    assert listener.stop(timeout_s=5)
+    released = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
+    assert len(released) == 9
+
+
 # -- settings ------------------------------------------------------------------------------------
 
 
