@@ -12,10 +12,12 @@ import uuid
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
 
+from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
 from listener.limits.redis_limiter import RedisRateLimiter, bucket_key
 from listener.testing import ManualClock
 from tests.support.cli import ok
@@ -74,6 +76,32 @@ def test_a_redis_outage_falls_back_to_the_local_limit_and_recovers(
         limiter.acquire(stop)
     assert [e["event"] for e in logs] == ["fleet_rate_limit_restored"]
     assert not limiter.degraded
+
+
+def test_a_listener_keeps_consuming_when_the_fleets_redis_is_down(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter], queue_name: str
+) -> None:
+    """No Redis at all: every message is still handled, under the local limit, with a warning."""
+    redis_server.stop()
+    limiter = RedisRateLimiter(redis_server.url, key, 1_000)
+    limiters.append(limiter)
+    storage = InMemoryQueueStorage()
+    storage.create_queue(queue_name)
+    codec = MessageCodec(dict)
+    for n in range(50):
+        storage.put_message(queue_name, codec.encode({"n": n}))
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), dict, rate_limiter=limiter
+    )
+    listener.subscribe(lambda _: None)
+    with capture_logs() as logs:
+        listener.start_listener(2)
+        try:
+            eventually(lambda: listener.messages_processed == 50)
+        finally:
+            listener.stop(timeout_s=5)
+    assert limiter.degraded
+    assert [e["event"] for e in logs].count("fleet_rate_limit_unavailable") == 1
 
 
 # -- two processes, one fleet limit --------------------------------------------------------------
