@@ -325,6 +325,13 @@ def test_a_fleet_limit_without_redis_is_refused() -> None:
         RateLimitSettings(fleet=True)
 
 
+@pytest.mark.parametrize("limit", ["0", "-5", "inf", "nan", "fast"])
+def test_a_limit_that_is_not_a_positive_finite_number_is_refused_at_start(limit: str) -> None:
+    """The settings error names rate_limit.max_messages_per_s."""
+    with pytest.raises(ValidationError, match="max_messages_per_s"):
+        CloudQueueSettings.model_validate({"rate_limit": {"max_messages_per_s": limit}})
+
+
 def test_the_limit_reaches_the_scaling_policy() -> None:
     """The scaler caps its target with the worker's limit."""
     settings = CloudQueueSettings(rate_limit=RateLimitSettings(max_messages_per_s=25))

@@ -156,7 +156,10 @@ class RateLimitSettings(BaseModel):
     """A ceiling on messages handled a second, for downstream systems that cannot take more."""
 
     max_messages_per_s: float | None = Field(
-        default=None, gt=0, description="per worker, across its threads (unset: no limit)"
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="per worker, across its threads (unset: no limit)",
     )
     fleet: bool = Field(
         default=False,
