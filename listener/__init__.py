@@ -17,6 +17,8 @@ from listener.errors import (
     StorageError,
     TransientStorageError,
 )
+from listener.limits.limiter import LocalRateLimiter, RateLimiter
+from listener.limits.redis_limiter import RedisRateLimiter
 from listener.listener import (
     CloudQueueListener,
     CloudQueueListenerInfo,
@@ -67,6 +69,7 @@ __all__ = [
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",
     "ListenerLoad",
+    "LocalRateLimiter",
     "MessageCodec",
     "MessageEnvelope",
     "MessageNotFoundError",
@@ -84,6 +87,8 @@ __all__ = [
     "QueueNotFoundError",
     "QueueStorage",
     "QueueWorkDetectedHandler",
+    "RateLimiter",
+    "RedisRateLimiter",
     "ScalingInput",
     "ScalingPolicy",
     "ScalingRule",

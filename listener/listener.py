@@ -28,6 +28,7 @@ from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.handoff import HandOff, fetch_size
 from listener.leases import Lease, LeaseKeeper
+from listener.limits.limiter import RateLimiter
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
 from listener.messages.poison import poison_queue_name
@@ -123,6 +124,7 @@ class CloudQueueListener(Observable[T]):
         batch_processed: BatchProcessedHandler | None = None,
         delivery: DeliveryPolicy | None = None,
         payload_store: PayloadStore | None = None,
+        rate_limiter: RateLimiter | None = None,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -146,6 +148,7 @@ class CloudQueueListener(Observable[T]):
         self.rng: RandomSource = rng or default_rng()
         self.delivery = delivery or DeliveryPolicy()
         self.payload_store = payload_store
+        self.rate_limiter = rate_limiter
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
         self._subscribers: Subscribers[T] = Subscribers()
@@ -352,6 +355,15 @@ class CloudQueueListener(Observable[T]):
 
     def _handle_one(self, lease: Lease, state: _LoopState) -> bool:
         """Process one message and count it in the thread's stretch; True when it should end."""
+        if self.rate_limiter is not None:
+            # The message waits its turn here, its lease renewed meanwhile; the wait is the
+            # limit's, not the thread's, so it stays out of the measured throughput.
+            waited_s = self.rate_limiter.acquire(self._stopping)
+            if state.stretch_started is not None:
+                state.stretch_started += waited_s
+            if self._stopping.is_set():
+                self._release([lease])
+                return True
         if not self._process(lease):
             return self._error_wait(state)
         state.error_count = 0

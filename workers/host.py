@@ -33,6 +33,7 @@ from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
 from workers.live_state import LiveStatePublisher
+from workers.rate_limits import open_rate_limiter
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 
@@ -177,6 +178,7 @@ def _host(
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
         payload_store=payload_store,
+        rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
     )
     scaler = ElasticScaler(listener.pool_control, settings.scaling_policy())
     runner = AsyncHandlerRunner(worker.handle)
@@ -213,6 +215,8 @@ def _name(worker_type: type[QueueWorker[Any]]) -> str:
 def _finish(hosted: HostedWorker) -> None:
     """Close the worker's event loops and call its on_stop (its errors are logged, not raised)."""
     hosted.runner.close()
+    if hosted.listener.rate_limiter is not None:
+        hosted.listener.rate_limiter.close()
     try:
         hosted.worker.on_stop()
     except Exception:

@@ -51,7 +51,7 @@ from workers.settings_keys import (
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
-WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison")
+WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit")
 _EXAMPLE = '{"scaling": {"max_threads": 4}}'
 OVERRIDE_SOURCE = "--set"
 DOTENV_SOURCE = ".env"
@@ -180,6 +180,27 @@ class TriggerSettings(_Section):
         return self.url.get_secret_value() if self.url is not None else None
 
 
+class RateLimitSettings(_Section):
+    """A ceiling on messages handled a second, for downstream systems that cannot take more."""
+
+    max_messages_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        allow_inf_nan=False,
+        description="per worker, across its threads (unset: no limit)",
+    )
+    fleet: bool = Field(
+        default=False,
+        description="hold the limit across every process on the queue, through triggers.url",
+    )
+
+    @model_validator(mode="after")
+    def _fleet_needs_a_limit(self) -> RateLimitSettings:
+        if self.fleet and self.max_messages_per_s is None:
+            raise ValueError("fleet = true needs max_messages_per_s")
+        return self
+
+
 class LoggingSettings(_Section):
     """Log level and format (JSON lines when not on a terminal, unless told otherwise)."""
 
@@ -212,6 +233,7 @@ class CloudQueueSettings(BaseSettings):
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     poison: PoisonSettings = Field(default_factory=PoisonSettings)
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
+    rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
 
     @classmethod
@@ -248,6 +270,12 @@ class CloudQueueSettings(BaseSettings):
                 "scaling.min_threads = 0 needs triggers.url: with no poller and no push trigger, "
                 "work would wait for the watchdog"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _fleet_limit_needs_redis(self) -> CloudQueueSettings:
+        if self.rate_limit.fleet and self.triggers.url is None:
+            raise ValueError("rate_limit.fleet = true needs triggers.url (the fleet's Redis)")
         return self
 
     def connection_string_value(self) -> str | None:
@@ -306,6 +334,7 @@ class CloudQueueSettings(BaseSettings):
             rescale_interval_s=scaling.rescale_interval_s,
             scale_in_delay_s=scaling.scale_in_delay_s,
             cpu_saturation_cores=scaling.cpu_saturation_cores,
+            max_messages_per_s=self.rate_limit.max_messages_per_s,
         )
 
 

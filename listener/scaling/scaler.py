@@ -25,6 +25,7 @@ import structlog
 from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import ConfigurationError, StorageError
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.policies.rate_limit import capped_by_limit
 from listener.policies.scaling_rules import ScalingInput, ScalingRule, bounded, proportional
 from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision
 from listener.scaling.cpu import CpuMeter, ProcessCpuMeter
@@ -46,6 +47,8 @@ class ScalingPolicy:
     rescale_interval_s: float = 1.0
     scale_in_delay_s: float = 15.0
     cpu_saturation_cores: float = 0.9
+    max_messages_per_s: float | None = None
+    """The listener's rate limit: no more threads than it keeps busy (``threads_for_limit``)."""
 
     def __post_init__(self) -> None:
         if not 0 <= self.min_threads <= self.max_threads or self.max_threads < 1:
@@ -78,6 +81,9 @@ def targets(load: ListenerLoad, policy: ScalingPolicy) -> tuple[int, int]:
 
     def ask(depth: int) -> int:
         wanted = policy.rule(ScalingInput(depth, load.active_threads, load.per_thread_rate_per_s))
+        wanted = capped_by_limit(
+            wanted, policy.max_messages_per_s, per_thread_rate_per_s=load.per_thread_rate_per_s
+        )
         return bounded(wanted, min_threads=policy.min_threads, max_threads=policy.max_threads)
 
     return ask(load.visible_depth), ask(load.visible_depth + load.in_flight)

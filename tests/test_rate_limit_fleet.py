@@ -1,0 +1,167 @@
+"""A fleet-wide rate limit through a real Redis: shared across limiters, processes, and outages."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
+from listener.limits.redis_limiter import RedisRateLimiter, bucket_key
+from listener.testing import ManualClock
+from tests.support.cli import ok
+from tests.support.polling import eventually
+from tests.support.redis_server import RedisServer
+
+
+@pytest.fixture
+def key() -> str:
+    return bucket_key("test", f"q{uuid.uuid4().hex[:12]}")
+
+
+@pytest.fixture
+def limiters(redis_server: RedisServer) -> Iterator[list[RedisRateLimiter]]:
+    """Limiters made by a test, always closed."""
+    made: list[RedisRateLimiter] = []
+    yield made
+    for limiter in made:
+        limiter.close()
+
+
+def test_limiters_on_one_key_share_one_bucket(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter]
+) -> None:
+    """After one limiter took ten turns at 10/s, another on the same key waits about a second."""
+    first = RedisRateLimiter(redis_server.url, key, 10, burst=1)
+    second = RedisRateLimiter(redis_server.url, key, 10, burst=1)
+    elsewhere = RedisRateLimiter(redis_server.url, key + "-other", 10, burst=1)
+    limiters.extend([first, second, elsewhere])
+    for _ in range(10):
+        first.reserve_s()
+    assert second.reserve_s() > 0.8  # 1.0 s, less the few ms the ten calls took
+    assert elsewhere.reserve_s() == 0.0
+
+
+def test_a_redis_outage_falls_back_to_the_local_limit_and_recovers(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter]
+) -> None:
+    """Redis down: one warning, turns keep coming at the local pace; back up: the fleet's again."""
+    clock = ManualClock()
+    limiter = RedisRateLimiter(
+        redis_server.url, key, 10, burst=1, clock=clock, sleeper=clock, retry_after_s=5
+    )
+    limiters.append(limiter)
+    stop = threading.Event()
+    limiter.acquire(stop)
+    redis_server.stop()
+    with capture_logs() as logs:
+        waits = [limiter.acquire(stop) for _ in range(3)]
+    assert waits == pytest.approx([0.0, 0.1, 0.1])
+    assert [e["event"] for e in logs] == ["fleet_rate_limit_unavailable"]
+    assert limiter.degraded
+    redis_server.start()
+    clock.advance(5)
+    with capture_logs() as logs:
+        limiter.acquire(stop)
+    assert [e["event"] for e in logs] == ["fleet_rate_limit_restored"]
+    assert not limiter.degraded
+
+
+def test_a_listener_keeps_consuming_when_the_fleets_redis_is_down(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter], queue_name: str
+) -> None:
+    """No Redis at all: every message is still handled, under the local limit, with a warning."""
+    redis_server.stop()
+    limiter = RedisRateLimiter(redis_server.url, key, 1_000)
+    limiters.append(limiter)
+    storage = InMemoryQueueStorage()
+    storage.create_queue(queue_name)
+    codec = MessageCodec(dict)
+    for n in range(50):
+        storage.put_message(queue_name, codec.encode({"n": n}))
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), dict, rate_limiter=limiter
+    )
+    listener.subscribe(lambda _: None)
+    with capture_logs() as logs:
+        listener.start_listener(2)
+        try:
+            eventually(lambda: listener.messages_processed == 50)
+        finally:
+            listener.stop(timeout_s=5)
+    assert limiter.degraded
+    assert [e["event"] for e in logs].count("fleet_rate_limit_unavailable") == 1
+
+
+# -- two processes, one fleet limit --------------------------------------------------------------
+
+WORKER = "tests.support.workers:RecordingWorker"
+FLEET_LIMIT_PER_S = 400
+MESSAGES = 2_000
+
+
+def handled_times(log_path: Path) -> dict[int, list[datetime]]:
+    """When each process (by pid) logged `handled`, from its JSON log lines."""
+    times: dict[int, list[datetime]] = {}
+    for line in log_path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            event = json.loads(line)
+            if event.get("event") == "handled":
+                stamp = datetime.fromisoformat(event["timestamp"])
+                times.setdefault(int(event["pid"]), []).append(stamp)
+    return times
+
+
+def test_two_processes_sharing_a_fleet_limit_hold_it_together(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """`cloudqueue run --processes 2` with a 400/s fleet limit: both work, together <= 440/s."""
+    queue = f"work-{uuid.uuid4().hex[:12]}"
+    env = {
+        **os.environ,
+        "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
+        "CLOUDQUEUE_LOGGING__FORMAT": "json",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
+        "CLOUDQUEUE_TRIGGERS__URL": redis_server.url,
+        "CLOUDQUEUE_RATE_LIMIT__MAX_MESSAGES_PER_S": str(FLEET_LIMIT_PER_S),
+        "CLOUDQUEUE_RATE_LIMIT__FLEET": "true",
+        "CLOUDQUEUE_LISTENER__DEQUEUE_BATCH_SIZE": "8",
+        "TEST_QUEUE": queue,
+    }
+    items = "\n".join(json.dumps({"n": n}) for n in range(MESSAGES))
+    ok("enqueue", queue, env=env, stdin=items)
+    log_path = tmp_path / "run.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "workers", "run", WORKER, "--processes", "2"],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        eventually(
+            lambda: sum(map(len, handled_times(log_path).values())) == MESSAGES, timeout_s=120
+        )
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(60) == 0
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
+    by_process = handled_times(log_path)
+    assert len(by_process) == 2
+    stamps = sorted(stamp for times in by_process.values() for stamp in times)
+    rate_per_s = (len(stamps) - 1) / (stamps[-1] - stamps[0]).total_seconds()
+    assert rate_per_s <= FLEET_LIMIT_PER_S * 1.10
