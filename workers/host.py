@@ -18,7 +18,7 @@ import structlog
 
 from listener.clock import SYSTEM_CLOCK
 from listener.listener import CloudQueueListener
-from listener.messages.codec import MessageCodec
+from listener.messages.codec import reading_codec
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import TriggerChannel, account_of
 from listener.push.waker import TriggerWaker, Watchdog
@@ -154,7 +154,7 @@ def _host(
         storage,
         worker.location(options.visibility_timeout_s),
         worker.item_type,
-        codec=MessageCodec(worker.item_type, base64=options.base64),
+        codec=reading_codec(worker.item_type, options.encoding),
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
