@@ -68,9 +68,13 @@ class WorkerHost:
         prepared = [
             (worker_type, settings.for_worker(worker_type.settings)) for worker_type in worker_types
         ]
-        self.storage = storage or open_storage(settings.connection_string_value())
+        self.storage = storage or open_storage(
+            settings.connection_string_value(), credential=settings.credential
+        )
         if payload_store is None and storage is None:
-            payload_store = open_payload_store_if_available(settings.connection_string_value())
+            payload_store = open_payload_store_if_available(
+                settings.connection_string_value(), credential=settings.credential
+            )
         self.hosted = [
             _host(worker_type(), worker_settings, self.storage, payload_store)
             for worker_type, worker_settings in prepared
@@ -129,7 +133,9 @@ class WorkerHost:
         live = LiveStatePublisher(
             self.settings.state_dir,
             worker=" ".join(_target_name(hosted.worker) for hosted in self.hosted),
-            storage=describe_storage(self.settings.connection_string_value()),
+            storage=describe_storage(
+                self.settings.connection_string_value(), credential=self.settings.credential
+            ),
         )
         self.start()
         live.publish(self.listeners)

@@ -7,6 +7,9 @@ Accepted forms::
     memory://                            in-memory, lost when the process exits
     AccountName=...;AccountKey=...;...   Azure Storage (or SharedAccessSignature=..., or
     UseDevelopmentStorage=true           Azurite on its default port)
+    https://ACCOUNT.queue.core.windows.net
+                                         Azure Storage, signed in with Microsoft Entra ID
+                                         (``credential``; see stores.token_connection)
 
 ``open_payload_store`` opens the matching store for payloads too large for a message: a folder
 ``payloads/`` beside the SQLite file, memory, or a blob container of the same Azure account.
@@ -29,6 +32,11 @@ import structlog
 from listener.errors import ConfigurationError
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.stores.storage import QueueStorage
+from listener.stores.token_connection import (
+    open_token_payload_store,
+    open_token_storage,
+    token_target,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -68,9 +76,18 @@ _Target = _Sqlite | _Memory | _Azure
 
 
 def open_storage(
-    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
 ) -> QueueStorage:
-    """The storage backend the connection string names; raises ConfigurationError if malformed."""
+    """The storage backend the connection string names; raises ConfigurationError if malformed.
+
+    ``credential`` (the ``credential`` setting) signs in to Azure with Microsoft Entra ID.
+    """
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return open_token_storage(token)
     target = _parse(connection_string, default_path)
     if isinstance(target, _Memory):
         from listener.stores.memory_storage import InMemoryQueueStorage
@@ -87,7 +104,10 @@ def open_storage(
 
 
 def open_payload_store(
-    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
 ) -> PayloadStore:
     """The payload store that goes with ``open_storage(connection_string)``.
 
@@ -95,6 +115,9 @@ def open_payload_store(
     one instance between publisher and listener). Azure: the ``cloudqueue-payloads`` container of
     the same account; a string that lists endpoints must list a BlobEndpoint too.
     """
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return open_token_payload_store(token)
     target = _parse(connection_string, default_path)
     if isinstance(target, _Memory):
         return InMemoryPayloadStore()
@@ -107,8 +130,16 @@ def open_payload_store(
     return AzureBlobPayloadStore.from_connection_string(target.connection_string)
 
 
-def describe_storage(connection_string: str | None, *, default_path: Path = DEFAULT_PATH) -> str:
+def describe_storage(
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
+) -> str:
     """A one-line description without secrets, e.g. "azure account NAME at https://HOST"."""
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return token.description
     return _parse(connection_string, default_path).description
 
 
@@ -210,13 +241,15 @@ def _queue_endpoint(settings: dict[str, str], account: str | None) -> str:
     return f"{parts.scheme}://{host}"
 
 
-def open_payload_store_if_available(connection_string: str | None) -> PayloadStore | None:
+def open_payload_store_if_available(
+    connection_string: str | None, *, credential: str | None = None
+) -> PayloadStore | None:
     """The payload store for this storage, or None when it has none (a queue-only Azure string).
 
     Without a store, items too large for a message are refused with a clear error instead.
     """
     try:
-        return open_payload_store(connection_string)
+        return open_payload_store(connection_string, credential=credential)
     except ConfigurationError as reason:
         log.info("payload_store_unavailable", reason=str(reason))
         return None

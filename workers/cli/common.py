@@ -77,7 +77,7 @@ def parse_overrides(assignments: tuple[str, ...]) -> dict[str, Any]:
 def opened_storage(settings: CloudQueueSettings) -> Iterator[QueueStorage]:
     """Storage for one command, closed afterwards; storage failures become exit code 1."""
     try:
-        storage = open_storage(settings.connection_string_value())
+        storage = open_storage(settings.connection_string_value(), credential=settings.credential)
     except ConfigurationError as error:
         raise click.UsageError(redact(str(error))) from error
     try:
@@ -100,7 +100,7 @@ def checked_queue(queue: str) -> str:
 def configured_storage() -> Iterator[tuple[QueueStorage, str]]:
     """The configured storage (closed afterwards) and its safe description, for messages."""
     settings = current_settings()
-    where = describe_storage(settings.connection_string_value())
+    where = describe_storage(settings.connection_string_value(), credential=settings.credential)
     with opened_storage(settings) as storage:
         yield storage, where
 

@@ -61,7 +61,9 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
                 queue,
                 str,
                 codec=MessageCodec(str, base64=not plain),
-                payload_store=open_payload_store_if_available(connection_string),
+                payload_store=open_payload_store_if_available(
+                    connection_string, credential=settings.credential
+                ),
                 batch=batch,
                 announcer=announcer,
             )
@@ -72,7 +74,7 @@ def enqueue(queue: str, items: tuple[str, ...], plain: bool, batch: bool) -> Non
             channel.close()
     click.echo(
         f"enqueued {publisher.items_sent} item(s) on {queue} in {publisher.messages_sent} "
-        f"message(s) ({describe_storage(connection_string)})"
+        f"message(s) ({describe_storage(connection_string, credential=settings.credential)})"
     )
 
 
@@ -122,7 +124,7 @@ def status(queue: str, as_json: bool) -> None:
             "depth": storage.approximate_message_count(queue),
             "poison_depth": _depth_or_zero(storage, poison_queue_name(queue)),
         }
-    where = describe_storage(settings.connection_string_value())
+    where = describe_storage(settings.connection_string_value(), credential=settings.credential)
     running = [
         (state, listener)
         for state in read_live_states(settings.state_dir, queue, storage=where)
