@@ -1,58 +1,97 @@
-"""A worker with default settings reads what other producers put in its queue, plain or base64."""
+"""Sharing a queue: a worker with default settings reads every producer's messages, none poisoned.
+
+Producers x item types on SQLite and Azurite. Producers: the Python SDK with its defaults (plain
+text) and with ``TextBase64EncodePolicy``, an Event Grid subscription in the Event Grid schema and
+in the CloudEvents schema (each plain and base64), and cloudqueue's own publisher. Item types: a
+``dict``, a pydantic model (``EventGridEvent``) and ``azure.core.messaging.CloudEvent``.
+"""
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from azure.core.messaging import CloudEvent
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
-from pydantic import BaseModel
 
 from listener import CloudQueueListener, CloudQueueLocation, Publisher, poison_queue_name
+from listener.messages.events import EventGridEvent
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
+from tests.support.events import CUSTOM_CLOUD_EVENT, CUSTOM_EVENT_GRID
 from tests.support.polling import eventually
-from tests.support.producers import PRODUCERS
+from tests.support.producers import sdk_base64, sdk_plain
+
+ITEM_TYPES: list[type[Any]] = [dict, EventGridEvent, CloudEvent]
+PER_PRODUCER = 2
+
+# name -> (the event document it sends, how it writes the document as queue text)
+FOREIGN_PRODUCERS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], str]]] = {
+    "python-sdk-plain": (CUSTOM_CLOUD_EVENT, sdk_plain),
+    "python-sdk-base64": (CUSTOM_CLOUD_EVENT, sdk_base64),
+    "event-grid-schema-plain": (CUSTOM_EVENT_GRID, sdk_plain),
+    "event-grid-schema-base64": (CUSTOM_EVENT_GRID, sdk_base64),
+    "cloudevents-schema-plain": (CUSTOM_CLOUD_EVENT, sdk_plain),
+    "cloudevents-schema-base64": (CUSTOM_CLOUD_EVENT, sdk_base64),
+}
 
 
-class Order(BaseModel):
-    order_id: int
-    customer: str
+def _document(template: dict[str, Any], event_id: str) -> dict[str, Any]:
+    return {**template, "id": event_id}
 
 
-DOCUMENTS = [{"order_id": n, "customer": "Zoë Ñuñez 東京"} for n in range(3)]
+def _as_item(item_type: type[Any], document: dict[str, Any]) -> Any:
+    if item_type is CloudEvent:
+        return CloudEvent.from_dict(document)
+    return item_type(document) if item_type is dict else item_type.model_validate(document)
 
 
-def _drain(
-    storage: QueueStorage, queue_name: str, item_type: type[Any], *, producers: int
-) -> list[Any]:
-    """Run a default listener until it has handled every document of every producer."""
-    handled: list[Any] = []
+def _id_of(item: Any) -> str:
+    return str(item["id"] if isinstance(item, dict) else item.id)
+
+
+def _fill(storage: QueueStorage, queue_name: str, item_type: type[Any], put: Any) -> set[str]:
+    """Every producer's messages in the queue; returns the ids of the events they carry."""
+    sent: set[str] = set()
+    for name, (template, write) in FOREIGN_PRODUCERS.items():
+        for n in range(PER_PRODUCER):
+            document = _document(template, f"{name}-{n}")
+            put(name, document, write)
+            sent.add(document["id"])
+    publisher: Publisher[Any] = Publisher(storage, queue_name, item_type)
+    for n in range(PER_PRODUCER):
+        document = _document(CUSTOM_CLOUD_EVENT, f"cloudqueue-{n}")
+        publisher.publish(_as_item(item_type, document))
+        sent.add(document["id"])
+    return sent
+
+
+def _drain(storage: QueueStorage, queue_name: str, item_type: type[Any], count: int) -> set[str]:
+    """Run a listener with default settings until it has handled ``count`` items."""
+    handled: list[str] = []
     lock = threading.Lock()
 
     def record(item: Any) -> None:
+        assert isinstance(item, item_type)
         with lock:
-            handled.append(item)
+            handled.append(_id_of(item))
 
     listener: CloudQueueListener[Any] = CloudQueueListener(
         storage, CloudQueueLocation(queue_name), item_type, dequeue_interval_s=0.05
     )
     listener.subscribe(record)
     listener.start_listener(1)
-    expected = len(DOCUMENTS) * producers
     try:
-        eventually(lambda: listener.messages_processed == expected, timeout_s=60)
+        eventually(lambda: len(handled) == count, timeout_s=60)
     finally:
         assert listener.stop(30)
-    return handled
-
-
-def _order_ids(items: list[Any]) -> list[int]:
-    return sorted(i.order_id if isinstance(i, Order) else i["order_id"] for i in items)
+    assert len(handled) == len(set(handled))
+    return set(handled)
 
 
 @pytest.fixture
@@ -62,43 +101,45 @@ def sqlite(tmp_path: Path) -> Iterator[SqliteQueueStorage]:
     storage.close()
 
 
-@pytest.mark.parametrize("item_type", [dict, Order])
+@pytest.mark.parametrize("item_type", ITEM_TYPES, ids=lambda t: t.__name__)
 def test_every_producer_is_read_on_sqlite(
     sqlite: SqliteQueueStorage, queue_name: str, item_type: type[Any]
 ) -> None:
-    """Plain and base64 JSON from other producers, and cloudqueue's own, are all handled."""
+    """Plain and base64, Event Grid and CloudEvents schema, and cloudqueue's own: all handled."""
     sqlite.create_queue(queue_name)
-    for produce in PRODUCERS.values():
-        for document in DOCUMENTS:
-            sqlite.put_message(queue_name, produce(document))
-    publisher: Publisher[Any] = Publisher(sqlite, queue_name, item_type)
-    for document in DOCUMENTS:
-        publisher.publish(item_type(**document))
-    handled = _drain(sqlite, queue_name, item_type, producers=len(PRODUCERS) + 1)
-    assert _order_ids(handled) == sorted([0, 1, 2] * (len(PRODUCERS) + 1))
+
+    def put(name: str, document: dict[str, Any], write: Callable[[dict[str, Any]], str]) -> None:
+        sqlite.put_message(queue_name, write(document))
+
+    sent = _fill(sqlite, queue_name, item_type, put)
+    assert _drain(sqlite, queue_name, item_type, len(sent)) == sent
     assert sqlite.approximate_message_count(poison_queue_name(queue_name)) == 0
 
 
-@pytest.mark.parametrize("item_type", [dict, Order])
-def test_the_python_sdk_with_its_defaults_and_with_base64_is_read_on_azurite(
-    azurite_connection_string: str, queue_name: str, item_type: type[Any]
+@pytest.mark.parametrize("item_type", ITEM_TYPES, ids=lambda t: t.__name__)
+def test_every_producer_is_read_on_azurite(
+    azurite_connection_string: str, item_type: type[Any]
 ) -> None:
-    """send_message(json.dumps(...)) plain and base64, and cloudqueue's own, are all read."""
+    """The Python SDK itself (default and base64 policy), Event Grid's text and cloudqueue's."""
+    queue_name = f"shared-{uuid.uuid4().hex[:12]}"
     storage = AzureQueueStorage.from_connection_string(azurite_connection_string)
     storage.create_queue(queue_name)
     plain = QueueClient.from_connection_string(azurite_connection_string, queue_name)
     encoded = QueueClient.from_connection_string(
         azurite_connection_string, queue_name, message_encode_policy=TextBase64EncodePolicy()
     )
-    for document in DOCUMENTS:
-        plain.send_message(PRODUCERS["sdk-plain"](document))
-        encoded.send_message(PRODUCERS["sdk-plain"](document))  # the policy does the base64
-    publisher: Publisher[Any] = Publisher(storage, queue_name, item_type)
-    for document in DOCUMENTS:
-        publisher.publish(item_type(**document))
+
+    def put(name: str, document: dict[str, Any], write: Callable[[dict[str, Any]], str]) -> None:
+        if name == "python-sdk-plain":
+            plain.send_message(sdk_plain(document))
+        elif name == "python-sdk-base64":
+            encoded.send_message(sdk_plain(document))  # the policy does the base64
+        else:
+            storage.put_message(queue_name, write(document))
+
     try:
-        handled = _drain(storage, queue_name, item_type, producers=3)
-        assert _order_ids(handled) == sorted([0, 1, 2] * 3)
+        sent = _fill(storage, queue_name, item_type, put)
+        assert _drain(storage, queue_name, item_type, len(sent)) == sent
         assert storage.approximate_message_count(poison_queue_name(queue_name)) == 0
     finally:
         plain.close()

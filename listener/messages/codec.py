@@ -20,6 +20,7 @@ import structlog
 
 from listener.errors import ConfigurationError, DecodeError
 from listener.messages import encodings
+from listener.messages.events import CloudEventAdapter, is_cloud_event_type
 
 T = TypeVar("T")
 
@@ -60,7 +61,7 @@ class MessageCodec(Generic[T]):
             )
         self.item_type = item_type
         self.encoding: Encoding = encoding
-        self._adapter: pydantic.TypeAdapter[T] = pydantic.TypeAdapter(item_type)
+        self._adapter = _adapter_for(item_type)
 
     @property
     def base64(self) -> bool:
@@ -102,25 +103,33 @@ class MessageCodec(Generic[T]):
     def _decode_json_auto(self, content: str) -> T:
         """JSON as it stands if it is an item; else strict base64 of JSON that is one."""
         try:
-            return self._adapter.validate_json(content)
-        except pydantic.ValidationError as error:
-            as_is = _describe(error)
+            return self._parse(content)
+        except DecodeError as error:
+            as_is = str(error)
         try:
             inner = encodings.strict_base64(content)
         except DecodeError as error:
             raise self._undecodable(content, f"as JSON: {as_is}; as base64: {error}") from None
         try:
-            return self._adapter.validate_json(self._text(inner, content))
-        except (pydantic.ValidationError, DecodeError) as error:
-            why = _describe(error) if isinstance(error, pydantic.ValidationError) else str(error)
-            tried = f"as JSON: {as_is}; as base64 of JSON: {why}"
+            return self._parse(inner.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            why = f"base64 of bytes that are not UTF-8 text: {error}"
+            raise self._undecodable(content, f"as JSON: {as_is}; as {why}") from None
+        except DecodeError as error:
+            tried = f"as JSON: {as_is}; as base64 of JSON: {error}"
             raise self._undecodable(content, tried) from None
 
     def _validate(self, text: str, content: str) -> T:
         try:
+            return self._parse(text)
+        except DecodeError as error:
+            raise self._undecodable(content, str(error)) from None
+
+    def _parse(self, text: str) -> T:
+        try:
             return self._adapter.validate_json(text)
         except pydantic.ValidationError as error:
-            raise self._undecodable(content, _describe(error)) from None
+            raise DecodeError(_describe(error)) from None
 
     def _text(self, payload: bytes, content: str) -> str:
         try:
@@ -151,6 +160,21 @@ class MessageCodec(Generic[T]):
 
     def __repr__(self) -> str:
         return f"MessageCodec({self._type_name()}, {self.encoding})"
+
+
+class _ItemAdapter(Protocol[T]):
+    """What the codec needs of ``pydantic.TypeAdapter``: JSON in, item out, and back."""
+
+    def validate_json(self, text: str) -> T: ...
+
+    def dump_json(self, item: T) -> bytes: ...
+
+
+def _adapter_for(item_type: type[T]) -> _ItemAdapter[T]:
+    """pydantic's adapter, or ours for types pydantic cannot validate (CloudEvent)."""
+    if is_cloud_event_type(item_type):
+        return cast(_ItemAdapter[T], CloudEventAdapter())
+    return pydantic.TypeAdapter(item_type)
 
 
 def _describe(error: pydantic.ValidationError) -> str:
