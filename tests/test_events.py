@@ -13,9 +13,11 @@ from typing import Any
 
 import pytest
 from azure.core.messaging import CloudEvent
+from structlog.testing import capture_logs
 
+from examples.uploaded_blobs import UploadedBlobWorker
 from listener import DecodeError, MessageCodec
-from listener.messages.events import EventGridEvent
+from listener.messages.events import EventGridEvent, is_cloud_event_type
 from tests.support.events import (
     BLOB_CREATED_CLOUD_EVENT,
     BLOB_CREATED_EVENT_GRID,
@@ -108,3 +110,16 @@ def test_what_is_not_an_event_is_poisoned_with_a_reason(content: str) -> None:
     """Arrays (batches) and arbitrary JSON are not events: a DecodeError says so."""
     with pytest.raises(DecodeError, match=r"listener\.encoding"):
         MessageCodec(CloudEvent).decode(content)
+
+
+def test_the_uploaded_blobs_example_reports_each_new_blob_and_skips_other_events() -> None:
+    """The example logs a BlobCreated event's URL and size, and skips a custom event."""
+    worker = UploadedBlobWorker()
+    assert is_cloud_event_type(worker.item_type)
+    codec: MessageCodec[CloudEvent[Any]] = MessageCodec(worker.item_type)
+    with capture_logs() as logs:
+        worker.handle(codec.decode(_as_delivered(BLOB_CREATED_EVENT_GRID, "base64")))
+        worker.handle(codec.decode(_as_delivered(CUSTOM_CLOUD_EVENT, "plain")))
+    assert [entry["event"] for entry in logs] == ["blob_uploaded", "event_skipped"]
+    assert logs[0]["url"] == "https://photostore.blob.core.windows.net/photos/cat.jpg"
+    assert logs[0]["bytes"] == 524288

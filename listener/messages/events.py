@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import json
 from datetime import datetime
-from typing import Any
+from typing import Any, get_origin
 
 from azure.core.messaging import CloudEvent
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
@@ -71,7 +71,8 @@ class EventGridEvent(BaseModel):
 
 
 def is_cloud_event_type(item_type: object) -> bool:
-    return item_type is CloudEvent
+    """True for ``CloudEvent`` and ``CloudEvent[...]``."""
+    return item_type is CloudEvent or get_origin(item_type) is CloudEvent
 
 
 def _from_event_grid_schema(document: dict[str, Any]) -> dict[str, Any]:
