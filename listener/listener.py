@@ -120,6 +120,7 @@ class CloudQueueListener(Observable[T]):
         batch_processed: BatchProcessedHandler | None = None,
         delivery: DeliveryPolicy | None = None,
         payload_store: PayloadStore | None = None,
+        create_queues: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -143,6 +144,9 @@ class CloudQueueListener(Observable[T]):
         self.rng: RandomSource = rng or default_rng()
         self.delivery = delivery or DeliveryPolicy()
         self.payload_store = payload_store
+        self.create_queues = create_queues
+        """False: the queue and its -poison queue exist already, and the credential (a SAS or
+        role without the create permission) may not create them, so never try."""
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
         self._subscribers: Subscribers[T] = Subscribers()
@@ -415,7 +419,7 @@ class CloudQueueListener(Observable[T]):
     # -- bookkeeping ---------------------------------------------------------------------------
 
     def _ensure_queues(self) -> None:
-        if self._queues_ready:
+        if self._queues_ready or not self.create_queues:
             return
         try:
             self.storage.create_queue(self.queue_name)

@@ -165,6 +165,7 @@ def _host(
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
         payload_store=payload_store,
+        create_queues=options.create_queues,
     )
     scaler = ElasticScaler(settings.scaling_policy())
     scaler.attach(listener)

@@ -56,6 +56,11 @@ class ListenerSettings(BaseModel):
     retry_delay_s: float = Field(default=1.0, ge=0, description="base of the retry back-off")
     max_retry_delay_s: float = Field(default=60.0, ge=0, description="longest retry back-off")
     renew_visibility: bool = Field(default=True, description="extend held messages' visibility")
+    create_queues: bool = Field(
+        default=True,
+        description="create the queue and its -poison queue at start; false for a SAS or role "
+        "that may not create queues (create both beforehand)",
+    )
 
     @model_validator(mode="before")
     @classmethod

@@ -150,8 +150,8 @@ _TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
 _HINTS = {
     "AuthenticationFailed": "storage refused the key, SAS or token: check it is for this account, "
     "not expired, and (a token) issued for the audience https://storage.azure.com",
-    "AuthorizationPermissionMismatch": "the identity has no data role allowing this operation "
-    "(e.g. Storage Queue Data Message Processor, or Contributor to create queues)",
+    "AuthorizationPermissionMismatch": "the SAS lacks the permission, or the identity a data "
+    "role, for this operation (see the least-privilege table in the README)",
     "AuthorizationFailure": "the SAS or identity may not do this here (permissions, IP, network)",
 }
 
