@@ -2,8 +2,9 @@
 
 Producers x item types on SQLite and Azurite. Producers: the Python SDK with its defaults (plain
 text) and with ``TextBase64EncodePolicy``, an Event Grid subscription in the Event Grid schema and
-in the CloudEvents schema (each plain and base64), and cloudqueue's own publisher. Item types: a
-``dict``, a pydantic model (``EventGridEvent``) and ``azure.core.messaging.CloudEvent``.
+in the CloudEvents schema (each plain and base64), and cloudqueue's own publisher; on Azurite also
+Microsoft's JavaScript SDK from npm, plain and base64. Item types: a ``dict``, a pydantic model
+(``EventGridEvent``) and ``azure.core.messaging.CloudEvent``.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
 from tests.support.events import CUSTOM_CLOUD_EVENT, CUSTOM_EVENT_GRID
+from tests.support.js_sdk import JsQueueClient
 from tests.support.polling import eventually
 from tests.support.producers import sdk_base64, sdk_plain
 
@@ -38,6 +40,11 @@ FOREIGN_PRODUCERS: dict[str, tuple[dict[str, Any], Callable[[dict[str, Any]], st
     "event-grid-schema-base64": (CUSTOM_EVENT_GRID, sdk_base64),
     "cloudevents-schema-plain": (CUSTOM_CLOUD_EVENT, sdk_plain),
     "cloudevents-schema-base64": (CUSTOM_CLOUD_EVENT, sdk_base64),
+}
+
+JS_PRODUCERS = {
+    "javascript-sdk-plain": (CUSTOM_CLOUD_EVENT, sdk_plain),
+    "javascript-sdk-base64": (CUSTOM_CLOUD_EVENT, sdk_base64),
 }
 
 
@@ -55,10 +62,16 @@ def _id_of(item: Any) -> str:
     return str(item["id"] if isinstance(item, dict) else item.id)
 
 
-def _fill(storage: QueueStorage, queue_name: str, item_type: type[Any], put: Any) -> set[str]:
+def _fill(
+    storage: QueueStorage,
+    queue_name: str,
+    item_type: type[Any],
+    put: Any,
+    producers: dict[str, Any] = FOREIGN_PRODUCERS,
+) -> set[str]:
     """Every producer's messages in the queue; returns the ids of the events they carry."""
     sent: set[str] = set()
-    for name, (template, write) in FOREIGN_PRODUCERS.items():
+    for name, (template, write) in producers.items():
         for n in range(PER_PRODUCER):
             document = _document(template, f"{name}-{n}")
             put(name, document, write)
@@ -120,7 +133,7 @@ def test_every_producer_is_read_on_sqlite(
 def test_every_producer_is_read_on_azurite(
     azurite_connection_string: str, item_type: type[Any]
 ) -> None:
-    """The Python SDK itself (default and base64 policy), Event Grid's text and cloudqueue's."""
+    """The Python and JavaScript SDKs themselves, plain and base64, Event Grid's text, ours."""
     queue_name = f"shared-{uuid.uuid4().hex[:12]}"
     storage = AzureQueueStorage.from_connection_string(azurite_connection_string)
     storage.create_queue(queue_name)
@@ -129,8 +142,12 @@ def test_every_producer_is_read_on_azurite(
         azurite_connection_string, queue_name, message_encode_policy=TextBase64EncodePolicy()
     )
 
+    from_javascript: dict[str, list[dict[str, Any]]] = {"plain": [], "base64": []}
+
     def put(name: str, document: dict[str, Any], write: Callable[[dict[str, Any]], str]) -> None:
-        if name == "python-sdk-plain":
+        if name.startswith("javascript-sdk-"):
+            from_javascript[name.removeprefix("javascript-sdk-")].append(document)
+        elif name == "python-sdk-plain":
             plain.send_message(sdk_plain(document))
         elif name == "python-sdk-base64":
             encoded.send_message(sdk_plain(document))  # the policy does the base64
@@ -138,7 +155,9 @@ def test_every_producer_is_read_on_azurite(
             storage.put_message(queue_name, write(document))
 
     try:
-        sent = _fill(storage, queue_name, item_type, put)
+        sent = _fill(storage, queue_name, item_type, put, {**FOREIGN_PRODUCERS, **JS_PRODUCERS})
+        for encoding, documents in from_javascript.items():
+            JsQueueClient(azurite_connection_string).send(queue_name, encoding, documents)
         assert _drain(storage, queue_name, item_type, len(sent)) == sent
         assert storage.approximate_message_count(poison_queue_name(queue_name)) == 0
     finally:
