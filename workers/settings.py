@@ -190,15 +190,15 @@ class CloudQueueSettings(BaseSettings):
     )
 
     connection_string: SecretStr | None = None
-    credential: str | None = Field(
-        default=None,
-        description="sign in with Microsoft Entra ID: default | managed_identity[:CLIENT_ID] | "
-        "workload_identity | azure_cli | package.module:callable (needs cloudqueue[identity])",
-    )
     shutdown_grace_s: float = Field(default=30.0, ge=0, description="time to finish in-flight work")
     state_dir: Path = Field(
         default=Path(".cloudqueue/run"),
         description="where running workers publish their live state for `cloudqueue status`",
+    )
+    credential: str | None = Field(
+        default=None,
+        description="sign in with Microsoft Entra ID: default | managed_identity[:CLIENT_ID] | "
+        "workload_identity | azure_cli | package.module:callable (needs cloudqueue[identity])",
     )
     listener: ListenerSettings = Field(default_factory=ListenerSettings)
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
