@@ -125,6 +125,7 @@ class CloudQueueListener(Observable[T]):
         delivery: DeliveryPolicy | None = None,
         payload_store: PayloadStore | None = None,
         rate_limiter: RateLimiter | None = None,
+        create_queues: bool = True,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -149,6 +150,9 @@ class CloudQueueListener(Observable[T]):
         self.delivery = delivery or DeliveryPolicy()
         self.payload_store = payload_store
         self.rate_limiter = rate_limiter
+        self.create_queues = create_queues
+        """False: the queue and its -poison queue exist already, and the credential (a SAS or
+        role without the create permission) may not create them, so never try."""
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
         self._subscribers: Subscribers[T] = Subscribers()
@@ -509,7 +513,7 @@ class CloudQueueListener(Observable[T]):
     # -- bookkeeping ---------------------------------------------------------------------------
 
     def _ensure_queues(self) -> None:
-        if self._queues_ready:
+        if self._queues_ready or not self.create_queues:
             return
         try:
             self.storage.create_queue(self.queue_name)

@@ -14,7 +14,7 @@ from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
 from listener.testing import ManualClock, VirtualClock
 
-pytest_plugins = ["tests.support.azurite", "tests.support.redis_server"]
+pytest_plugins = ["tests.support.azurite", "tests.support.entra", "tests.support.redis_server"]
 
 BACKENDS = ["memory", "sqlite", "azure"]
 

@@ -1,14 +1,17 @@
-"""The standard codec: items to queue text and back, base64 by default (as Azure Functions)."""
+"""The standard codec: items to queue text and back; publishes base64, reads plain or base64."""
 
 from __future__ import annotations
 
 import base64
 import json
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
+from structlog.testing import capture_logs
 
 from listener import ConfigurationError, DecodeError, MessageCodec
+from listener.messages.codec import Encoding, reading_codec
 
 
 class Reading(BaseModel):
@@ -66,3 +69,107 @@ def test_content_that_is_not_an_item_raises_decode_error_naming_the_problem(
     """Bad base64, bad UTF-8, bad JSON and schema violations each say what is wrong."""
     with pytest.raises(DecodeError, match=reason):
         MessageCodec(Reading).decode(content)
+
+
+def _b64(text: str) -> str:
+    return base64.b64encode(text.encode("utf-8")).decode("ascii")
+
+
+@pytest.mark.parametrize(
+    "content", ['{"sensor": "ü", "value": 2}', _b64('{"sensor": "ü", "value": 2}')]
+)
+@pytest.mark.parametrize("item_type", [Reading, dict])
+def test_auto_reads_json_items_written_plain_or_base64(item_type: type, content: str) -> None:
+    """In auto, a JSON item is read whether its producer wrote it as it stands or in base64."""
+    item: Any = MessageCodec(item_type).decode(content)
+    assert (item.sensor if isinstance(item, Reading) else item["sensor"]) == "ü"
+
+
+def test_auto_takes_json_as_it_stands_before_trying_base64() -> None:
+    """Content that is a valid item as it stands is never base64-decoded (1234 is also base64)."""
+    assert MessageCodec(int).decode("1234") == 1234
+
+
+def test_auto_still_publishes_base64_as_azure_functions_reads() -> None:
+    """auto changes reading only: what is published stays base64."""
+    assert MessageCodec(dict).encode({"a": 1}) == _b64('{"a":1}')
+
+
+@pytest.mark.parametrize(
+    ("content", "expected"),
+    [
+        (_b64("héllo wörld"), "héllo wörld"),  # a base64 producer
+        ("héllo wörld", "héllo wörld"),  # a plain producer: not base64 at all
+        ("test", "test"),  # base64 by chance, but not of printable UTF-8
+        ("", ""),
+    ],
+)
+def test_auto_reads_text_items_by_the_documented_rule(content: str, expected: str) -> None:
+    """For str items, canonical base64 of printable UTF-8 is decoded, anything else kept."""
+    assert MessageCodec(str).decode(content) == expected
+
+
+def test_auto_reads_bytes_items_from_base64_or_from_plain_text() -> None:
+    """For bytes items, canonical base64 is decoded and other text becomes its UTF-8 bytes."""
+    codec = MessageCodec(bytes)
+    assert codec.decode(base64.b64encode(b"\x00\xff").decode()) == b"\x00\xff"
+    assert codec.decode("plain ü") == "plain ü".encode()
+
+
+@pytest.mark.parametrize(("item_type", "ambiguous"), [(str, True), (bytes, True), (dict, False)])
+def test_auto_is_ambiguous_only_for_text_and_bytes(item_type: type, ambiguous: bool) -> None:
+    """Only text and bytes items can look like base64 themselves, so only they warn at start."""
+    assert MessageCodec(item_type).ambiguous is ambiguous
+
+
+def test_a_worker_reading_text_in_auto_is_warned_once_at_start() -> None:
+    """reading_codec logs one warning that advises an explicit encoding."""
+    with capture_logs() as logs:
+        reading_codec(str, "auto")
+        reading_codec(str, "plain")
+        reading_codec(dict, "auto")
+    assert [entry["event"] for entry in logs] == ["encoding_ambiguous"]
+    assert "listener.encoding" in logs[0]["advice"]
+
+
+def test_base64_mode_keeps_refusing_plain_text() -> None:
+    """The explicit base64 encoding is as strict as before: plain JSON is refused."""
+    with pytest.raises(DecodeError, match="not valid base64"):
+        MessageCodec(dict, encoding="base64").decode('{"a": 1}')
+
+
+def test_plain_mode_keeps_refusing_base64_text() -> None:
+    """The explicit plain encoding never base64-decodes: base64 of JSON is not JSON."""
+    with pytest.raises(DecodeError, match="Invalid JSON"):
+        MessageCodec(dict, encoding="plain").decode(_b64('{"a": 1}'))
+    assert MessageCodec(str, encoding="plain").decode(_b64("hi")) == _b64("hi")
+
+
+@pytest.mark.parametrize(
+    ("encoding", "advice"),
+    [
+        ("base64", "set listener.encoding = 'auto'"),
+        ("plain", "set listener.encoding = 'auto'"),
+        ("auto", "item type does not match"),
+    ],
+)
+def test_an_undecodable_message_says_what_was_tried_how_it_starts_and_what_to_change(
+    encoding: Encoding, advice: str
+) -> None:
+    """The poison reason names the encoding, quotes the first characters and gives advice."""
+    content = "hello, this is not what a dict worker expects at all " * 3
+    with pytest.raises(DecodeError) as raised:
+        MessageCodec(dict, encoding=encoding).decode(content)
+    reason = str(raised.value)
+    assert f"listener.encoding = '{encoding}'" in reason
+    assert "content starts 'hello, this is not what a dict worker ex'..." in reason
+    assert advice in reason
+    if encoding == "auto":
+        assert "as JSON:" in reason
+        assert "as base64:" in reason
+
+
+def test_the_older_base64_flag_still_selects_an_encoding() -> None:
+    """MessageCodec(..., base64=False) is the plain encoding, base64=True the base64 one."""
+    assert MessageCodec(str, base64=False).encoding == "plain"
+    assert MessageCodec(str, base64=True).encoding == "base64"

@@ -58,8 +58,14 @@ def make_listener(storage: MeteredStorage) -> Iterator[Callable[[str], CloudQueu
     made: list[CloudQueueListener[str]] = []
 
     def make(queue: str) -> CloudQueueListener[str]:
+        # Explicit base64: in auto a str listener reads any text, and these tests need one
+        # malformed message to be poisoned.
         listener = CloudQueueListener(
-            storage, CloudQueueLocation(queue), str, dequeue_interval_s=0.01
+            storage,
+            CloudQueueLocation(queue),
+            str,
+            codec=MessageCodec(str, encoding="base64"),
+            dequeue_interval_s=0.01,
         )
         made.append(listener)
         return listener

@@ -18,7 +18,7 @@ import structlog
 
 from listener.clock import SYSTEM_CLOCK
 from listener.listener import CloudQueueListener
-from listener.messages.codec import MessageCodec
+from listener.messages.codec import reading_codec
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import TriggerChannel, account_of
 from listener.push.waker import TriggerWaker, Watchdog
@@ -77,11 +77,16 @@ class WorkerHost:
             for worker_type in worker_types
         ]
         # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
-        self.storage = MeteredStorage(storage or open_storage(settings.connection_string_value()))
+        self.storage = MeteredStorage(
+            storage
+            or open_storage(settings.connection_string_value(), credential=settings.credential)
+        )
         # What the host opened it closes; what it was given belongs to the caller.
         self._owned_payload_store: PayloadStore | None = None
         if payload_store is None and storage is None:
-            payload_store = open_payload_store_if_available(settings.connection_string_value())
+            payload_store = open_payload_store_if_available(
+                settings.connection_string_value(), credential=settings.credential
+            )
             self._owned_payload_store = payload_store
         self._live: LiveStatePublisher | None = None
         self.hosted = [
@@ -143,7 +148,9 @@ class WorkerHost:
         """Start, wait for SIGTERM/SIGINT, drain and return the exit code."""
         signal.signal(signal.SIGTERM, self.request_shutdown)
         signal.signal(signal.SIGINT, self.request_shutdown)
-        where = describe_storage(self.settings.connection_string_value())
+        where = describe_storage(
+            self.settings.connection_string_value(), credential=self.settings.credential
+        )
         live = self._live = LiveStatePublisher(
             self.settings.state_dir,
             worker=" ".join(_name(type(hosted.worker)) for hosted in self.hosted),
@@ -173,12 +180,13 @@ def _host(
         storage,
         worker.location(options.visibility_timeout_s),
         worker.item_type,
-        codec=MessageCodec(worker.item_type, base64=options.base64),
+        codec=reading_codec(worker.item_type, options.encoding),
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
         payload_store=payload_store,
         rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
+        create_queues=options.create_queues,
     )
     scaler = ElasticScaler(listener.pool_control, settings.scaling_policy())
     runner = AsyncHandlerRunner(worker.handle)

@@ -29,6 +29,7 @@ from pydantic_settings import (
 )
 
 from listener.errors import ConfigurationError
+from listener.messages.codec import Encoding
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
     ScalingRule,
@@ -70,7 +71,11 @@ class ListenerSettings(_Section):
     dequeue_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=MAX_BATCH_SIZE)
     visibility_timeout_s: int = Field(default=30, ge=1, le=MAX_VISIBILITY_TIMEOUT_S)
     max_error_delay_s: float = Field(default=30.0, ge=0, description="longest back-off on errors")
-    base64: bool = Field(default=True, description="base64 message text, as Azure Functions does")
+    encoding: Encoding = Field(
+        default="auto",
+        description="how message text carries items: auto (read plain or base64, publish base64), "
+        "base64 (as Azure Functions), plain (as the SDKs' defaults)",
+    )
     # A retry delay becomes a visibility timeout: the service refuses more than 7 days.
     retry_delay_s: float = Field(
         default=1.0, ge=0, le=MAX_VISIBILITY_TIMEOUT_S, description="base of the retry back-off"
@@ -79,6 +84,21 @@ class ListenerSettings(_Section):
         default=60.0, ge=0, le=MAX_VISIBILITY_TIMEOUT_S, description="longest retry back-off"
     )
     renew_visibility: bool = Field(default=True, description="extend held messages' visibility")
+    create_queues: bool = Field(
+        default=True,
+        description="create the queue and its -poison queue at start; false for a SAS or role "
+        "that may not create queues (create both beforehand)",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _base64_is_an_encoding(cls, data: Any) -> Any:
+        """The older boolean ``base64`` still works, as ``encoding = base64 | plain``."""
+        if isinstance(data, dict) and "base64" in data:
+            data = dict(data)
+            wrapped = str(data.pop("base64")).strip().lower() in ("true", "1", "yes", "on")
+            data.setdefault("encoding", "base64" if wrapped else "plain")
+        return data
 
 
 class PoisonSettings(_Section):
@@ -227,6 +247,11 @@ class CloudQueueSettings(BaseSettings):
     state_dir: Path = Field(
         default=Path(".cloudqueue/run"),
         description="where running workers publish their live state for `cloudqueue status`",
+    )
+    credential: str | None = Field(
+        default=None,
+        description="sign in with Microsoft Entra ID: default | managed_identity[:CLIENT_ID] | "
+        "workload_identity | azure_cli | package.module:callable (needs cloudqueue[identity])",
     )
     listener: ListenerSettings = Field(default_factory=ListenerSettings)
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)

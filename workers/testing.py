@@ -131,7 +131,7 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
         InMemoryQueueStorage(clock=clock),
         worker.location(options.visibility_timeout_s),
         worker.item_type,
-        codec=MessageCodec(worker.item_type, base64=options.base64),
+        codec=MessageCodec(worker.item_type, encoding=options.encoding),
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),

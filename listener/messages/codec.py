@@ -1,22 +1,33 @@
 """Turning items into queue text and back.
 
 An item is a pydantic model, ``str``, ``bytes``, ``dict`` or anything else pydantic can validate.
-Text and bytes travel as they are; everything else travels as JSON. By default the text is then
-base64-encoded, as Azure Functions and WebJobs producers and consumers expect, so cloudqueue can
-share queues with them; plain text is selectable for queues only cloudqueue touches.
+Text and bytes travel as they are; everything else travels as JSON. Published text is then
+base64-encoded by default, as Azure Functions and WebJobs consumers expect; ``plain`` publishes the
+text as it is, for consumers using an SDK's defaults.
+
+Reading, the ``encoding`` says what the content may be (see ``listener.messages.encodings``):
+``base64`` and ``plain`` accept only that form; ``auto`` (the default) reads what producers not
+written here put in a queue, plain or base64, message by message.
 """
 
 from __future__ import annotations
 
 import base64
-import binascii
-from typing import Generic, Protocol, TypeVar, cast
+from typing import Generic, Literal, Protocol, TypeVar, cast
 
 import pydantic
+import structlog
 
 from listener.errors import ConfigurationError, DecodeError
+from listener.messages import encodings
+from listener.messages.events import CloudEventAdapter, is_cloud_event_type
 
 T = TypeVar("T")
+
+Encoding = Literal["auto", "base64", "plain"]
+ENCODINGS: tuple[Encoding, ...] = ("auto", "base64", "plain")
+
+log = structlog.get_logger(__name__)
 
 
 class Codec(Protocol[T]):
@@ -30,16 +41,37 @@ class Codec(Protocol[T]):
 
 
 class MessageCodec(Generic[T]):
-    """The standard codec: raw text/bytes or JSON, wrapped in base64 unless ``base64=False``."""
+    """The standard codec: raw text/bytes or JSON, read and written in the given ``encoding``.
 
-    def __init__(self, item_type: type[T], *, base64: bool = True) -> None:
-        if item_type is bytes and not base64:
+    ``base64=True/False`` is the older spelling of ``encoding="base64"/"plain"``, still accepted.
+    """
+
+    def __init__(
+        self, item_type: type[T], *, encoding: Encoding = "auto", base64: bool | None = None
+    ) -> None:
+        if base64 is not None:
+            encoding = "base64" if base64 else "plain"
+        if encoding not in ENCODINGS:
             raise ConfigurationError(
-                "bytes items need the base64 encoding: plain text cannot carry them"
+                f"unknown encoding {encoding!r}: use one of {', '.join(ENCODINGS)}"
+            )
+        if item_type is bytes and encoding == "plain":
+            raise ConfigurationError(
+                "bytes items need the base64 or auto encoding: plain text cannot carry them"
             )
         self.item_type = item_type
-        self.base64 = base64
-        self._adapter: pydantic.TypeAdapter[T] = pydantic.TypeAdapter(item_type)
+        self.encoding: Encoding = encoding
+        self._adapter = _adapter_for(item_type)
+
+    @property
+    def base64(self) -> bool:
+        """Whether published text is base64 (every encoding but ``plain``)."""
+        return self.encoding != "plain"
+
+    @property
+    def ambiguous(self) -> bool:
+        """True when ``auto`` must guess: a text or bytes item may itself look like base64."""
+        return self.encoding == "auto" and self.item_type in (str, bytes)
 
     def encode(self, item: T) -> str:
         payload = self._to_bytes(item)
@@ -48,19 +80,73 @@ class MessageCodec(Generic[T]):
         return payload.decode("utf-8")
 
     def decode(self, content: str) -> T:
-        payload = self._unwrap(content)
         if self.item_type is bytes:
-            return cast(T, payload)
-        try:
-            text = payload.decode("utf-8")
-        except UnicodeDecodeError as error:
-            raise DecodeError(f"content is not UTF-8 text: {error}") from error
+            return cast(T, self._decode_bytes(content))
         if self.item_type is str:
-            return cast(T, text)
+            return cast(T, self._decode_text(content))
+        if self.encoding == "auto":
+            return self._decode_json_auto(content)
+        return self._validate(self._text(self._unwrap(content), content), content)
+
+    def _decode_bytes(self, content: str) -> bytes:
+        if self.encoding == "auto":
+            raw = encodings.canonical_base64(content)
+            return content.encode("utf-8") if raw is None else raw
+        return self._unwrap(content)
+
+    def _decode_text(self, content: str) -> str:
+        if self.encoding == "auto":
+            text = encodings.base64_text(content)
+            return content if text is None else text
+        return self._text(self._unwrap(content), content)
+
+    def _decode_json_auto(self, content: str) -> T:
+        """JSON as it stands if it is an item; else strict base64 of JSON that is one."""
+        try:
+            return self._parse(content)
+        except DecodeError as error:
+            as_is = str(error)
+        try:
+            inner = encodings.strict_base64(content)
+        except DecodeError as error:
+            raise self._undecodable(content, f"as JSON: {as_is}; as base64: {error}") from None
+        try:
+            return self._parse(inner.decode("utf-8"))
+        except UnicodeDecodeError as error:
+            why = f"base64 of bytes that are not UTF-8 text: {error}"
+            raise self._undecodable(content, f"as JSON: {as_is}; as {why}") from None
+        except DecodeError as error:
+            tried = f"as JSON: {as_is}; as base64 of JSON: {error}"
+            raise self._undecodable(content, tried) from None
+
+    def _validate(self, text: str, content: str) -> T:
+        try:
+            return self._parse(text)
+        except DecodeError as error:
+            raise self._undecodable(content, str(error)) from None
+
+    def _parse(self, text: str) -> T:
         try:
             return self._adapter.validate_json(text)
         except pydantic.ValidationError as error:
-            raise DecodeError(_describe(error)) from error
+            raise DecodeError(_describe(error)) from None
+
+    def _text(self, payload: bytes, content: str) -> str:
+        try:
+            return payload.decode("utf-8")
+        except UnicodeDecodeError as error:
+            raise self._undecodable(content, f"content is not UTF-8 text: {error}") from None
+
+    def _unwrap(self, content: str) -> bytes:
+        if self.encoding == "plain":
+            return content.encode("utf-8")
+        try:
+            return encodings.strict_base64(content)
+        except DecodeError as error:
+            raise self._undecodable(content, str(error)) from None
+
+    def _undecodable(self, content: str, why: str) -> DecodeError:
+        return DecodeError(encodings.explain(why, content, self.encoding, self._type_name()))
 
     def _to_bytes(self, item: T) -> bytes:
         if isinstance(item, bytes):
@@ -69,17 +155,26 @@ class MessageCodec(Generic[T]):
             return item.encode("utf-8")
         return self._adapter.dump_json(item)
 
-    def _unwrap(self, content: str) -> bytes:
-        if not self.base64:
-            return content.encode("utf-8")
-        try:
-            return base64.b64decode(content, validate=True)
-        except (binascii.Error, ValueError) as error:
-            raise DecodeError(f"content is not valid base64: {error}") from error
+    def _type_name(self) -> str:
+        return getattr(self.item_type, "__name__", str(self.item_type))
 
     def __repr__(self) -> str:
-        encoding = "base64" if self.base64 else "plain"
-        return f"MessageCodec({getattr(self.item_type, '__name__', self.item_type)}, {encoding})"
+        return f"MessageCodec({self._type_name()}, {self.encoding})"
+
+
+class _ItemAdapter(Protocol[T]):
+    """What the codec needs of ``pydantic.TypeAdapter``: JSON in, item out, and back."""
+
+    def validate_json(self, text: str) -> T: ...
+
+    def dump_json(self, item: T) -> bytes: ...
+
+
+def _adapter_for(item_type: type[T]) -> _ItemAdapter[T]:
+    """pydantic's adapter, or ours for types pydantic cannot validate (CloudEvent)."""
+    if is_cloud_event_type(item_type):
+        return cast(_ItemAdapter[T], CloudEventAdapter())
+    return pydantic.TypeAdapter(item_type)
 
 
 def _describe(error: pydantic.ValidationError) -> str:
@@ -91,9 +186,30 @@ def _describe(error: pydantic.ValidationError) -> str:
     return f"{error.error_count()} validation error(s): " + "; ".join(problems[:5])
 
 
-def codec_for(item_type: type[T], *, base64: bool = True) -> Codec[T]:
+def codec_for(item_type: type[T], *, encoding: Encoding = "auto") -> Codec[T]:
     """The standard codec for an item type."""
-    return MessageCodec(item_type, base64=base64)
+    return MessageCodec(item_type, encoding=encoding)
 
 
-__all__: list[str] = ["Codec", "MessageCodec", "codec_for"]
+def reading_codec(item_type: type[T], encoding: Encoding) -> MessageCodec[T]:
+    """The codec a worker reads its queue with; warns once when ``auto`` has to guess."""
+    codec = MessageCodec(item_type, encoding=encoding)
+    if codec.ambiguous:
+        log.warning(
+            "encoding_ambiguous",
+            item_type=codec._type_name(),
+            rule="text that is canonical base64 of printable UTF-8 is decoded; other text is "
+            "taken as it stands",
+            advice="set listener.encoding = 'base64' or 'plain' to say which producers write",
+        )
+    return codec
+
+
+__all__: list[str] = [
+    "ENCODINGS",
+    "Codec",
+    "Encoding",
+    "MessageCodec",
+    "codec_for",
+    "reading_codec",
+]

@@ -14,6 +14,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import structlog
+from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import ContainerClient
 
@@ -72,6 +73,24 @@ class AzureBlobPayloadStore:
             raise errors.ConfigurationError(
                 "the Azure Storage connection string is malformed or lacks the blob endpoint"
             ) from None
+        return cls(container)
+
+    @classmethod
+    def from_account_url(
+        cls,
+        account_url: str,
+        credential: TokenCredential,
+        *,
+        container_name: str = DEFAULT_CONTAINER,
+        **overrides: Any,
+    ) -> AzureBlobPayloadStore:
+        """Connect to a blob service URL with a token credential (Microsoft Entra ID)."""
+        try:
+            container = ContainerClient(
+                account_url, container_name, credential=credential, **client_options(**overrides)
+            )
+        except ValueError:
+            raise errors.ConfigurationError("the blob service URL is invalid") from None
         return cls(container)
 
     @property

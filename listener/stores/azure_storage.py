@@ -23,6 +23,7 @@ import structlog
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
 from azure.core.exceptions import (
     AzureError,
+    ClientAuthenticationError,
     HttpResponseError,
     IncompleteReadError,
     ResourceExistsError,
@@ -146,6 +147,13 @@ _ERRORS_BY_CODE: dict[str, type[errors.StorageError]] = {
     "QueueBeingDeleted": errors.TransientStorageError,
 }
 _TRANSIENT_STATUSES = frozenset({408, 429, 500, 502, 503, 504})
+_HINTS = {
+    "AuthenticationFailed": "storage refused the key, SAS or token: check it is for this account, "
+    "not expired, and (a token) issued for the audience https://storage.azure.com",
+    "AuthorizationPermissionMismatch": "the SAS lacks the permission, or the identity a data "
+    "role, for this operation (see the least-privilege table in the README)",
+    "AuthorizationFailure": "the SAS or identity may not do this here (permissions, IP, network)",
+}
 
 
 def translate_error(err: AzureError, *, operation: str, queue_name: str) -> errors.StorageError:
@@ -155,6 +163,10 @@ def translate_error(err: AzureError, *, operation: str, queue_name: str) -> erro
     names the operation, queue, status and error code, never the SDK's text.
     """
     where = f"{operation} on queue {queue_name!r} failed" if queue_name else f"{operation} failed"
+    if isinstance(err, ClientAuthenticationError) and err.response is None:
+        # Raised before any request by a credential that could not get a token; the message is
+        # NamedCredential's own one line (which credential, why), never a token.
+        return errors.StorageError(f"{where}: {err.message}")
     if isinstance(err, ServiceRequestError | ServiceResponseError | IncompleteReadError):
         return errors.TransientStorageError(f"{where}: {type(err).__name__} (no usable response)")
     if not isinstance(err, HttpResponseError):
@@ -162,6 +174,8 @@ def translate_error(err: AzureError, *, operation: str, queue_name: str) -> erro
     status = err.status_code
     code = _error_code(err)
     message = f"{where}: HTTP {status} {code}".rstrip()
+    if code in _HINTS:
+        message = f"{message}: {_HINTS[code]}"
     error_type = _ERRORS_BY_CODE.get(code)
     if error_type is None:
         transient = status is not None and status in _TRANSIENT_STATUSES

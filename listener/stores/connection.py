@@ -8,6 +8,9 @@ Accepted forms::
     memory://                            in-memory, lost when the process exits
     AccountName=...;AccountKey=...;...   Azure Storage (or SharedAccessSignature=..., or
     UseDevelopmentStorage=true           Azurite on its default port)
+    https://ACCOUNT.queue.core.windows.net
+                                         Azure Storage, signed in with Microsoft Entra ID
+                                         (``credential``; see stores.token_connection)
 
 ``parse_connection_string`` reads a string once into one typed ``StorageTarget``; the rest
 (opening, describing, the identity triggers use) works from that. ``open_payload_store`` opens
@@ -32,6 +35,11 @@ import structlog
 from listener.errors import ConfigurationError
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.stores.storage import QueueStorage
+from listener.stores.token_connection import (
+    open_token_payload_store,
+    open_token_storage,
+    token_target,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -95,9 +103,18 @@ StorageTarget = SqliteTarget | MemoryTarget | AzureTarget
 
 
 def open_storage(
-    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
 ) -> QueueStorage:
-    """The storage backend the connection string names; raises ConfigurationError if malformed."""
+    """The storage backend the connection string names; raises ConfigurationError if malformed.
+
+    ``credential`` (the ``credential`` setting) signs in to Azure with Microsoft Entra ID.
+    """
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return open_token_storage(token)
     target = parse_connection_string(connection_string, default_path=default_path)
     if isinstance(target, MemoryTarget):
         from listener.stores.memory_storage import InMemoryQueueStorage
@@ -114,7 +131,10 @@ def open_storage(
 
 
 def open_payload_store(
-    connection_string: str | None, *, default_path: Path = DEFAULT_PATH
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
 ) -> PayloadStore:
     """The payload store that goes with ``open_storage(connection_string)``.
 
@@ -122,6 +142,9 @@ def open_payload_store(
     one instance between publisher and listener). Azure: the ``cloudqueue-payloads`` container of
     the same account; a string that lists endpoints must list a BlobEndpoint too.
     """
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return open_token_payload_store(token)
     target = parse_connection_string(connection_string, default_path=default_path)
     if isinstance(target, MemoryTarget):
         return InMemoryPayloadStore()
@@ -134,8 +157,16 @@ def open_payload_store(
     return AzureBlobPayloadStore.from_connection_string(target.connection_string)
 
 
-def describe_storage(connection_string: str | None, *, default_path: Path = DEFAULT_PATH) -> str:
+def describe_storage(
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
+) -> str:
     """A one-line description without secrets, e.g. "azure account NAME at https://HOST"."""
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return token.description
     return parse_connection_string(connection_string, default_path=default_path).description
 
 
@@ -254,13 +285,15 @@ def _queue_endpoint(settings: dict[str, str], account: str | None) -> str:
     return f"{parts.scheme}://{host}"
 
 
-def open_payload_store_if_available(connection_string: str | None) -> PayloadStore | None:
+def open_payload_store_if_available(
+    connection_string: str | None, *, credential: str | None = None
+) -> PayloadStore | None:
     """The payload store for this storage, or None when it has none (a queue-only Azure string).
 
     Without a store, items too large for a message are refused with a clear error instead.
     """
     try:
-        return open_payload_store(connection_string)
+        return open_payload_store(connection_string, credential=credential)
     except ConfigurationError as reason:
         log.info("payload_store_unavailable", reason=str(reason))
         return None

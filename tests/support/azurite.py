@@ -128,6 +128,7 @@ class _Service:
 
     name: str
     port: int
+    options: list[str] = field(default_factory=list)
     process: subprocess.Popen[bytes] | None = None
     output: IO[bytes] | None = field(default=None, repr=False)
 
@@ -143,6 +144,7 @@ class _Service:
             "--skipApiVersionCheck",
             "--disableTelemetry",
             "--silent",
+            *self.options,
         ]
 
     def start(self, bin_dir: Path, location: Path | None) -> None:
@@ -200,15 +202,35 @@ def _signal_group(process: subprocess.Popen[bytes], signum: signal.Signals) -> N
         os.killpg(process.pid, signum)
 
 
+@dataclass(frozen=True)
+class OAuthTls:
+    """A certificate and key for Azurite's HTTPS, which its OAuth (bearer token) mode requires."""
+
+    cert: Path
+    key: Path
+
+    def options(self) -> list[str]:
+        return ["--oauth", "basic", "--cert", str(self.cert), "--key", str(self.key)]
+
+
 class AzuriteProcess:
     """An Azurite instance on free loopback ports; restarts keep the ports (and, with a location,
-    the data)."""
+    the data). With ``oauth`` it serves HTTPS and accepts Microsoft Entra ID bearer tokens."""
 
-    def __init__(self, root: Path, *, blob: bool = False, location: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        *,
+        blob: bool = False,
+        location: Path | None = None,
+        oauth: OAuthTls | None = None,
+    ) -> None:
         self.root = root
         self.location = location
-        self.queue = _Service("queue", free_port())
-        self.blob = _Service("blob", _another_free_port(self.queue.port)) if blob else None
+        self.scheme = "http" if oauth is None else "https"
+        options = [] if oauth is None else oauth.options()
+        self.queue = _Service("queue", free_port(), options)
+        self.blob = _Service("blob", _another_free_port(self.queue.port), options) if blob else None
 
     @property
     def services(self) -> list[_Service]:
@@ -219,16 +241,28 @@ class AzuriteProcess:
         return all(s.process is not None and s.process.poll() is None for s in self.services)
 
     @property
+    def queue_url(self) -> str:
+        """The development account's queue service URL."""
+        return f"{self.scheme}://{HOST}:{self.queue.port}/{ACCOUNT_NAME}"
+
+    @property
+    def blob_url(self) -> str | None:
+        """The development account's blob service URL, when the blob service runs."""
+        return (
+            None if self.blob is None else f"{self.scheme}://{HOST}:{self.blob.port}/{ACCOUNT_NAME}"
+        )
+
+    @property
     def connection_string(self) -> str:
         """A connection string to this instance for the well-known development account."""
         parts = [
-            "DefaultEndpointsProtocol=http",
+            f"DefaultEndpointsProtocol={self.scheme}",
             f"AccountName={ACCOUNT_NAME}",
             f"AccountKey={ACCOUNT_KEY}",
-            f"QueueEndpoint=http://{HOST}:{self.queue.port}/{ACCOUNT_NAME}",
+            f"QueueEndpoint={self.queue_url}",
         ]
-        if self.blob is not None:
-            parts.append(f"BlobEndpoint=http://{HOST}:{self.blob.port}/{ACCOUNT_NAME}")
+        if self.blob_url is not None:
+            parts.append(f"BlobEndpoint={self.blob_url}")
         return ";".join(parts) + ";"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:

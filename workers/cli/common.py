@@ -152,9 +152,10 @@ def opened_storage(settings: CloudQueueSettings) -> Iterator[QueueStorage]:
             "when it exits: use sqlite:///PATH or an Azure Storage connection string"
         )
     try:
-        storage = open_storage(connection_string)
+        storage = open_storage(connection_string, credential=settings.credential)
     except StorageError as error:
-        raise BadInput(f"cannot open {describe_storage(connection_string)}: {error}") from None
+        where = describe_storage(connection_string, credential=settings.credential)
+        raise BadInput(f"cannot open {where}: {error}") from None
     try:
         with translated_errors():
             yield storage
@@ -178,7 +179,7 @@ def configured_storage(*, announce: bool = False) -> Iterator[tuple[QueueStorage
     not name it (the others print ``where`` in their result line, once is enough).
     """
     settings = current_settings()
-    where = describe_storage(settings.connection_string_value())
+    where = describe_storage(settings.connection_string_value(), credential=settings.credential)
     with opened_storage(settings) as storage:
         if announce:
             log.info("store_opened", storage=where)

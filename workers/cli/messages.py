@@ -83,7 +83,9 @@ def enqueue(
     try:
         with opened_storage(settings) as storage:
             storage.create_queue(queue)
-            payload_store = open_payload_store_if_available(connection_string)
+            payload_store = open_payload_store_if_available(
+                connection_string, credential=settings.credential
+            )
             publisher = Publisher(
                 storage,
                 queue,
@@ -102,7 +104,7 @@ def enqueue(
             channel.close()
     click.echo(
         f"enqueued {publisher.items_sent} item(s) on {queue} in {publisher.messages_sent} "
-        f"message(s) ({describe_storage(connection_string)})"
+        f"message(s) ({describe_storage(connection_string, credential=settings.credential)})"
     )
 
 

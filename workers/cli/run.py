@@ -64,7 +64,7 @@ def run(targets: tuple[str, ...], processes: int, assignments: tuple[str, ...]) 
     try:
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
-        where = describe_storage(settings.connection_string_value())
+        where = describe_storage(settings.connection_string_value(), credential=settings.credential)
         raise BadInput(f"cannot start on {where}: {error}") from None
     sys.exit(host.run())
 

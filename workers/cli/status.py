@@ -92,7 +92,7 @@ def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: 
     settings = current_settings()
     checked_queue(queue)
     with opened_storage(settings) as storage:
-        where = describe_storage(settings.connection_string_value())
+        where = describe_storage(settings.connection_string_value(), credential=settings.credential)
 
         def look(previous: Snapshot | None) -> Snapshot:
             return _snapshot(storage, queue, settings.state_dir, where, previous)
