@@ -106,7 +106,7 @@ class CloudQueueListener(Observable[T]):
     Messages sent by a ``Publisher`` may be compressed, batched or kept in a payload store; the
     listener unpacks them transparently. ``payload_store`` is where it fetches stored payloads
     (and deletes them once their message is deleted); without one such messages are poisoned as
-    undecodable. A batched message is retried as a whole: see ``listener.handling``.
+    undecodable. A batched message retries only its failed items: see ``listener.handling``.
     """
 
     def __init__(
