@@ -31,3 +31,78 @@ def test_the_core_names_are_public() -> None:
     ]:
         assert name in listener.__all__
     assert "QueueWorker" in workers.__all__
+
+
+def test_the_public_surface_is_exactly_this() -> None:
+    """Adding or removing a public name is a deliberate change: it shows up in this list."""
+    import listener
+    import workers
+
+    assert list(listener.__all__) == [
+        "MAX_BATCH_SIZE",
+        "MAX_MESSAGE_BYTES",
+        "Clock",
+        "CloudQueueError",
+        "CloudQueueListener",
+        "CloudQueueListenerInfo",
+        "CloudQueueLocation",
+        "Codec",
+        "ConfigurationError",
+        "DecodeError",
+        "DeliveryPolicy",
+        "ElasticScaler",
+        "EventSleeper",
+        "FolderPayloadStore",
+        "InMemoryPayloadStore",
+        "InMemoryQueueStorage",
+        "InProcessTriggerChannel",
+        "ListenerLoad",
+        "LocalRateLimiter",
+        "MessageCodec",
+        "MessageEnvelope",
+        "MessageNotFoundError",
+        "MessageTooLargeError",
+        "MeteredStorage",
+        "PayloadNotFoundError",
+        "PayloadStore",
+        "PermanentFailure",
+        "PoisonRecord",
+        "PopReceiptMismatchError",
+        "Publisher",
+        "QueueEmptyDecision",
+        "QueueEmptyHandler",
+        "QueueMessage",
+        "QueueNotFoundError",
+        "QueueStorage",
+        "QueueWorkDetectedHandler",
+        "RateLimiter",
+        "RedisRateLimiter",
+        "ScalingInput",
+        "ScalingPolicy",
+        "ScalingRule",
+        "Sleeper",
+        "SqliteQueueStorage",
+        "StorageError",
+        "SystemClock",
+        "TransientStorageError",
+        "TriggerChannel",
+        "TriggerWaker",
+        "Watchdog",
+        "WorkDetected",
+        "current_envelope",
+        "drain_time",
+        "open_payload_store",
+        "open_storage",
+        "poison_queue_name",
+        "proportional",
+        "randomized_exponential_backoff",
+        "steps",
+    ]
+    assert list(workers.__all__) == [
+        "CloudQueueSettings",
+        "ListenerSettings",
+        "LoggingSettings",
+        "QueueWorker",
+        "WorkerHost",
+        "load_worker",
+    ]
