@@ -378,5 +378,6 @@ def test_a_fleet_limit_uses_one_redis_key_per_account_and_queue() -> None:
 
 def test_a_worker_asking_for_a_fleet_limit_without_redis_is_refused() -> None:
     """A worker's own fleet = true with no triggers.url fails at start, naming the setting."""
-    with pytest.raises(ConfigurationError, match=r"triggers\.url"):
+    # Per-worker settings are validated whole (issue 9), so this is refused before any thread.
+    with pytest.raises((ConfigurationError, ValidationError), match=r"triggers\.url"):
         WorkerHost([FleetLimited], CloudQueueSettings(), storage=InMemoryQueueStorage())

@@ -285,7 +285,12 @@ class CloudQueueSettings(BaseSettings):
             try:
                 describe_storage(value.get_secret_value())
             except ConfigurationError as error:
-                raise ValueError(str(error)) from None  # the message never quotes the secret
+                # Endpoints with no key are valid for a token sign-in (the credential setting,
+                # read after this field); opening the storage without one still refuses them.
+                try:
+                    describe_storage(value.get_secret_value(), credential="default")
+                except ConfigurationError:
+                    raise ValueError(str(error)) from None  # the message never quotes the secret
         return value
 
     @model_validator(mode="after")

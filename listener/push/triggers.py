@@ -20,6 +20,7 @@ import structlog
 from reactivex import Observable
 from reactivex.subject import Subject
 
+from listener.errors import ConfigurationError
 from listener.stores.connection import parse_connection_string
 
 log = structlog.get_logger(__name__)
@@ -95,4 +96,12 @@ class InProcessTriggerChannel:
 
 def account_of(connection_string: str | None) -> str:
     """The identity triggers use for a store: Azure's account name, or the embedded file's path."""
-    return parse_connection_string(connection_string).account
+    text = (connection_string or "").strip()
+    if text.lower().startswith(("https://", "http://")):
+        # A token sign-in's queue service URL: https://ACCOUNT.queue.core.windows.net/...
+        host = text.split("//", 1)[1].split("/", 1)[0]
+        return host.split(".", 1)[0] if ".queue." in host else host
+    try:
+        return parse_connection_string(connection_string).account
+    except ConfigurationError:
+        return "azure"  # endpoints without a key: a token sign-in, checked when storage opens

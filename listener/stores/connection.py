@@ -172,7 +172,8 @@ def describe_storage(
 
 def outlives_process(connection_string: str | None) -> bool:
     """Whether queues in this store remain after the process exits (all but ``memory://``)."""
-    return not isinstance(parse_connection_string(connection_string), MemoryTarget)
+    # Not parsed here: a token sign-in target needs its credential, and opening checks it all.
+    return (connection_string or "").strip().lower() != "memory://"
 
 
 def parse_connection_string(
