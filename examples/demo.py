@@ -184,7 +184,8 @@ def summary_tables(summary: DemoSummary, queue: str) -> list[Table]:
     run.add_row("Drain time", f"{summary.drain_s:.1f} s")
     run.add_row("Peak dequeue threads", f"{summary.peak_threads}")
     run.add_row("Storage transactions", f"{summary.transactions:,}")
-    for operation, count in sorted(summary.transactions_by_operation.items()):
+    spent = summary.transactions_by_operation
+    for operation, count in sorted(spent.items(), key=lambda item: -item[1]):
         run.add_row(f"  {OPERATION_NAMES.get(operation, operation)}", f"{count:,}")
     cost = Table(
         title=f"The same burst plus an idle hour, at ${PRICE_PER_10K_USD} per 10,000 transactions",
