@@ -15,13 +15,15 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
+from listener import Publisher
+from listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.azurite import free_port, port_accepts
 from tests.support.chromium import CHROMIUM_ARGS, ensure_chromium
-from tests.support.cli import ok
 from tests.support.polling import eventually
 
 QUEUE = "invoices"
@@ -32,7 +34,7 @@ BURST = 120
 
 @dataclass
 class Scene:
-    env: dict[str, str]
+    publisher: Publisher[dict[str, Any]]
     broken_flag: Path
     worker_log: Path
     url: str
@@ -83,7 +85,9 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
         "TEST_BROKEN_FLAG": str(broken_flag),
         "TEST_HANDLER_DELAY_S": "0.03",
     }
-    ok("queues", "create", QUEUE, env=env)
+    storage = SqliteQueueStorage(tmp_path / "queues.db")
+    storage.create_queue(QUEUE)
+    publisher = Publisher(storage, QUEUE, dict[str, Any])
     port = free_port()
     worker_log = tmp_path / "worker.log"
     worker = _start(["run", "tests.support.flaky_workers:FlakyWorker"], env, worker_log)
@@ -91,10 +95,11 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
     dashboard = _start(dashboard_args, env, tmp_path / "dashboard.log")
     try:
         eventually(lambda: port_accepts(port), timeout_s=20)
-        yield Scene(env, broken_flag, worker_log, f"http://127.0.0.1:{port}/")
+        yield Scene(publisher, broken_flag, worker_log, f"http://127.0.0.1:{port}/")
     finally:
         _end(dashboard)
         _end(worker)
+        storage.close()
 
 
 @pytest.fixture
@@ -128,13 +133,12 @@ def test_the_page_shows_threads_follow_a_burst_and_requeues_a_poisoned_message(
     scene: Scene, page: Page
 ) -> None:
     """Threads rise above one for a burst and come back; Requeue moves the poisoned one back."""
-    ok("enqueue", QUEUE, env=scene.env, stdin=json.dumps({"n": -1, "poison": True}))
+    scene.publisher.publish({"n": -1, "poison": True})
     page.goto(scene.url)
     eventually(lambda: number(page, "poison-count") == 1, timeout_s=15)
     assert "cannot handle this item" in page.locator('[data-queue="invoices"] .poison').inner_text()
 
-    items = "\n".join(json.dumps({"n": n}) for n in range(BURST))
-    ok("enqueue", QUEUE, env=scene.env, stdin=items)
+    scene.publisher.publish_many({"n": n} for n in range(BURST))
     peak = eventually(lambda: number(page, "threads") > 1 and number(page, "threads"))
     eventually(lambda: len(scene.handled()) >= BURST, timeout_s=20)
     eventually(lambda: number(page, "threads") == 1, timeout_s=15)

@@ -279,7 +279,7 @@ function makeChart(container, series, data, scales) {
     width: chartWidth(container),
     height: 220,
     series: [{}, ...series.map((s) => ({ spanGaps: false, width: 1.5, ...s }))],
-    scales: Object.fromEntries(scales.map((scale) => [scale, { range: (u, min, max) => [0, Math.max(1, max)] }])),
+    scales: Object.fromEntries(scales.map((scale) => [scale, { range: (u, min, max) => [0, Math.max(1, Math.ceil(max * 1.1))] }])),
     axes,
   };
   const chart = new uPlot(options, data, container);
