@@ -29,7 +29,7 @@ from listener.stores.storage import QueueStorage
 from tests.support.azurite import ACCOUNT_KEY, free_port
 from tests.support.polling import eventually
 from workers.cli import cli
-from workers.dashboard.access import Access
+from workers.dashboard.access import Access, chosen_token
 from workers.dashboard.app import create_app
 from workers.dashboard.sampling import Sampler, _counters
 
@@ -244,6 +244,31 @@ def test_no_page_or_response_carries_the_account_key(
         storage.delete_queue(queue)
         storage.delete_queue(poison_queue_name(queue))
         storage.close()
+
+
+@pytest.mark.parametrize(
+    ("configured", "host", "expected"),
+    [
+        ("set", "127.0.0.1", ("set", False)),
+        ("set", "0.0.0.0", ("set", False)),
+        (None, "127.0.0.1", (None, False)),
+        (None, "localhost", (None, False)),
+        (None, "::1", (None, False)),
+    ],
+)
+def test_a_configured_token_is_used_and_never_generated_nor_none_on_loopback(
+    configured: str | None, host: str, expected: tuple[str | None, bool]
+) -> None:
+    """The setting wins wherever bound; on loopback without it, no token at all."""
+    assert chosen_token(configured, host) == expected
+
+
+def test_beyond_loopback_without_a_setting_a_new_token_is_generated_each_start() -> None:
+    first, generated = chosen_token(None, "0.0.0.0")
+    assert generated
+    assert first
+    assert len(first) >= 32
+    assert chosen_token(None, "192.168.1.5")[0] != first
 
 
 def test_without_the_extra_the_command_says_what_to_install(

@@ -53,16 +53,15 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
     try:
         import uvicorn
 
-        from workers.dashboard.access import Access, is_loopback, new_token
+        from workers.dashboard.access import Access, chosen_token, is_loopback
         from workers.dashboard.app import create_app
         from workers.dashboard.sampling import Sampler
     except ImportError as error:
         raise click.ClickException(MISSING_EXTRA.format(name=error.name)) from None
     settings = current_settings()
     configured = settings.dashboard.token
-    loopback = is_loopback(host)
-    generated = new_token() if configured is None and not loopback else None
-    token = configured.get_secret_value() if configured is not None else generated
+    secret = None if configured is None else configured.get_secret_value()
+    token, generated = chosen_token(secret, host)
     where = describe_storage(settings.connection_string_value(), credential=settings.credential)
     with opened_storage(settings) as storage:
         sampler = Sampler(
@@ -73,10 +72,10 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
             policy=settings.scaling_policy(),
             interval_s=interval_s,
         )
-        app = create_app(sampler, Access(token=token, loopback_only=loopback))
+        app = create_app(sampler, Access(token=token, loopback_only=is_loopback(host)))
         address = f"http://{_url_host(host)}:{port}/"
-        if generated is not None:
-            address += f"?token={generated}"  # printed once, for whoever started it
+        if generated:
+            address += f"?token={token}"  # printed once, for whoever started it
         click.echo(f"cloudqueue dashboard of {where}: open {address}", err=True)
         # No access log: a sign-in request's address carries the token.
         uvicorn.run(app, host=host, port=port, log_level="warning", access_log=False)

@@ -39,6 +39,18 @@ def new_token() -> str:
     return secrets.token_urlsafe(24)
 
 
+def chosen_token(configured: str | None, host: str) -> tuple[str | None, bool]:
+    """(the token in force, whether it was generated now) for a dashboard bound to ``host``.
+
+    The configured token always; else, beyond loopback, a new one (to be printed); else none.
+    """
+    if configured is not None:
+        return configured, False
+    if is_loopback(host):
+        return None, False
+    return new_token(), True
+
+
 @dataclass(frozen=True, slots=True)
 class Access:
     """The rules for one running dashboard."""
@@ -84,6 +96,7 @@ __all__ = [
     "TOKEN_COOKIE",
     "TOKEN_QUERY",
     "Access",
+    "chosen_token",
     "is_loopback",
     "new_token",
     "presented_token",
