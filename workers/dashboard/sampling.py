@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import structlog
 
@@ -135,8 +135,8 @@ class Sampler:
 
     def _describe(self, snapshot: Snapshot, at: datetime) -> dict[str, Any]:
         report = _report(snapshot, rates=True)
-        workers: list[dict[str, Any]] = report["workers"]  # type: ignore[assignment]
-        totals: dict[str, Any] = report["totals"]  # type: ignore[assignment]
+        workers = cast(list[dict[str, Any]], report["workers"])
+        totals = cast(dict[str, Any], report["totals"])
         in_flight = sum(int(worker["in_flight"]) for worker in workers)
         return {
             "queue": snapshot.queue,

@@ -136,7 +136,10 @@ function poisonBlock(queue) {
     head.append(el("th", {}, label));
   }
   const all = el("button", { type: "button", "data-action": "requeue-all" }, "Requeue all");
-  all.addEventListener("click", () => requeue(queue, {}));
+  all.addEventListener("click", () => {
+    // As `cloudqueue poison requeue` asks first: every message goes back at once.
+    if (window.confirm(`Move every poisoned message back to ${queue}?`)) requeue(queue, {});
+  });
   return el(
     "div",
     { class: "poison" },
