@@ -56,7 +56,7 @@ def _apt_install() -> None:
             "(`apt-get install -y chromium`), or run the tests as root so that they install it"
         )
     environment = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    install = ["apt-get", "install", "-y", "--no-install-recommends", "chromium"]
+    install = ["apt-get", "install", "-y", "chromium"]
     result = _run(install, environment)
     if result.returncode != 0:  # a fresh machine has no package lists yet
         _run(["apt-get", "update"], environment)

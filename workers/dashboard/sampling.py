@@ -78,6 +78,7 @@ class Sampler:
         self._now = now
         self._watched: dict[str, _Watched] = {}
         self._lock = threading.Lock()
+        self._sampling = threading.Lock()  # the thread and a requeue may both ask for a sample
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -113,12 +114,13 @@ class Sampler:
 
     def sample(self) -> None:
         """Refresh every watched queue once."""
-        for queue in self.queues():
-            with self._lock:
-                watched = self._watched.setdefault(queue, _Watched())
-            state = self._sample_queue(queue, watched)
-            with self._lock:
-                watched.state = state
+        with self._sampling:
+            for queue in self.queues():
+                with self._lock:
+                    watched = self._watched.setdefault(queue, _Watched())
+                state = self._sample_queue(queue, watched)
+                with self._lock:
+                    watched.state = state
 
     def _sample_queue(self, queue: str, watched: _Watched) -> dict[str, Any]:
         at = self._now()
