@@ -17,7 +17,10 @@ the conventions name Service Bus's delivery count).
 
 Without the package every function here returns a no-op and nothing is imported: messages are
 put byte for byte as before. The API alone records nothing; an SDK (``opentelemetry-sdk``) with an
-exporter, configured by the application, makes the spans real.
+exporter, configured by the application, makes the spans real. Until the application sets a
+tracer provider, no span is started at all (a no-op span per message would still cost about as
+much as the rest of the listener's work on it); a context already current, such as the one
+``TRACEPARENT`` names, is still written into the messages.
 """
 
 from __future__ import annotations
@@ -26,10 +29,13 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from listener.messages.trace_context import TRACEPARENT, TRACESTATE, read_carrier, with_carrier
 from listener.stores.storage import QueueMessage
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import Tracer, TracerProvider
 
 SYSTEM = "azure_queue"
 TRACER_NAME = "cloudqueue"
@@ -56,9 +62,10 @@ def _not_counted(_messages: int) -> None:
 def producer_span(queue_name: str) -> AbstractContextManager[SentCounter]:
     """The PRODUCER span around one publish call; it yields the callable to report how many
     messages were put."""
-    if not enabled():
+    tracer = _tracer()
+    if tracer is None:
         return nullcontext(_not_counted)
-    return _producer_span(queue_name)
+    return _producer_span(tracer, queue_name)
 
 
 def stamp(content: str, *, wrap_plain: bool = False) -> str:
@@ -75,9 +82,10 @@ def stamp(content: str, *, wrap_plain: bool = False) -> str:
 
 def consumer_span(queue_name: str, message: QueueMessage) -> AbstractContextManager[object]:
     """The CONSUMER span one message is handled in, continuing the producer's trace."""
-    if not enabled():
+    tracer = _tracer()
+    if tracer is None:
         return nullcontext()
-    return _consumer_span(queue_name, message)
+    return _consumer_span(tracer, queue_name, message)
 
 
 def context_from_environment(
@@ -92,11 +100,27 @@ def context_from_environment(
     return _attached(carrier)
 
 
-@contextmanager
-def _producer_span(queue_name: str) -> Iterator[SentCounter]:
+def _tracer() -> Tracer | None:
+    """cloudqueue's tracer, or None without the package or before a provider is set."""
+    if not enabled():
+        return None
     from opentelemetry import trace
 
-    tracer = trace.get_tracer(TRACER_NAME)
+    provider = trace.get_tracer_provider()
+    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+        return None
+    return _tracer_of(provider)
+
+
+@functools.lru_cache(maxsize=4)
+def _tracer_of(provider: TracerProvider) -> Tracer:
+    return provider.get_tracer(TRACER_NAME)
+
+
+@contextmanager
+def _producer_span(tracer: Tracer, queue_name: str) -> Iterator[SentCounter]:
+    from opentelemetry import trace
+
     with tracer.start_as_current_span(
         f"send {queue_name}",
         kind=trace.SpanKind.PRODUCER,
@@ -111,7 +135,7 @@ def _producer_span(queue_name: str) -> Iterator[SentCounter]:
 
 
 @contextmanager
-def _consumer_span(queue_name: str, message: QueueMessage) -> Iterator[object]:
+def _consumer_span(tracer: Tracer, queue_name: str, message: QueueMessage) -> Iterator[object]:
     from opentelemetry import trace
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
@@ -127,7 +151,6 @@ def _consumer_span(queue_name: str, message: QueueMessage) -> Iterator[object]:
         "messaging.message.id": message.id,
         DEQUEUE_COUNT: message.dequeue_count,
     }
-    tracer = trace.get_tracer(TRACER_NAME)
     with tracer.start_as_current_span(
         f"process {queue_name}",
         context=producer,
