@@ -15,6 +15,7 @@ import sys
 import textwrap
 import threading
 from collections.abc import Iterator
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -37,13 +38,18 @@ from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueStorage
 from listener.testing import VirtualClock
+from listener.tracing import consumer_span
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.tracing import named
 from workers.testing import run_until_drained
 
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
-tracer = trace.get_tracer("tests")
+
+
+def job(name: str = "job") -> Any:
+    """A span of the test's own, current while the block runs (on this test's provider)."""
+    return trace.get_tracer("tests").start_as_current_span(name)
 
 
 def drain(
@@ -85,7 +91,7 @@ def test_a_trace_started_by_a_producer_continues_in_the_consumers_span(
     the producer's child, with the messaging attributes; the handler runs inside it."""
     virtual_storage.create_queue("orders")
     publisher = Publisher(virtual_storage, "orders", dict, batch=True)
-    with tracer.start_as_current_span("nightly-job") as job:
+    with job("nightly-job") as nightly:
         publisher.publish_many([{"n": n} for n in range(3)])
     handled = drain(virtual_storage, virtual_clock, "orders", dict)
 
@@ -93,7 +99,7 @@ def test_a_trace_started_by_a_producer_continues_in_the_consumers_span(
     consumer = only(named(spans, "process orders"))
     assert producer.kind == trace.SpanKind.PRODUCER
     assert producer.parent is not None
-    assert producer.parent.span_id == job.get_span_context().span_id
+    assert producer.parent.span_id == nightly.get_span_context().span_id
     assert_continues(consumer, producer)
     assert dict(consumer.attributes or {}) == {
         "messaging.system": "azure_queue",
@@ -113,7 +119,7 @@ def test_single_items_stay_byte_for_byte_and_start_their_own_trace(
     """A single plain item is put exactly as its codec writes it (what Azure Functions reads);
     its consumer span, with no context to continue, is a root."""
     virtual_storage.create_queue("orders")
-    with tracer.start_as_current_span("job"):
+    with job():
         Publisher(virtual_storage, "orders", dict).publish({"n": 1})
     [message] = virtual_storage.peek_messages("orders", max_messages=1)
     assert message.content == MessageCodec(dict).encode({"n": 1})
@@ -129,7 +135,7 @@ def test_trace_envelope_carries_the_context_of_single_items(
     """With ``trace_envelope=True`` a single item travels in a one-item envelope with the
     context, and its consumer span continues the trace."""
     virtual_storage.create_queue("orders")
-    with tracer.start_as_current_span("job"):
+    with job():
         Publisher(virtual_storage, "orders", dict, trace_envelope=True).publish({"n": 1})
     handled = drain(virtual_storage, virtual_clock, "orders", dict)
     assert [item for item, _ in handled] == [{"n": 1}]
@@ -143,7 +149,7 @@ def test_cloud_events_carry_the_context_as_extension_attributes(
     continues the trace and the handler sees the attribute among the event's extensions."""
     virtual_storage.create_queue("events")
     event: CloudEvent[Any] = CloudEvent(source="/tests", type="created", data={"n": 1})
-    with tracer.start_as_current_span("job"):
+    with job():
         Publisher(virtual_storage, "events", CloudEvent).publish(event)
     [message] = virtual_storage.peek_messages("events", max_messages=1)
     document = json.loads(base64.b64decode(message.content))
@@ -153,6 +159,18 @@ def test_cloud_events_carry_the_context_as_extension_attributes(
     [(received, _)] = drain(virtual_storage, virtual_clock, "events", CloudEvent)
     assert received.extensions["traceparent"] == document["traceparent"]
     assert_continues(only(named(spans, "process events")), producer)
+
+
+def test_without_a_tracer_provider_no_span_starts_and_envelopes_stay_as_they_were(
+    virtual_storage: InMemoryQueueStorage,
+) -> None:
+    """The API installed but no provider set (the application configured no SDK): a batch is
+    put without trace fields, and handling it starts no span."""
+    virtual_storage.create_queue("orders")
+    Publisher(virtual_storage, "orders", dict, batch=True).publish_many([{"n": 1}, {"n": 2}])
+    [message] = virtual_storage.peek_messages("orders", max_messages=1)
+    assert read_carrier(message.content) == {}
+    assert isinstance(consumer_span("orders", message), nullcontext)
 
 
 def test_a_stamped_envelope_reads_as_before() -> None:
@@ -258,7 +276,7 @@ def test_a_trace_continues_through_azurite(
     """The same round trip over real HTTP: a batch published in a span is handled by a
     listener thread in a consumer span that continues it."""
     azure.create_queue(queue_name)
-    with tracer.start_as_current_span("job"):
+    with job():
         Publisher(azure, queue_name, str, batch=True).publish_many(["a", "b"])
     done = threading.Event()
     listener: CloudQueueListener[str] = CloudQueueListener(
