@@ -243,3 +243,9 @@ def test_kustomization_lists_every_manifest_but_the_example_secret() -> None:
     assert generated["files"] == ["cloudqueue.toml"]
     volumes = one("Deployment")["spec"]["template"]["spec"]["volumes"]
     assert {"name": "config", "configMap": {"name": generated["name"]}} in volumes
+
+
+def test_the_build_context_leaves_out_local_state_and_secrets() -> None:
+    """BuildKit's per-Dockerfile ignore file keeps virtual environments, Azurite and .env out."""
+    ignored = (DEPLOY / "Dockerfile.dockerignore").read_text().split()
+    assert {".venv", ".azurite", ".env", ".git", ".cloudqueue"} <= set(ignored)
