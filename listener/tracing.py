@@ -8,6 +8,7 @@
 * The listener handles each message inside a CONSUMER span ``process <queue>``: a child of the
   producer's context when the message carries one, with a link to it as well (the messaging
   conventions' way to relate the two), so spans the handler starts join the producer's trace.
+  A handler's exception marks that span failed (``record_failure``).
 
 Attributes follow the OpenTelemetry messaging semantic conventions: ``messaging.system``
 (``azure_queue``: the conventions list no value for Azure Storage Queues), ``messaging.operation
@@ -32,6 +33,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 from listener.messages.trace_context import TRACEPARENT, TRACESTATE, read_carrier, with_carrier
+from listener.redaction import redact
 from listener.stores.storage import QueueMessage
 
 if TYPE_CHECKING:
@@ -86,6 +88,22 @@ def consumer_span(queue_name: str, message: QueueMessage) -> AbstractContextMana
     if tracer is None:
         return nullcontext()
     return _consumer_span(tracer, queue_name, message)
+
+
+def record_failure(error: Exception) -> None:
+    """Mark the current consumer span failed by a handler's exception: an ``exception`` event
+    (type and message, secrets redacted as in the logs; no traceback) and an error status."""
+    if _tracer() is None:
+        return
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    error_type = type(error).__qualname__
+    span.add_event(
+        "exception",
+        {"exception.type": error_type, "exception.message": redact(str(error))},
+    )
+    span.set_status(trace.Status(trace.StatusCode.ERROR, error_type))
 
 
 def context_from_environment(
@@ -188,5 +206,6 @@ __all__ = [
     "context_from_environment",
     "enabled",
     "producer_span",
+    "record_failure",
     "stamp",
 ]

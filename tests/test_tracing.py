@@ -32,6 +32,7 @@ from listener import (
     MessageCodec,
     Publisher,
 )
+from listener.errors import PermanentFailure
 from listener.messages.payload import ENVELOPE_KEY, open_message, parse_envelope
 from listener.messages.trace_context import read_carrier, with_carrier
 from listener.stores.azure_storage import AzureQueueStorage
@@ -44,6 +45,7 @@ from tests.support.polling import eventually
 from tests.support.tracing import named
 from workers.testing import run_until_drained
 
+SECRET = "c2VjcmV0LWtleS1ub3QtZm9yLWxvZ3M="
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
 
 
@@ -111,6 +113,35 @@ def test_a_trace_started_by_a_producer_continues_in_the_consumers_span(
     }
     assert [item for item, _ in handled] == [{"n": 0}, {"n": 1}, {"n": 2}]
     assert {span.get_span_context().span_id for _, span in handled} == {consumer.context.span_id}
+
+
+def test_a_failing_handler_marks_the_consumer_span_failed_without_leaking_secrets(
+    spans: InMemorySpanExporter, virtual_clock: VirtualClock, virtual_storage: InMemoryQueueStorage
+) -> None:
+    """The handler's exception becomes an error status and an ``exception`` event whose message
+    is redacted as the logs are."""
+    virtual_storage.create_queue("orders")
+    with job():
+        Publisher(virtual_storage, "orders", dict, batch=True).publish_many([{"n": 1}, {"n": 2}])
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        virtual_storage,
+        CloudQueueLocation("orders"),
+        dict,
+        clock=virtual_clock,
+        sleeper=virtual_clock,
+    )
+
+    def handle(item: dict[str, int]) -> None:
+        raise PermanentFailure(f"cannot bill {item['n']}: AccountKey={SECRET}")
+
+    listener.subscribe(handle)
+    run_until_drained(listener, fail_fast=False)
+    consumer = only(named(spans, "process orders"))
+    assert consumer.status.status_code == trace.StatusCode.ERROR
+    events = [event for event in consumer.events if event.name == "exception"]
+    assert [event.attributes["exception.type"] for event in events] == ["PermanentFailure"] * 2  # type: ignore[index]
+    assert all(SECRET not in str(event.attributes) for event in events)
+    assert "cannot bill 1" in str(events[0].attributes)
 
 
 def test_single_items_stay_byte_for_byte_and_start_their_own_trace(
