@@ -22,8 +22,8 @@ DEPLOY = Path(__file__).parent.parent / "examples" / "deploy"
 K8S = DEPLOY / "k8s"
 KUBERNETES_VERSION = "1.30.0"
 
-# The fields of KEDA's CRDs (keda.sh/v1alpha1, KEDA 2.16) and of its azure-queue scaler that
-# these manifests may use, from KEDA's documentation.
+# The fields of KEDA's CRDs (keda.sh/v1alpha1) and of its azure-queue scaler's metadata, written
+# out from KEDA's CRD schemas (config/crd/bases) and scaler source as of November 2026.
 SCALED_OBJECT_SPEC = {
     "scaleTargetRef",
     "pollingInterval",
@@ -36,6 +36,14 @@ SCALED_OBJECT_SPEC = {
     "advanced",
     "triggers",
 }
+SCALED_OBJECT_REQUIRED = {"scaleTargetRef", "triggers"}
+SCALE_TARGET_REF = {"name", "apiVersion", "kind", "envSourceContainerName"}
+ADVANCED = {"horizontalPodAutoscalerConfig", "restoreToOriginalReplicaCount", "scalingModifiers"}
+HPA_CONFIG = {"behavior", "name"}
+TRIGGER = {"type", "metadata", "authenticationRef", "metricType", "name", "useCachedMetrics"}
+AUTHENTICATION_REF = {"name", "kind"}
+SECRET_TARGET_REF = {"parameter", "name", "key"}  # all three required
+INT32_FIELDS = ("pollingInterval", "cooldownPeriod", "minReplicaCount", "maxReplicaCount")
 AZURE_QUEUE_METADATA = {
     "queueName",
     "queueLength",
@@ -46,7 +54,15 @@ AZURE_QUEUE_METADATA = {
     "cloud",
     "endpointSuffix",
 }
-TRIGGER_AUTHENTICATION_SPEC = {"secretTargetRef", "env", "podIdentity", "azureKeyVault"}
+TRIGGER_AUTHENTICATION_SPEC = {
+    "secretTargetRef",
+    "env",
+    "podIdentity",
+    "azureKeyVault",
+    "configMapTargetRef",
+    "filePath",
+    "boundServiceAccountToken",
+}
 
 
 def documents() -> list[dict[str, Any]]:
@@ -133,16 +149,26 @@ def test_keda_objects_use_only_fields_of_keda_crds() -> None:
     TriggerAuthentication, whose secret is the one the pods read."""
     scaled, auth, deployment = one("ScaledObject"), one("TriggerAuthentication"), one("Deployment")
     assert scaled["apiVersion"] == auth["apiVersion"] == "keda.sh/v1alpha1"
-    assert set(scaled["spec"]) <= SCALED_OBJECT_SPEC
+    spec = scaled["spec"]
+    assert SCALED_OBJECT_REQUIRED <= set(spec) <= SCALED_OBJECT_SPEC
     assert set(auth["spec"]) <= TRIGGER_AUTHENTICATION_SPEC
-    assert scaled["spec"]["scaleTargetRef"] == {"name": deployment["metadata"]["name"]}
-    [trigger] = scaled["spec"]["triggers"]
+    assert set(spec["scaleTargetRef"]) <= SCALE_TARGET_REF
+    assert spec["scaleTargetRef"] == {"name": deployment["metadata"]["name"]}
+    assert set(spec["advanced"]) <= ADVANCED
+    assert set(spec["advanced"]["horizontalPodAutoscalerConfig"]) <= HPA_CONFIG
+    assert all(isinstance(spec[name], int) and spec[name] >= 0 for name in INT32_FIELDS)
+    [trigger] = spec["triggers"]
+    assert set(trigger) <= TRIGGER
+    assert set(trigger["authenticationRef"]) <= AUTHENTICATION_REF
     assert trigger["type"] == "azure-queue"
     assert set(trigger["metadata"]) <= AZURE_QUEUE_METADATA
     assert all(isinstance(value, str) for value in trigger["metadata"].values())
+    assert trigger["metadata"]["queueLengthStrategy"] in ("all", "visibleonly")
+    assert int(trigger["metadata"]["queueLength"]) > 0
     assert trigger["metadata"]["queueName"] == InvoiceWorker.queue_name
     assert trigger["authenticationRef"] == {"name": auth["metadata"]["name"]}
     [secret_ref] = auth["spec"]["secretTargetRef"]
+    assert set(secret_ref) == SECRET_TARGET_REF
     [connection] = [v for v in container()["env"] if v["name"] == "CLOUDQUEUE_CONNECTION_STRING"]
     assert secret_ref["parameter"] == "connection"
     assert {"name": secret_ref["name"], "key": secret_ref["key"]} == connection["valueFrom"][
