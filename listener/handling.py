@@ -63,6 +63,7 @@ from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueMessage, QueueStorage
 from listener.subscribers import Subscribers
+from listener.tracing import consumer_span
 
 T = TypeVar("T")
 
@@ -109,7 +110,8 @@ class MessageProcessor(Generic[T]):
             queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
         )
         try:
-            self._handle(lease)
+            with consumer_span(self.queue_name, message):  # a no-op without opentelemetry
+                self._handle(lease)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 

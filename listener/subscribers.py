@@ -10,6 +10,7 @@ import structlog
 from reactivex import abc
 
 from listener.failure_log import TracebackLog
+from listener.tracing import record_failure
 
 T = TypeVar("T")
 
@@ -57,6 +58,7 @@ class Subscribers(Generic[T]):
                 observer.on_next(item)
             except Exception as failure:
                 self._tracebacks.record(failure)
+                record_failure(failure)  # on the consumer span; a no-op without opentelemetry
                 failures.append(failure)
         return failures
 

@@ -14,7 +14,12 @@ from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
 from listener.testing import ManualClock, VirtualClock
 
-pytest_plugins = ["tests.support.azurite", "tests.support.entra", "tests.support.redis_server"]
+pytest_plugins = [
+    "tests.support.azurite",
+    "tests.support.entra",
+    "tests.support.redis_server",
+    "tests.support.tracing",
+]
 
 BACKENDS = ["memory", "sqlite", "azure"]
 

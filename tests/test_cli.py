@@ -63,11 +63,21 @@ def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
     assert cloudqueue("enqueue", "invoices", env=env, stdin="c\nd\n\ne\n").returncode == 0
     result = cloudqueue("status", "invoices", "--json", env=env)
     assert result.returncode == 0, result.stderr
-    assert json.loads(result.stdout) == {
+    report = json.loads(result.stdout)
+    assert report.pop("oldest_age_s") >= 0
+    assert report == {
         "queue": "invoices",
         "depth": 5,
         "poison_depth": 0,
+        "visible": 5,
+        "visible_exact": True,
+        "in_flight": 0,
         "workers": [],
+        "totals": {
+            "threads": 0,
+            "storage_transactions_per_hour": None,
+            "projected_cost_per_month_usd": None,
+        },
     }
 
 

@@ -50,6 +50,10 @@ class QueueLiveState:
     in_flight: int
     per_thread_rate_per_s: float | None
     """Messages per second one thread completes (smoothed); None before the first batch."""
+    storage_transactions_per_hour: float | None = None
+    """The listener's storage transactions per hour, when its process estimates them."""
+    projected_cost_per_month_usd: float | None = None
+    """What those transactions would cost a month, in US dollars, when estimated."""
 
     @classmethod
     def of(cls, listener: CloudQueueListener[Any]) -> QueueLiveState:

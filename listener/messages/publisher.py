@@ -32,6 +32,7 @@ from typing import Generic, TypeVar
 
 import structlog
 
+from listener import tracing
 from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
 from listener.messages.codec import Codec, MessageCodec
 from listener.messages.packing import PlannedMessage, message_bytes, plan_batches, single_message
@@ -70,6 +71,10 @@ class Publisher(Generic[T]):
     as few gzip-compressed messages as fit. Either way an item too large for a message is sent
     gzip-compressed, and if still too large, kept in ``payload_store`` with only a reference in
     the queue; without a store that raises MessageTooLargeError. The queue must exist.
+
+    With opentelemetry installed, each call runs in a producer span whose trace context goes into
+    envelopes and CloudEvents (``listener.tracing``); ``trace_envelope=True`` sends single items
+    in a one-item envelope too, so they carry it -- for queues only cloudqueue listeners read.
     """
 
     def __init__(
@@ -83,8 +88,10 @@ class Publisher(Generic[T]):
         batch: bool = False,
         time_to_live_s: int | None = None,
         announcer: WorkAnnouncer | None = None,
+        trace_envelope: bool = False,
     ) -> None:
         self.storage = storage
+        self.trace_envelope = trace_envelope
         self.announcer = announcer
         self.queue_name = validate_queue_name(queue_name)
         self.codec: Codec[T] = codec or MessageCodec(item_type)
@@ -105,7 +112,7 @@ class Publisher(Generic[T]):
         range raises ValueError before anything is sent.
         """
         timing = self._timing(delay_s, time_to_live_s)
-        self._announced(lambda: self._send_alone(self.codec.encode(item), timing))
+        self._traced(lambda: self._send_alone(self.codec.encode(item), timing))
 
     def publish_many(
         self, items: Iterable[T], *, delay_s: int = 0, time_to_live_s: int | None = None
@@ -117,12 +124,19 @@ class Publisher(Generic[T]):
         listeners should not wait for the watchdog because a later put failed).
         """
         timing = self._timing(delay_s, time_to_live_s)
-        return self._announced(lambda: self._send_many(items, timing))
+        return self._traced(lambda: self._send_many(items, timing))
 
     def _timing(self, delay_s: int, time_to_live_s: int | None) -> _Timing:
         ttl_s = self.time_to_live_s if time_to_live_s is None else time_to_live_s
         check_put_times(ttl_s, delay_s)
         return _Timing(delay_s=delay_s, time_to_live_s=ttl_s)
+
+    def _traced(self, send: Callable[[], int]) -> int:
+        """One publish call in one producer span (a no-op without opentelemetry)."""
+        with tracing.producer_span(self.queue_name) as sent:
+            messages = self._announced(send)
+            sent(messages)
+            return messages
 
     def _announced(self, send: Callable[[], int]) -> int:
         announcer = self.announcer
@@ -194,6 +208,7 @@ class Publisher(Generic[T]):
             raise
 
     def _put(self, content: str, item_count: int, timing: _Timing) -> None:
+        content = tracing.stamp(content, wrap_plain=self.trace_envelope)
         self.storage.put_message(
             self.queue_name,
             content,

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import click
 
+from listener import tracing
 from listener.messages.codec import MessageCodec
 from listener.messages.publisher import Publisher
 from listener.push.announce import WorkAnnouncer
@@ -25,6 +26,12 @@ from workers.host import open_trigger_channel
 @click.option("--plain", is_flag=True, help="Store the text as is instead of base64.")
 @click.option(
     "--batch", is_flag=True, help="Pack many items per message (gzip), for small items in bulk."
+)
+@click.option(
+    "--trace-envelope",
+    is_flag=True,
+    help="With opentelemetry installed, carry the trace context of single items too, in a "
+    "one-item envelope (only cloudqueue listeners read it; not for Azure Functions).",
 )
 @click.option(
     "--delay",
@@ -46,6 +53,7 @@ def enqueue(
     items: tuple[str, ...],
     plain: bool,
     batch: bool,
+    trace_envelope: bool,
     delay_s: int,
     time_to_live_s: int | None,
 ) -> None:
@@ -56,7 +64,8 @@ def enqueue(
 
     Items too large for a message are compressed, then kept in blob storage (or the embedded
     store's payload folder) with a reference in the queue. With triggers configured
-    (CLOUDQUEUE_TRIGGERS__URL), listeners are told about the new work.
+    (CLOUDQUEUE_TRIGGERS__URL), listeners are told about the new work. With opentelemetry
+    installed, the put continues the trace named by $TRACEPARENT, if set.
 
     \b
     Examples:
@@ -94,8 +103,12 @@ def enqueue(
                 payload_store=payload_store,
                 batch=batch,
                 announcer=announcer,
+                trace_envelope=trace_envelope,
             )
-            with _counted(_items(items), label=f"enqueueing on {queue}") as pending:
+            with (
+                tracing.context_from_environment(),
+                _counted(_items(items), label=f"enqueueing on {queue}") as pending,
+            ):
                 publisher.publish_many(pending, delay_s=delay_s, time_to_live_s=time_to_live_s)
     finally:
         if payload_store is not None:

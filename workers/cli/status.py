@@ -1,9 +1,11 @@
 """``cloudqueue status``: a queue's depth and the workers on it, once or as a live view.
 
 The workers' side comes from the live-state files running ``cloudqueue run`` processes publish
-(``workers.live_state``): reading them costs no storage transaction. The depths cost two (the
-queue's and its poison queue's count) per refresh. ``--watch`` compares each refresh with the one
-before it to show rates: messages handled per second and storage transactions per hour.
+(``workers.live_state``): reading them costs no storage transaction. The queue's facts cost three
+per refresh: its count, its poison queue's count, and one peek that splits the depth into visible
+and in-flight messages and dates the oldest waiting one (``workers.cli.queue_facts``).
+``--watch`` compares each refresh with the one before it to show rates: messages handled per
+second and storage transactions per hour.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from listener.messages.poison import poison_queue_name
 from listener.stores.connection import describe_storage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.queue_facts import QueueFacts, describe_facts, queue_facts
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
 
 DEFAULT_INTERVAL_S = 2.0
@@ -54,6 +57,7 @@ class Snapshot:
     poison_depth: int
     workers: list[WorkerView]
     storage_dir: Path
+    facts: QueueFacts
 
 
 @click.command()
@@ -66,7 +70,7 @@ class Snapshot:
     type=click.FloatRange(min=0),
     default=DEFAULT_INTERVAL_S,
     show_default=True,
-    help="Seconds between refreshes with --watch (each costs two storage transactions).",
+    help="Seconds between refreshes with --watch (each costs three storage transactions).",
 )
 @click.option(
     "--count",
@@ -76,6 +80,9 @@ class Snapshot:
 )
 def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: int | None) -> None:
     """Show the approximate depth of QUEUE and of its poison queue, and the workers on it.
+
+    The depth is split into visible and in-flight (or delayed) messages, with the age of the
+    oldest visible one (one peek: exact below 32 visible, estimated above).
 
     Workers are the running `cloudqueue run` processes that publish their live state (threads,
     counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
@@ -150,7 +157,9 @@ def _snapshot(
         for state in read_live_states(state_dir, queue, storage=where)
         for listener in state.listening_on(queue)
     ]
-    return Snapshot(queue, depth, poison_depth, workers, state_dir)
+    held = sum(view.listener.in_flight for view in workers)
+    facts = queue_facts(storage, queue, depth=depth, held_by_workers=held, now=utc_now())
+    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts)
 
 
 def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
@@ -187,6 +196,7 @@ def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
         click.echo(json.dumps(_report(snapshot, rates=rates)))
         return
     click.echo(_headline(snapshot, rates=rates))
+    click.echo(describe_facts(snapshot.facts))
     for view in snapshot.workers:
         click.echo(_worker_line(view, rates=rates))
     if not snapshot.workers:
@@ -198,11 +208,14 @@ def _report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
         "queue": snapshot.queue,
         "depth": snapshot.depth,
         "poison_depth": snapshot.poison_depth,
+        **asdict(snapshot.facts),
         "workers": [_worker_report(view, rates=rates) for view in snapshot.workers],
     }
     if rates:
         report["at"] = utc_now().isoformat()
         report["totals"] = _totals(snapshot.workers)
+    else:
+        report["totals"] = _estimated_totals(snapshot.workers)
     return report
 
 
@@ -232,6 +245,22 @@ def _totals(workers: list[WorkerView]) -> dict[str, object]:
     }
 
 
+def _estimated_totals(workers: list[WorkerView]) -> dict[str, object]:
+    """Threads, and the workers' own estimates of transactions and cost (once all have one)."""
+    per_hour = [view.listener.storage_transactions_per_hour for view in workers]
+    cost = [view.listener.projected_cost_per_month_usd for view in workers]
+    return {
+        "threads": sum(view.listener.active_threads for view in workers),
+        "storage_transactions_per_hour": _sum_when_known(per_hour),
+        "projected_cost_per_month_usd": _sum_when_known(cost),
+    }
+
+
+def _sum_when_known(values: list[float | None]) -> float | None:
+    known = [value for value in values if value is not None]
+    return sum(known) if values and len(known) == len(values) else None
+
+
 def _headline(snapshot: Snapshot, *, rates: bool) -> str:
     line = f"{snapshot.queue}: {snapshot.depth} message(s), poison: {snapshot.poison_depth}"
     if not rates:
@@ -255,9 +284,19 @@ def _worker_line(view: WorkerView, *, rates: bool) -> str:
         f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
         f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )
+    line += _estimates(listener)
     if rates:
         line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"
     return line
+
+
+def _estimates(listener: QueueLiveState) -> str:
+    """The worker's own estimates of its storage transactions and their cost, when it made any."""
+    per_hour, cost = listener.storage_transactions_per_hour, listener.projected_cost_per_month_usd
+    parts = [] if per_hour is None else [f"{per_hour:,.0f} transactions/h (its estimate)"]
+    if cost is not None:
+        parts.append(f"${cost:,.2f}/month projected")
+    return "".join(f"; {part}" for part in parts)
 
 
 def _rate(rate_per_s: object) -> str:

@@ -1,0 +1,69 @@
+"""What ``cloudqueue status`` says about a queue itself: how much of its depth is waiting, and
+how long the oldest waiting message has waited.
+
+Azure's approximate count includes invisible messages: held by a consumer (in flight) or put
+with a delay. One peek -- one storage transaction, up to 32 messages, visible ones only -- tells
+the rest: fewer than 32 peeked is the exact visible count; 32 means at least that many, and the
+visible count is then estimated as the depth less the messages the workers seen by ``status``
+hold. A queue is served roughly oldest first, so the oldest peeked message is the oldest waiting
+one; a message already in flight is not waiting and not counted.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from listener.stores.storage import QueueStorage
+
+PEEK_MAX = 32
+"""The most messages one peek returns (the Queue API's limit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFacts:
+    """A queue's depth split into waiting and invisible messages, and its oldest waiting age."""
+
+    visible: int
+    visible_exact: bool
+    """False when 32 or more were visible: ``visible`` is then an estimate."""
+    in_flight: int
+    """Invisible messages: being handled, or delayed by their publisher."""
+    oldest_age_s: float | None
+    """Seconds since the oldest visible message was put; None when none is visible."""
+
+
+def queue_facts(
+    storage: QueueStorage, queue: str, *, depth: int, held_by_workers: int, now: datetime
+) -> QueueFacts:
+    """Peek at ``queue`` (of approximate ``depth``) once and split the depth."""
+    peeked = storage.peek_messages(queue, max_messages=PEEK_MAX)
+    if len(peeked) < PEEK_MAX:
+        visible, exact = len(peeked), True
+    else:
+        visible, exact = max(PEEK_MAX, depth - held_by_workers), False
+    oldest = min((message.inserted_on for message in peeked), default=None)
+    age_s = None if oldest is None else max(0.0, (now - oldest).total_seconds())
+    return QueueFacts(visible, exact, max(0, depth - visible), age_s)
+
+
+def describe_facts(facts: QueueFacts) -> str:
+    """One line for people: ``  3 visible, 1 in flight or delayed; oldest waiting 12 s``."""
+    visible = str(facts.visible) if facts.visible_exact else f"~{facts.visible}"
+    waiting = (
+        "none waiting"
+        if facts.oldest_age_s is None
+        else f"oldest waiting {describe_age(facts.oldest_age_s)}"
+    )
+    return f"  {visible} visible, {facts.in_flight} in flight or delayed; {waiting}"
+
+
+def describe_age(seconds: float) -> str:
+    """A duration at the precision a person reads: 45 s, 12 min, 5 h, 3 d."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
