@@ -7,10 +7,12 @@
 
 Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
 billed calls), ``policies`` (the contenders), ``simulator`` (the dequeue loop and the real scaler
-in virtual time), ``report`` (figures and cost), ``table`` and ``plot`` (output), ``presets``.
+in virtual time), ``report`` (figures), ``cost`` (the price arithmetic), ``table`` and ``plot``
+(output), ``presets`` (named scenarios).
 """
 
 from listener.simulation.compare import simulate
+from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
 from listener.simulation.policies import (
     PolicySpec,
     cloudqueue_defaults,
@@ -21,13 +23,7 @@ from listener.simulation.policies import (
     standard_contenders,
 )
 from listener.simulation.presets import PRESETS, Scenario
-from listener.simulation.report import (
-    DEFAULT_PRICE_PER_10K_USD,
-    PolicyResult,
-    ServiceModel,
-    cost_usd,
-    monthly_cost_usd,
-)
+from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.table import format_table
 from listener.simulation.workload import (
     Workload,

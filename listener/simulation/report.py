@@ -1,8 +1,7 @@
-"""What a simulation measures per policy, and what it costs at a price per 10,000 transactions.
+"""What a simulation measures per policy: transactions, cost, pickup latency, threads.
 
-Azure bills every storage call, an empty get included. The per-day figures divide by the days the
-workload stands for; a month is 30 days, as in the seed's arithmetic (79,200 a day x 30 / 10,000
-x $0.01 = $2.376).
+The per-day figures divide by the days the workload stands for (see ``listener.simulation.cost``
+for the price arithmetic).
 """
 
 from __future__ import annotations
@@ -14,25 +13,11 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from listener.errors import ConfigurationError
 from listener.policies.backoff import RandomSource
+from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
 
 if TYPE_CHECKING:
     from listener.simulation.queue import SimulatedQueue
     from listener.simulation.workload import Workload
-
-DEFAULT_PRICE_PER_10K_USD = 0.01
-"""The seed's 2014 price of 10,000 queue transactions; pass today's for your account."""
-DAYS_PER_MONTH = 30
-
-
-def cost_usd(transactions: float, price_per_10k_usd: float = DEFAULT_PRICE_PER_10K_USD) -> float:
-    """What ``transactions`` storage transactions cost."""
-    return transactions / 10_000 * price_per_10k_usd
-
-
-def monthly_cost_usd(
-    transactions_per_day: float, price_per_10k_usd: float = DEFAULT_PRICE_PER_10K_USD
-) -> float:
-    return cost_usd(transactions_per_day * DAYS_PER_MONTH, price_per_10k_usd)
 
 
 @dataclass(frozen=True, slots=True)

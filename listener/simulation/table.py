@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from listener.simulation.report import DEFAULT_PRICE_PER_10K_USD, PolicyResult
+from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
+from listener.simulation.report import PolicyResult
 
 _COLUMNS = (
     ("policy", "<"),

@@ -18,6 +18,7 @@ from workers.cli.messages import enqueue
 from workers.cli.poison import poison_group
 from workers.cli.queues import queues_group
 from workers.cli.run import run
+from workers.cli.simulate import simulate
 from workers.cli.status import status
 from workers.cli.trigger import trigger
 
@@ -56,7 +57,17 @@ def cli() -> None:
 
 
 cli.params.append(config_option())
-for command in (run, enqueue, status, config_group, demo, queues_group, poison_group, trigger):
+for command in (
+    run,
+    enqueue,
+    status,
+    config_group,
+    demo,
+    queues_group,
+    poison_group,
+    trigger,
+    simulate,
+):
     cli.add_command(command)
 
 
