@@ -33,6 +33,10 @@ from listener.simulation.workload import DAY_S
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Duration
 
+PLOT_SAMPLES = 500
+TABLE_SAMPLES = 1
+"""Samples are only drawn: without a chart, one keeps idle fast-forwarding in long strides."""
+
 POLICY_NAMES = ("naive", "fixed", "defaults", "push", "functions")
 
 SEED_SLIP_NOTE = (
@@ -168,7 +172,11 @@ def simulate(
         price if price is not None else current_settings().cost.price_per_10k_transactions_usd
     )
     results = run_simulation(
-        scenario.workload, scenario.policies, service=scenario.service, seed=seed
+        scenario.workload,
+        scenario.policies,
+        service=scenario.service,
+        seed=seed,
+        samples=PLOT_SAMPLES if plot is not None else TABLE_SAMPLES,
     )
     if plot is not None:
         from listener.simulation.plot import save_plot
