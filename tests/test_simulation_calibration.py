@@ -58,7 +58,11 @@ def run_for_real(queue: str) -> dict[str, int]:
         metered, CloudQueueLocation(queue), str, clock=clock, sleeper=clock, create_queues=False
     )
     never = threading.Event()
-    listener.subscribe(on_next=lambda _: clock.wait(never, SERVICE_S))
+
+    def handle(_: object) -> None:
+        clock.wait(never, SERVICE_S)  # the handler's service time, in virtual time
+
+    listener.subscribe(on_next=handle)
     ElasticScaler(
         listener.pool_control,
         ScalingPolicy(),
