@@ -53,6 +53,7 @@ class _Thread:
     stretch_handled: int = 0
     wake_generation: int = 0
     idle_waiting: bool = False
+    retire_at_wake: bool = False
 
 
 @dataclass(slots=True)
@@ -226,6 +227,9 @@ class PolicySimulation:
             thread, generation, finished = payload
             if thread.number in self._threads and generation == thread.wake_generation:
                 thread.idle_waiting = False
+                if thread.retire_at_wake:
+                    self._retire(thread)
+                    return
                 if finished is not None:
                     self._finish(thread, *finished)
                 self._step(thread)
@@ -318,8 +322,12 @@ class PolicySimulation:
             self._retire(thread)
             return
         wake_s = now_s + decision.delay_s
-        if self._can_fast_forward(decision):
-            wake_s = self._fast_forward_polls(thread, wake_s)
+        if self._fast_forward and not self._handoff and self.queue.idle_until_put():
+            if self._fixed_interval:
+                wake_s = self._skip_fixed_polls(thread, wake_s)
+            else:
+                self._run_idle_polls(thread, wake_s)
+                return
         self._resume(thread, wake_s)
         thread.idle_waiting = True
 
@@ -332,14 +340,18 @@ class PolicySimulation:
             return self.spec.queue_empty(thread.idle_count, self.rng)
         return QueueEmptyDecision(stop=False, delay_s=self.spec.dequeue_interval_s)
 
-    def _can_fast_forward(self, decision: QueueEmptyDecision) -> bool:
-        """A fixed-interval poller on a queue with nothing stored repeats itself exactly."""
-        fixed = self._hooks is None and self.spec.queue_empty is None
-        return self._fast_forward and fixed and not self._handoff and self.queue.idle_until_put()
+    @property
+    def _fixed_interval(self) -> bool:
+        return self._hooks is None and self.spec.queue_empty is None
 
-    def _fast_forward_polls(self, thread: _Thread, wake_s: float) -> float:
-        """Count the empty gets before the next put (or chart sample) at once; the next wake."""
-        horizon_s = min(self._next_arrival_s, self._next_sample_s, self.workload.duration_s)
+    def _horizon_s(self) -> float:
+        """Until the next put (or chart sample), an idle thread's gets on an empty queue are
+        empty whatever happens elsewhere: nothing else can store a message."""
+        return min(self._next_arrival_s, self._next_sample_s, self.workload.duration_s)
+
+    def _skip_fixed_polls(self, thread: _Thread, wake_s: float) -> float:
+        """A fixed interval repeats itself exactly: count its empty gets at once; the next wake."""
+        horizon_s = self._horizon_s()
         period_s = self.spec.dequeue_interval_s + self.service.request_latency_s
         if period_s <= 0 or wake_s + period_s >= horizon_s:
             return wake_s
@@ -347,6 +359,28 @@ class PolicySimulation:
         self.queue.transactions["get_messages"] += polls
         thread.idle_count += polls
         return wake_s + polls * period_s
+
+    def _run_idle_polls(self, thread: _Thread, wake_s: float) -> None:
+        """The empty gets before the horizon, in place: each billed, each asking the policy.
+
+        The same calls in the same order for one thread; with several idle threads only the
+        interleaving of their random draws (and which of them stops first) differs.
+        """
+        horizon_s = self._horizon_s()
+        latency_s = self.service.request_latency_s
+        while wake_s < horizon_s:
+            self.queue.transactions["get_messages"] += 1
+            thread.idle_count += 1
+            decision = self._queue_empty(thread)
+            if decision.stop:
+                thread.retire_at_wake = True  # counted as running until that get returns
+                break
+            wake_s += latency_s + decision.delay_s
+        else:
+            self._resume(thread, wake_s)
+            thread.idle_waiting = True
+            return
+        self._resume(thread, wake_s + latency_s)
 
     def _end_stretch(self, thread: _Thread, now_s: float) -> None:
         started, handled = thread.stretch_started, thread.stretch_handled
