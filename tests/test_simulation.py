@@ -162,3 +162,23 @@ def test_running_idle_polls_in_place_keeps_the_figures_of_polling_one_by_one() -
         assert fast.total_transactions == pytest.approx(slow.total_transactions, rel=0.02)
         assert fast.thread_seconds == pytest.approx(slow.thread_seconds, rel=0.02)
         assert fast.handled == slow.handled == 800
+
+
+def test_failed_deliveries_follow_the_real_retry_and_poison_policy() -> None:
+    """Always failing: 5 deliveries each, 4 retry back-offs, then a poison put and a delete."""
+    service = ServiceModel(failure_rate=1.0)
+    (result,) = simulate(bursts(10, 3_600.0, 3_600.0), [cloudqueue_defaults()], service=service)
+    assert (result.handled, result.failed, result.poisoned) == (0, 50, 10)
+    assert result.transactions["update_visibility"] == 40
+    assert result.transactions["put_message"] == 10
+    assert result.transactions["delete_message"] == 10
+    assert result.left_in_queue == 0
+
+
+def test_sometimes_failing_messages_are_all_settled() -> None:
+    """With a 30 % failure rate every message ends handled or poisoned, none lost."""
+    service = ServiceModel(failure_rate=0.3)
+    (result,) = simulate(bursts(100, 1_800.0, 3_600.0), [cloudqueue_defaults()], service=service)
+    assert result.failed > 0
+    assert result.handled + result.poisoned == 200
+    assert result.transactions["update_visibility"] == result.failed - result.poisoned

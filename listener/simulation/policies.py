@@ -8,9 +8,10 @@ back-off) or, like a listener with no handler, waits its fixed ``dequeue_interva
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from listener.policies.backoff import RandomSource, randomized_exponential_backoff
+from listener.policies.delivery import DeliveryPolicy
 from listener.pool_control import QueueEmptyDecision
 from listener.push.waker import DEFAULT_WATCHDOG_INTERVAL_S
 from listener.scaling.scaler import ScalingPolicy
@@ -36,6 +37,8 @@ class PolicySpec:
     """Producers announce each put call with a trigger; a watchdog checks while at zero."""
     watchdog_interval_s: float = DEFAULT_WATCHDOG_INTERVAL_S
     visibility_timeout_s: float = 30.0
+    delivery: DeliveryPolicy = field(default_factory=DeliveryPolicy)
+    """Retry back-off and poison threshold for failed deliveries (the listener's default)."""
 
 
 def naive_poller(threads: int = 1, interval_s: float = 1.0) -> PolicySpec:

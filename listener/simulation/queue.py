@@ -65,6 +65,23 @@ class SimulatedQueue:
         del self._live[message.id]
         return True
 
+    def update_visibility(
+        self, message: SimulatedMessage, pop_receipt: int, now_s: float, visibility_s: float
+    ) -> int | None:
+        """Hide a held message for ``visibility_s`` more; its new receipt (None if stale)."""
+        self.transactions["update_visibility"] += 1
+        if message.pop_receipt != pop_receipt or message.id not in self._live:
+            return None
+        message.pop_receipt = next(self._receipts)
+        message.visible_at_s = now_s + visibility_s
+        heapq.heappush(self._hidden, (message.visible_at_s, message.pop_receipt, message))
+        return message.pop_receipt
+
+    def poison(self, message: SimulatedMessage, pop_receipt: int) -> bool:
+        """Copy to the poison queue (a billed put), then delete."""
+        self.transactions["put_message"] += 1
+        return self.delete(message, pop_receipt)
+
     def approximate_count(self) -> int:
         self.transactions["approximate_message_count"] += 1
         return len(self._live)

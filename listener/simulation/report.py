@@ -27,10 +27,14 @@ class ServiceModel:
     service_s: float = 0.05
     distribution: Literal["fixed", "exponential"] = "fixed"
     request_latency_s: float = 0.02
+    failure_rate: float = 0.0
+    """Chance that one delivery fails (the handler raises): retried, then poisoned."""
 
     def __post_init__(self) -> None:
         if self.service_s < 0 or self.request_latency_s < 0:
             raise ConfigurationError("service_s and request_latency_s must be >= 0")
+        if not 0 <= self.failure_rate <= 1:
+            raise ConfigurationError(f"failure_rate must be in [0, 1], got {self.failure_rate}")
 
     def draw_s(self, rng: RandomSource) -> float:
         """One message's handling time."""
@@ -77,6 +81,8 @@ class RunStats(Protocol):
     thread_seconds: float
     peak_threads: int
     handled: int
+    failed: int
+    poisoned: int
     samples: list[Sample]
 
 
@@ -88,6 +94,10 @@ class PolicyResult:
     transactions: dict[str, int]
     days: float
     handled: int
+    """Messages handled and deleted (poisoned ones not included)."""
+    failed: int
+    """Deliveries whose handler failed (each retried or poisoned)."""
+    poisoned: int
     left_in_queue: int
     latency: Latency
     peak_threads: int
@@ -109,6 +119,8 @@ class PolicyResult:
             transactions=dict(sorted(Counter(queue.transactions).items())),
             days=workload.day_count,
             handled=stats.handled,
+            failed=stats.failed,
+            poisoned=stats.poisoned,
             left_in_queue=left_in_queue,
             latency=Latency.of(stats.latencies_s),
             peak_threads=stats.peak_threads,
@@ -139,6 +151,8 @@ class PolicyResult:
             "cost_per_day_usd": self.cost_per_day_usd(price_per_10k_usd),
             "cost_per_month_usd": self.cost_per_month_usd(price_per_10k_usd),
             "handled": self.handled,
+            "failed": self.failed,
+            "poisoned": self.poisoned,
             "left_in_queue": self.left_in_queue,
             "latency_p50_s": self.latency.p50_s,
             "latency_p90_s": self.latency.p90_s,

@@ -9,9 +9,11 @@ has no CPU), bound to this simulated pool through ``PoolControl``; push triggers
 ``on_trigger`` and the watchdog is the real ``Watchdog.check``. Change a policy and the
 simulation changes with it.
 
-Not modelled: handler failures and retries, visibility renewals (handlers are assumed shorter than
-half the visibility timeout), the rate limiter, and the producer's puts (they cost the same under
-every policy, so they are left out of the comparison).
+Failed deliveries (``ServiceModel.failure_rate``) follow the real delivery policy:
+``retry_visibility_s`` hides them for the retry back-off, ``exhausted`` poisons them (a put to the
+poison queue and a delete). Not modelled: visibility renewals (handlers are assumed shorter than
+half the visibility timeout), batched messages, the rate limiter, and the producer's puts (they
+cost the same under every policy, so they are left out of the comparison).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from typing import Any, cast
 from listener.errors import ConfigurationError
 from listener.handoff import fetch_size
 from listener.listener import STRETCH_S
+from listener.policies.delivery import exhausted, retry_visibility_s
 from listener.pool_control import ListenerLoad, QueueEmptyDecision, ScalingHooks
 from listener.push.waker import Watchdog
 from listener.scaling.scaler import ElasticScaler
@@ -62,6 +65,8 @@ class _Stats:
     thread_seconds: float = 0.0
     peak_threads: int = 0
     handled: int = 0
+    failed: int = 0
+    poisoned: int = 0
     samples: list[Sample] = field(default_factory=list)
 
 
@@ -114,6 +119,8 @@ class PolicySimulation:
         self.workload = workload
         self.service = service
         self.rng = random.Random(seed)
+        # Failures draw from their own source, so every policy meets the same luck.
+        self._failures = random.Random(seed + 1)
         self.queue = SimulatedQueue()
         self.clock = _SimClock()
         self.throughput = ThroughputMeter()
@@ -304,14 +311,27 @@ class PolicySimulation:
         self._resume(thread, done_s, (message, receipt))
 
     def _finish(self, thread: _Thread, message: SimulatedMessage, receipt: int) -> None:
-        """The handler returned: delete, count the stretch (as ``_handle_one``), go on."""
+        """The handler returned: settle, count the stretch (as ``_handle_one``), go on."""
         self._processing -= 1
-        if self.queue.delete(message, receipt):
+        if self._failures.random() < self.service.failure_rate:
+            self._after_failure(message, receipt)
+        elif self.queue.delete(message, receipt):
             self.stats.handled += 1
         thread.stretch_handled += 1
         started = thread.stretch_started
         if started is not None and self.clock.now_s - started >= STRETCH_S:
             self._end_stretch(thread, self.clock.now_s)
+
+    def _after_failure(self, message: SimulatedMessage, receipt: int) -> None:
+        """As ``MessageProcessor._after_failure``: poison on the last delivery, else retry later."""
+        self.stats.failed += 1
+        policy = self.spec.delivery
+        if exhausted(message.dequeue_count, policy):
+            if self.queue.poison(message, receipt):
+                self.stats.poisoned += 1
+            return
+        delay_s = retry_visibility_s(message.dequeue_count, policy, self.rng)
+        self.queue.update_visibility(message, receipt, self.clock.now_s, delay_s)
 
     def _idle(self, thread: _Thread, now_s: float) -> None:
         """An empty get: end the stretch, ask the idle policy, wait or stop."""

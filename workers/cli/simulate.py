@@ -105,6 +105,13 @@ SEED_SLIP_NOTE = (
     help="Time each storage call takes to answer.",
 )
 @click.option(
+    "--failure-rate",
+    type=click.FloatRange(min=0, max=1),
+    default=0.0,
+    show_default=True,
+    help="Chance a delivery fails: retried with the retry back-off, poisoned after 5.",
+)
+@click.option(
     "--price",
     type=click.FloatRange(min=0, min_open=True),
     help="USD per 10,000 transactions (default: cost.price_per_10k_transactions_usd).",
@@ -132,6 +139,7 @@ def simulate(
     service_s: float,
     service_distribution: str,
     request_latency_s: float,
+    failure_rate: float,
     price: float | None,
     seed: int,
     as_json: bool,
@@ -165,6 +173,7 @@ def simulate(
             service_s=service_s,
             distribution="exponential" if service_distribution == "exponential" else "fixed",
             request_latency_s=request_latency_s,
+            failure_rate=failure_rate,
         )
         chosen = _policies(policies or POLICY_NAMES, naive_threads, naive_interval, fixed_threads)
         scenario = Scenario(workload, chosen, service)
