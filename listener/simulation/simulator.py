@@ -137,6 +137,8 @@ class PolicySimulation:
         self._found_work = False
         self._current: _Thread | None = None
         self._last_change_s = 0.0
+        self._depth_since_sample = 0
+        self._threads_since_sample = 0
         self._sample_every_s = workload.duration_s / max(1, samples)
         self._next_sample_s = 0.0
         self._hooks: ScalingHooks | None = None
@@ -186,6 +188,7 @@ class PolicySimulation:
             self._threads[thread.number] = thread
             self._resume(thread, self.clock.now_s)
         self.stats.peak_threads = max(self.stats.peak_threads, self.active_threads)
+        self._threads_since_sample = max(self._threads_since_sample, self.active_threads)
 
     def reserve_stop(self, floor: int) -> bool:
         if self._current is None or self.active_threads <= floor:
@@ -259,6 +262,7 @@ class PolicySimulation:
         self._schedule_next_arrival()
         for _ in range(count):
             self.queue.put(self.clock.now_s)
+        self._depth_since_sample = max(self._depth_since_sample, self.queue.depth)
         if self.spec.push and self.scaler is not None:
             self.scaler.on_trigger()  # as TriggerWaker does for a matching WorkDetected
 
@@ -444,11 +448,15 @@ class PolicySimulation:
         self._last_change_s = now_s
 
     def _sample(self) -> None:
+        """The state now, with the highest depth and thread count since the last sample, so a
+        short burst between two samples still shows on the chart."""
         self.stats.samples.append(
             Sample(
                 time_s=self.clock.now_s,
-                depth=self.queue.depth,
-                threads=self.active_threads,
+                depth=max(self.queue.depth, self._depth_since_sample),
+                threads=max(self.active_threads, self._threads_since_sample),
                 transactions=self.queue.billed,
             )
         )
+        self._depth_since_sample = self.queue.depth
+        self._threads_since_sample = self.active_threads
