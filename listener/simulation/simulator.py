@@ -420,8 +420,10 @@ class PolicySimulation:
         self._account_threads()
         del self._threads[thread.number]
         self._leaving.discard(thread.number)
-        if not self._threads and self._handoff:
-            self._handoff.clear()  # released to the queue: they reappear after their timeout
+        while not self._threads and self._handoff:
+            # The last thread gives unstarted messages back (``MessageProcessor.release``).
+            message, receipt = self._handoff.popleft()
+            self.queue.update_visibility(message, receipt, self.clock.now_s, 0.0)
 
     def _wake(self, thread: _Thread, at_s: float) -> None:
         """End an idle wait early (a nudge): the scheduled wake-up is superseded."""
