@@ -163,13 +163,13 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
     assert isinstance(rate, float)
     assert rate > 0
     counters = listener.counters.snapshot()
-    unset = {"storage_transactions_per_hour": None, "projected_cost_per_month_usd": None}
+    no_meter = {"storage_transactions_per_hour": None, "projected_cost_per_month_usd": None}
     assert invoices == {
         "queue": "invoices",
         "active_threads": 0,
         "peak_threads": 2,
         **counters,
-        **unset,
+        **no_meter,
     }
     assert (counters["processed"], counters["poisoned"], counters["in_flight"]) == (4, 1, 0)
     assert counters["failed"] >= 1
@@ -179,7 +179,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         "peak_threads": 1,
         **dict.fromkeys(counters, 0),
         "per_thread_rate_per_s": None,
-        **unset,
+        **no_meter,
     }
 
 

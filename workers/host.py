@@ -28,10 +28,11 @@ from listener.stores.connection import (
     open_payload_store_if_available,
     open_storage,
 )
-from listener.stores.metered import MeteredStorage
+from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
+from workers.cost_meter import CostMeter
 from workers.live_state import LiveStatePublisher
 from workers.rate_limits import open_rate_limiter
 from workers.settings import CloudQueueSettings
@@ -88,9 +89,11 @@ class WorkerHost:
                 settings.connection_string_value(), credential=settings.credential
             )
             self._owned_payload_store = payload_store
+        # Blob calls for large payloads are billed too: the live cost meter counts them.
+        self.payloads = None if payload_store is None else MeteredPayloadStore(payload_store)
         self._live: LiveStatePublisher | None = None
         self.hosted = [
-            _host(worker_type(), worker_settings, self.storage, payload_store)
+            _host(worker_type(), worker_settings, self.storage, self.payloads)
             for worker_type, worker_settings in prepared
         ]
         self.triggers = open_trigger_channel(settings)
@@ -158,11 +161,16 @@ class WorkerHost:
         )
         log.info("store_opened", storage=where)
         self.start()
-        live.publish(self.listeners, transactions=self.storage.transactions)
+        meter = CostMeter(
+            self.storage,
+            self.payloads,
+            price_per_10k_usd=self.settings.cost.price_per_10k_transactions_usd,
+        )
+        live.publish(self.listeners, transactions=self.storage.transactions, meter=meter)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
-            live.publish(self.listeners, transactions=self.storage.transactions)
+            live.publish(self.listeners, transactions=self.storage.transactions, meter=meter)
         drained = self.stop()
         live.remove()
         return 0 if drained else 1

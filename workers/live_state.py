@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from listener.listener import CloudQueueListener
+from workers.cost_meter import UNKNOWN, CostMeter, QueueCost
 
 PUBLISH_INTERVAL_S = 2.0
 STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S
@@ -51,12 +52,12 @@ class QueueLiveState:
     per_thread_rate_per_s: float | None
     """Messages per second one thread completes (smoothed); None before the first batch."""
     storage_transactions_per_hour: float | None = None
-    """The listener's storage transactions per hour, when its process estimates them."""
+    """Queue and blob calls of this queue's consumers in this process, per hour (recent rate)."""
     projected_cost_per_month_usd: float | None = None
-    """What those transactions would cost a month, in US dollars, when estimated."""
+    """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price."""
 
     @classmethod
-    def of(cls, listener: CloudQueueListener[Any]) -> QueueLiveState:
+    def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
         """The listener's state now, without touching storage (``query_state`` would count)."""
         counters = listener.counters.snapshot()
         return cls(
@@ -69,6 +70,8 @@ class QueueLiveState:
             dequeue_errors=counters["dequeue_errors"],
             in_flight=counters["in_flight"],
             per_thread_rate_per_s=listener.throughput.per_thread_rate_per_s,
+            storage_transactions_per_hour=cost.storage_transactions_per_hour,
+            projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
         )
 
 
@@ -141,19 +144,31 @@ class LiveStatePublisher:
         self._failing = False
 
     def publish(
-        self, listeners: list[CloudQueueListener[Any]], *, transactions: int | None = None
+        self,
+        listeners: list[CloudQueueListener[Any]],
+        *,
+        transactions: int | None = None,
+        meter: CostMeter | None = None,
     ) -> None:
         """Replace the state file; a failure is logged (once while it lasts), never raised.
 
-        ``transactions`` is the process's storage transaction count so far, if it keeps one.
+        ``transactions`` is the process's storage transaction count so far, if it keeps one;
+        ``meter`` (sampled here) gives each queue's transactions per hour and monthly cost.
         """
+        if meter is not None:
+            meter.sample()
         state = LiveState(
             pid=self.pid,
             host=self.host,
             worker=self.worker,
             storage=self.storage,
             updated_at=self._now(),
-            queues=tuple(QueueLiveState.of(listener) for listener in listeners),
+            queues=tuple(
+                QueueLiveState.of(
+                    listener, UNKNOWN if meter is None else meter.cost_of(listener.queue_name)
+                )
+                for listener in listeners
+            ),
             transactions=transactions,
         )
         try:

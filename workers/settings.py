@@ -39,6 +39,7 @@ from listener.policies.scaling_rules import (
     steps,
 )
 from listener.scaling.scaler import ScalingPolicy
+from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
 from listener.stores.connection import describe_storage
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 from workers.settings_keys import (
@@ -241,6 +242,16 @@ class DashboardSettings(_Section):
 _config_file: ContextVar[Path | None] = ContextVar("cloudqueue_config_file", default=None)
 
 
+class CostSettings(_Section):
+    """What storage transactions cost: the live meter and ``cloudqueue simulate`` use it."""
+
+    price_per_10k_transactions_usd: float = Field(
+        default=DEFAULT_PRICE_PER_10K_USD,
+        gt=0,
+        description="price of 10,000 storage transactions (the seed's $0.01; set your account's)",
+    )
+
+
 class CloudQueueSettings(BaseSettings):
     """Everything a worker process needs."""
 
@@ -271,6 +282,7 @@ class CloudQueueSettings(BaseSettings):
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
+    cost: CostSettings = Field(default_factory=CostSettings)
 
     @classmethod
     def settings_customise_sources(

@@ -19,6 +19,7 @@ from workers.cli.messages import enqueue
 from workers.cli.poison import poison_group
 from workers.cli.queues import queues_group
 from workers.cli.run import run
+from workers.cli.simulate import simulate
 from workers.cli.status import status
 from workers.cli.trigger import trigger
 
@@ -58,7 +59,7 @@ def cli() -> None:
 
 cli.params.append(config_option())
 commands = (run, enqueue, status, dashboard, config_group, demo, queues_group, poison_group)
-for command in (*commands, trigger):
+for command in (*commands, trigger, simulate):
     cli.add_command(command)
 
 

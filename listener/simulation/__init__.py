@@ -1,0 +1,60 @@
+"""What will it cost? A workload simulator that runs cloudqueue's real policies in virtual time.
+
+::
+
+    from listener.simulation import bursts, simulate, standard_contenders
+    results = simulate(bursts(500, 1800.0, 86_400.0), standard_contenders())
+
+Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
+billed calls), ``policies`` (the contenders), ``simulator`` (the dequeue loop and the real scaler
+in virtual time), ``report`` (figures), ``cost`` (the price arithmetic), ``table`` and ``plot``
+(output), ``presets`` (named scenarios).
+"""
+
+from listener.simulation.compare import simulate
+from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
+from listener.simulation.policies import (
+    PolicySpec,
+    cloudqueue_defaults,
+    cloudqueue_push,
+    fixed_pool,
+    functions_like,
+    naive_poller,
+    standard_contenders,
+)
+from listener.simulation.presets import PRESETS, Scenario
+from listener.simulation.report import PolicyResult, ServiceModel
+from listener.simulation.table import format_table
+from listener.simulation.workload import (
+    Workload,
+    bursts,
+    constant,
+    day_profile,
+    idle,
+    read_day_profile,
+)
+
+__all__ = [
+    "DEFAULT_PRICE_PER_10K_USD",
+    "PRESETS",
+    "PolicyResult",
+    "PolicySpec",
+    "Scenario",
+    "ServiceModel",
+    "Workload",
+    "bursts",
+    "cloudqueue_defaults",
+    "cloudqueue_push",
+    "constant",
+    "cost_usd",
+    "day_profile",
+    "fixed_pool",
+    "format_table",
+    "functions_like",
+    "idle",
+    "monthly_cost_usd",
+    "naive_poller",
+    "read_day_profile",
+    "simulate",
+    "standard_contenders",
+]

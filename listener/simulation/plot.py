@@ -1,0 +1,61 @@
+"""A PNG of a comparison: queue depth, threads and cumulative transactions over simulated time.
+
+matplotlib is the optional ``plot`` extra, imported only here and only when a chart is drawn.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from listener.errors import ConfigurationError
+from listener.simulation.report import PolicyResult
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+SERIES = ("queue depth", "threads", "cumulative transactions")
+"""The three panels, top to bottom (each panel's y label)."""
+
+
+def _pyplot_free_figure() -> Figure:
+    try:
+        from matplotlib.figure import Figure
+    except ModuleNotFoundError as error:
+        raise ConfigurationError(
+            "--plot needs matplotlib: pip install 'cloudqueue[plot]'"
+        ) from error
+    # A Figure without pyplot: no GUI backend, no global state, safe in any thread.
+    return Figure(figsize=(10, 8), layout="constrained")
+
+
+def comparison_figure(results: Sequence[PolicyResult]) -> Figure:
+    """One panel per series, one line per policy, hours on the x axis."""
+    figure = _pyplot_free_figure()
+    axes = figure.subplots(len(SERIES), 1, sharex=True)
+    for order, result in enumerate(results):
+        # Earlier policies drawn thicker, so a line hidden under a later one still shows.
+        width = max(0.8, 3.0 - 0.5 * order)
+        hours = [sample.time_s / 3600 for sample in result.samples]
+        values = (
+            [sample.depth for sample in result.samples],
+            [sample.threads for sample in result.samples],
+            [sample.transactions for sample in result.samples],
+        )
+        for axis, series in zip(axes, values, strict=True):
+            axis.step(hours, series, where="post", label=result.policy, linewidth=width)
+    for axis, label in zip(axes, SERIES, strict=True):
+        axis.set_ylabel(label)
+        axis.grid(visible=True, alpha=0.3)
+    axes[0].legend(loc="upper right", fontsize="small")
+    axes[-1].set_xlabel("simulated hours")
+    figure.suptitle("cloudqueue simulate")
+    return figure
+
+
+def save_plot(results: Sequence[PolicyResult], path: Path) -> Figure:
+    """Draw the comparison and write it as a PNG; returns the figure (tests look inside)."""
+    figure = comparison_figure(results)
+    figure.savefig(path, format="png", dpi=100)
+    return figure

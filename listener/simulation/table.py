@@ -1,0 +1,63 @@
+"""The terminal table of a comparison: one row per policy, costs at a given price."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
+from listener.simulation.report import PolicyResult
+
+_COLUMNS = (
+    ("policy", "<"),
+    ("get", ">"),
+    ("delete", ">"),
+    ("count", ">"),
+    ("txn/day", ">"),
+    ("$/day", ">"),
+    ("$/month", ">"),
+    ("p50 s", ">"),
+    ("p90 s", ">"),
+    ("p99 s", ">"),
+    ("peak thr", ">"),
+    ("thread-s", ">"),
+)
+
+
+def _seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
+def _row(result: PolicyResult, price_per_10k_usd: float) -> tuple[str, ...]:
+    counts = result.transactions
+    return (
+        result.policy,
+        f"{counts.get('get_messages', 0):,}",
+        f"{counts.get('delete_message', 0):,}",
+        f"{counts.get('approximate_message_count', 0):,}",
+        f"{result.transactions_per_day:,.0f}",
+        f"${result.cost_per_day_usd(price_per_10k_usd):,.4f}",
+        f"${result.cost_per_month_usd(price_per_10k_usd):,.2f}",
+        _seconds(result.latency.p50_s),
+        _seconds(result.latency.p90_s),
+        _seconds(result.latency.p99_s),
+        str(result.peak_threads),
+        f"{result.thread_seconds:,.0f}",
+    )
+
+
+def format_table(
+    results: Sequence[PolicyResult], price_per_10k_usd: float = DEFAULT_PRICE_PER_10K_USD
+) -> str:
+    """Aligned columns: transactions by operation, cost, pickup latency, threads."""
+    rows = [tuple(name for name, _ in _COLUMNS)]
+    rows += [_row(result, price_per_10k_usd) for result in results]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(_COLUMNS))]
+    lines = [
+        "  ".join(
+            f"{cell:{align}{width}}"
+            for cell, (_, align), width in zip(row, _COLUMNS, widths, strict=True)
+        ).rstrip()
+        for row in rows
+    ]
+    lines.insert(1, "  ".join("-" * width for width in widths))
+    return "\n".join(lines)

@@ -1,0 +1,84 @@
+"""The live cost meter: each queue's storage transactions per hour, and the month they project to.
+
+It reads the host's ``MeteredStorage`` (queue calls, the queue's ``-poison`` queue included) and
+``MeteredPayloadStore`` (blob calls for large payloads) each time the live state is published,
+and turns the counts over the last ``window_s`` into a rate. A rate needs ``MIN_ELAPSED_S`` of
+counting first: until then it is None, not a guess.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.messages.poison import poison_queue_name
+from listener.simulation.cost import (
+    DEFAULT_PRICE_PER_10K_USD,
+    monthly_cost_from_hourly_usd,
+)
+from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+
+WINDOW_S = 600.0
+"""The rate follows the last ten minutes: recent enough to show a change, long enough to span
+many idle back-off cycles."""
+MIN_ELAPSED_S = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class QueueCost:
+    """What one queue's consumers cost now, as published in its live state."""
+
+    storage_transactions_per_hour: float | None
+    projected_cost_per_month_usd: float | None
+
+
+UNKNOWN = QueueCost(None, None)
+
+
+class CostMeter:
+    """Samples the counts at each ``sample()``; ``cost_of(queue)`` is the rate over the window."""
+
+    def __init__(
+        self,
+        storage: MeteredStorage,
+        payloads: MeteredPayloadStore | None = None,
+        *,
+        price_per_10k_usd: float = DEFAULT_PRICE_PER_10K_USD,
+        clock: Clock = SYSTEM_CLOCK,
+        window_s: float = WINDOW_S,
+    ) -> None:
+        self.storage = storage
+        self.payloads = payloads
+        self.price_per_10k_usd = price_per_10k_usd
+        self.clock = clock
+        self.window_s = window_s
+        self._samples: deque[tuple[float, dict[str, int]]] = deque()
+
+    def sample(self) -> None:
+        """Record the counts now, forgetting samples older than the window needs."""
+        counts = dict(self.storage.counts_by_queue())
+        if self.payloads is not None:
+            for queue, count in self.payloads.counts_by_queue().items():
+                counts[f"blob:{queue}"] = count
+        now_s = self.clock.monotonic()
+        self._samples.append((now_s, counts))
+        while len(self._samples) > 2 and self._samples[1][0] <= now_s - self.window_s:
+            self._samples.popleft()
+
+    def cost_of(self, queue: str) -> QueueCost:
+        """Transactions per hour over the window, and a month at that rate (None: too early)."""
+        if len(self._samples) < 2:
+            return UNKNOWN
+        (first_s, first), (last_s, last) = self._samples[0], self._samples[-1]
+        elapsed_s = last_s - first_s
+        if elapsed_s < MIN_ELAPSED_S:
+            return UNKNOWN
+        counted = _of_queue(last, queue) - _of_queue(first, queue)
+        per_hour = counted / elapsed_s * 3_600.0
+        return QueueCost(per_hour, monthly_cost_from_hourly_usd(per_hour, self.price_per_10k_usd))
+
+
+def _of_queue(counts: dict[str, int], queue: str) -> int:
+    """A queue's calls: its own, its poison queue's, and its payloads' blob calls."""
+    return sum(counts.get(key, 0) for key in (queue, poison_queue_name(queue), f"blob:{queue}"))
