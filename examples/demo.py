@@ -5,7 +5,8 @@ store, enqueues a burst of invoices (plus one malformed message) and tells what 
 thread finds work and the pool scales up, the burst drains, the malformed message goes to
 ``invoices-poison``, the surplus threads stop back to a single poller, and the demo stops the host
 and sums up -- messages, drain time, peak threads, storage transactions, and what the same burst
-plus an idle hour would have cost with a fixed pool polling every second.
+plus an idle hour would have cost with a fixed pool polling every second (simulated by
+``listener.simulation`` with the same policies the worker ran).
 
 On a terminal it narrates (a live status line, one short line per scaling or poison event, a
 summary table); otherwise it logs JSON lines, every event kept, the summary in ``demo_finished``.
@@ -18,7 +19,7 @@ import random
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, ClassVar
 
 import structlog
@@ -30,7 +31,17 @@ from examples.narration import Narrator
 from listener.listener import CloudQueueListener
 from listener.messages.codec import MessageCodec
 from listener.messages.poison import poison_queue_name
-from listener.scaling.scaler import ScalingPolicy, idle_delay_s
+from listener.scaling.scaler import ScalingPolicy
+from listener.simulation import (
+    DEFAULT_PRICE_PER_10K_USD,
+    ServiceModel,
+    bursts,
+    cloudqueue_defaults,
+    cloudqueue_push,
+    cost_usd,
+    naive_poller,
+    simulate,
+)
 from listener.stores.storage import QueueStorage
 from workers.host import WorkerHost
 from workers.logging import configure_logging
@@ -43,8 +54,6 @@ DEADLINE_S = 120.0
 WATCH_INTERVAL_S = 0.05
 IDLE_HOUR_S = 3600.0
 FIXED_POLL_INTERVAL_S = 1.0
-PRICE_PER_10K_USD = 0.01
-"""The seed's price per 10,000 storage transactions."""
 
 OPERATION_NAMES = {
     "get_messages": "gets (up to 32 messages each)",
@@ -75,13 +84,8 @@ class DemoSummary:
     peak_threads: int
     transactions: int
     transactions_by_operation: dict[str, int]
-    idle_hour_transactions: int
-    fixed_pool_threads: int
-    fixed_pool_transactions: int
-
-    @property
-    def with_idle_hour(self) -> int:
-        return self.transactions + self.idle_hour_transactions
+    burst_and_idle_hour: dict[str, int]
+    """Simulated transactions of the same burst plus an idle hour, by way of running it."""
 
 
 def sample_invoice(invoice_id: int, rng: random.Random) -> Invoice:
@@ -107,22 +111,31 @@ def wait_for(condition: str, check: Callable[[], bool]) -> bool:
     return False
 
 
-def idle_polls(policy: ScalingPolicy, duration_s: float, rng: random.Random) -> int:
-    """Gets one remaining poller makes while idle for ``duration_s``, by the listener's back-off."""
-    polls, elapsed_s = 0, 0.0
-    while elapsed_s < duration_s:
-        polls += 1
-        elapsed_s += max(idle_delay_s(polls, policy, rng), 1e-3)
-    return polls
+def burst_and_idle_hour(policy: ScalingPolicy, threads: int) -> dict[str, int]:
+    """Transactions of this burst plus an idle hour: this worker, with push, a fixed pool.
 
-
-def fixed_pool_transactions(threads: int, burst_transactions: int) -> int:
-    """A hand-written fixed pool: the same burst work, then every thread polls every second."""
-    return burst_transactions + int(threads * IDLE_HOUR_S / FIXED_POLL_INTERVAL_S)
-
-
-def cost_usd(transactions: int) -> float:
-    return transactions / 10_000 * PRICE_PER_10K_USD
+    Simulated with the worker's own scaling policy, so a change of settings changes the answer.
+    """
+    span_s = IDLE_HOUR_S + 60.0  # the drain, then the idle hour
+    contenders = [
+        cloudqueue_defaults(policy),
+        cloudqueue_push(replace(policy, min_threads=0)),
+        naive_poller(threads, FIXED_POLL_INTERVAL_S),
+    ]
+    results = simulate(
+        bursts(BURST + MALFORMED, span_s, span_s),
+        contenders,
+        service=ServiceModel(service_s=DemoInvoiceWorker.simulated_io_s),
+    )
+    labels = [
+        "cloudqueue, as this demo ran",
+        "cloudqueue with push triggers (zero pollers when idle)",
+        f"fixed pool of {threads} threads polling every second",
+    ]
+    return {
+        label: sum(result.transactions.values())
+        for label, result in zip(labels, results, strict=True)
+    }
 
 
 def enqueue_burst(storage: QueueStorage, queue: str) -> None:
@@ -166,11 +179,7 @@ def run_demo(host: WorkerHost, progress: Callable[[], Any] | None) -> tuple[bool
         peak_threads=peak,
         transactions=burst_transactions,
         transactions_by_operation=spent,
-        idle_hour_transactions=idle_polls(
-            host.settings.scaling_policy(), IDLE_HOUR_S, random.Random(7)
-        ),
-        fixed_pool_threads=peak,
-        fixed_pool_transactions=fixed_pool_transactions(peak, burst_transactions),
+        burst_and_idle_hour=burst_and_idle_hour(host.settings.scaling_policy(), peak),
     )
     return quiet, summary
 
@@ -188,25 +197,16 @@ def summary_tables(summary: DemoSummary, queue: str) -> list[Table]:
     for operation, count in sorted(spent.items(), key=lambda item: -item[1]):
         run.add_row(f"  {OPERATION_NAMES.get(operation, operation)}", f"{count:,}")
     cost = Table(
-        title=f"The same burst plus an idle hour, at ${PRICE_PER_10K_USD} per 10,000 transactions",
+        title="The same burst plus an idle hour (simulated with the same policies), at "
+        f"${DEFAULT_PRICE_PER_10K_USD} per 10,000 transactions",
         title_justify="left",
     )
     cost.add_column("")
     cost.add_column("transactions", justify="right")
     cost.add_column("cost (USD)", justify="right")
-    ours = summary.with_idle_hour
-    cost.add_row("cloudqueue (this run, then one poller backing off)", f"{ours:,}", _usd(ours))
-    fixed = summary.fixed_pool_transactions
-    cost.add_row(
-        f"fixed pool of {summary.fixed_pool_threads} threads polling every second",
-        f"{fixed:,}",
-        _usd(fixed),
-    )
+    for label, transactions in summary.burst_and_idle_hour.items():
+        cost.add_row(label, f"{transactions:,}", f"${cost_usd(transactions):.4f}")
     return [run, cost]
-
-
-def _usd(transactions: int) -> str:
-    return f"${cost_usd(transactions):.4f}"
 
 
 def main() -> int:
@@ -240,8 +240,6 @@ def main() -> int:
         "demo_finished",
         queue=queue,
         poison_depth=poison_depth,
-        idle_hour_cost_usd=round(cost_usd(summary.with_idle_hour), 6),
-        fixed_pool_cost_usd=round(cost_usd(summary.fixed_pool_transactions), 6),
         **asdict(summary),
     )
     if narrated:
