@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 from listener.messages.envelope import current_envelope
@@ -34,19 +33,24 @@ class ObservedStorage:
     ) -> None:
         self.inner = inner
         self._operations = metrics.storage_operations
-        self._heartbeats = heartbeats
+        self._counters: dict[tuple[str, str], Any] = {}
+        self._beat = heartbeats.beat
         self._reachability = reachability
 
     def _call(self, queue: str, operation: str, call: Callable[[], R]) -> R:
-        self._operations.labels(queue, operation).inc()
-        self._heartbeats.beat()
+        counter = self._counters.get((queue, operation))
+        if counter is None:  # labels() takes a lock; the per-call path need not
+            counter = self._counters[queue, operation] = self._operations.labels(queue, operation)
+        counter.inc()
+        # One beat as each call ends: a thread is silent from there until its next call ends,
+        # which is one handler call (it beats as it starts) or one storage call.
         try:
             result = call()
         except BaseException as error:
             self._reachability.failed(error)
             raise
         finally:
-            self._heartbeats.beat()
+            self._beat()
         self._reachability.succeeded()
         return result
 
@@ -199,23 +203,23 @@ class ObservedPool:
 def observed_handler(
     handler: Callable[[Any], None], queue: str, metrics: WorkerMetrics, heartbeats: Heartbeats
 ) -> Callable[[Any], None]:
-    """The handler, timed (handle and pickup histograms) and beating at its start and end."""
+    """The handler, timed (handle and pickup histograms), beating as it starts."""
     handle_seconds = metrics.handle_seconds.labels(queue)
     pickup_seconds = metrics.pickup_seconds.labels(queue)
+    beat = heartbeats.beat
 
     def handle(item: Any) -> None:
-        heartbeats.beat()
-        started = time.perf_counter()
+        beat()
         try:
-            inserted_on = current_envelope().inserted_on
+            inserted_s = current_envelope().inserted_on.timestamp()
         except LookupError:  # called outside a listener's delivery (a test calling it directly)
             pass
         else:
-            pickup_seconds.observe(max(0.0, (datetime.now(UTC) - inserted_on).total_seconds()))
+            pickup_seconds.observe(max(0.0, time.time() - inserted_s))
+        started = time.perf_counter()
         try:
             handler(item)
         finally:
             handle_seconds.observe(time.perf_counter() - started)
-            heartbeats.beat()
 
     return handle
