@@ -8,12 +8,13 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener.errors import MessageNotFoundError, TransientStorageError
+from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientStorageError
 from listener.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
 from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.metered import MeteredStorage
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 from tests.support.scrape import get
@@ -100,29 +101,26 @@ def test_liveness_is_red_when_a_pool_has_fewer_threads_than_its_floor(
 def test_storage_calls_are_counted_by_queue_and_operation_and_failures_mark_an_outage(
     clock: ManualClock,
 ) -> None:
-    """The observed storage counts each call and records whether storage answered."""
+    """The metered storage's counts reach the metrics; a failing call marks an outage."""
     metrics, reachability = WorkerMetrics(), Reachability()
-    storage = ObservedStorage(InMemoryQueueStorage(), metrics, Heartbeats(clock), reachability)
+    metered = MeteredStorage(InMemoryQueueStorage())
+    storage = ObservedStorage(metered, Heartbeats(clock), reachability)
     storage.create_queue("work")
     storage.put_message("work", "x")
     assert storage.approximate_message_count("work") == 1
-    with pytest.raises(Exception):  # noqa: B017, PT011 - whichever error the store raises
+    with pytest.raises(QueueNotFoundError):
         storage.approximate_message_count("missing")
     assert reachability.outage == "QueueNotFoundError"
     storage.get_messages("work", max_messages=1, visibility_timeout_s=30)
     assert reachability.outage is None
+    metrics.sample_storage(metered.counts_by_queue())
+    storage.put_message("work", "y")
+    metrics.sample_storage(metered.counts_by_queue())
     count = metrics.registry.get_sample_value
-    assert (
-        count("cloudqueue_storage_operations_total", {"queue": "work", "operation": "put_message"})
-        == 1
-    )
-    assert (
-        count(
-            "cloudqueue_storage_operations_total",
-            {"queue": "work", "operation": "approximate_message_count"},
-        )
-        == 1
-    )
+    calls = "cloudqueue_storage_operations_total"
+    assert count(calls, {"queue": "work", "operation": "put_message"}) == 2
+    assert count(calls, {"queue": "work", "operation": "approximate_message_count"}) == 1
+    assert count(calls, {"queue": "missing", "operation": "approximate_message_count"}) == 1
 
 
 def test_the_rule_target_grows_at_once_and_shrinks_to_the_rule() -> None:

@@ -185,7 +185,7 @@ class WorkerHost:
 def _host(
     worker: QueueWorker[Any],
     settings: CloudQueueSettings,
-    storage: QueueStorage,
+    storage: MeteredStorage,
     payload_store: PayloadStore | None,
     observability: ProcessObservability | None = None,
 ) -> HostedWorker:

@@ -18,12 +18,12 @@ class MeteredStorage:
 
     def __init__(self, inner: QueueStorage) -> None:
         self.inner = inner
-        self._counts: Counter[str] = Counter()
+        self._counts: Counter[tuple[str, str]] = Counter()
         self._lock = threading.Lock()
 
-    def _tick(self, operation: str) -> None:
+    def _tick(self, operation: str, queue_name: str = "") -> None:
         with self._lock:
-            self._counts[operation] += 1
+            self._counts[queue_name, operation] += 1
 
     @property
     def transactions(self) -> int:
@@ -31,23 +31,31 @@ class MeteredStorage:
             return sum(self._counts.values())
 
     def counts(self) -> dict[str, int]:
+        """Calls by operation, over every queue."""
+        totals: Counter[str] = Counter()
+        for (_, operation), count in self.counts_by_queue().items():
+            totals[operation] += count
+        return dict(totals)
+
+    def counts_by_queue(self) -> dict[tuple[str, str], int]:
+        """Calls by (queue name, operation); ``list_queues`` has no queue: ``""``."""
         with self._lock:
             return dict(self._counts)
 
     def create_queue(self, queue_name: str) -> None:
-        self._tick("create_queue")
+        self._tick("create_queue", queue_name)
         self.inner.create_queue(queue_name)
 
     def get_messages(
         self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
     ) -> list[QueueMessage]:
-        self._tick("get_messages")
+        self._tick("get_messages", queue_name)
         return self.inner.get_messages(
             queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
         )
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
-        self._tick("delete_message")
+        self._tick("delete_message", queue_name)
         return self.inner.delete_message(queue_name, message_id, pop_receipt)
 
     def put_message(
@@ -58,7 +66,7 @@ class MeteredStorage:
         time_to_live_s: int | None = None,
         visibility_delay_s: int = 0,
     ) -> QueueMessage:
-        self._tick("put_message")
+        self._tick("put_message", queue_name)
         return self.inner.put_message(
             queue_name,
             content,
@@ -69,17 +77,17 @@ class MeteredStorage:
     def update_visibility(
         self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
     ) -> str:
-        self._tick("update_visibility")
+        self._tick("update_visibility", queue_name)
         return self.inner.update_visibility(
             queue_name, message_id, pop_receipt, visibility_timeout_s
         )
 
     def approximate_message_count(self, queue_name: str) -> int:
-        self._tick("approximate_message_count")
+        self._tick("approximate_message_count", queue_name)
         return self.inner.approximate_message_count(queue_name)
 
     def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
-        self._tick("peek_messages")
+        self._tick("peek_messages", queue_name)
         return self.inner.peek_messages(queue_name, max_messages=max_messages)
 
     def list_queues(self, prefix: str = "") -> list[str]:
@@ -87,11 +95,11 @@ class MeteredStorage:
         return self.inner.list_queues(prefix)
 
     def clear_queue(self, queue_name: str) -> None:
-        self._tick("clear_queue")
+        self._tick("clear_queue", queue_name)
         self.inner.clear_queue(queue_name)
 
     def delete_queue(self, queue_name: str) -> None:
-        self._tick("delete_queue")
+        self._tick("delete_queue", queue_name)
         self.inner.delete_queue(queue_name)
 
     def close(self) -> None:

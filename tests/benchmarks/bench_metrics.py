@@ -126,15 +126,19 @@ def drain(storage: QueueStorage, count: int, variant: str) -> Drain:
     return Drain(count / seconds, cpu_s / count * 1e6)
 
 
+Opener = Callable[[], QueueStorage]
+"""Opens a storage client for one drain (the host closes its storage when it stops)."""
+
+
 def repetitions(
-    count: int, rounds: int, storage_for: Callable[[], Iterator[QueueStorage]]
+    count: int, rounds: int, storage_for: Callable[[], Iterator[Opener]]
 ) -> dict[str, list[Drain]]:
     drains: dict[str, list[Drain]] = {OFF: [], ON: []}
     for round_number in range(rounds):
         order = (OFF, ON) if round_number % 2 == 0 else (ON, OFF)
-        for storage in storage_for():
+        for open_storage in storage_for():
             for variant in order:
-                result = drain(storage, count, variant)
+                result = drain(open_storage(), count, variant)
                 drains[variant].append(result)
                 print(
                     f"  round {round_number + 1} {variant:>3}: {result.rate_per_s:8.1f} msg/s, "
@@ -144,17 +148,13 @@ def repetitions(
     return drains
 
 
-def in_memory() -> Iterator[QueueStorage]:
-    yield InMemoryQueueStorage()
+def in_memory() -> Iterator[Opener]:
+    yield InMemoryQueueStorage
 
 
-def on_azurite() -> Iterator[QueueStorage]:
+def on_azurite() -> Iterator[Opener]:
     with AzuriteProcess(REPO_ROOT / ".azurite") as azurite:
-        storage = AzureQueueStorage.from_connection_string(azurite.connection_string)
-        try:
-            yield storage
-        finally:
-            storage.close()
+        yield lambda: AzureQueueStorage.from_connection_string(azurite.connection_string)
 
 
 def report(where: str, drains: dict[str, list[Drain]]) -> bool:

@@ -57,22 +57,28 @@ class Heartbeats:
     """When each dequeue thread last showed a sign of life (cheap: one dict store per beat)."""
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
-        self.clock = clock
-        self._beats: dict[threading.Thread, float] = {}
+        self._monotonic = clock.monotonic
+        self._beats: dict[int, float] = {}
+        self._threads: dict[int, threading.Thread] = {}
 
     def beat(self) -> None:
-        thread = threading.current_thread()
-        if thread in self._beats or is_dequeue_thread(thread):
-            self._beats[thread] = self.clock.monotonic()
+        ident = threading.get_ident()
+        if ident not in self._beats:
+            thread = threading.current_thread()
+            if not is_dequeue_thread(thread):
+                return
+            self._threads[ident] = thread
+        self._beats[ident] = self._monotonic()
 
     def silent(self, longer_than_s: float) -> list[str]:
         """The live dequeue threads silent for longer than ``longer_than_s``, by name."""
-        now = self.clock.monotonic()
+        now = self._monotonic()
         silent: list[str] = []
-        for thread, last in list(self._beats.items()):
-            if not thread.is_alive():
-                self._beats.pop(thread, None)
-            elif now - last > longer_than_s:
+        for ident, thread in list(self._threads.items()):
+            if not thread.is_alive():  # ended: forget it (its ident may be reused)
+                self._beats.pop(ident, None)
+                self._threads.pop(ident, None)
+            elif now - self._beats.get(ident, now) > longer_than_s:
                 silent.append(thread.name)
         return sorted(silent)
 

@@ -96,6 +96,8 @@ class WorkerMetrics:
             multiprocess_mode="livemin",
         )
         self._sampled: dict[tuple[str, str], int] = {}
+        """What each counter had reached at the last sample, by (queue, outcome)."""
+        self._sampled_storage: dict[tuple[str, str], int] = {}
 
     def sample_counters(self, queue: str, counters: ListenerCounters) -> None:
         """Add what the listener's counters grew by since the last sample."""
@@ -106,6 +108,14 @@ class WorkerMetrics:
             if grew > 0:
                 self.messages.labels(queue, outcome).inc(grew)
                 self._sampled[queue, outcome] = now
+
+    def sample_storage(self, counts: dict[tuple[str, str], int]) -> None:
+        """Add what the host's storage call counts (by queue, operation) grew by."""
+        for (queue, operation), now in counts.items():
+            grew = now - self._sampled_storage.get((queue, operation), 0)
+            if grew > 0:
+                self.storage_operations.labels(queue, operation).inc(grew)
+                self._sampled_storage[queue, operation] = now
 
     def declare(self, queue: str, rule: str) -> None:
         """Show a queue's series at zero from the start, so rates need no first event."""

@@ -22,26 +22,20 @@ R = TypeVar("R")
 
 
 class ObservedStorage:
-    """A QueueStorage that counts calls by queue and operation, beats, and tracks reachability."""
+    """A QueueStorage that beats as each call ends and tracks whether storage answers.
+
+    It counts nothing: the host's ``MeteredStorage`` already counts every call by queue and
+    operation, and the metrics copy its counts (``WorkerMetrics.sample_storage``).
+    """
 
     def __init__(
-        self,
-        inner: QueueStorage,
-        metrics: WorkerMetrics,
-        heartbeats: Heartbeats,
-        reachability: Reachability,
+        self, inner: QueueStorage, heartbeats: Heartbeats, reachability: Reachability
     ) -> None:
         self.inner = inner
-        self._operations = metrics.storage_operations
-        self._counters: dict[tuple[str, str], Any] = {}
         self._beat = heartbeats.beat
         self._reachability = reachability
 
     def _call(self, queue: str, operation: str, call: Callable[[], R]) -> R:
-        counter = self._counters.get((queue, operation))
-        if counter is None:  # labels() takes a lock; the per-call path need not
-            counter = self._counters[queue, operation] = self._operations.labels(queue, operation)
-        counter.inc()
         # One beat as each call ends: a thread is silent from there until its next call ends,
         # which is one handler call (it beats as it starts) or one storage call.
         try:

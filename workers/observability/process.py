@@ -15,6 +15,7 @@ from typing import Any
 from listener.listener import CloudQueueListener
 from listener.pool_control import PoolControl
 from listener.scaling.scaler import ScalingPolicy
+from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 from workers.observability.metrics import WorkerMetrics
@@ -38,6 +39,7 @@ class ProcessObservability:
             reachability=self.reachability,
         )
         self._listeners: list[CloudQueueListener[Any]] = []
+        self._metered: MeteredStorage | None = None
         self.server: ObservabilityServer | None = None
         if serve and self.settings.metrics_port is not None:
             app = observability_app(self.metrics.registry, self.probes)
@@ -52,8 +54,10 @@ class ProcessObservability:
             return None
         return cls(settings, serve=CHILD_SLOT_VARIABLE not in os.environ)
 
-    def observe_storage(self, storage: QueueStorage) -> QueueStorage:
-        return ObservedStorage(storage, self.metrics, self.heartbeats, self.reachability)
+    def observe_storage(self, storage: MeteredStorage) -> QueueStorage:
+        """Watch the calls the listeners make; their counts come from ``storage`` itself."""
+        self._metered = storage
+        return ObservedStorage(storage, self.heartbeats, self.reachability)
 
     def observe_pool(self, pool: PoolControl, policy: ScalingPolicy) -> PoolControl:
         self.metrics.declare(pool.queue_name, policy.rule_name)
@@ -91,6 +95,8 @@ class ProcessObservability:
             self.metrics.dequeue_threads.labels(listener.queue_name).set(
                 listener.active_dequeue_tasks
             )
+        if self._metered is not None:
+            self.metrics.sample_storage(self._metered.counts_by_queue())
         self.metrics.live.set(1 if self.probes.liveness().ok else 0)
         self.metrics.ready.set(1 if self.probes.readiness().ok else 0)
 
