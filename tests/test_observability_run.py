@@ -112,9 +112,10 @@ def test_a_scrape_mid_burst_parses_and_the_counters_add_up_to_the_messages_sent(
 ) -> None:
     """Scraped while a burst drains, /metrics parses; at the end processed + poisoned = sent."""
     env = environment(azurite_connection_string, tmp_path)
-    run = start(env, "--processes", str(processes), "--set", "scaling.max_threads=2", delay_s=0.03)
+    run = start(env, "--processes", str(processes), "--set", "scaling.max_threads=1", delay_s=0.06)
     queue = env["TEST_QUEUE"]
-    good, bad = 50, 3
+    eventually(lambda: status(run, "/readyz") == 200, timeout_s=20)  # every child has started
+    good, bad = 40, 3
     enqueue(env, [json.dumps({"n": n}) for n in range(good)] + ["not json"] * bad)
 
     def started_handling() -> Any:
