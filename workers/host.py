@@ -209,7 +209,9 @@ def _host(
     handler: Callable[[Any], None] = runner
     if observability is not None:
         pool = observability.observe_pool(pool, policy)
-        handler = observability.observe_handler(runner, listener, policy.min_threads)
+        # A pool started below its floor grows only on work: liveness holds it to what it had.
+        floor = min(policy.min_threads, options.threads)
+        handler = observability.observe_handler(runner, listener, floor)
     scaler = ElasticScaler(pool, policy)
     listener.subscribe(handler)
     return HostedWorker(
