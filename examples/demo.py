@@ -1,30 +1,59 @@
 """The quick-start demo: a burst of invoices drained by an auto-scaling worker (embedded store).
 
 ``python -m examples.demo`` starts ``InvoiceWorker`` with one idle poller on the embedded SQLite
-store, enqueues a burst of invoices (plus one malformed message), and logs what happens: the idle
+store, enqueues a burst of invoices (plus one malformed message) and tells what happens: the idle
 thread finds work and the pool scales up, the burst drains, the malformed message goes to
-``invoices-poison``, the surplus threads stop one by one back to a single poller, and the demo
-stops the host.
+``invoices-poison``, the surplus threads stop back to a single poller, and the demo stops the host
+and sums up -- messages, drain time, peak threads, storage transactions, and what the same burst
+plus an idle hour would have cost with a fixed pool polling every second.
+
+On a terminal it narrates (a live status line, one short line per scaling or poison event, a
+summary table); otherwise it logs JSON lines, every event kept, the summary in ``demo_finished``.
 """
 
 from __future__ import annotations
 
+import logging
 import random
 import sys
 import time
-from typing import ClassVar
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from typing import Any, ClassVar
 
 import structlog
+from rich.console import Console
+from rich.table import Table
 
 from examples.billing import Invoice, InvoiceLine, InvoiceWorker
+from examples.narration import Narrator
+from listener.listener import CloudQueueListener
 from listener.messages.codec import MessageCodec
 from listener.messages.poison import poison_queue_name
+from listener.scaling.scaler import ScalingPolicy, idle_delay_s
+from listener.stores.storage import QueueStorage
 from workers.host import WorkerHost
 from workers.logging import configure_logging
-from workers.settings import BackoffSettings, CloudQueueSettings, ScalingSettings
+from workers.progress import ConsoleStream, LiveProgress
+from workers.settings import CloudQueueSettings, ScalingSettings
 
 BURST = 400
+MALFORMED = 1
 DEADLINE_S = 120.0
+WATCH_INTERVAL_S = 0.05
+IDLE_HOUR_S = 3600.0
+FIXED_POLL_INTERVAL_S = 1.0
+PRICE_PER_10K_USD = 0.01
+"""The seed's price per 10,000 storage transactions."""
+
+OPERATION_NAMES = {
+    "get_messages": "gets (up to 32 messages each)",
+    "delete_message": "deletes",
+    "put_message": "puts (the poison copy)",
+    "approximate_message_count": "depth reads (for scaling)",
+    "create_queue": "queue creations",
+    "update_visibility": "visibility updates",
+}
 
 log = structlog.get_logger("examples.demo")
 
@@ -33,6 +62,26 @@ class DemoInvoiceWorker(InvoiceWorker):
     """The billing worker with 20 ms of simulated I/O per invoice, so that threads pay off."""
 
     simulated_io_s: ClassVar[float] = 0.02
+    billed_log_level: ClassVar[int] = logging.DEBUG
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSummary:
+    """What the run did and what it cost, in figures a person can check against the store."""
+
+    processed: int
+    poisoned: int
+    drain_s: float
+    peak_threads: int
+    transactions: int
+    transactions_by_operation: dict[str, int]
+    idle_hour_transactions: int
+    fixed_pool_threads: int
+    fixed_pool_transactions: int
+
+    @property
+    def with_idle_hour(self) -> int:
+        return self.transactions + self.idle_hour_transactions
 
 
 def sample_invoice(invoice_id: int, rng: random.Random) -> Invoice:
@@ -47,49 +96,158 @@ def sample_invoice(invoice_id: int, rng: random.Random) -> Invoice:
     return Invoice(invoice_id=invoice_id, customer=f"customer-{invoice_id % 17}", lines=lines)
 
 
-def wait_for(condition: str, check: object) -> bool:
+def wait_for(condition: str, check: Callable[[], bool]) -> bool:
     """Watch the host the way an operator would, until ``check()`` holds or the deadline."""
     deadline = time.monotonic() + DEADLINE_S
     while time.monotonic() < deadline:
-        if callable(check) and check():
+        if check():
             return True
-        time.sleep(0.1)
+        time.sleep(WATCH_INTERVAL_S)
     log.error("demo_timed_out", waiting_for=condition)
     return False
 
 
-def main() -> int:
-    settings = CloudQueueSettings(
-        backoff=BackoffSettings(max_idle_s=0.5),
-        scaling=ScalingSettings(max_threads=8, messages_per_thread=32, scale_in_delay_s=1.0),
-    )
-    configure_logging(settings.logging)
-    host = WorkerHost([DemoInvoiceWorker], settings)
-    storage, listener = host.storage, host.listeners[0]
-    queue = DemoInvoiceWorker.queue_name
-    for name in (queue, poison_queue_name(queue)):
-        # A clean start: leftovers of an earlier run would be mixed into this run's figures.
-        storage.create_queue(name)
-        storage.clear_queue(name)
-    host.start()
+def idle_polls(policy: ScalingPolicy, duration_s: float, rng: random.Random) -> int:
+    """Gets one remaining poller makes while idle for ``duration_s``, by the listener's back-off."""
+    polls, elapsed_s = 0, 0.0
+    while elapsed_s < duration_s:
+        polls += 1
+        elapsed_s += max(idle_delay_s(polls, policy, rng), 1e-3)
+    return polls
+
+
+def fixed_pool_transactions(threads: int, burst_transactions: int) -> int:
+    """A hand-written fixed pool: the same burst work, then every thread polls every second."""
+    return burst_transactions + int(threads * IDLE_HOUR_S / FIXED_POLL_INTERVAL_S)
+
+
+def cost_usd(transactions: int) -> float:
+    return transactions / 10_000 * PRICE_PER_10K_USD
+
+
+def enqueue_burst(storage: QueueStorage, queue: str) -> None:
+    # Logged first: the idle poller may find the first invoices before the last one is put.
+    log.info("demo_enqueueing", queue=queue, invoices=BURST, malformed=MALFORMED)
     codec = MessageCodec(Invoice)
     rng = random.Random(7)
     for invoice_id in range(1, BURST + 1):
         storage.put_message(queue, codec.encode(sample_invoice(invoice_id, rng)))
     storage.put_message(queue, "this is not base64 JSON")  # shows the poison path
-    log.info("demo_enqueued", queue=queue, invoices=BURST, malformed=1)
-    drained = wait_for("drain", lambda: storage.approximate_message_count(queue) == 0)
-    settled = drained and wait_for("one poller", lambda: listener.active_dequeue_tasks == 1)
+
+
+def settled(listener: CloudQueueListener[Any]) -> int:
+    return listener.messages_processed + listener.messages_poisoned
+
+
+def run_demo(host: WorkerHost, progress: Callable[[], Any] | None) -> tuple[bool, DemoSummary]:
+    """Start, enqueue the burst, wait for the drain and for one poller; the figures of the run."""
+    storage, listener = host.storage, host.listeners[0]
+    queue = DemoInvoiceWorker.queue_name
+    for name in (queue, poison_queue_name(queue)):
+        # A clean start: leftovers of an earlier run would be mixed into this run's figures.
+        storage.inner.create_queue(name)
+        storage.inner.clear_queue(name)
+    host.start()
+    started = time.monotonic()
+    # The producer's puts go around the meter: the summary counts what the worker spent.
+    enqueue_burst(storage.inner, queue)
+    drained = wait_for("drain", lambda: settled(listener) >= BURST + MALFORMED)
+    drain_s = time.monotonic() - started
+    quiet = drained and wait_for("one poller", lambda: listener.active_dequeue_tasks == 1)
+    if progress is not None:
+        progress()
+    peak = listener.query_state().total_dequeue_tasks  # one depth read, counted below
+    spent = storage.counts()
+    burst_transactions = sum(spent.values())
+    summary = DemoSummary(
+        processed=listener.messages_processed,
+        poisoned=listener.messages_poisoned,
+        drain_s=round(drain_s, 2),
+        peak_threads=peak,
+        transactions=burst_transactions,
+        transactions_by_operation=spent,
+        idle_hour_transactions=idle_polls(
+            host.settings.scaling_policy(), IDLE_HOUR_S, random.Random(7)
+        ),
+        fixed_pool_threads=peak,
+        fixed_pool_transactions=fixed_pool_transactions(peak, burst_transactions),
+    )
+    return quiet, summary
+
+
+def summary_tables(summary: DemoSummary, queue: str) -> list[Table]:
+    run = Table(title="What happened", show_header=False, title_justify="left")
+    run.add_column(justify="left")
+    run.add_column(justify="right")
+    run.add_row("Messages processed", f"{summary.processed:,}")
+    run.add_row(f"Poisoned (in {poison_queue_name(queue)})", f"{summary.poisoned:,}")
+    run.add_row("Drain time", f"{summary.drain_s:.1f} s")
+    run.add_row("Peak dequeue threads", f"{summary.peak_threads}")
+    run.add_row("Storage transactions", f"{summary.transactions:,}")
+    spent = summary.transactions_by_operation
+    for operation, count in sorted(spent.items(), key=lambda item: -item[1]):
+        run.add_row(f"  {OPERATION_NAMES.get(operation, operation)}", f"{count:,}")
+    cost = Table(
+        title=f"The same burst plus an idle hour, at ${PRICE_PER_10K_USD} per 10,000 transactions",
+        title_justify="left",
+    )
+    cost.add_column("")
+    cost.add_column("transactions", justify="right")
+    cost.add_column("cost (USD)", justify="right")
+    ours = summary.with_idle_hour
+    cost.add_row("cloudqueue (this run, then one poller backing off)", f"{ours:,}", _usd(ours))
+    fixed = summary.fixed_pool_transactions
+    cost.add_row(
+        f"fixed pool of {summary.fixed_pool_threads} threads polling every second",
+        f"{fixed:,}",
+        _usd(fixed),
+    )
+    return [run, cost]
+
+
+def _usd(transactions: int) -> str:
+    return f"${cost_usd(transactions):.4f}"
+
+
+def main() -> int:
+    settings = CloudQueueSettings(
+        scaling=ScalingSettings(max_threads=8, messages_per_thread=32, scale_in_delay_s=1.0),
+    )
+    console = Console(stderr=True)
+    narrated = settings.logging.format == "auto" and console.is_terminal
+    if narrated:
+        configure_logging(
+            settings.logging, stream=ConsoleStream(console), console_renderer=Narrator()
+        )
+    else:
+        configure_logging(settings.logging)
+    host = WorkerHost([DemoInvoiceWorker], settings)
+    queue = DemoInvoiceWorker.queue_name
+    if narrated:
+        live = LiveProgress(
+            host.listeners,
+            console=console,
+            depth_of=host.storage.last_depth,
+            expected={queue: BURST + MALFORMED},
+        )
+        with live:
+            quiet, summary = run_demo(host, live.refresh)
+    else:
+        quiet, summary = run_demo(host, None)
+    poison_depth = host.storage.inner.approximate_message_count(poison_queue_name(queue))
+    host.stop()
     log.info(
         "demo_finished",
         queue=queue,
-        processed=listener.messages_processed,
-        poisoned=listener.messages_poisoned,
-        peak_threads=listener.query_state().total_dequeue_tasks,
-        poison_depth=storage.approximate_message_count(poison_queue_name(queue)),
+        poison_depth=poison_depth,
+        idle_hour_cost_usd=round(cost_usd(summary.with_idle_hour), 6),
+        fixed_pool_cost_usd=round(cost_usd(summary.fixed_pool_transactions), 6),
+        **asdict(summary),
     )
-    host.stop()
-    return 0 if settled else 1
+    if narrated:
+        for table in summary_tables(summary, queue):
+            console.print(table)
+    return 0 if quiet else 1
 
 
 if __name__ == "__main__":

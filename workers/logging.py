@@ -6,10 +6,11 @@ SAS token that slips into an event or exception text is masked wherever it appea
 
 from __future__ import annotations
 
+import io
 import logging
 import os
 import sys
-from typing import TextIO
+from typing import TextIO, cast
 
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
@@ -34,8 +35,17 @@ def child_slot(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     return event_dict
 
 
-def configure_logging(settings: LoggingSettings, *, stream: TextIO | None = None) -> None:
-    """Configure structlog for a worker process writing to ``stream`` (stderr by default)."""
+def configure_logging(
+    settings: LoggingSettings,
+    *,
+    stream: TextIO | io.TextIOBase | None = None,
+    console_renderer: Processor | None = None,
+) -> None:
+    """Configure structlog for a worker process writing to ``stream`` (stderr by default).
+
+    ``console_renderer`` replaces structlog's console renderer on a terminal (the demo narrates);
+    JSON output is never replaced: machines keep every event.
+    """
     output = stream or sys.stderr
     use_json = settings.format == "json" or (settings.format == "auto" and not output.isatty())
     shared: list[Processor] = [
@@ -56,14 +66,15 @@ def configure_logging(settings: LoggingSettings, *, stream: TextIO | None = None
         renderer = [
             structlog.processors.format_exc_info,
             redact_secrets,
-            structlog.dev.ConsoleRenderer(colors=output.isatty()),
+            console_renderer or structlog.dev.ConsoleRenderer(colors=output.isatty()),
         ]
     # The Azure SDK logs every HTTP request at INFO through stdlib logging: keep it to problems.
     logging.getLogger("azure").setLevel(logging.WARNING)
     structlog.configure(
         processors=[*shared, *renderer],
         wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelName(settings.level)),
-        logger_factory=structlog.WriteLoggerFactory(file=output),
+        # Any text stream will do (e.g. the live status line's console): structlog only writes.
+        logger_factory=structlog.WriteLoggerFactory(file=cast(TextIO, output)),
         cache_logger_on_first_use=False,
     )
 

@@ -228,6 +228,16 @@ class LoggingSettings(_Section):
     format: Literal["auto", "json", "console"] = "auto"
 
 
+class DashboardSettings(_Section):
+    """``cloudqueue dashboard``: the token that guards it when it listens beyond this machine."""
+
+    token: SecretStr | None = Field(
+        default=None,
+        description="required by the dashboard on every request when set; generated and "
+        "printed at start when unset and the dashboard binds beyond loopback",
+    )
+
+
 class ObservabilitySettings(_Section):
     """The HTTP endpoint for Prometheus and for liveness / readiness probes (off by default)."""
 
@@ -281,6 +291,7 @@ class CloudQueueSettings(BaseSettings):
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
+    dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod

@@ -19,6 +19,7 @@ class MeteredStorage:
     def __init__(self, inner: QueueStorage) -> None:
         self.inner = inner
         self._counts: Counter[tuple[str, str]] = Counter()
+        self._last_depths: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def _tick(self, operation: str, queue_name: str = "") -> None:
@@ -84,7 +85,15 @@ class MeteredStorage:
 
     def approximate_message_count(self, queue_name: str) -> int:
         self._tick("approximate_message_count", queue_name)
-        return self.inner.approximate_message_count(queue_name)
+        depth = self.inner.approximate_message_count(queue_name)
+        with self._lock:
+            self._last_depths[queue_name] = depth
+        return depth
+
+    def last_depth(self, queue_name: str) -> int | None:
+        """The depth the last count returned (None before any): shown without a new transaction."""
+        with self._lock:
+            return self._last_depths.get(queue_name)
 
     def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
         self._tick("peek_messages", queue_name)

@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import pty
+import re
+import struct
 import subprocess
 import sys
+import termios
 import threading
 from pathlib import Path
+
+ANSI_SEQUENCE = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-B]|[=>])")
+
+
+def plain(shown: str) -> str:
+    """What stays readable of terminal output: escape sequences removed, ``\\r`` as a new line."""
+    return ANSI_SEQUENCE.sub("", shown).replace("\r\n", "\n").replace("\r", "\n")
 
 
 def cloudqueue(
@@ -36,8 +47,9 @@ def ok(*args: str, env: dict[str, str], stdin: str = "") -> str:
 class Terminal:
     """A pseudo-terminal for a child process; everything the child writes to it is collected."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, columns: int = 140, rows: int = 40) -> None:
         self.master, self.slave = pty.openpty()
+        fcntl.ioctl(self.slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
         self._chunks: list[bytes] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
@@ -54,6 +66,10 @@ class Terminal:
 
     def type(self, text: str) -> None:
         os.write(self.master, text.encode())
+
+    def shown(self) -> str:
+        """What the child wrote so far (the terminal stays open)."""
+        return b"".join(list(self._chunks)).decode(errors="replace")
 
     def output(self) -> str:
         """What the child wrote, once it has exited (the terminal is closed here)."""

@@ -13,6 +13,7 @@ import click
 
 from workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
 from workers.cli.config_cmd import config_group
+from workers.cli.dashboard import dashboard
 from workers.cli.demo import demo
 from workers.cli.messages import enqueue
 from workers.cli.poison import poison_group
@@ -56,7 +57,8 @@ def cli() -> None:
 
 
 cli.params.append(config_option())
-for command in (run, enqueue, status, config_group, demo, queues_group, poison_group, trigger):
+commands = (run, enqueue, status, dashboard, config_group, demo, queues_group, poison_group)
+for command in (*commands, trigger):
     cli.add_command(command)
 
 

@@ -28,7 +28,7 @@ from workers.settings import CloudQueueSettings, ignored_environment_names, load
 from workers.settings_keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
-SECRET_FIELDS = frozenset({"connection_string", "triggers.url"})
+SECRET_FIELDS = frozenset({"connection_string", "triggers.url", "dashboard.token"})
 _CONFIG_FILE = "cloudqueue.config_file"
 
 log = structlog.get_logger(__name__)

@@ -7,6 +7,7 @@ from typing import Any
 
 import click
 import pydantic
+from rich.console import Console
 
 from listener.errors import StorageError
 from listener.stores.connection import describe_storage
@@ -19,7 +20,9 @@ from workers.cli.common import (
     parse_overrides,
 )
 from workers.host import WorkerHost
+from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
+from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
 from workers.worker import QueueWorker, load_worker
@@ -49,11 +52,18 @@ from workers.worker import QueueWorker, load_worker
     metavar="KEY=VALUE",
     help="Override a setting (highest priority), e.g. --set scaling.max_threads=8. Repeatable.",
 )
+@click.option(
+    "--progress/--no-progress",
+    default=True,
+    show_default=True,
+    help="On a terminal, a live status line per queue: depth, threads, processed.",
+)
 def run(
     targets: tuple[str, ...],
     processes: int,
     metrics_port: int | None,
     assignments: tuple[str, ...],
+    progress: bool,
 ) -> None:
     """Run workers until SIGTERM/SIGINT, then drain in-flight items and exit.
 
@@ -82,7 +92,14 @@ def run(
     except StorageError as error:  # the store it names cannot be opened
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
         raise BadInput(f"cannot start on {where}: {error}") from None
-    sys.exit(host.run())
+    console = Console(stderr=True)
+    if not shows_progress(console, wanted=progress):
+        sys.exit(host.run())
+    # Log lines print above the status line instead of tearing it.
+    configure_logging(settings.logging, stream=ConsoleStream(console))
+    with LiveProgress(host.listeners, console=console, depth_of=host.storage.last_depth):
+        code = host.run()
+    sys.exit(code)
 
 
 def _supervise(settings: CloudQueueSettings, command: list[str], processes: int) -> int:
@@ -122,7 +139,8 @@ def _child_command(targets: tuple[str, ...], assignments: tuple[str, ...]) -> li
     command = [sys.executable, "-m", "workers"]
     if config is not None:
         command += ["--config", str(config)]
-    command += ["run", *targets]
+    # One terminal cannot show a status line per child: the children print their logs only.
+    command += ["run", "--no-progress", *targets]
     for assignment in assignments:
         command += ["--set", assignment]
     return command
