@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -34,6 +35,7 @@ from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
 from workers.live_state import LiveStatePublisher
+from workers.observability.process import ProcessObservability
 from workers.rate_limits import open_rate_limiter
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
@@ -92,8 +94,10 @@ class WorkerHost:
         # Blob calls for large payloads are billed too: the live cost meter counts them.
         self.payloads = None if payload_store is None else MeteredPayloadStore(payload_store)
         self._live: LiveStatePublisher | None = None
+        # Metrics and probes watch the listeners through wrappers; off, nothing is wrapped.
+        self.observability = ProcessObservability.for_settings(settings)
         self.hosted = [
-            _host(worker_type(), worker_settings, self.storage, self.payloads)
+            _host(worker_type(), worker_settings, self.storage, self.payloads, self.observability)
             for worker_type, worker_settings in prepared
         ]
         self.triggers = open_trigger_channel(settings)
@@ -112,6 +116,8 @@ class WorkerHost:
             if self.triggers is not None:
                 hosted.push = _push(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
+        if self.observability is not None:
+            self.observability.started()
         log.info("host_started", queues=[hosted.listener.queue_name for hosted in self.hosted])
 
     def stop(self) -> bool:
@@ -130,6 +136,8 @@ class WorkerHost:
         if self.triggers is not None:
             self.triggers.close()
         self.storage.close()
+        if self.observability is not None:
+            self.observability.close()
         if self._owned_payload_store is not None:
             self._owned_payload_store.close()
         log.info("host_stopped", drained=all(drained))
@@ -145,6 +153,8 @@ class WorkerHost:
                 self._live.remove()  # `cloudqueue status` must not show a process that is gone
             os._exit(128 + signum)  # unfinished messages reappear after their visibility timeout
         log.info("shutdown_requested", signal=name, grace_s=self.settings.shutdown_grace_s)
+        if self.observability is not None:
+            self.observability.draining()  # readiness turns red before the drain starts
         self._shutdown.set()
 
     def run(self) -> int:
@@ -160,6 +170,8 @@ class WorkerHost:
             storage=where,
         )
         log.info("store_opened", storage=where)
+        if self.observability is not None:
+            self.observability.start()  # /readyz answers "starting" while workers start
         self.start()
         meter = CostMeter(
             self.storage,
@@ -171,6 +183,8 @@ class WorkerHost:
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
             live.publish(self.listeners, transactions=self.storage.transactions, meter=meter)
+            if self.observability is not None:
+                self.observability.sample()
         drained = self.stop()
         live.remove()
         return 0 if drained else 1
@@ -179,13 +193,14 @@ class WorkerHost:
 def _host(
     worker: QueueWorker[Any],
     settings: CloudQueueSettings,
-    storage: QueueStorage,
+    storage: MeteredStorage,
     payload_store: PayloadStore | None,
+    observability: ProcessObservability | None = None,
 ) -> HostedWorker:
     """Build a worker's listener with its scaler and its (possibly async) handler."""
     options = settings.listener
     listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage,
+        storage if observability is None else observability.observe_storage(storage),
         worker.location(options.visibility_timeout_s),
         worker.item_type,
         codec=reading_codec(worker.item_type, options.encoding),
@@ -196,9 +211,17 @@ def _host(
         rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
         create_queues=options.create_queues,
     )
-    scaler = ElasticScaler(listener.pool_control, settings.scaling_policy())
+    policy = settings.scaling_policy()
+    pool = listener.pool_control
     runner = AsyncHandlerRunner(worker.handle)
-    listener.subscribe(runner)
+    handler: Callable[[Any], None] = runner
+    if observability is not None:
+        pool = observability.observe_pool(pool, policy)
+        # A pool started below its floor grows only on work: liveness holds it to what it had.
+        floor = min(policy.min_threads, options.threads)
+        handler = observability.observe_handler(runner, listener, floor)
+    scaler = ElasticScaler(pool, policy)
+    listener.subscribe(handler)
     return HostedWorker(
         worker=worker, listener=listener, settings=settings, runner=runner, scaler=scaler
     )

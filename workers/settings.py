@@ -239,6 +239,27 @@ class DashboardSettings(_Section):
     )
 
 
+class ObservabilitySettings(_Section):
+    """The HTTP endpoint for Prometheus and for liveness / readiness probes (off by default)."""
+
+    metrics_port: int | None = Field(
+        default=None,
+        ge=0,
+        le=65535,
+        description="serve /metrics, /healthz and /readyz on this port (unset: no server)",
+    )
+    metrics_host: str = Field(
+        default="127.0.0.1",
+        min_length=1,
+        description="the address to bind; 0.0.0.0 in a container, so the kubelet can probe it",
+    )
+    stall_after_s: float = Field(
+        default=120.0,
+        gt=0,
+        description="a dequeue thread silent this long (in one handler or storage call) is wedged",
+    )
+
+
 _config_file: ContextVar[Path | None] = ContextVar("cloudqueue_config_file", default=None)
 
 
@@ -283,6 +304,7 @@ class CloudQueueSettings(BaseSettings):
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
+    observability: ObservabilitySettings = Field(default_factory=ObservabilitySettings)
 
     @classmethod
     def settings_customise_sources(

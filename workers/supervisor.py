@@ -13,8 +13,10 @@ import random
 import signal
 import subprocess
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType
+from typing import Protocol
 
 import structlog
 
@@ -42,6 +44,14 @@ class Child:
     restart_at: float | None = None
 
 
+class ChildObserver(Protocol):
+    """Told what happens to the children (the metrics endpoint serving them all)."""
+
+    def child_exited(self, pid: int) -> None: ...
+
+    def draining(self) -> None: ...
+
+
 class Supervisor:
     """Keeps ``processes`` copies of ``command`` running until told to stop."""
 
@@ -53,6 +63,8 @@ class Supervisor:
         grace_s: float,
         clock: Clock = SYSTEM_CLOCK,
         rng: random.Random | None = None,
+        child_env: Mapping[str, str] | None = None,
+        observer: ChildObserver | None = None,
     ) -> None:
         if processes < 1:
             raise ValueError("processes must be at least 1")
@@ -61,6 +73,8 @@ class Supervisor:
         self.clock = clock
         self.rng = rng or random.Random()
         self.children = [Child(slot) for slot in range(processes)]
+        self.child_env = dict(child_env or {})
+        self.observer = observer
         self._shutdown = threading.Event()
         self._signals = 0
 
@@ -77,6 +91,8 @@ class Supervisor:
 
     def _on_signal(self, signum: int, _: FrameType | None = None) -> None:
         self._signals += 1
+        if self.observer is not None:
+            self.observer.draining()
         log.info("supervisor_signal", signal=signal.Signals(signum).name, count=self._signals)
         self._forward(signum)
         self._shutdown.set()
@@ -87,7 +103,7 @@ class Supervisor:
                 child.process.send_signal(signum)
 
     def _start(self, child: Child) -> None:
-        slot_env = {**os.environ, CHILD_SLOT_VARIABLE: str(child.slot)}
+        slot_env = {**os.environ, **self.child_env, CHILD_SLOT_VARIABLE: str(child.slot)}
         child.process = subprocess.Popen(self.command, env=slot_env)
         child.started_at = self.clock.monotonic()
         child.restart_at = None
@@ -102,6 +118,8 @@ class Supervisor:
             return
         if child.process is None or child.process.poll() is None:
             return
+        if self.observer is not None:
+            self.observer.child_exited(child.process.pid)
         lived = now - child.started_at
         child.crashes = 1 if lived >= STABLE_AFTER_S else child.crashes + 1
         delay = randomized_exponential_backoff(
@@ -130,5 +148,7 @@ class Supervisor:
                 log.error("child_kill", slot=child.slot, pid=child.process.pid)
                 child.process.kill()
                 codes.append(child.process.wait())
+            if self.observer is not None:
+                self.observer.child_exited(child.process.pid)
         log.info("supervisor_stopped", exit_codes=codes)
         return 0 if all(code == 0 for code in codes) else 1

@@ -21,15 +21,13 @@ class MeteredStorage:
 
     def __init__(self, inner: QueueStorage) -> None:
         self.inner = inner
-        self._counts: Counter[str] = Counter()
-        self._by_queue: Counter[str] = Counter()
+        self._counts: Counter[tuple[str, str]] = Counter()
         self._last_depths: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def _tick(self, operation: str, queue_name: str = "") -> None:
         with self._lock:
-            self._counts[operation] += 1
-            self._by_queue[queue_name] += 1
+            self._counts[queue_name, operation] += 1
 
     @property
     def transactions(self) -> int:
@@ -37,13 +35,23 @@ class MeteredStorage:
             return sum(self._counts.values())
 
     def counts(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._counts)
+        """Calls by operation, over every queue."""
+        totals: Counter[str] = Counter()
+        for (_, operation), count in self.counts_by_queue_and_operation().items():
+            totals[operation] += count
+        return dict(totals)
 
     def counts_by_queue(self) -> dict[str, int]:
         """Calls per queue name (``""`` for calls naming none, such as listing queues)."""
+        totals: Counter[str] = Counter()
+        for (queue_name, _), count in self.counts_by_queue_and_operation().items():
+            totals[queue_name] += count
+        return dict(totals)
+
+    def counts_by_queue_and_operation(self) -> dict[tuple[str, str], int]:
+        """Calls by (queue name, operation); ``list_queues`` has no queue: ``""``."""
         with self._lock:
-            return dict(self._by_queue)
+            return dict(self._counts)
 
     def create_queue(self, queue_name: str) -> None:
         self._tick("create_queue", queue_name)

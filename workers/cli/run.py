@@ -21,6 +21,7 @@ from workers.cli.common import (
 )
 from workers.host import WorkerHost
 from workers.logging import configure_logging
+from workers.observability.multiprocess import SupervisorEndpoint
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
@@ -37,6 +38,14 @@ from workers.worker import QueueWorker, load_worker
     help="Worker processes to run under one supervising parent (for CPU-bound handlers).",
 )
 @click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    metavar="PORT",
+    help="Serve /metrics, /healthz and /readyz on this port "
+    "(the same as --set observability.metrics_port=PORT).",
+)
+@click.option(
     "--set",
     "assignments",
     multiple=True,
@@ -50,7 +59,11 @@ from workers.worker import QueueWorker, load_worker
     help="On a terminal, a live status line per queue: depth, threads, processed.",
 )
 def run(
-    targets: tuple[str, ...], processes: int, assignments: tuple[str, ...], progress: bool
+    targets: tuple[str, ...],
+    processes: int,
+    metrics_port: int | None,
+    assignments: tuple[str, ...],
+    progress: bool,
 ) -> None:
     """Run workers until SIGTERM/SIGINT, then drain in-flight items and exit.
 
@@ -62,7 +75,10 @@ def run(
       cloudqueue run examples.billing:InvoiceWorker
       cloudqueue run app.workers:Processor app.workers:Controller --set scaling.max_threads=8
       cloudqueue run app.workers:Renderer --processes 4
+      cloudqueue run app.workers:Renderer --processes 4 --metrics-port 9464
     """
+    if metrics_port is not None:
+        assignments = (*assignments, f"observability.metrics_port={metrics_port}")
     # First: a custom scaling rule beside the worker module is imported while settings validate.
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))
@@ -70,8 +86,7 @@ def run(
     for target, worker_type in zip(targets, worker_types, strict=True):
         worker_settings(settings, target, worker_type)  # fail here, not in every child
     if processes > 1:
-        command = _child_command(targets, assignments)
-        sys.exit(Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run())
+        sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
     try:
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
@@ -85,6 +100,26 @@ def run(
     with LiveProgress(host.listeners, console=console, depth_of=host.storage.last_depth):
         code = host.run()
     sys.exit(code)
+
+
+def _supervise(settings: CloudQueueSettings, command: list[str], processes: int) -> int:
+    """Run the children under a supervisor; with metrics on, it serves them all on one port."""
+    port = settings.observability.metrics_port
+    if port is None:
+        return Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run()
+    endpoint = SupervisorEndpoint(settings.observability, port)
+    supervisor = Supervisor(
+        command,
+        processes,
+        grace_s=settings.shutdown_grace_s,
+        child_env=endpoint.child_environment,
+        observer=endpoint,
+    )
+    endpoint.start()
+    try:
+        return supervisor.run()
+    finally:
+        endpoint.close()
 
 
 def worker_settings(

@@ -1,0 +1,179 @@
+"""Probe decisions and metric feeds, on a manual clock and the in-memory store."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientStorageError
+from listener.listener import CloudQueueListener
+from listener.location import CloudQueueLocation
+from listener.pool_control import ListenerLoad
+from listener.scaling.scaler import ScalingPolicy
+from listener.stores.memory_storage import InMemoryQueueStorage
+from listener.stores.metered import MeteredStorage
+from listener.testing import ManualClock
+from tests.support.polling import eventually
+from tests.support.scrape import get
+from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
+from workers.observability.metrics import WorkerMetrics
+from workers.observability.observed import ObservedStorage, observed_handler, rule_target
+from workers.observability.server import ObservabilityServer, observability_app
+
+
+def on_thread(name: str, action: Callable[[], None]) -> threading.Thread:
+    thread = threading.Thread(target=action, name=name)
+    thread.start()
+    thread.join()
+    return thread
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
+@pytest.fixture
+def probes(clock: ManualClock) -> ProcessProbes:
+    return ProcessProbes(
+        stall_after_s=10, heartbeats=Heartbeats(clock), reachability=Reachability()
+    )
+
+
+def test_a_dequeue_thread_silent_past_the_bound_is_wedged(clock: ManualClock) -> None:
+    """A live dequeue thread whose last beat is older than the bound is named; others are not."""
+    heartbeats = Heartbeats(clock)
+    release = threading.Event()
+
+    def beat_then_block() -> None:
+        heartbeats.beat()
+        release.wait()
+
+    wedged = threading.Thread(target=beat_then_block, name="cloudqueue:work:1")
+    wedged.start()
+    on_thread("some-other-thread", heartbeats.beat)  # not a dequeue thread: never watched
+    try:
+        eventually(lambda: heartbeats.silent(-1) == ["cloudqueue:work:1"])
+        clock.advance(10)
+        assert heartbeats.silent(10) == []
+        clock.advance(0.5)
+        assert heartbeats.silent(10) == ["cloudqueue:work:1"]
+    finally:
+        release.set()
+        wedged.join()
+    assert heartbeats.silent(10) == []  # a thread that has ended is forgotten
+
+
+def test_readiness_is_red_until_started_while_storage_fails_and_once_draining(
+    probes: ProcessProbes,
+) -> None:
+    """Each reason shows on its own; a message-level error is not an outage."""
+    assert probes.readiness().reasons == ("starting",)
+    probes.started = True
+    assert probes.readiness().ok
+    probes.reachability.failed(MessageNotFoundError("gone"))
+    assert probes.readiness().ok
+    probes.reachability.failed(TransientStorageError("connection refused"))
+    assert probes.readiness().reasons == ("storage unreachable: TransientStorageError",)
+    probes.reachability.succeeded()
+    assert probes.readiness().ok
+    probes.draining = True
+    assert probes.readiness().reasons == ("draining",)
+
+
+def test_liveness_is_red_when_a_pool_has_fewer_threads_than_its_floor(
+    probes: ProcessProbes,
+) -> None:
+    """A pool below min_threads is dead once started, but not while draining."""
+    alive = [1]
+    probes.pools = [WatchedPool("work", lambda: alive[0], min_threads=1)]
+    probes.started = True
+    assert probes.liveness().ok
+    alive[0] = 0
+    assert probes.liveness().reasons == ("dead: work has fewer than 1 dequeue threads",)
+    probes.draining = True
+    assert probes.liveness().ok
+
+
+def test_storage_calls_are_counted_by_queue_and_operation_and_failures_mark_an_outage(
+    clock: ManualClock,
+) -> None:
+    """The metered storage's counts reach the metrics; a failing call marks an outage."""
+    metrics, reachability = WorkerMetrics(), Reachability()
+    metered = MeteredStorage(InMemoryQueueStorage())
+    storage = ObservedStorage(metered, Heartbeats(clock), reachability)
+    storage.create_queue("work")
+    storage.put_message("work", "x")
+    assert storage.approximate_message_count("work") == 1
+    with pytest.raises(QueueNotFoundError):
+        storage.approximate_message_count("missing")
+    assert reachability.outage == "QueueNotFoundError"
+    storage.get_messages("work", max_messages=1, visibility_timeout_s=30)
+    assert reachability.outage is None
+    metrics.sample_storage(metered.counts_by_queue_and_operation())
+    storage.put_message("work", "y")
+    metrics.sample_storage(metered.counts_by_queue_and_operation())
+    count = metrics.registry.get_sample_value
+    calls = "cloudqueue_storage_operations_total"
+    assert count(calls, {"queue": "work", "operation": "put_message"}) == 2
+    assert count(calls, {"queue": "work", "operation": "approximate_message_count"}) == 1
+    assert count(calls, {"queue": "missing", "operation": "approximate_message_count"}) == 1
+
+
+def test_the_rule_target_grows_at_once_and_shrinks_to_the_rule() -> None:
+    """The target gauge shows where the scaler steers: up to the backlog, down to the rule."""
+    policy = ScalingPolicy(min_threads=1, max_threads=8)
+    assert rule_target(ListenerLoad(200, 0, 2, None), policy) > 2
+    assert rule_target(ListenerLoad(0, 0, 4, None), policy) == 1
+
+
+def test_a_listener_run_fills_the_handle_and_pickup_histograms_and_the_counters(
+    clock: ManualClock,
+) -> None:
+    """Handled items are timed; sampled counters follow the listener's own."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue("work")
+    for n in range(3):
+        storage.put_message("work", str(n))
+    metrics = WorkerMetrics()
+    listener = CloudQueueListener(storage, CloudQueueLocation("work", 30), int)
+    listener.subscribe(observed_handler(lambda item: None, "work", metrics, Heartbeats(clock)))
+    listener.start_listener(1)
+    try:
+        eventually(lambda: listener.messages_processed == 3)
+    finally:
+        listener.stop(5)
+    metrics.sample_counters("work", listener.counters)
+    count = metrics.registry.get_sample_value
+    assert count("cloudqueue_handle_seconds_count", {"queue": "work"}) == 3
+    assert count("cloudqueue_pickup_seconds_count", {"queue": "work"}) == 3
+    assert count("cloudqueue_messages_total", {"queue": "work", "outcome": "processed"}) == 3
+
+
+@pytest.fixture
+def served(probes: ProcessProbes) -> Iterator[int]:
+    metrics = WorkerMetrics()
+    metrics.messages.labels("work", "processed").inc(2)
+    server = ObservabilityServer(
+        observability_app(metrics.registry, probes), host="127.0.0.1", port=0
+    ).start()
+    yield server.port
+    server.close()
+
+
+def test_the_server_answers_metrics_and_each_probe_with_its_status(
+    served: int, probes: ProcessProbes
+) -> None:
+    """/metrics parses; a red probe answers 503 with its reasons; unknown paths 404."""
+    status, body = get(served, "/metrics")
+    names = {family.name for family in text_string_to_metric_families(body)}
+    assert status == 200
+    assert "cloudqueue_messages" in names
+    assert get(served, "/readyz") == (503, "starting\n")
+    probes.started = True
+    assert get(served, "/readyz") == (200, "ok\n")
+    assert get(served, "/healthz") == (200, "ok\n")
+    assert get(served, "/nothing")[0] == 404

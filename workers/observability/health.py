@@ -1,0 +1,141 @@
+"""Liveness and readiness: the decisions behind ``/healthz`` and ``/readyz``.
+
+Liveness asks "is this process stuck?" (a probe that fails gets it restarted), so a slow or absent
+dependency never fails it: a dequeue thread backing off from a storage outage is waiting on
+purpose. It fails when a dequeue thread has shown no sign of life for ``stall_after_s`` -- signs
+are the start and end of every storage call and handler call it makes, so a thread wedged in one
+of them goes silent -- or when fewer dequeue threads are alive than ``scaling.min_threads``.
+A healthy thread is never silent longer than its longest wait on purpose (``backoff.max_idle_s``
+idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call.
+
+Readiness asks "should it get work now?": started, its storage answering (the last storage call
+did not fail with an outage), and not draining. A shutdown signal turns it red before the drain.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.errors import (
+    MessageNotFoundError,
+    MessageTooLargeError,
+    PayloadNotFoundError,
+    StorageError,
+)
+
+NOT_AN_OUTAGE = (MessageNotFoundError, MessageTooLargeError, PayloadNotFoundError)
+"""Storage errors about one message, not about the storage answering."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """A probe's answer: green or red, and why when red."""
+
+    ok: bool
+    reasons: tuple[str, ...] = ()
+
+
+class Probes(Protocol):
+    """What the HTTP endpoint asks: a worker process's own probes, or a supervisor's."""
+
+    def liveness(self) -> ProbeResult: ...
+
+    def readiness(self) -> ProbeResult: ...
+
+
+def is_dequeue_thread(thread: threading.Thread) -> bool:
+    """The listener's pool names its threads ``cloudqueue:<queue>:<number>``."""
+    name = thread.name
+    return name.startswith("cloudqueue:") and name[name.rfind(":") + 1 :].isdigit()
+
+
+class Heartbeats:
+    """When each dequeue thread last showed a sign of life (cheap: one dict store per beat)."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._monotonic = clock.monotonic
+        self._beats: dict[int, float] = {}
+        self._threads: dict[int, threading.Thread] = {}
+
+    def beat(self) -> None:
+        ident = threading.get_ident()
+        if ident not in self._beats:
+            thread = threading.current_thread()
+            if not is_dequeue_thread(thread):
+                return
+            self._threads[ident] = thread
+        self._beats[ident] = self._monotonic()
+
+    def silent(self, longer_than_s: float) -> list[str]:
+        """The live dequeue threads silent for longer than ``longer_than_s``, by name."""
+        now = self._monotonic()
+        silent: list[str] = []
+        for ident, thread in list(self._threads.items()):
+            if not thread.is_alive():  # ended: forget it (its ident may be reused)
+                self._beats.pop(ident, None)
+                self._threads.pop(ident, None)
+            elif now - self._beats.get(ident, now) > longer_than_s:
+                silent.append(thread.name)
+        return sorted(silent)
+
+
+@dataclass
+class Reachability:
+    """Whether the storage answered the last call (set by every call that goes through it)."""
+
+    outage: str | None = None
+    """The kind of error the last call failed with; None while calls succeed."""
+
+    def succeeded(self) -> None:
+        if self.outage is not None:
+            self.outage = None
+
+    def failed(self, error: BaseException) -> None:
+        if isinstance(error, StorageError) and not isinstance(error, NOT_AN_OUTAGE):
+            self.outage = type(error).__name__
+
+
+@dataclass(frozen=True, slots=True)
+class WatchedPool:
+    """A listener's pool as liveness sees it: its name, live threads and floor."""
+
+    queue_name: str
+    threads_alive: Callable[[], int]
+    min_threads: int
+
+
+@dataclass
+class ProcessProbes:
+    """The probes of one worker process."""
+
+    stall_after_s: float
+    heartbeats: Heartbeats
+    reachability: Reachability
+    pools: Sequence[WatchedPool] = ()
+    started: bool = False
+    draining: bool = False
+
+    def liveness(self) -> ProbeResult:
+        reasons = [f"wedged: {name}" for name in self.heartbeats.silent(self.stall_after_s)]
+        if self.started and not self.draining:
+            reasons += [
+                f"dead: {pool.queue_name} has fewer than {pool.min_threads} dequeue threads"
+                for pool in self.pools
+                if pool.threads_alive() < pool.min_threads
+            ]
+        return ProbeResult(not reasons, tuple(reasons))
+
+    def readiness(self) -> ProbeResult:
+        reasons: list[str] = []
+        if not self.started:
+            reasons.append("starting")
+        if self.draining:
+            reasons.append("draining")
+        outage = self.reachability.outage
+        if outage is not None:
+            reasons.append(f"storage unreachable: {outage}")
+        return ProbeResult(not reasons, tuple(reasons))

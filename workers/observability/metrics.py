@@ -1,0 +1,131 @@
+"""The metric families a worker process exports, named after Prometheus conventions.
+
+Counters that the listener already keeps (``ListenerCounters``) are not counted twice on the hot
+path: ``sample`` adds what they grew by since the last sample. Storage calls, handler times and
+scaling decisions are recorded as they happen by the decorators in ``observed``.
+
+Under a supervisor each child writes its values to ``PROMETHEUS_MULTIPROC_DIR`` and the parent
+serves them all (``multiprocess``); the gauges' ``multiprocess_mode`` says how children combine.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+from listener.stats import ListenerCounters
+
+HANDLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
+PICKUP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+"""Waiting in a queue takes longer than handling: its buckets reach an hour."""
+
+OUTCOMES = {"processed": "processed", "retried": "failed", "poisoned": "poisoned"}
+"""The ``outcome`` label and the ``ListenerCounters`` field it follows."""
+
+
+class WorkerMetrics:
+    """Every metric of one worker process, registered in its own registry."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        self.registry = registry or CollectorRegistry(auto_describe=True)
+        r = self.registry
+        self.messages = Counter(
+            "cloudqueue_messages",
+            "Messages settled, by outcome (retried counts failed deliveries).",
+            ["queue", "outcome"],
+            registry=r,
+        )
+        self.storage_operations = Counter(
+            "cloudqueue_storage_operations",
+            "Storage calls made (each is a billed transaction on Azure).",
+            ["queue", "operation"],
+            registry=r,
+        )
+        self.dequeue_threads = Gauge(
+            "cloudqueue_dequeue_threads",
+            "Dequeue threads active now.",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.queue_depth = Gauge(
+            "cloudqueue_queue_depth",
+            "Messages in the queue at the scaler's last measure (visible, or in flight here).",
+            ["queue", "kind"],
+            registry=r,
+            multiprocess_mode="livemax",
+        )
+        self.target_threads = Gauge(
+            "cloudqueue_target_threads",
+            "The thread count the scaling rule asked for at its last decision.",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
+        self.handle_seconds = Histogram(
+            "cloudqueue_handle_seconds",
+            "Time a handler took for one item.",
+            ["queue"],
+            buckets=HANDLE_BUCKETS_S,
+            registry=r,
+        )
+        self.pickup_seconds = Histogram(
+            "cloudqueue_pickup_seconds",
+            "Time from a message's insertion to the start of its handler.",
+            ["queue"],
+            buckets=PICKUP_BUCKETS_S,
+            registry=r,
+        )
+        self.scaling_decisions = Counter(
+            "cloudqueue_scaling_decisions",
+            "Scaling decisions that changed the pool, by direction and scaling rule.",
+            ["queue", "direction", "rule"],
+            registry=r,
+        )
+        self.live = Gauge(
+            "cloudqueue_live",
+            "1 while this process's /healthz is green (the supervisor reads its children's).",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self.ready = Gauge(
+            "cloudqueue_ready",
+            "1 while this process's /readyz is green (the supervisor reads its children's).",
+            registry=r,
+            multiprocess_mode="livemin",
+        )
+        self._sampled: dict[tuple[str, str], int] = {}
+        """What each counter had reached at the last sample, by (queue, outcome)."""
+        self._sampled_storage: dict[tuple[str, str], int] = {}
+
+    def sample_counters(self, queue: str, counters: ListenerCounters) -> None:
+        """Add what the listener's counters grew by since the last sample."""
+        totals = counters.snapshot()
+        for outcome, field in OUTCOMES.items():
+            now = totals[field]
+            grew = now - self._sampled.get((queue, outcome), 0)
+            if grew > 0:
+                self.messages.labels(queue, outcome).inc(grew)
+                self._sampled[queue, outcome] = now
+
+    def sample_storage(self, counts: dict[tuple[str, str], int]) -> None:
+        """Add what the host's storage call counts (by queue, operation) grew by."""
+        for (queue, operation), now in counts.items():
+            grew = now - self._sampled_storage.get((queue, operation), 0)
+            if grew > 0:
+                self.storage_operations.labels(queue, operation).inc(grew)
+                self._sampled_storage[queue, operation] = now
+
+    def declare(self, queue: str, rule: str) -> None:
+        """Show a queue's series at zero from the start, so rates need no first event."""
+        for outcome in OUTCOMES:
+            self.messages.labels(queue, outcome)
+        for direction in ("up", "down"):
+            self.scaling_decisions.labels(queue, direction, rule)
+        self.handle_seconds.labels(queue)
+        self.pickup_seconds.labels(queue)
+
+    def __repr__(self) -> str:
+        families: list[Any] = list(self.registry.collect())
+        return f"WorkerMetrics(families={len(families)})"

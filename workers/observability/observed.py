@@ -1,0 +1,219 @@
+"""Decorators that feed the metrics and probes from a listener's existing seams.
+
+Nothing here edits the dequeue loop: the listener's storage, the pool control its scaler is given
+and the handler it is subscribed with are each wrapped by something that records, then passes the
+call on unchanged. Without metrics the host wraps nothing, so they cost nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from listener.messages.envelope import current_envelope
+from listener.pool_control import ListenerLoad, PoolControl, ScalingHooks
+from listener.scaling.scaler import ScalingPolicy, targets
+from listener.stores.storage import QueueMessage, QueueStorage
+from workers.observability.health import Heartbeats, Reachability
+from workers.observability.metrics import WorkerMetrics
+
+R = TypeVar("R")
+
+
+class ObservedStorage:
+    """A QueueStorage that beats as each call ends and tracks whether storage answers.
+
+    It counts nothing: the host's ``MeteredStorage`` already counts every call by queue and
+    operation, and the metrics copy its counts (``WorkerMetrics.sample_storage``).
+    """
+
+    def __init__(
+        self, inner: QueueStorage, heartbeats: Heartbeats, reachability: Reachability
+    ) -> None:
+        self.inner = inner
+        self._beat = heartbeats.beat
+        self._reachability = reachability
+
+    def _call(self, queue: str, operation: str, call: Callable[[], R]) -> R:
+        # One beat as each call ends: a thread is silent from there until its next call ends,
+        # which is one handler call (it beats as it starts) or one storage call.
+        try:
+            result = call()
+        except BaseException as error:
+            self._reachability.failed(error)
+            raise
+        finally:
+            self._beat()
+        self._reachability.succeeded()
+        return result
+
+    def create_queue(self, queue_name: str) -> None:
+        self._call(queue_name, "create_queue", lambda: self.inner.create_queue(queue_name))
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        return self._call(
+            queue_name,
+            "get_messages",
+            lambda: self.inner.get_messages(
+                queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+            ),
+        )
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        return self._call(
+            queue_name,
+            "delete_message",
+            lambda: self.inner.delete_message(queue_name, message_id, pop_receipt),
+        )
+
+    def put_message(
+        self,
+        queue_name: str,
+        content: str,
+        *,
+        time_to_live_s: int | None = None,
+        visibility_delay_s: int = 0,
+    ) -> QueueMessage:
+        return self._call(
+            queue_name,
+            "put_message",
+            lambda: self.inner.put_message(
+                queue_name,
+                content,
+                time_to_live_s=time_to_live_s,
+                visibility_delay_s=visibility_delay_s,
+            ),
+        )
+
+    def update_visibility(
+        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+    ) -> str:
+        return self._call(
+            queue_name,
+            "update_visibility",
+            lambda: self.inner.update_visibility(
+                queue_name, message_id, pop_receipt, visibility_timeout_s
+            ),
+        )
+
+    def approximate_message_count(self, queue_name: str) -> int:
+        return self._call(
+            queue_name,
+            "approximate_message_count",
+            lambda: self.inner.approximate_message_count(queue_name),
+        )
+
+    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
+        return self._call(
+            queue_name,
+            "peek_messages",
+            lambda: self.inner.peek_messages(queue_name, max_messages=max_messages),
+        )
+
+    def list_queues(self, prefix: str = "") -> list[str]:
+        return self._call("", "list_queues", lambda: self.inner.list_queues(prefix))
+
+    def clear_queue(self, queue_name: str) -> None:
+        self._call(queue_name, "clear_queue", lambda: self.inner.clear_queue(queue_name))
+
+    def delete_queue(self, queue_name: str) -> None:
+        self._call(queue_name, "delete_queue", lambda: self.inner.delete_queue(queue_name))
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def __repr__(self) -> str:
+        return f"ObservedStorage({self.inner!r}, outage={self._reachability.outage})"
+
+
+def rule_target(load: ListenerLoad, policy: ScalingPolicy) -> int:
+    """The thread count the scaler steers to for this load (grow now, shrink after a delay)."""
+    grow, shrink = targets(load, policy)
+    if grow > load.active_threads:
+        return grow
+    return min(shrink, load.active_threads)
+
+
+class ObservedPool:
+    """The PoolControl a scaler is given, recording the loads it measures and what it decides.
+
+    Queue depth comes from the scaler's own measures, so metrics add no storage transaction.
+    """
+
+    def __init__(self, inner: PoolControl, policy: ScalingPolicy, metrics: WorkerMetrics) -> None:
+        self.inner = inner
+        self.policy = policy
+        queue = inner.queue_name
+        self._visible = metrics.queue_depth.labels(queue, "visible")
+        self._in_flight = metrics.queue_depth.labels(queue, "in_flight")
+        self._target = metrics.target_threads.labels(queue)
+        self._up = metrics.scaling_decisions.labels(queue, "up", policy.rule_name)
+        self._down = metrics.scaling_decisions.labels(queue, "down", policy.rule_name)
+
+    @property
+    def queue_name(self) -> str:
+        return self.inner.queue_name
+
+    @property
+    def active_threads(self) -> int:
+        return self.inner.active_threads
+
+    def measure_load(self) -> ListenerLoad:
+        load = self.inner.measure_load()
+        self._visible.set(load.visible_depth)
+        self._in_flight.set(load.in_flight)
+        self._target.set(rule_target(load, self.policy))
+        return load
+
+    def start_threads(self, count: int) -> None:
+        self.inner.start_threads(count)
+        self._up.inc()
+
+    def reserve_stop(self, floor: int) -> bool:
+        stopping = self.inner.reserve_stop(floor)
+        if stopping:
+            self._down.inc()
+        return stopping
+
+    def request_scale_in(self, count: int, *, floor: int) -> int:
+        removed = self.inner.request_scale_in(count, floor=floor)
+        if removed:
+            self._down.inc()
+        return removed
+
+    def wake_idle(self) -> None:
+        self.inner.wake_idle()
+
+    def bind(self, hooks: ScalingHooks) -> None:
+        self.inner.bind(hooks)
+
+    def __repr__(self) -> str:
+        return f"ObservedPool({self.inner!r})"
+
+
+def observed_handler(
+    handler: Callable[[Any], None], queue: str, metrics: WorkerMetrics, heartbeats: Heartbeats
+) -> Callable[[Any], None]:
+    """The handler, timed (handle and pickup histograms), beating as it starts."""
+    handle_seconds = metrics.handle_seconds.labels(queue)
+    pickup_seconds = metrics.pickup_seconds.labels(queue)
+    beat = heartbeats.beat
+
+    def handle(item: Any) -> None:
+        beat()
+        try:
+            inserted_s = current_envelope().inserted_on.timestamp()
+        except LookupError:  # called outside a listener's delivery (a test calling it directly)
+            pass
+        else:
+            pickup_seconds.observe(max(0.0, time.time() - inserted_s))
+        started = time.perf_counter()
+        try:
+            handler(item)
+        finally:
+            handle_seconds.observe(time.perf_counter() - started)
+
+    return handle

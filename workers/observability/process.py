@@ -1,0 +1,106 @@
+"""One worker process's metrics and probes, as the host uses them.
+
+A process run alone serves its own endpoint. A child of ``cloudqueue run --processes N`` serves
+nothing: prometheus_client writes its values to ``PROMETHEUS_MULTIPROC_DIR`` (set by the
+supervisor before the child starts, as multiprocess mode requires), and it reports its probes as
+the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's endpoint reads.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import Any
+
+from listener.listener import CloudQueueListener
+from listener.pool_control import PoolControl
+from listener.scaling.scaler import ScalingPolicy
+from listener.stores.metered import MeteredStorage
+from listener.stores.storage import QueueStorage
+from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
+from workers.observability.metrics import WorkerMetrics
+from workers.observability.observed import ObservedPool, ObservedStorage, observed_handler
+from workers.observability.server import ObservabilityServer, observability_app
+from workers.settings import CloudQueueSettings
+from workers.supervisor import CHILD_SLOT_VARIABLE
+
+
+class ProcessObservability:
+    """Metrics and probes of one worker process, and its endpoint unless a supervisor serves."""
+
+    def __init__(self, settings: CloudQueueSettings, *, serve: bool) -> None:
+        self.settings = settings.observability
+        self.metrics = WorkerMetrics()
+        self.heartbeats = Heartbeats()
+        self.reachability = Reachability()
+        self.probes = ProcessProbes(
+            stall_after_s=self.settings.stall_after_s,
+            heartbeats=self.heartbeats,
+            reachability=self.reachability,
+        )
+        self._listeners: list[CloudQueueListener[Any]] = []
+        self._metered: MeteredStorage | None = None
+        self.server: ObservabilityServer | None = None
+        if serve and self.settings.metrics_port is not None:
+            app = observability_app(self.metrics.registry, self.probes)
+            self.server = ObservabilityServer(
+                app, host=self.settings.metrics_host, port=self.settings.metrics_port
+            )
+
+    @classmethod
+    def for_settings(cls, settings: CloudQueueSettings) -> ProcessObservability | None:
+        """None when metrics are off; a recorder only in a supervisor's child."""
+        if settings.observability.metrics_port is None:
+            return None
+        return cls(settings, serve=CHILD_SLOT_VARIABLE not in os.environ)
+
+    def observe_storage(self, storage: MeteredStorage) -> QueueStorage:
+        """Watch the calls the listeners make; their counts come from ``storage`` itself."""
+        self._metered = storage
+        return ObservedStorage(storage, self.heartbeats, self.reachability)
+
+    def observe_pool(self, pool: PoolControl, policy: ScalingPolicy) -> PoolControl:
+        self.metrics.declare(pool.queue_name, policy.rule_name)
+        return ObservedPool(pool, policy, self.metrics)
+
+    def observe_handler(
+        self, handler: Callable[[Any], None], listener: CloudQueueListener[Any], min_threads: int
+    ) -> Callable[[Any], None]:
+        """Time the listener's handler and watch its pool (called once per hosted worker)."""
+        queue = listener.queue_name
+        self._listeners.append(listener)
+        self.probes.pools = [
+            *self.probes.pools,
+            WatchedPool(queue, lambda: listener.threads_alive, min_threads),
+        ]
+        return observed_handler(handler, queue, self.metrics, self.heartbeats)
+
+    def start(self) -> None:
+        if self.server is not None:
+            self.server.start()
+
+    def started(self) -> None:
+        self.probes.started = True
+        self.sample()
+
+    def draining(self) -> None:
+        """Readiness turns red now, before the drain starts."""
+        self.probes.draining = True
+        self.metrics.ready.set(0)
+
+    def sample(self) -> None:
+        """Bring counters and gauges up to date (the host calls this every second)."""
+        for listener in self._listeners:
+            self.metrics.sample_counters(listener.queue_name, listener.counters)
+            self.metrics.dequeue_threads.labels(listener.queue_name).set(
+                listener.active_dequeue_tasks
+            )
+        if self._metered is not None:
+            self.metrics.sample_storage(self._metered.counts_by_queue_and_operation())
+        self.metrics.live.set(1 if self.probes.liveness().ok else 0)
+        self.metrics.ready.set(1 if self.probes.readiness().ok else 0)
+
+    def close(self) -> None:
+        self.sample()
+        if self.server is not None:
+            self.server.close()
