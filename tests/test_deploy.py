@@ -251,13 +251,11 @@ def test_the_metrics_port_is_the_same_in_the_image_the_pod_and_its_probes() -> N
 def test_the_pods_settings_are_valid_and_writable_where_the_root_is_read_only(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The image's and pod's settings validate; live state goes under the pod's /tmp volume."""
+    """The image's and pod's settings validate; live state goes under the pod's /tmp volume;
+    the probes' endpoint listens on the exposed port of every interface (not loopback only)."""
     settings = deployment_settings(monkeypatch)
-    # observability.metrics_port is the metrics work's setting: once merged, the image's port
-    # must be what the settings read from CLOUDQUEUE_OBSERVABILITY__METRICS_PORT.
-    observability = getattr(settings, "observability", None)
-    if observability is not None:
-        assert observability.metrics_port == int(instruction("EXPOSE"))
+    assert settings.observability.metrics_port == int(instruction("EXPOSE"))
+    assert settings.observability.metrics_host == "0.0.0.0"
     mounts = {mount["mountPath"] for mount in container()["volumeMounts"]}
     assert any(str(settings.state_dir).startswith(path) for path in mounts)
     [config] = [v for v in container()["env"] if v["name"] == "CLOUDQUEUE_CONFIG"]
