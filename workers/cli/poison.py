@@ -88,7 +88,7 @@ def list_poisoned(queue: str, limit: int, as_json: bool) -> None:
     source = poison_queue_name(queue)
     with configured_storage(announce=True) as (storage, where):
         depth = _poison_depth(storage, queue, where)
-        rows = [_summary(message) for message in browse_poisoned(storage, queue, limit=limit)]
+        rows = [poison_summary(message) for message in browse_poisoned(storage, queue, limit=limit)]
     if as_json:
         click.echo(json.dumps(rows, ensure_ascii=False))
     elif not rows:
@@ -238,7 +238,7 @@ def _not_found(queue: str, wanted_id: str, where: str) -> click.ClickException:
 # -- What a poison message says -------------------------------------------------------------------
 
 
-def _summary(message: QueueMessage) -> dict[str, Any]:
+def poison_summary(message: QueueMessage) -> dict[str, Any]:
     """One ``list`` row: ids, reason, dequeue count, time and the first line of the last error."""
     record = read_record(message.content)
     if record is None:

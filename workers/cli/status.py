@@ -102,7 +102,7 @@ def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: 
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
 
         def look(previous: Snapshot | None) -> Snapshot:
-            return _snapshot(storage, queue, settings.state_dir, where, previous)
+            return take_snapshot(storage, queue, settings.state_dir, where, previous)
 
         if not watch:
             _show(look(None), as_json=as_json, rates=False)
@@ -146,7 +146,7 @@ def _watch(
         click.echo(err=True)  # end the ^C line; no traceback, no "Aborted!"
 
 
-def _snapshot(
+def take_snapshot(
     storage: QueueStorage, queue: str, state_dir: Path, where: str, previous: Snapshot | None
 ) -> Snapshot:
     depth = storage.approximate_message_count(queue)
@@ -193,7 +193,7 @@ def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
 
 def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
     if as_json:
-        click.echo(json.dumps(_report(snapshot, rates=rates)))
+        click.echo(json.dumps(snapshot_report(snapshot, rates=rates)))
         return
     click.echo(_headline(snapshot, rates=rates))
     click.echo(describe_facts(snapshot.facts))
@@ -203,7 +203,7 @@ def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
         click.echo(f"  no running worker publishes its state in {snapshot.storage_dir}")
 
 
-def _report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
+def snapshot_report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
     report: dict[str, object] = {
         "queue": snapshot.queue,
         "depth": snapshot.depth,

@@ -3,10 +3,10 @@
 A ``Sampler`` refreshes every ``interval_s`` on its own thread, so that the history (the chart's
 last minutes) keeps growing while no page is open and every page sees the same numbers. A refresh
 is ``cloudqueue status``'s snapshot (depths, and the workers' published live state with their
-rates since the previous refresh) plus what a dashboard adds: the oldest visible message's age,
-the target thread count, and the poison queue's latest records. It costs two storage
-transactions a queue (the counts), one more while the queue holds messages (a peek for the oldest
-one) and one more while the poison queue does (a peek for its latest records).
+rates since the previous refresh, and one peek for the visible / in-flight split and the oldest
+message's age) plus what a dashboard adds: the target thread count and the poison queue's latest
+records. It costs three storage transactions a queue (two counts and the peek), and one more
+while the poison queue holds messages (a peek for its latest records).
 
 Queues watched: those named at start, and those any running worker publishes its state for.
 """
@@ -30,8 +30,8 @@ from listener.pool_control import ListenerLoad
 from listener.redaction import redact
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.storage import QueueStorage
-from workers.cli.poison import _summary as poison_summary
-from workers.cli.status import Snapshot, WorkerView, _report, _snapshot
+from workers.cli.poison import poison_summary
+from workers.cli.status import Snapshot, WorkerView, snapshot_report, take_snapshot
 from workers.live_state import utc_now
 
 HISTORY_S = 300.0
@@ -125,7 +125,9 @@ class Sampler:
     def _sample_queue(self, queue: str, watched: _Watched) -> dict[str, Any]:
         at = self._now()
         try:
-            snapshot = _snapshot(self.storage, queue, self.state_dir, self.where, watched.previous)
+            snapshot = take_snapshot(
+                self.storage, queue, self.state_dir, self.where, watched.previous
+            )
         except QueueNotFoundError:
             return {"queue": queue, "error": f"queue {queue} does not exist on {self.where}"}
         except StorageError as error:
@@ -136,7 +138,7 @@ class Sampler:
         return state
 
     def _describe(self, snapshot: Snapshot, at: datetime) -> dict[str, Any]:
-        report = _report(snapshot, rates=True)
+        report = snapshot_report(snapshot, rates=True)
         workers = cast(list[dict[str, Any]], report["workers"])
         totals = cast(dict[str, Any], report["totals"])
         in_flight = sum(int(worker["in_flight"]) for worker in workers)
@@ -144,9 +146,10 @@ class Sampler:
             "queue": snapshot.queue,
             "at": at.isoformat(),
             "depth": snapshot.depth,
-            "visible_depth": max(0, snapshot.depth - in_flight),
+            "visible_depth": snapshot.facts.visible,
             "in_flight": in_flight,
-            "oldest_message_age_s": self._oldest_age_s(snapshot.queue, snapshot.depth, at),
+            # From the snapshot's own peek: a second one would double what watching costs.
+            "oldest_message_age_s": snapshot.facts.oldest_age_s,
             "threads": totals["threads"],
             "target_threads": sum(self._target(snapshot.depth, view) for view in snapshot.workers),
             "processed_per_s": totals["rate_per_s"],
@@ -154,13 +157,6 @@ class Sampler:
             "workers": [_worker_row(worker) for worker in workers],
             "poison": self._poison(snapshot),
         }
-
-    def _oldest_age_s(self, queue: str, depth: int, at: datetime) -> float | None:
-        """Age of the message at the head of the queue (visible ones: a peek sees no others)."""
-        if depth == 0:
-            return None
-        peeked = self.storage.peek_messages(queue, max_messages=1)
-        return max(0.0, (at - peeked[0].inserted_on).total_seconds()) if peeked else None
 
     def _target(self, depth: int, view: WorkerView) -> int:
         """The threads the configured scaling rule asks of this worker for the sampled backlog."""
