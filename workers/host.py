@@ -33,8 +33,9 @@ from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
 from workers.live_state import LiveStatePublisher
+from workers.partitioning import partitioned_storage
 from workers.rate_limits import open_rate_limiter
-from workers.settings import CloudQueueSettings
+from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
@@ -89,9 +90,11 @@ class WorkerHost:
             )
             self._owned_payload_store = payload_store
         self._live: LiveStatePublisher | None = None
+        workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
+        listening = partitioned_storage(self.storage, settings, _queues(workers))
         self.hosted = [
-            _host(worker_type(), worker_settings, self.storage, payload_store)
-            for worker_type, worker_settings in prepared
+            _host(worker, worker_settings, listening, payload_store)
+            for worker, worker_settings in workers
         ]
         self.triggers = open_trigger_channel(settings)
         self._shutdown = threading.Event()
@@ -213,6 +216,16 @@ def _push(
         hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s
     ).start()
     return [waker, watchdog]
+
+
+def _queues(
+    workers: list[tuple[QueueWorker[Any], CloudQueueSettings]],
+) -> dict[str, ListenerSettings]:
+    """Each worker's queue name and listener settings (which say how it is partitioned)."""
+    return {
+        worker.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        for worker, options in workers
+    }
 
 
 def _name(worker_type: type[QueueWorker[Any]]) -> str:
