@@ -175,6 +175,7 @@ def test_a_got_message_is_invisible_to_a_second_get(storage: QueueStorage, queue
     assert get_all(storage, queue) == []
 
 
+@pytest.mark.waits_out_a_timeout
 def test_message_reappears_after_its_visibility_timeout(storage: QueueStorage, queue: str) -> None:
     """A message not deleted in time is delivered again, with dequeue count 2 and a new receipt."""
     put = storage.put_message(queue, "again")
@@ -186,6 +187,7 @@ def test_message_reappears_after_its_visibility_timeout(storage: QueueStorage, q
     assert second.content == "again"
 
 
+@pytest.mark.waits_out_a_timeout
 def test_a_message_put_with_a_delay_is_invisible_until_the_delay_passes(
     storage: QueueStorage, queue: str
 ) -> None:
@@ -235,6 +237,7 @@ def test_delete_with_the_receipt_from_put_works_until_a_get(
     assert storage.approximate_message_count(queue) == 0
 
 
+@pytest.mark.waits_out_a_timeout
 def test_delete_with_a_stale_receipt_returns_false_and_keeps_the_message(
     storage: QueueStorage, queue: str
 ) -> None:
@@ -313,6 +316,7 @@ def test_update_visibility_of_a_deleted_message_raises_message_not_found(
 # Time-to-live
 
 
+@pytest.mark.waits_out_a_timeout
 def test_a_message_expires_after_its_time_to_live(storage: QueueStorage, queue: str) -> None:
     """Once its TTL passes a message is never delivered again and drops out of the count."""
     put = storage.put_message(queue, "fleeting", time_to_live_s=SHORT_S)
@@ -328,6 +332,7 @@ def test_a_message_expires_after_its_time_to_live(storage: QueueStorage, queue: 
     assert get_all(storage, queue) == []
 
 
+@pytest.mark.waits_out_a_timeout
 def test_a_delayed_message_expires_counting_from_its_put_not_from_its_delay(
     storage: QueueStorage, queue: str
 ) -> None:
@@ -406,6 +411,7 @@ def test_peek_skips_messages_that_are_taken_or_delayed(storage: QueueStorage, qu
     assert storage.approximate_message_count(queue) == 3
 
 
+@pytest.mark.waits_out_a_timeout
 def test_peek_reports_a_redelivered_message_without_counting_a_dequeue(
     storage: QueueStorage, queue: str
 ) -> None:
@@ -426,6 +432,7 @@ def test_peek_returns_at_most_max_messages(storage: QueueStorage, queue: str) ->
     assert len(storage.peek_messages(queue, max_messages=5)) == 5
 
 
+@pytest.mark.waits_out_a_timeout
 def test_an_expired_message_is_not_peeked(storage: QueueStorage, queue: str) -> None:
     """Once its TTL passes a message no longer shows up in a peek."""
     storage.put_message(queue, "fleeting", time_to_live_s=SHORT_S)
