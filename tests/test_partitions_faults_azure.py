@@ -24,13 +24,17 @@ def fill(storage: AzureQueueStorage, queue: str, numbers: range) -> None:
 
 
 def test_a_stopped_account_pauses_only_its_partition_and_loses_nothing(
-    azurite_factory: AzuriteFactory, tmp_path: Path, queue_name: str
+    azurite_connection_string: str,
+    azurite_factory: AzuriteFactory,
+    tmp_path: Path,
+    queue_name: str,
 ) -> None:
     """While account B is down, partition p0 on account A drains to the end; after B restarts
-    its partition p1 drains too, every message handled and no queue left holding any."""
-    first = azurite_factory()
-    second = azurite_factory(location=tmp_path / "account-b")  # kept on disk over the restart
-    account_a = AzureQueueStorage.from_connection_string(first.connection_string)
+    its partition p1 drains too, every message handled and no queue left holding any.
+
+    Account A is the session's Azurite; B is one of its own, kept on disk over the restart."""
+    second = azurite_factory(location=tmp_path / "account-b")
+    account_a = AzureQueueStorage.from_connection_string(azurite_connection_string)
     account_b = AzureQueueStorage.from_connection_string(second.connection_string)
     storage = PartitionedQueueStorage([account_a, account_b], {queue_name: 2})
     storage.create_queue(queue_name)
