@@ -104,6 +104,12 @@ def test_a_name_too_long_for_its_partitions_is_a_clear_configuration_error() -> 
         partition_queue_names(name, 11)
 
 
+def test_every_name_a_worker_may_use_fits_the_most_partitions() -> None:
+    """A worker's queue name leaves room for -poison (at most 56 characters), which is room
+    for -p999 too: the length check matters for names used without a worker only."""
+    partition_queue_names("a" * 56, 1000)
+
+
 @pytest.mark.parametrize("partitions", [0, -1, 1001])
 def test_a_partition_count_out_of_range_is_refused(partitions: int) -> None:
     """Partition counts must be 1..1000."""

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
 from listener.messages.poison import poison_queue_name, read_record
@@ -122,3 +123,13 @@ def test_without_partitions_the_host_reads_its_storage_unwrapped() -> None:
     """With K = 1 everywhere and no further accounts, listeners use the host's storage itself."""
     host = WorkerHost([Unsharded], CloudQueueSettings(), storage=InMemoryQueueStorage())
     assert host.hosted[0].listener.storage is host.storage
+
+
+def test_a_bad_partition_account_is_refused_without_quoting_it() -> None:
+    """A further account that cannot be parsed fails validation naming its position, not its
+    text (a connection string is a secret)."""
+    secret = "DefaultEndpointsProtocol=https;AccountKey=c2VjcmV0LWtleQ=="  # no AccountName
+    with pytest.raises(ValidationError) as raised:
+        CloudQueueSettings(partition_accounts=[SecretStr(secret)])
+    assert "partition account 1" in str(raised.value)
+    assert "c2VjcmV0LWtleQ" not in str(raised.value)
