@@ -180,18 +180,18 @@ class PartitionedQueueStorage:
     def _get_turn(
         self, layout: _Layout, sticky: _Sticky, max_messages: int, visibility_timeout_s: int
     ) -> list[QueueMessage]:
-        partition = sticky.partition or layout.next_readable()
-        sticky.partition, sticky.gets = (
-            None,
-            0 if partition is not sticky.partition else sticky.gets,
-        )
+        sticking = sticky.partition
+        partition = sticking or layout.next_readable()
+        gets_in_a_row = sticky.gets if partition is sticking else 0
+        # Released before the call: an empty get or an error sends the next one elsewhere.
+        sticky.partition, sticky.gets = None, 0
         got = partition.storage.get_messages(
             partition.queue_name,
             max_messages=max_messages,
             visibility_timeout_s=visibility_timeout_s,
         )
-        if got and sticky.gets + 1 < self.sticky_gets:
-            sticky.partition, sticky.gets = partition, sticky.gets + 1
+        if got and gets_in_a_row + 1 < self.sticky_gets:
+            sticky.partition, sticky.gets = partition, gets_in_a_row + 1
         return [_tagged(message, partition) for message in got]
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
