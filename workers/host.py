@@ -36,8 +36,9 @@ from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
+from workers.partitioning import partitioned_storage
 from workers.rate_limits import open_rate_limiter
-from workers.settings import CloudQueueSettings
+from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
@@ -96,9 +97,14 @@ class WorkerHost:
         self._live: LiveStatePublisher | None = None
         # Metrics and probes watch the listeners through wrappers; off, nothing is wrapped.
         self.observability = ProcessObservability.for_settings(settings)
+        if self.observability is not None:
+            # Counted once, by the meter, under the names the listeners' calls use.
+            self.observability.count_from(self.storage)
+        workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
+        listening = partitioned_storage(self.storage, settings, _queues(workers))
         self.hosted = [
-            _host(worker_type(), worker_settings, self.storage, self.payloads, self.observability)
-            for worker_type, worker_settings in prepared
+            _host(worker, worker_settings, listening, self.payloads, self.observability)
+            for worker, worker_settings in workers
         ]
         self.triggers = open_trigger_channel(settings)
         self._shutdown = threading.Event()
@@ -193,7 +199,7 @@ class WorkerHost:
 def _host(
     worker: QueueWorker[Any],
     settings: CloudQueueSettings,
-    storage: MeteredStorage,
+    storage: QueueStorage,
     payload_store: PayloadStore | None,
     observability: ProcessObservability | None = None,
 ) -> HostedWorker:
@@ -244,6 +250,16 @@ def _push(
         hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s
     ).start()
     return [waker, watchdog]
+
+
+def _queues(
+    workers: list[tuple[QueueWorker[Any], CloudQueueSettings]],
+) -> dict[str, ListenerSettings]:
+    """Each worker's queue name and listener settings (which say how it is partitioned)."""
+    return {
+        worker.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        for worker, options in workers
+    }
 
 
 def _name(worker_type: type[QueueWorker[Any]]) -> str:

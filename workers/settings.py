@@ -41,6 +41,7 @@ from listener.policies.scaling_rules import (
 from listener.scaling.scaler import ScalingPolicy
 from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
 from listener.stores.connection import describe_storage
+from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 from workers.settings_keys import (
     ENV_NESTED_DELIMITER,
@@ -89,6 +90,18 @@ class ListenerSettings(_Section):
         default=True,
         description="create the queue and its -poison queue at start; false for a SAS or role "
         "that may not create queues (create both beforehand)",
+    )
+    partitions: int = Field(
+        default=1,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="physical queues <queue>-p0 ... behind the queue (1: the queue itself)",
+    )
+    drain_partitions: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_PARTITIONS,
+        description="while repartitioning: the old partition count, read until its queues empty",
     )
 
     @model_validator(mode="before")
@@ -295,6 +308,11 @@ class CloudQueueSettings(BaseSettings):
         description="sign in with Microsoft Entra ID: default | managed_identity[:CLIENT_ID] | "
         "workload_identity | azure_cli | package.module:callable (needs cloudqueue[identity])",
     )
+    partition_accounts: list[SecretStr] = Field(
+        default_factory=list,
+        description="connection strings of further storage accounts; partition i of a "
+        "partitioned queue lives on account i mod (1 + len), account 0 being connection_string",
+    )
     listener: ListenerSettings = Field(default_factory=ListenerSettings)
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
@@ -337,6 +355,17 @@ class CloudQueueSettings(BaseSettings):
                 except ConfigurationError:
                     raise ValueError(str(error)) from None  # the message never quotes the secret
         return value
+
+    @field_validator("partition_accounts")
+    @classmethod
+    def _accounts_parsable(cls, accounts: list[SecretStr]) -> list[SecretStr]:
+        """Each further account opens as connection_string does; errors name its position only."""
+        for position, account in enumerate(accounts, start=1):
+            try:
+                describe_storage(account.get_secret_value())
+            except ConfigurationError as error:
+                raise ValueError(f"partition account {position}: {error}") from None
+        return accounts
 
     @model_validator(mode="after")
     def _zero_threads_need_triggers(self) -> CloudQueueSettings:

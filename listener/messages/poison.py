@@ -19,6 +19,8 @@ import structlog
 
 from listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
 from listener.messages.payload import without_attempts
+from listener.stores.partition_names import partition_of_queue
+from listener.stores.partitioned import split_message_id
 from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"
@@ -47,9 +49,14 @@ class PoisonRecord:
     """The first error this worker saw for the message (equal to ``error`` if only one)."""
     worker: str
     content: str
+    partition: str | None = None
+    """The physical queue of a partitioned queue the message came from (``orders-p2``)."""
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), ensure_ascii=False)
+        fields = asdict(self)
+        if self.partition is None:
+            del fields["partition"]  # a plain queue's record stays as it always was
+        return json.dumps(fields, ensure_ascii=False)
 
     @classmethod
     def from_json(cls, text: str) -> PoisonRecord:
@@ -97,6 +104,7 @@ def poison_message(
         first_error=first_error or error,
         worker=_worker_identity(),
         content=message.content,
+        partition=split_message_id(message.id)[1],
     )
     target = poison_queue_name(queue_name)
     try:
@@ -134,11 +142,21 @@ def requeue_poisoned(storage: QueueStorage, queue_name: str, *, limit: int | Non
         if not batch:
             break
         for message in batch:
-            storage.put_message(queue_name, _original_content(message.content))
+            storage.put_message(_home(queue_name, message), _original_content(message.content))
             storage.delete_message(source, message.id, message.pop_receipt)
             moved += 1
     log.info("poison_requeued", queue=queue_name, count=moved)
     return moved
+
+
+def _home(queue_name: str, message: QueueMessage) -> str:
+    """Where a poison message goes back to: its own partition, or the queue itself."""
+    record = read_record(message.content)
+    if record is None or record.partition is None:
+        return queue_name
+    owner = partition_of_queue(record.partition)
+    # Only a partition of this very queue: a record must not steer a requeue elsewhere.
+    return record.partition if owner is not None and owner[0] == queue_name else queue_name
 
 
 def _original_content(poison_text: str) -> str:
@@ -235,7 +253,7 @@ def requeue_poisoned_by_id(storage: QueueStorage, queue_name: str, wanted_id: st
     if message is None:
         return False
     try:
-        storage.put_message(queue_name, _original_content(message.content))
+        storage.put_message(_home(queue_name, message), _original_content(message.content))
     except StorageError:
         _release(storage, source, [message])
         raise

@@ -37,7 +37,9 @@ from listener.errors import MessageTooLargeError, StorageError, TransientStorage
 from listener.messages.codec import Codec, MessageCodec
 from listener.messages.packing import PlannedMessage, message_bytes, plan_batches, single_message
 from listener.messages.payload import Packed, blob_envelope
+from listener.messages.routing import PartitionKey, PartitionRouter
 from listener.push.announce import WorkAnnouncer
+from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore, new_payload_name
 from listener.stores.storage import (
     MAX_MESSAGE_BYTES,
@@ -75,6 +77,10 @@ class Publisher(Generic[T]):
     With opentelemetry installed, each call runs in a producer span whose trace context goes into
     envelopes and CloudEvents (``listener.tracing``); ``trace_envelope=True`` sends single items
     in a one-item envelope too, so they carry it -- for queues only cloudqueue listeners read.
+
+    A partitioned queue (``partitions`` > 1, or read from a ``PartitionedQueueStorage``) gets
+    its messages round-robin over ``<queue>-p0`` ..., or by ``partition_key`` (a function of the
+    item or a field name): one key always lands on one partition, and batches pack per partition.
     """
 
     def __init__(
@@ -89,6 +95,8 @@ class Publisher(Generic[T]):
         time_to_live_s: int | None = None,
         announcer: WorkAnnouncer | None = None,
         trace_envelope: bool = False,
+        partitions: int | None = None,
+        partition_key: PartitionKey[T] | None = None,
     ) -> None:
         self.storage = storage
         self.trace_envelope = trace_envelope
@@ -97,6 +105,9 @@ class Publisher(Generic[T]):
         self.codec: Codec[T] = codec or MessageCodec(item_type)
         self.payload_store = payload_store
         self.batch = batch
+        self.router = PartitionRouter(
+            self.queue_name, partitions or _partition_count(storage, queue_name), partition_key
+        )
         check_put_times(time_to_live_s, 0)
         self.time_to_live_s = time_to_live_s
         self.messages_sent = 0
@@ -112,7 +123,8 @@ class Publisher(Generic[T]):
         range raises ValueError before anything is sent.
         """
         timing = self._timing(delay_s, time_to_live_s)
-        self._traced(lambda: self._send_alone(self.codec.encode(item), timing))
+        target = self.router.queue_for(item)
+        self._traced(lambda: self._send_alone(self.codec.encode(item), timing, target))
 
     def publish_many(
         self, items: Iterable[T], *, delay_s: int = 0, time_to_live_s: int | None = None
@@ -154,39 +166,49 @@ class Publisher(Generic[T]):
             )
 
     def _send_many(self, items: Iterable[T], timing: _Timing) -> int:
+        router = self.router
         if not self.batch:
-            return sum(self._send_alone(self.codec.encode(item), timing) for item in items)
+            return sum(
+                self._send_alone(self.codec.encode(item), timing, router.queue_for(item))
+                for item in items
+            )
+        # Keyed items are packed per partition, so each message goes where all its keys belong;
+        # without a key one buffer is packed and its messages go round-robin.
+        buffers: dict[str | None, _Pending] = {}
         sent = 0
-        pending: list[str] = []
-        pending_bytes = 0
         for item in items:
-            text = self.codec.encode(item)
-            pending.append(text)
-            pending_bytes += message_bytes(text)
-            if pending_bytes >= PENDING_BYTES:
-                planned = plan_batches(pending)
-                sent += self._send_planned(planned[:-1], timing)
-                pending = planned[-1].texts  # the last message may have room for the next items
-                pending_bytes = sum(message_bytes(text) for text in pending)
-        return sent + self._send_planned(plan_batches(pending), timing)
+            target = router.queue_for(item) if router.keyed else None
+            pending = buffers.setdefault(target, _Pending())
+            pending.add(self.codec.encode(item))
+            if pending.bytes >= PENDING_BYTES:
+                planned = plan_batches(pending.texts)
+                sent += self._send_planned(planned[:-1], timing, target)
+                buffers[target] = _Pending(planned[-1].texts)  # room for the next items
+        for target, pending in buffers.items():
+            sent += self._send_planned(plan_batches(pending.texts), timing, target)
+        return sent
 
-    def _send_planned(self, planned: list[PlannedMessage], timing: _Timing) -> int:
+    def _send_planned(
+        self, planned: list[PlannedMessage], timing: _Timing, target: str | None
+    ) -> int:
+        """Send planned messages to ``target``, or round-robin when it is None."""
         for message in planned:
+            queue = target or self.router.next_queue()
             if message.content is None:
-                self._send_alone(message.texts[0], timing)
+                self._send_alone(message.texts[0], timing, queue)
             else:
-                self._put(message.content, len(message.texts), timing)
+                self._put(message.content, len(message.texts), timing, queue)
         return len(planned)
 
-    def _send_alone(self, text: str, timing: _Timing) -> int:
+    def _send_alone(self, text: str, timing: _Timing, target: str) -> int:
         message = single_message(text)
         if isinstance(message, Packed):
-            self._put_stored(message, message_bytes(text), timing)
+            self._put_stored(message, message_bytes(text), timing, target)
         else:
-            self._put(message, 1, timing)
+            self._put(message, 1, timing, target)
         return 1
 
-    def _put_stored(self, packed: Packed, text_bytes: int, timing: _Timing) -> None:
+    def _put_stored(self, packed: Packed, text_bytes: int, timing: _Timing, target: str) -> None:
         store = self.payload_store
         if store is None:
             raise MessageTooLargeError(
@@ -199,7 +221,7 @@ class Publisher(Generic[T]):
         self.payloads_stored += 1
         log.debug("payload_stored", queue=self.queue_name, payload=name, size=len(packed.data))
         try:
-            self._put(blob_envelope(name, packed), packed.count, timing)
+            self._put(blob_envelope(name, packed), packed.count, timing, target)
         except TransientStorageError:
             log.warning("payload_kept_after_failed_put", queue=self.queue_name, payload=name)
             raise
@@ -207,10 +229,10 @@ class Publisher(Generic[T]):
             _discard(store, name)
             raise
 
-    def _put(self, content: str, item_count: int, timing: _Timing) -> None:
+    def _put(self, content: str, item_count: int, timing: _Timing, target: str) -> None:
         content = tracing.stamp(content, wrap_plain=self.trace_envelope)
         self.storage.put_message(
-            self.queue_name,
+            target,
             content,
             time_to_live_s=timing.time_to_live_s,
             visibility_delay_s=timing.delay_s,
@@ -227,6 +249,27 @@ class Publisher(Generic[T]):
             f"messages_sent={self.messages_sent}, items_sent={self.items_sent}, "
             f"payloads_stored={self.payloads_stored})"
         )
+
+
+class _Pending:
+    """Encoded items waiting to be packed, and their size in bytes."""
+
+    def __init__(self, texts: list[str] | None = None) -> None:
+        self.texts: list[str] = []
+        self.bytes = 0
+        for text in texts or []:
+            self.add(text)
+
+    def add(self, text: str) -> None:
+        self.texts.append(text)
+        self.bytes += message_bytes(text)
+
+
+def _partition_count(storage: QueueStorage, queue_name: str) -> int:
+    """The partitions a PartitionedQueueStorage spreads the queue over; 1 for any other storage."""
+    return (
+        storage.partition_count(queue_name) if isinstance(storage, PartitionedQueueStorage) else 1
+    )
 
 
 def _discard(store: PayloadStore, name: str) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, nullcontext
 
 import click
@@ -14,10 +15,12 @@ from listener.messages.publisher import Publisher
 from listener.push.announce import WorkAnnouncer
 from listener.push.triggers import account_of
 from listener.stores.connection import describe_storage, open_payload_store_if_available
+from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import check_put_times
-from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
 from workers.cli.durations import Duration
 from workers.host import open_trigger_channel
+from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 
 @click.command()
@@ -47,6 +50,12 @@ from workers.host import open_trigger_channel
     default=None,
     help="Expire the items this long after the put, handled or not (1h, 30d, never) [7d].",
 )
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
+@click.option(
+    "--key",
+    "key_field",
+    help="Route each item by this JSON field: one value, one partition [round-robin].",
+)
 def enqueue(
     *,
     queue: str,
@@ -56,6 +65,8 @@ def enqueue(
     trace_envelope: bool,
     delay_s: int,
     time_to_live_s: int | None,
+    partitions: int | None,
+    key_field: str | None,
 ) -> None:
     """Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.
 
@@ -73,6 +84,7 @@ def enqueue(
       cat items.jsonl | cloudqueue enqueue invoices --batch
       cat more.jsonl | cloudqueue enqueue invoices '{"invoice_id": 1}' -
       cloudqueue enqueue reminders '{"user": 7}' --delay 30m --ttl 1d
+      cloudqueue enqueue orders '{"customer": "acme"}' --partitions 4 --key customer
     """
     settings = current_settings()
     checked_queue(queue)
@@ -90,7 +102,10 @@ def enqueue(
     )
     payload_store = None
     try:
-        with opened_storage(settings) as storage:
+        with (
+            opened_storage(settings) as opened,
+            partitioned_view(opened, settings, queue, partitions) as storage,
+        ):
             storage.create_queue(queue)
             payload_store = open_payload_store_if_available(
                 connection_string, credential=settings.credential
@@ -104,12 +119,16 @@ def enqueue(
                 batch=batch,
                 announcer=announcer,
                 trace_envelope=trace_envelope,
+                partition_key=None if key_field is None else _json_field(key_field),
             )
             with (
                 tracing.context_from_environment(),
                 _counted(_items(items), label=f"enqueueing on {queue}") as pending,
             ):
-                publisher.publish_many(pending, delay_s=delay_s, time_to_live_s=time_to_live_s)
+                try:
+                    publisher.publish_many(pending, delay_s=delay_s, time_to_live_s=time_to_live_s)
+                except ValueError as error:  # an item without its --key field
+                    raise BadInput(f"{error} ({publisher.items_sent} sent before it)") from None
     finally:
         if payload_store is not None:
             payload_store.close()
@@ -119,6 +138,20 @@ def enqueue(
         f"enqueued {publisher.items_sent} item(s) on {queue} in {publisher.messages_sent} "
         f"message(s) ({describe_storage(connection_string, credential=settings.credential)})"
     )
+
+
+def _json_field(field: str) -> Callable[[str], str]:
+    """A partition key: the item's JSON field ``field`` (ValueError naming it when missing)."""
+
+    def key(text: str) -> str:
+        try:
+            return str(json.loads(text)[field])
+        except (ValueError, KeyError, TypeError, IndexError):
+            raise ValueError(
+                f"--key {field}: the item {text[:40]!r} is not a JSON object with that field"
+            ) from None
+
+    return key
 
 
 def _check_times(delay_s: int, time_to_live_s: int | None) -> None:

@@ -32,13 +32,16 @@ from listener.messages.poison import (
     requeue_poisoned,
     requeue_poisoned_by_id,
 )
+from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from workers.cli.common import (
     checked_queue,
     configured_storage,
+    current_settings,
     refuse_unattended,
 )
 from workers.cli.queues import progress_spinner
+from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 ERROR_WIDTH = 80
 """The most characters of an error's first line that ``list`` shows."""
@@ -135,12 +138,15 @@ def show(queue: str, original_id: str, as_json: bool) -> None:
 @click.option("--limit", type=click.IntRange(min=1), help="Requeue at most N (default: all).")
 @click.option("--id", "original_id", help="Requeue only the message with this id, as `list` shows.")
 @click.option("--yes", "-y", is_flag=True, help=_YES_HELP)
-def requeue(queue: str, limit: int | None, original_id: str | None, yes: bool) -> None:
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
+def requeue(
+    queue: str, limit: int | None, original_id: str | None, yes: bool, partitions: int | None
+) -> None:
     """Move poisoned messages back to QUEUE with their original content.
 
     Do it once the cause is fixed: the messages are handled again from a dequeue count of 1. Each
     is put back before it leaves the poison queue, so an interruption leaves a duplicate, never a
-    loss. QUEUE must exist.
+    loss. QUEUE must exist. A partitioned queue's message goes back to the partition it came from.
 
     \b
     Examples:
@@ -153,7 +159,11 @@ def requeue(queue: str, limit: int | None, original_id: str | None, yes: bool) -
         raise click.UsageError("use --limit or --id, not both")
     source = poison_queue_name(queue)
     refuse_unattended(yes, f"requeue from {source}")
-    with configured_storage() as (storage, where):
+    with (
+        configured_storage() as (opened, where),
+        # A partitioned queue's messages go back to their own partitions, on their own accounts.
+        partitioned_view(opened, current_settings(), queue, partitions) as storage,
+    ):
         _depth(storage, queue, where)
         depth = _poison_depth(storage, queue, where)
         if original_id is not None:

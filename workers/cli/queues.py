@@ -19,11 +19,19 @@ from typing import TextIO
 import click
 
 from listener.errors import QueueNotFoundError
+from listener.stores.partition_names import MAX_PARTITIONS, partition_of_queue
+from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import (
     checked_queue,
     configured_storage,
+    current_settings,
     refuse_unattended,
+)
+from workers.partitioning import PARTITIONS_HELP, partitioned_view
+
+PARTITIONS_OPTION = click.option(
+    "--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP
 )
 
 SPINNER_DELAY_S = 0.5
@@ -52,6 +60,7 @@ def list_queues(prefix: str, as_json: bool) -> None:
     """List the queues with their approximate depths.
 
     A depth counts every message in the queue, those a worker has taken but not yet deleted too.
+    A partitioned queue (QUEUE-p0, QUEUE-p1, ...) gets a row of its own with the total depth.
 
     \b
     Examples:
@@ -61,7 +70,10 @@ def list_queues(prefix: str, as_json: bool) -> None:
     """
     with configured_storage(announce=True) as (storage, where):
         depths = {name: _depth(storage, name) for name in storage.list_queues(prefix)}
-    rows = [{"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None]
+    rows: list[dict[str, object]] = [
+        {"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None
+    ]
+    rows = sorted(rows + _partition_totals(depths), key=lambda row: str(row["queue"]))
     if as_json:
         click.echo(json.dumps(rows))
     elif not rows:
@@ -71,12 +83,14 @@ def list_queues(prefix: str, as_json: bool) -> None:
         width = max(len("QUEUE"), *(len(name) for name in depths))
         click.echo(f"{'QUEUE':<{width}}  DEPTH")
         for row in rows:
-            click.echo(f"{row['queue']:<{width}}  {row['depth']}")
+            total = f"  (total of {row['partitions']} partitions)" if "partitions" in row else ""
+            click.echo(f"{row['queue']:<{width}}  {row['depth']}{total}")
 
 
 @queues_group.command()
 @click.argument("queue")
-def create(queue: str) -> None:
+@PARTITIONS_OPTION
+def create(queue: str, partitions: int | None) -> None:
     """Create QUEUE; succeed if it already exists.
 
     On Azure a just-deleted name stays reserved for 40 s or more (409 QueueBeingDeleted): run the
@@ -86,10 +100,11 @@ def create(queue: str) -> None:
     Examples:
       cloudqueue queues create invoices
       CLOUDQUEUE_CONNECTION_STRING=sqlite:///jobs.db cloudqueue queues create thumbnails
+      cloudqueue queues create orders --partitions 4
     """
     checked_queue(queue)
-    with configured_storage() as (storage, where):
-        existed = queue in storage.list_queues(queue)
+    with _partitioned(queue, partitions) as (storage, where):
+        existed = _exists(storage, queue)
         storage.create_queue(queue)
     click.echo(
         f"queue {queue} already exists on {where}" if existed else f"created {queue} on {where}"
@@ -99,7 +114,8 @@ def create(queue: str) -> None:
 @queues_group.command()
 @click.argument("queue")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is no terminal).")
-def clear(queue: str, yes: bool) -> None:
+@PARTITIONS_OPTION
+def clear(queue: str, yes: bool, partitions: int | None) -> None:
     """Delete every message in QUEUE; the queue stays.
 
     Messages that workers have taken but not yet deleted go too. On Azure a big queue takes
@@ -112,7 +128,7 @@ def clear(queue: str, yes: bool) -> None:
     """
     checked_queue(queue)
     refuse_unattended(yes, f"clear {queue}")
-    with configured_storage() as (storage, where), _existing(queue, where):
+    with _partitioned(queue, partitions) as (storage, where), _existing(queue, where):
         depth = storage.approximate_message_count(queue)
         if not yes:
             click.confirm(f"Delete all {depth} message(s) in {queue} on {where}?", abort=True)
@@ -124,7 +140,8 @@ def clear(queue: str, yes: bool) -> None:
 @queues_group.command()
 @click.argument("queue")
 @click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is no terminal).")
-def delete(queue: str, yes: bool) -> None:
+@PARTITIONS_OPTION
+def delete(queue: str, yes: bool, partitions: int | None) -> None:
     """Delete QUEUE and all its messages.
 
     On Azure the name stays reserved for 40 s or more afterwards: creating the queue again
@@ -137,12 +154,30 @@ def delete(queue: str, yes: bool) -> None:
     """
     checked_queue(queue)
     refuse_unattended(yes, f"delete {queue}")
-    with configured_storage() as (storage, where), _existing(queue, where):
+    with _partitioned(queue, partitions) as (storage, where), _existing(queue, where):
         if not yes:
             depth = storage.approximate_message_count(queue)
             click.confirm(f"Delete {queue} and its {depth} message(s) on {where}?", abort=True)
         storage.delete_queue(queue)
     click.echo(f"deleted {queue} on {where}")
+
+
+@contextmanager
+def _partitioned(queue: str, partitions: int | None) -> Iterator[tuple[QueueStorage, str]]:
+    """The configured storage, seeing QUEUE as its partitions when it is partitioned."""
+    with (
+        configured_storage() as (storage, where),
+        partitioned_view(storage, current_settings(), queue, partitions) as view,
+    ):
+        yield view, where
+
+
+def _exists(storage: QueueStorage, queue: str) -> bool:
+    """Whether the queue (every partition of a partitioned one) exists already."""
+    if not isinstance(storage, PartitionedQueueStorage):
+        return queue in storage.list_queues(queue)
+    listed = set(storage.list_queues(queue))
+    return all(p.queue_name in listed for p in storage.partitions_of(queue) if p.writable)
 
 
 @contextmanager
@@ -152,6 +187,20 @@ def _existing(queue: str, where: str) -> Iterator[None]:
         yield
     except QueueNotFoundError:
         raise click.ClickException(f"queue {queue} does not exist on {where}") from None
+
+
+def _partition_totals(depths: dict[str, int | None]) -> list[dict[str, object]]:
+    """One row per partitioned logical queue: its partitions' count and summed depth."""
+    groups: dict[str, list[int]] = {}
+    for name, depth in depths.items():
+        owner = partition_of_queue(name)
+        if owner is not None and depth is not None:
+            groups.setdefault(owner[0], []).append(depth)
+    return [
+        {"queue": logical, "depth": sum(group), "partitions": len(group)}
+        for logical, group in sorted(groups.items())
+        if len(group) > 1 and logical not in depths
+    ]
 
 
 def _depth(storage: QueueStorage, queue: str) -> int | None:

@@ -54,9 +54,12 @@ class ProcessObservability:
             return None
         return cls(settings, serve=CHILD_SLOT_VARIABLE not in os.environ)
 
-    def observe_storage(self, storage: MeteredStorage) -> QueueStorage:
-        """Watch the calls the listeners make; their counts come from ``storage`` itself."""
-        self._metered = storage
+    def count_from(self, metered: MeteredStorage) -> None:
+        """Where the storage call counts come from: the process's one meter."""
+        self._metered = metered
+
+    def observe_storage(self, storage: QueueStorage) -> QueueStorage:
+        """Watch the calls the listeners make (signs of life and reachability)."""
         return ObservedStorage(storage, self.heartbeats, self.reachability)
 
     def observe_pool(self, pool: PoolControl, policy: ScalingPolicy) -> PoolControl:

@@ -1,0 +1,169 @@
+"""Partitioned queues on two Azurite instances standing for two storage accounts.
+
+Run ``.venv/bin/python -m tests.benchmarks.bench_partitions [--quick] [--json PATH]``.
+
+Part 1, drain throughput: N pre-filled messages spread over K = 1, 2, 4 partitions (partition i on
+account i mod 2; K = 1 is one queue on one account), drained by one ``CloudQueueListener`` with
+the same T threads and a no-op observer. Each run gets two fresh Azurites (their garbage
+collection slows them after thousands of deletes); the clock starts after filling. Quoted as
+messages per second and as a ratio to K = 1 measured in the same invocation.
+
+Part 2, idle cost: an empty logical queue with K = 1 and K = 8 partitions, one listener with the
+host's default elastic scaler (one idle thread, back-off up to 1.5 s), for D seconds; every
+storage call on both accounts is counted and scaled to transactions per hour. The goal: K = 8
+costs at most 1.2 times K = 1 (one get per back-off step, whatever K is).
+
+Wall-clock figures depend on the machine (Azurite and this process share its cores): compare the
+variants of one invocation only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from listener.listener import CloudQueueListener
+from listener.location import CloudQueueLocation
+from listener.messages.codec import MessageCodec
+from listener.messages.publisher import Publisher
+from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.stores.azure_storage import AzureQueueStorage
+from listener.stores.metered import MeteredStorage
+from listener.stores.partitioned import PartitionedQueueStorage
+from tests.support.azurite import REPO_ROOT, AzuriteProcess
+
+QUEUE = "bench"
+DRAIN_PARTITIONS = (1, 2, 4)
+IDLE_PARTITIONS = (1, 8)
+IDLE_RATIO_GOAL = 1.2
+DEADLINE_S = 300.0
+
+
+@contextmanager
+def two_accounts() -> Iterator[list[MeteredStorage]]:
+    """Two fresh Azurite instances, each behind a metered AzureQueueStorage."""
+    with ExitStack() as stack:
+        accounts = []
+        for _ in range(2):
+            process = stack.enter_context(AzuriteProcess(REPO_ROOT))
+            storage = AzureQueueStorage.from_connection_string(process.connection_string)
+            stack.callback(storage.close)
+            accounts.append(MeteredStorage(storage))
+        yield accounts
+
+
+def partitioned(accounts: list[MeteredStorage], partitions: int) -> PartitionedQueueStorage:
+    storage = PartitionedQueueStorage(accounts, {QUEUE: partitions})
+    storage.create_queue(QUEUE)
+    storage.create_queue(f"{QUEUE}-poison")
+    return storage
+
+
+def drain_run(partitions: int, messages: int, threads: int) -> dict[str, Any]:
+    """Seconds for one listener with ``threads`` threads to handle every message."""
+    with two_accounts() as accounts:
+        storage = partitioned(accounts, partitions)
+        Publisher(storage, QUEUE, int).publish_many(range(messages))
+        done = threading.Event()
+        handled = [0]
+        lock = threading.Lock()
+
+        def handle(_: int) -> None:
+            with lock:
+                handled[0] += 1
+                if handled[0] == messages:
+                    done.set()
+
+        listener: CloudQueueListener[int] = CloudQueueListener(
+            storage, CloudQueueLocation(QUEUE), int, dequeue_interval_s=0.1
+        )
+        listener.subscribe(handle)
+        started = time.perf_counter()
+        listener.start_listener(threads)
+        if not done.wait(DEADLINE_S):
+            raise RuntimeError(f"K={partitions}: {handled[0]} of {messages} handled in time")
+        seconds = time.perf_counter() - started
+        listener.stop(timeout_s=30)
+        left = storage.approximate_message_count(QUEUE)
+    return {
+        "partitions": partitions,
+        "messages": messages,
+        "threads": threads,
+        "seconds": round(seconds, 2),
+        "messages_per_s": round(messages / seconds, 1),
+        "left_in_queue": left,
+    }
+
+
+def idle_run(partitions: int, duration_s: float) -> dict[str, Any]:
+    """Storage transactions per hour of one idle listener with the default scaler."""
+    with two_accounts() as accounts:
+        storage = partitioned(accounts, partitions)
+        listener: CloudQueueListener[int] = CloudQueueListener(
+            storage, CloudQueueLocation(QUEUE), int, codec=MessageCodec(int)
+        )
+        ElasticScaler(listener.pool_control, ScalingPolicy())
+        listener.subscribe(lambda _: None)
+        listener.start_listener(1)
+        time.sleep(5.0)  # the back-off reaches its ceiling: measure the steady idle state
+        before = sum(account.transactions for account in accounts)
+        time.sleep(duration_s)
+        calls = sum(account.transactions for account in accounts) - before
+        listener.stop(timeout_s=10)
+    return {
+        "partitions": partitions,
+        "seconds": duration_s,
+        "transactions": calls,
+        "transactions_per_hour": round(calls * 3600 / duration_s),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="fewer messages, shorter idle runs")
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    messages, threads, idle_s = (300, 4, 20.0) if args.quick else (1000, 4, 60.0)
+    drains = [drain_run(k, messages, threads) for k in DRAIN_PARTITIONS]
+    base = drains[0]["messages_per_s"]
+    for row in drains:
+        row["ratio_to_k1"] = round(row["messages_per_s"] / base, 2)
+    idles = [idle_run(k, idle_s) for k in IDLE_PARTITIONS]
+    idle_ratio = idles[1]["transactions_per_hour"] / max(1, idles[0]["transactions_per_hour"])
+    results = {
+        "drain": drains,
+        "idle": idles,
+        "idle_ratio_k8_to_k1": round(idle_ratio, 2),
+        "idle_goal_met": idle_ratio <= IDLE_RATIO_GOAL,
+    }
+    for row in drains:
+        print(
+            f"drain K={row['partitions']}: {row['messages']} messages, {row['threads']} threads, "
+            f"{row['seconds']} s, {row['messages_per_s']} msg/s ({row['ratio_to_k1']}x K=1), "
+            f"{row['left_in_queue']} left"
+        )
+    for row in idles:
+        print(
+            f"idle K={row['partitions']}: {row['transactions']} calls in {row['seconds']} s "
+            f"= {row['transactions_per_hour']}/hour"
+        )
+    print(f"idle K=8 / K=1 = {results['idle_ratio_k8_to_k1']} (goal <= {IDLE_RATIO_GOAL})")
+    if args.json:
+        args.json.write_text(json.dumps(results, indent=2))
+    return 0 if results["idle_goal_met"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
