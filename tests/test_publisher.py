@@ -71,7 +71,7 @@ def listen(clock: ManualClock, queue_name: str) -> Iterator[Listen]:
     def make(
         storage: QueueStorage,
         handler: Callable[[Any], None],
-        *,
+        *more_handlers: Callable[[Any], None],
         item_type: type[Any] = Order,
         payload_store: PayloadStore | None = None,
         **options: Any,
@@ -85,7 +85,8 @@ def listen(clock: ManualClock, queue_name: str) -> Iterator[Listen]:
             sleeper=clock,
             **options,
         )
-        listener.subscribe(handler)
+        for observer in (handler, *more_handlers):
+            listener.subscribe(observer)  # all before the start: none may miss a message
         listener.start_listener(1)
         made.append(listener)
         return listener
@@ -173,8 +174,11 @@ def test_a_batch_fans_out_its_items_one_by_one_in_order(
     assert storage.approximate_message_count(queue_name) == 1
     first: list[int] = []
     second: list[int] = []
-    listener = listen(storage, lambda order: first.append(order.order_id))
-    listener.subscribe(lambda order: second.append(order.order_id))
+    listener = listen(
+        storage,
+        lambda order: first.append(order.order_id),
+        lambda order: second.append(order.order_id),
+    )
     eventually(lambda: listener.messages_processed == 1)
     assert first == second == list(range(100))
 
