@@ -9,14 +9,8 @@ from typing import IO
 
 import pytest
 
+from examples.billing_pipeline.config import CONTROLLER, PROCESSOR
 from examples.billing_pipeline.initiator import prepare_queues, start_run
-from examples.billing_pipeline.launcher import (
-    CONTROLLER,
-    PROCESSOR,
-    kill_worker,
-    spawn_worker,
-    stop_worker,
-)
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import (
     PricedItem,
@@ -25,6 +19,7 @@ from examples.billing_pipeline.model import (
     sample_transactions,
     split,
 )
+from examples.processes import kill_worker, spawn_worker, stop_worker
 from listener import open_storage
 from tests.support.polling import eventually
 

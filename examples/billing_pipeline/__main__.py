@@ -13,11 +13,11 @@ import sys
 import time
 from collections.abc import Sequence
 
-from examples.billing_pipeline.config import ledger_path
+from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, ledger_path
 from examples.billing_pipeline.initiator import prepare_queues, start_run
-from examples.billing_pipeline.launcher import CONTROLLER, PROCESSOR, spawn_worker, stop_worker
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import expected_totals, sample_transactions
+from examples.processes import spawn_worker, stop_worker
 from listener import open_storage
 from listener.stores.connection import describe_storage
 from workers import CloudQueueSettings

@@ -11,6 +11,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+PROCESSOR = "examples.billing_pipeline.workers:PricingWorker"
+CONTROLLER = "examples.billing_pipeline.workers:ControllerWorker"
+"""The workers as ``cloudqueue run`` names them."""
+
 WORK_QUEUE = "billing-work"
 RESULTS_QUEUE = "billing-results"
 

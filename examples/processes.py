@@ -1,4 +1,4 @@
-"""Starting and stopping the pipeline's worker processes (``cloudqueue run`` children)."""
+"""Starting and stopping the examples' worker processes (``cloudqueue run`` children)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-PROCESSOR = "examples.billing_pipeline.workers:PricingWorker"
-CONTROLLER = "examples.billing_pipeline.workers:ControllerWorker"
 STOP_TIMEOUT_S = 30.0
 
 
@@ -21,7 +19,7 @@ def spawn_worker(
 ) -> subprocess.Popen[bytes]:
     """``cloudqueue run TARGET`` in a child process (its own process group), importing this
     checkout's ``examples`` package whatever the working directory."""
-    checkout = str(Path(__file__).resolve().parents[2])
+    checkout = str(Path(__file__).resolve().parents[1])
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONPATH"] = os.pathsep.join(
         part for part in (checkout, child_env.get("PYTHONPATH")) if part
