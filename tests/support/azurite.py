@@ -1,12 +1,13 @@
 """Azurite, the official Azure Storage emulator, as a process tests and benchmarks can start.
 
 ``AzuriteProcess`` installs the pinned Azurite from npm into the repository's ignored ``.azurite/``
-folder on first use, starts the queue service (and the blob and table services when asked) on free loopback
-ports, and stops it again. A stopped instance restarts on the same ports, so a test can take storage
-away and bring it back; with ``location`` the queues survive the restart.
+folder on first use, starts the queue service (and the blob and table services when asked) on
+free loopback ports, and stops it again. A stopped instance restarts on the same ports, so a test
+can take storage away and bring it back; with ``location`` the queues survive the restart.
 
 As a pytest plugin (``pytest_plugins = ["tests.support.azurite"]``) it provides the session-scoped
-``azurite`` and ``azurite_connection_string`` fixtures and the function-scoped ``azurite_factory``.
+``azurite``, ``azurite_with_tables`` and ``azurite_connection_string`` fixtures and the
+function-scoped ``azurite_factory``.
 A machine without npm fails these tests loudly: skipping would let CI pass without ever touching
 the Azure backend.
 """
@@ -330,6 +331,13 @@ AzuriteFactory = Callable[..., AzuriteProcess]
 def azurite() -> Iterator[AzuriteProcess]:
     """One in-memory Azurite queue service for the whole test session."""
     with AzuriteProcess(REPO_ROOT) as process:
+        yield process
+
+
+@pytest.fixture(scope="session")
+def azurite_with_tables() -> Iterator[AzuriteProcess]:
+    """An in-memory Azurite serving queues and tables, for the whole test session."""
+    with AzuriteProcess(REPO_ROOT, table=True) as process:
         yield process
 
 
