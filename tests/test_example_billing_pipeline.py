@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import IO
 
@@ -119,3 +120,32 @@ def test_workers_killed_mid_run_and_restarted_still_give_the_exact_totals(
             log.close()
         ledger.close()
         storage.close()
+
+
+def test_the_one_command_runs_a_whole_billing_run_and_stops_by_itself(tmp_path: Path) -> None:
+    """`python -m examples.billing_pipeline` on the embedded store prints progress and totals
+    that match the input, stops its workers and exits 0."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLOUDQUEUE_", "BILLING_"))}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[1])
+    finished = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "examples.billing_pipeline",
+            "--transactions",
+            "200",
+            "--processors",
+            "1",
+        ],
+        cwd=tmp_path,  # a fresh working directory: the default .cloudqueue/ store is created
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "work items priced and recorded" in finished.stdout
+    assert "complete: 200 transactions" in finished.stdout
+    assert "totals match the input: yes" in finished.stdout
+    assert (tmp_path / ".cloudqueue" / "queues.db").exists()

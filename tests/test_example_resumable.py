@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -219,3 +220,27 @@ def test_a_job_longer_than_the_visibility_timeout_is_delivered_once(tmp_path: Pa
     assert '"attempt": 2' not in log_path.read_text()
     accounts.close()
     storage.close()
+
+
+def test_the_one_command_crashes_a_worker_resumes_and_checks_every_effect(tmp_path: Path) -> None:
+    """`python -m examples.resumable` on the embedded store: its first worker dies after a step,
+    the second resumes the jobs, every effect is counted once, and it exits 0 by itself."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("CLOUDQUEUE_", "RESUMABLE_"))}
+    env |= {
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "CLOUDQUEUE_LISTENER__VISIBILITY_TIMEOUT_S": "1",  # the demo's 5 s, shortened
+        "RESUMABLE_STEP_DELAY_S": "0.05",
+    }
+    finished = subprocess.run(
+        [sys.executable, "-m", "examples.resumable", "--accounts", "2", "--invoices", "2"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "worker crashed after cancel_subscriptions (exit -9)" in finished.stdout
+    assert "cancel_subscriptions 3, archive_invoices 2, delete_profile 1" in finished.stdout
+    assert "every step's effect happened exactly once: yes" in finished.stdout
