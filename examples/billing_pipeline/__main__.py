@@ -13,6 +13,7 @@ import sys
 import time
 from collections.abc import Sequence
 
+from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, ledger_path
 from examples.billing_pipeline.initiator import prepare_queues, start_run
 from examples.billing_pipeline.ledger import BillingLedger
@@ -46,7 +47,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     ledger = BillingLedger(ledger_path())
     try:
         prepare_queues(storage)
-        run_id = start_run(storage, ledger, transactions)
+        announcer = announcer_from(settings)
+        run_id = start_run(storage, ledger, transactions, announcer=announcer)
+        if announcer is not None:
+            announcer.channel.close()
         workers = [spawn_worker(PROCESSOR) for _ in range(args.processors)]
         workers.append(spawn_worker(CONTROLLER))
         try:

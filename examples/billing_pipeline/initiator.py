@@ -11,6 +11,7 @@ from examples.billing_pipeline.config import RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import Transaction, WorkItem, split
 from listener import Publisher, QueueStorage
+from listener.push.announce import WorkAnnouncer
 
 log = structlog.get_logger(__name__)
 
@@ -28,18 +29,19 @@ def start_run(
     *,
     transactions_per_item: int = 20,
     items_per_message: int = 10,
+    announcer: WorkAnnouncer | None = None,
 ) -> str:
     """Record the run's size in the ledger, publish its work items and return the run id.
 
     ``items_per_message`` items go into one message (one put, one get, one delete for all of
     them); smaller messages spread a run over more processors, larger ones cost fewer
-    transactions.
+    transactions. With an ``announcer`` each publish also sends a push trigger.
     """
     run_id = uuid.uuid4().hex[:8]
     items = list(split(run_id, transactions, per_item=transactions_per_item))
     # Recorded first: the controller can only call a run complete once it knows its size.
     ledger.start_run(run_id, len(items))
-    publisher = Publisher(storage, WORK_QUEUE, WorkItem, batch=True)
+    publisher = Publisher(storage, WORK_QUEUE, WorkItem, batch=True, announcer=announcer)
     for start in range(0, len(items), items_per_message):
         publisher.publish_many(items[start : start + items_per_message])
     log.info(

@@ -13,6 +13,7 @@ from typing import Any
 
 import structlog
 
+from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import (
     RESULTS_QUEUE,
     WORK_QUEUE,
@@ -22,7 +23,8 @@ from examples.billing_pipeline.config import (
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import PricedItem, WorkItem, price
 from listener import CloudQueueListener, Publisher, current_envelope
-from workers import QueueWorker
+from listener.push.announce import WorkAnnouncer
+from workers import CloudQueueSettings, QueueWorker
 
 log = structlog.get_logger(__name__)
 
@@ -39,12 +41,16 @@ class PricingWorker(QueueWorker[WorkItem]):
 
     def __init__(self) -> None:
         self._results: Publisher[PricedItem] | None = None
+        self._announcer: WorkAnnouncer | None = None
         self._delay_s = pricing_delay_s()
 
     def on_start(self, listener: CloudQueueListener[Any]) -> None:
         # The results go to the store the work came from, through the same connection.
         listener.storage.create_queue(RESULTS_QUEUE)
-        self._results = Publisher(listener.storage, RESULTS_QUEUE, PricedItem)
+        self._announcer = announcer_from(CloudQueueSettings())
+        self._results = Publisher(
+            listener.storage, RESULTS_QUEUE, PricedItem, announcer=self._announcer
+        )
 
     def handle(self, item: WorkItem) -> None:
         assert self._results is not None, "on_start runs before the first item"
@@ -59,6 +65,10 @@ class PricingWorker(QueueWorker[WorkItem]):
             amount_cents=result.amount_cents,
             attempt=current_envelope().dequeue_count,
         )
+
+    def on_stop(self) -> None:
+        if self._announcer is not None:
+            self._announcer.channel.close()
 
 
 class ControllerWorker(QueueWorker[PricedItem]):
