@@ -1,12 +1,13 @@
 """Azurite, the official Azure Storage emulator, as a process tests and benchmarks can start.
 
 ``AzuriteProcess`` installs the pinned Azurite from npm into the repository's ignored ``.azurite/``
-folder on first use, starts the queue service (and the blob service when asked) on free loopback
-ports, and stops it again. A stopped instance restarts on the same ports, so a test can take storage
-away and bring it back; with ``location`` the queues survive the restart.
+folder on first use, starts the queue service (and the blob and table services when asked) on
+free loopback ports, and stops it again. A stopped instance restarts on the same ports, so a test
+can take storage away and bring it back; with ``location`` the queues survive the restart.
 
 As a pytest plugin (``pytest_plugins = ["tests.support.azurite"]``) it provides the session-scoped
-``azurite`` and ``azurite_connection_string`` fixtures and the function-scoped ``azurite_factory``.
+``azurite``, ``azurite_with_tables`` and ``azurite_connection_string`` fixtures and the
+function-scoped ``azurite_factory``.
 A machine without npm fails these tests loudly: skipping would let CI pass without ever touching
 the Azure backend.
 """
@@ -58,9 +59,9 @@ def free_port() -> int:
         return port
 
 
-def _another_free_port(taken: int) -> int:
+def _another_free_port(*taken: int) -> int:
     port = free_port()
-    while port == taken:
+    while port in taken:
         port = free_port()
     return port
 
@@ -222,6 +223,7 @@ class AzuriteProcess:
         root: Path,
         *,
         blob: bool = False,
+        table: bool = False,
         location: Path | None = None,
         oauth: OAuthTls | None = None,
     ) -> None:
@@ -231,10 +233,18 @@ class AzuriteProcess:
         options = [] if oauth is None else oauth.options()
         self.queue = _Service("queue", free_port(), options)
         self.blob = _Service("blob", _another_free_port(self.queue.port), options) if blob else None
+        self.table = (
+            _Service("table", _another_free_port(self.queue.port, *self._blob_port()), options)
+            if table
+            else None
+        )
+
+    def _blob_port(self) -> list[int]:
+        return [] if self.blob is None else [self.blob.port]
 
     @property
     def services(self) -> list[_Service]:
-        return [self.queue] if self.blob is None else [self.queue, self.blob]
+        return [s for s in (self.queue, self.blob, self.table) if s is not None]
 
     @property
     def running(self) -> bool:
@@ -253,6 +263,13 @@ class AzuriteProcess:
         )
 
     @property
+    def table_url(self) -> str | None:
+        """The development account's table service URL, when the table service runs."""
+        if self.table is None:
+            return None
+        return f"{self.scheme}://{HOST}:{self.table.port}/{ACCOUNT_NAME}"
+
+    @property
     def connection_string(self) -> str:
         """A connection string to this instance for the well-known development account."""
         parts = [
@@ -263,6 +280,8 @@ class AzuriteProcess:
         ]
         if self.blob_url is not None:
             parts.append(f"BlobEndpoint={self.blob_url}")
+        if self.table_url is not None:
+            parts.append(f"TableEndpoint={self.table_url}")
         return ";".join(parts) + ";"
 
     def start(self, timeout_s: float = START_TIMEOUT_S) -> None:
@@ -316,6 +335,13 @@ def azurite() -> Iterator[AzuriteProcess]:
 
 
 @pytest.fixture(scope="session")
+def azurite_with_tables() -> Iterator[AzuriteProcess]:
+    """An in-memory Azurite serving queues and tables, for the whole test session."""
+    with AzuriteProcess(REPO_ROOT, table=True) as process:
+        yield process
+
+
+@pytest.fixture(scope="session")
 def azurite_connection_string(azurite: AzuriteProcess) -> str:
     """The connection string of the session's Azurite."""
     return azurite.connection_string
@@ -327,8 +353,10 @@ def azurite_factory() -> Iterator[AzuriteFactory]:
     restart at will; all are stopped when the test ends."""
     started: list[AzuriteProcess] = []
 
-    def start(*, blob: bool = False, location: Path | None = None) -> AzuriteProcess:
-        process = AzuriteProcess(REPO_ROOT, blob=blob, location=location)
+    def start(
+        *, blob: bool = False, table: bool = False, location: Path | None = None
+    ) -> AzuriteProcess:
+        process = AzuriteProcess(REPO_ROOT, blob=blob, table=table, location=location)
         started.append(process)
         process.start()
         return process
