@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.http_environment import ca_bundle, requests_reads_environment
+from listener.stores.http_session import ca_bundle, requests_reads_environment
 from tests.support.azurite import AzuriteProcess
 from tests.support.forward_proxy import ForwardProxy
 
@@ -98,3 +100,22 @@ def test_the_ca_bundle_is_the_one_requests_would_read() -> None:
     assert ca_bundle(both) == "/a.pem"
     assert ca_bundle({"CURL_CA_BUNDLE": "/b.pem"}) == "/b.pem"
     assert ca_bundle({"REQUESTS_CA_BUNDLE": ""}) is None
+
+
+def test_plain_http_requests_do_not_look_up_the_ca_bundle(
+    azurite_connection_string: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A CA bundle set for https costs plain-http requests (Azurite) no file-system look-up."""
+    bundle = tmp_path / "ca.pem"
+    bundle.write_text("")
+    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+    looked_up: list[str] = []
+    isdir = os.path.isdir
+
+    def counting_isdir(path: Any) -> bool:
+        looked_up.append(str(path))
+        return isdir(path)
+
+    monkeypatch.setattr(os.path, "isdir", counting_isdir)  # requests calls os.path.isdir
+    put_and_get(azurite_connection_string, "plain")
+    assert str(bundle) not in looked_up
