@@ -273,11 +273,11 @@ def measure_drain(
     """Start a fresh Azurite, fill the queue (not timed), drain it (timed), stop Azurite."""
     with AzuriteProcess(REPO_ROOT) as azurite:
         connection_string = azurite.connection_string
-        fill_queue(connection_string, QUEUE, texts)
+        count = fill_queue(connection_string, QUEUE, texts)
         process = azurite.queue.process
         clock = Stopwatch(process.pid if process is not None else None)
         deadline = time.monotonic() + timeout_s
-        requests = DRAINS[consumer](connection_string, len(texts), cell, deadline, clock)
+        requests = DRAINS[consumer](connection_string, count, cell, deadline, clock)
         remaining = queue_depth(connection_string, QUEUE)
     if remaining != 0:
         raise BenchmarkError(f"{consumer} drain left {remaining} messages in the queue")
@@ -285,7 +285,7 @@ def measure_drain(
         consumer=consumer,
         cell=cell.label,
         repetition=repetition,
-        messages=len(texts),
+        messages=count,
         seconds=clock.seconds,
         requests=requests,
         client_cpu_s=clock.cpu_s,

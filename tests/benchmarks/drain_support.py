@@ -69,8 +69,12 @@ class Stopwatch:
         self.azurite_cpu_s = None if now is None or azurite is None else now - azurite
 
 
-def fill_queue(connection_string: str, queue: str, texts: Sequence[str]) -> None:
-    """Create the queue and its poison queue, put every text (8 threads), check the depth."""
+def fill_queue(connection_string: str, queue: str, texts: Sequence[str]) -> int:
+    """Create the queue and its poison queue, put every text (8 threads); return the depth.
+
+    On a loaded machine a put can time out after it took place and be retried by the SDK: the
+    queue then holds a few more messages than texts, and the drain is of what it holds.
+    """
     deadline = time.monotonic() + FILL_TIMEOUT_S
 
     def put(chunk: Sequence[str]) -> None:
@@ -86,8 +90,9 @@ def fill_queue(connection_string: str, queue: str, texts: Sequence[str]) -> None
     with ThreadPoolExecutor(FILL_THREADS) as pool:
         list(pool.map(put, [texts[start::FILL_THREADS] for start in range(FILL_THREADS)]))
     depth = queue_depth(connection_string, queue)
-    if depth != len(texts):
+    if depth < len(texts):
         raise BenchmarkError(f"queue holds {depth} messages after filling, expected {len(texts)}")
+    return depth
 
 
 def queue_depth(connection_string: str, queue: str) -> int:

@@ -30,15 +30,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     texts = message_texts(args.messages)
     with AzuriteProcess(REPO_ROOT) as azurite:
-        fill_queue(azurite.connection_string, QUEUE, texts)
+        count = fill_queue(azurite.connection_string, QUEUE, texts)
         clock = Stopwatch()
         drain = DRAINS[args.consumer]
         requests = drain(
-            azurite.connection_string, len(texts), Cell(args.threads), time.monotonic() + 300, clock
+            azurite.connection_string, count, Cell(args.threads), time.monotonic() + 300, clock
         )
     print(
-        f"{args.consumer} {args.threads} threads: {len(texts) / clock.seconds:.1f} msg/s, "
-        f"{requests / len(texts):.2f} requests/msg, {1000 * clock.cpu_s / len(texts):.2f} "
+        f"{args.consumer} {args.threads} threads: {count / clock.seconds:.1f} msg/s, "
+        f"{requests / count:.2f} requests/msg, {1000 * clock.cpu_s / count:.2f} "
         "client CPU ms/msg"
     )
     return 0
