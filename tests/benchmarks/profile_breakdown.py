@@ -52,7 +52,7 @@ OTHER = "other (threading, logging, stdlib)"
 
 def layer_of(stack: list[str]) -> str:
     """The layer of a sample's innermost frame that belongs to one (frames leaf last)."""
-    if stack and stack[-1].strip().startswith(WAITING_LEAVES):
+    if stack and any(name in stack[-1].partition(" (")[0] for name in WAITING_LEAVES):
         return WAITING
     if any(name.startswith(ENVIRONMENT_LOOKUPS) for name in stack):
         return "requests: environment lookups (proxies, netrc)"
