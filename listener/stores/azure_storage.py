@@ -18,7 +18,6 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-import requests
 import structlog
 from azure.core.credentials import AzureNamedKeyCredential, AzureSasCredential, TokenCredential
 from azure.core.exceptions import (
@@ -32,8 +31,6 @@ from azure.core.exceptions import (
 )
 from azure.storage.queue import ExponentialRetry, QueueClient, QueueServiceClient
 from azure.storage.queue import QueueMessage as SdkQueueMessage
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
 
 from listener import errors
 from listener.redaction import redact
@@ -43,6 +40,7 @@ from listener.stores._embedded import (
     check_put_arguments,
     check_update_arguments,
 )
+from listener.stores.http_session import ca_bundle, pooled_session
 from listener.stores.storage import QueueMessage, validate_queue_name
 
 __all__ = ["AzureQueueStorage", "FastRetry", "translate_error"]
@@ -123,19 +121,11 @@ def client_options(**overrides: Any) -> dict[str, Any]:
         "read_timeout": READ_TIMEOUT_S,
     }
     if "transport" not in overrides and "session" not in overrides:
-        options["session"] = _pooled_session(CONNECTION_POOL_SIZE)
+        options["session"] = pooled_session(CONNECTION_POOL_SIZE)
+        bundle = ca_bundle()
+        if bundle is not None:  # what requests would read per request, read once
+            options["connection_verify"] = bundle
     return {**options, **overrides}
-
-
-def _pooled_session(pool_size: int) -> requests.Session:
-    # Mirrors azure-core's own session set-up (no urllib3 retries: the retry policy above decides)
-    # with a pool sized for many threads. The SDK transport owns and closes it.
-    session = requests.Session()
-    no_retries = Retry(total=False, redirect=False, raise_on_status=False)
-    adapter = HTTPAdapter(pool_connections=4, pool_maxsize=pool_size, max_retries=no_retries)
-    for scheme in ("http://", "https://"):
-        session.mount(scheme, adapter)
-    return session
 
 
 _ERRORS_BY_CODE: dict[str, type[errors.StorageError]] = {
