@@ -1,7 +1,7 @@
 """Pickup latency and idle cost of push-triggered scale-to-zero, next to default polling.
 
 Run ``.venv/bin/python -m tests.benchmarks.bench_push [--quick] [--write] [--json PATH]`` (about
-5 minutes; ``--write`` saves tests/benchmarks/results/bench_push.json for the README).
+4 minutes; ``--write`` saves tests/benchmarks/results/bench_push.json for the README).
 
 Two modes, each against its own fresh Azurite, the listener's storage wrapped in ``MeteredStorage``
 (one counted call = one billed transaction; the one-off ``create_queue`` calls of start-up are left

@@ -1,8 +1,8 @@
 """Idle cost and burst response of cloudqueue's elastic scaling, next to two fixed pollers.
 
 Run ``.venv/bin/python -m tests.benchmarks.bench_scaling [--quick] [--write] [--json PATH]``
-(about 8 minutes at the defaults; ``--write`` saves tests/benchmarks/results/bench_scaling.json
-for the README).
+(``--rounds 2`` took about 5 minutes on 2 cores, the default 4 rounds take longer; ``--write``
+saves tests/benchmarks/results/bench_scaling.json for the README).
 
 One workload -- idle, a burst, idle again -- for three variants, each run against its own fresh
 Azurite, its storage wrapped in ``MeteredStorage`` (one counted call = one billed transaction):
