@@ -1,6 +1,7 @@
 """Pickup latency and idle cost of push-triggered scale-to-zero, next to default polling.
 
-Run ``.venv/bin/python -m tests.benchmarks.bench_push [--quick] [--json PATH]``.
+Run ``.venv/bin/python -m tests.benchmarks.bench_push [--quick] [--write] [--json PATH]`` (about
+4 minutes; ``--write`` saves tests/benchmarks/results/bench_push.json for the README).
 
 Two modes, each against its own fresh Azurite, the listener's storage wrapped in ``MeteredStorage``
 (one counted call = one billed transaction; the one-off ``create_queue`` calls of start-up are left
@@ -59,9 +60,11 @@ from listener.push.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watch
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.metered import MeteredStorage
+from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.redis_server import RedisServer
 
+BENCH = "bench_push"
 QUEUE = "push-bench"
 VISIBILITY_TIMEOUT_S = 30
 WATCHDOG_INTERVAL_S = DEFAULT_WATCHDOG_INTERVAL_S
@@ -111,6 +114,7 @@ class Config:
     seed: int
     quick: bool
     json_path: Path | None
+    write: bool
 
 
 # -- logging: only warnings reach the terminal -------------------------------------------------
@@ -610,10 +614,20 @@ def first_sample_lines(config: Config, runs: dict[str, Run]) -> list[str]:
     return lines
 
 
+def wake_cycles(push: Run) -> list[int]:
+    return [s.cycle_transactions for s in push.samples if s.cycle_transactions is not None]
+
+
+def push_wake_transactions_median(push: Run) -> float:
+    """Transactions from a put until the pool is back at zero threads, median over the samples."""
+    cycles = wake_cycles(push)
+    return statistics.median(cycles) if cycles else math.nan
+
+
 def idle_lines(runs: dict[str, Run]) -> list[str]:
     poll, push = runs[POLL.name], runs[PUSH.name]
-    cycles = [s.cycle_transactions for s in push.samples if s.cycle_transactions is not None]
-    wake_median = statistics.median(cycles) if cycles else math.nan
+    cycles = wake_cycles(push)
+    wake_median = push_wake_transactions_median(push)
     return [
         f"  poll, measured: {poll.window_transactions} tx in {poll.window_s:.1f} s "
         f"({ops(poll.window_counts)}) -> {poll.window_per_hour:,.0f}/h extrapolated; "
@@ -648,6 +662,63 @@ def anomalies(config: Config, runs: dict[str, Run]) -> str:
     return "; ".join(odd) if odd else "none (every message delivered once, every trigger seen)"
 
 
+# -- the README block --------------------------------------------------------------------------
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The README block for these results: the pickup and idle-cost table, then the targets."""
+    config, constants, runs = results["config"], results["constants"], results["runs"]
+    poll, push = runs[POLL.name], runs[PUSH.name]
+    idle_s = config["idle_s"]
+    lines = [
+        f"**Push triggers vs polling** — Azurite and a real Redis, {idle_s:g} s idle before the "
+        f"first sample, {config['samples']} samples per mode, a fresh Azurite per mode, queue "
+        "depth 0 or 1, no-op handler; pickup runs from just before `put_message` to the "
+        "handler's first line:",
+        "",
+        f"| mode | pickup median | p90 | first after {idle_s:g} s idle "
+        "| idle transactions per hour per listener |",
+        "|---|---|---|---|---|",
+        _latency_row(f"poll (one poller, `max_idle_s` {constants['max_idle_s']:g} s)", poll)
+        + f"{poll['window_per_hour']:,.0f} measured "
+        f"({SECONDS_PER_HOUR / constants['max_idle_s']:,.0f} by construction) |",
+        _latency_row(
+            f"push (`min_threads = 0`, Redis triggers, watchdog "
+            f"{constants['watchdog_interval_s']:g} s)",
+            push,
+        )
+        + f"{push['window_per_hour']:,.0f} measured in {push['window_s']:.0f} s; "
+        f"{results['push_idle_per_hour_by_construction']:g} by construction (the watchdog) |",
+        "",
+        "Targets: "
+        + "; ".join(
+            f"{_symbols(t['name'])}: {t['value']}, {'met' if t['passed'] else '**not met**'}"
+            for t in results["targets"]
+        )
+        + f". A push wake-up costs {results['push_wake_transactions_median']:g} transactions "
+        "per message, median (the trigger's depth check, gets, the delete, back-off gets).",
+        "",
+        header_line(results),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _latency_row(label: str, run: dict[str, Any]) -> str:
+    latency = run["latency"]
+    cells = [_ms(latency[key]) for key in ("median_s", "p90_s", "first_s")]
+    return f"| {label} | {' | '.join(cells)} | "
+
+
+def _ms(seconds: float) -> str:
+    """Milliseconds, with a decimal only below 100 ms."""
+    millis = seconds * 1000
+    return f"{millis:,.0f} ms" if millis >= 100 else f"{millis:.1f} ms"
+
+
+def _symbols(text: str) -> str:
+    return text.replace("<=", "≤")
+
+
 # -- the command line --------------------------------------------------------------------------
 
 
@@ -664,6 +735,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--seed", type=int, default=1, help="seeds the poll phases")
     parser.add_argument("--quick", action="store_true", help="a smoke run: 10 s idle, 5 samples")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this path")
+    parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(argv)
     quick = bool(args.quick)
     config = Config(
@@ -673,6 +745,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         seed=args.seed,
         quick=quick,
         json_path=args.json,
+        write=bool(args.write),
     )
     if config.idle_s <= 0 or config.push_gap_s < 0 or not 1 <= config.samples <= 200:
         parser.error("--idle-s must be positive, --push-gap-s >= 0 and --samples 1..200")
@@ -701,8 +774,8 @@ def to_json(config: Config, runs: dict[str, Run]) -> dict[str, Any]:
             for name, run in runs.items()
         },
         "push_idle_per_hour_by_construction": push_idle_by_construction(runs[PUSH.name]),
+        "push_wake_transactions_median": push_wake_transactions_median(runs[PUSH.name]),
         "targets": [asdict(target) for target in targets(runs)],
-        "environment": {"cpus": os.cpu_count(), "load_average": os.getloadavg()},
     }
 
 
@@ -721,7 +794,9 @@ def run_all(config: Config) -> dict[str, Run]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     config = parse_args(argv)
+    results = run_header(BENCH, argv)
     configure_logging()
     started = time.monotonic()
     load_before = os.getloadavg()[0]
@@ -736,8 +811,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f} at the end; {time.monotonic() - started:.0f} s in all"
     )
     print("\n".join(lines))
+    results.update(to_json(config, runs))
     if config.json_path is not None:
-        config.json_path.write_text(json.dumps(to_json(config, runs), indent=2) + "\n")
+        config.json_path.write_text(json.dumps(results, indent=2) + "\n")
+    if config.write:
+        progress(f"wrote {write_results(BENCH, results)}")
+    print(render_markdown(results))
     return 0
 
 

@@ -1,6 +1,8 @@
 """Idle cost and burst response of cloudqueue's elastic scaling, next to two fixed pollers.
 
-Run ``.venv/bin/python -m tests.benchmarks.bench_scaling [--quick] [--json PATH]``.
+Run ``.venv/bin/python -m tests.benchmarks.bench_scaling [--quick] [--write] [--json PATH]``
+(``--rounds 2`` took about 5 minutes on 2 cores, the default 4 rounds take longer; ``--write``
+saves tests/benchmarks/results/bench_scaling.json for the README).
 
 One workload -- idle, a burst, idle again -- for three variants, each run against its own fresh
 Azurite, its storage wrapped in ``MeteredStorage`` (one counted call = one billed transaction):
@@ -56,8 +58,10 @@ from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage
+from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
+BENCH = "bench_scaling"
 QUEUE = "scaling-bench"
 VISIBILITY_TIMEOUT_S = 30
 FIXED_POLL_INTERVAL_S = 1.0
@@ -119,6 +123,7 @@ class Config:
     handler_ms: float
     drain_timeout_s: float
     json_path: Path | None
+    write: bool
 
 
 # -- logging: keep the scaler's decisions, print only warnings --------------------------------
@@ -661,6 +666,71 @@ def target_lines(runs: Sequence[Run], summary: dict[str, dict[str, Any]]) -> lis
     return lines
 
 
+# -- the README block --------------------------------------------------------------------------
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The README block for these results: idle cost and drain per variant, then the targets."""
+    config, constants, summary = results["config"], results["constants"], results["summary"]
+    threads, poll_s = constants["max_threads"], constants["fixed_poll_interval_s"]
+    readme_labels = {
+        FIXED_MAX: f"(a) {threads} threads polling every {poll_s:g} s",
+        FIXED_ONE: f"(b) 1 thread polling every {poll_s:g} s",
+        ELASTIC: "(c) cloudqueue defaults",
+    }
+    handler = (
+        "no-op handler"
+        if config["handler_ms"] <= 0
+        else f"a handler sleeping {config['handler_ms']:g} ms"
+    )
+    lines = [
+        f"**Idle cost and burst drain** — idle, a burst of {config['burst']:,} messages revealed "
+        f"at once (queue depth {config['burst']:,} at the reveal, 0 at the end), idle again; "
+        f"{handler}; a fresh Azurite per run; {config['rounds']} round(s), variant order "
+        f"reversed every round; idle cost from round 1, a {config['idle_window_s']:g} s window "
+        f"{config['settle_s']:g} s after the drain, extrapolated to an hour; drain time from the "
+        "moment the whole burst is visible:",
+        "",
+        "| variant | storage transactions per idle hour | drain time, median (per round) "
+        "| peak threads |",
+        "|---|---|---|---|",
+    ]
+    for name, label in readme_labels.items():
+        row = summary[name]
+        per_round = ", ".join(f"{value:.2f}" for value in row["drain_s"])
+        lines.append(
+            f"| {label} | {row['idle_per_hour']:,.0f} | {row['drain_s_median']:.2f} s "
+            f"({per_round}) | {row['peak_threads']} |"
+        )
+    lines += ["", _targets_markdown(results), "", header_line(results)]
+    return "\n".join(lines) + "\n"
+
+
+def _targets_markdown(results: dict[str, Any]) -> str:
+    """The verdicts, then where the drain time of (c) went next to (a)."""
+    fixed_max, elastic = results["summary"][FIXED_MAX], results["summary"][ELASTIC]
+    verdicts = "; ".join(
+        f"{_symbols(t['name'])}: {t['ratio']:.3f}, {'met' if t['passed'] else '**not met**'}"
+        for t in results["targets"]
+    )
+    per_round = ", ".join(f"{ratio:.2f}" for ratio in results["drain_ratio_per_round"])
+    max_idle_s = results["constants"]["max_idle_s"]
+    ramp_s = elastic["time_to_peak_s_median"] - elastic["pickup_s_median"]
+    return (
+        f"Targets (on the medians): {verdicts}. Drain time (c)/(a) per round: {per_round}. "
+        f"Pickup delay, median: (c) {elastic['pickup_s_median']:.2f} s vs (a) "
+        f"{fixed_max['pickup_s_median']:.2f} s (an idle poller meets new work after half its "
+        f"period on average; cloudqueue's idle period is up to `max_idle_s` = {max_idle_s:g} s); "
+        f"after pickup: (c) {elastic['after_pickup_s_median']:.2f} s vs (a) "
+        f"{fixed_max['after_pickup_s_median']:.2f} s; (c) reached its peak of "
+        f"{elastic['peak_threads']} threads {ramp_s:.2f} s after its pickup."
+    )
+
+
+def _symbols(text: str) -> str:
+    return text.replace("<=", "≤")
+
+
 # -- the command line --------------------------------------------------------------------------
 
 
@@ -680,6 +750,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
     parser.add_argument("--drain-timeout-s", type=float, default=120.0, help="per-drain deadline")
     parser.add_argument("--quick", action="store_true", help="a smoke run (< 2 minutes)")
     parser.add_argument("--json", type=Path, help="also write the results as JSON to this path")
+    parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(argv)
     quick = bool(args.quick)
     burst = args.burst or (150 if quick else 1000)
@@ -696,6 +767,7 @@ def parse_args(argv: Sequence[str] | None = None) -> Config:
         handler_ms=args.handler_ms,
         drain_timeout_s=args.drain_timeout_s,
         json_path=args.json,
+        write=bool(args.write),
     )
     if not 1 <= config.burst <= MAX_BURST:
         parser.error(f"--burst must be 1..{MAX_BURST} (Azurite slows with depth and deletes)")
@@ -721,6 +793,7 @@ def to_json(config: Config, runs: Sequence[Run], summary: dict[str, Any]) -> dic
         "config": {**asdict(config), "json_path": str(config.json_path or "")},
         "constants": {
             "max_threads": MAX_THREADS,
+            "max_idle_s": MAX_IDLE_S,
             "fixed_poll_interval_s": FIXED_POLL_INTERVAL_S,
             "reveal_window_s": REVEAL_WINDOW_S,
             "visibility_timeout_s": VISIBILITY_TIMEOUT_S,
@@ -729,12 +802,13 @@ def to_json(config: Config, runs: Sequence[Run], summary: dict[str, Any]) -> dic
         "summary": summary,
         "targets": [{**asdict(t), "passed": t.passed} for t in targets(summary)],
         "drain_ratio_per_round": paired_drain_ratios(runs),
-        "environment": {"cpus": os.cpu_count(), "load_average": os.getloadavg()},
     }
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     config = parse_args(argv)
+    results = run_header(BENCH, argv)
     configure_logging()
     started = time.monotonic()
     load_before = os.getloadavg()[0]
@@ -750,8 +824,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         f"{os.getloadavg()[0]:.1f} at the end; {time.monotonic() - started:.0f} s in all"
     )
     print("\n".join(lines))
+    results.update(to_json(config, runs, summary))
     if config.json_path is not None:
-        config.json_path.write_text(json.dumps(to_json(config, runs, summary), indent=2) + "\n")
+        config.json_path.write_text(json.dumps(results, indent=2) + "\n")
+    if config.write:
+        progress(f"wrote {write_results(BENCH, results)}")
+    print(render_markdown(results))
     return 0
 
 
