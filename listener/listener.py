@@ -27,6 +27,7 @@ from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.handoff import HandOff, fetch_size
+from listener.in_flight import HandlerPool, InFlight
 from listener.leases import Lease, LeaseKeeper
 from listener.limits.limiter import RateLimiter
 from listener.location import CloudQueueLocation
@@ -76,6 +77,10 @@ every message when handling is slower (the scaler re-evaluates from here)."""
 class _LoopState:
     """One dequeue thread's streaks: consecutive empty gets and consecutive failures."""
 
+    in_flight: InFlight
+    """The thread's slots for messages being handled."""
+    slot_used: bool = False
+    """True once the current iteration started a message in its reserved slot."""
     idle_count: int = 0
     error_count: int = 0
     stretch_started: float | None = None
@@ -126,6 +131,7 @@ class CloudQueueListener(Observable[T]):
         payload_store: PayloadStore | None = None,
         rate_limiter: RateLimiter | None = None,
         create_queues: bool = True,
+        concurrency: int = 1,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -135,6 +141,8 @@ class CloudQueueListener(Observable[T]):
             raise ConfigurationError(f"dequeue_batch_size must be 1..32, got {dequeue_batch_size}")
         if dequeue_interval_s < 0 or max_error_delay_s < 0:
             raise ConfigurationError("dequeue_interval_s and max_error_delay_s must be >= 0")
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
         self.storage = storage
         self.location = location
         self.codec: Codec[T] = codec or MessageCodec(item_type)
@@ -151,6 +159,8 @@ class CloudQueueListener(Observable[T]):
         self.payload_store = payload_store
         self.rate_limiter = rate_limiter
         self.create_queues = create_queues
+        self.concurrency = concurrency
+        """Messages each dequeue thread keeps in handling at once (``listener.in_flight``)."""
         """False: the queue and its -poison queue exist already, and the credential (a SAS or
         role without the create permission) may not create them, so never try."""
         self.counters = ListenerCounters()
@@ -176,6 +186,7 @@ class CloudQueueListener(Observable[T]):
         )
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
         self._handoff = HandOff()
+        self._handlers = HandlerPool(f"cloudqueue:{location.queue_name}")
         self._found_work = False
         self._scaling: ScalingHooks | None = None
         self._control = _ListenerPoolControl(self)
@@ -239,6 +250,7 @@ class CloudQueueListener(Observable[T]):
         stragglers = [thread.name for thread in threads if thread.is_alive()]
         if not stragglers:
             self._leases.close()
+            self._handlers.close()
         if stragglers:
             self._log.warning("dequeue_threads_still_running", threads=stragglers)
             return False
@@ -300,16 +312,19 @@ class CloudQueueListener(Observable[T]):
     # -- the dequeue loop ----------------------------------------------------------------------
 
     def _dequeue_task(self) -> None:
+        in_flight = InFlight(self.concurrency, self._handlers)
         try:
-            self._dequeue_loop()
+            self._dequeue_loop(in_flight)
         except BaseException:  # pragma: no cover - the loop catches everything it can
             self._log.critical("dequeue_thread_crashed", exc_info=True)
             raise
         finally:
+            # A thread leaves (stop or scale-in) only once its own messages are settled.
+            in_flight.drain()
             self._retire_current_thread()
 
-    def _dequeue_loop(self) -> None:
-        state = _LoopState()
+    def _dequeue_loop(self, in_flight: InFlight) -> None:
+        state = _LoopState(in_flight)
         while not self._stopping.is_set() and not self._pool.take_scale_in_request():
             try:
                 if self._iterate(state):
@@ -326,6 +341,21 @@ class CloudQueueListener(Observable[T]):
 
     def _iterate(self, state: _LoopState) -> bool:
         """Handle the next waiting message, or fetch a batch; True when this thread should end."""
+        if state.in_flight.take_failures():
+            return self._error_wait(state)
+        # The slot first: a message taken from the hand-off is started at once, never held
+        # back from the other threads while this one waits for its handlers.
+        state.in_flight.reserve()
+        try:
+            if self._stopping.is_set():  # stopped while this thread waited for a slot
+                return True
+            return self._iterate_in_slot(state)
+        finally:
+            if not state.slot_used:
+                state.in_flight.cancel()
+            state.slot_used = False
+
+    def _iterate_in_slot(self, state: _LoopState) -> bool:
         if state.stretch_started is None:
             state.stretch_started = self.clock.monotonic()
         lease = self._handoff.take()
@@ -368,7 +398,8 @@ class CloudQueueListener(Observable[T]):
             if self._stopping.is_set():
                 self._release([lease])
                 return True
-        if not self._process(lease):
+        state.slot_used = True
+        if not state.in_flight.start(lambda: self._process(lease)):
             return self._error_wait(state)
         state.error_count = 0
         state.stretch_handled += 1

@@ -187,6 +187,7 @@ def _host(
         payload_store=payload_store,
         rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
         create_queues=options.create_queues,
+        concurrency=options.concurrency,
     )
     scaler = ElasticScaler(listener.pool_control, settings.scaling_policy())
     runner = AsyncHandlerRunner(worker.handle)
