@@ -165,6 +165,9 @@ class CloudQueueListener(Observable[T]):
         role without the create permission) may not create them, so never try."""
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
+        self.latency = ThroughputMeter()
+        """Seconds from a message's start to its settlement, measured when several are in flight
+        per thread (the scaler's rules size in-flight capacity from it)."""
         self._subscribers: Subscribers[T] = Subscribers()
         self._processor = MessageProcessor(
             storage=storage,
@@ -399,7 +402,8 @@ class CloudQueueListener(Observable[T]):
                 self._release([lease])
                 return True
         state.slot_used = True
-        if not state.in_flight.start(lambda: self._process(lease)):
+        task = self._timed_process if state.in_flight.concurrency > 1 else self._process
+        if not state.in_flight.start(lambda: task(lease)):
             return self._error_wait(state)
         state.error_count = 0
         state.stretch_handled += 1
@@ -487,6 +491,12 @@ class CloudQueueListener(Observable[T]):
             self._end_leases([lease])
         return True
 
+    def _timed_process(self, lease: Lease) -> bool:
+        started = self.clock.monotonic()
+        succeeded = self._process(lease)
+        self.latency.record(1, self.clock.monotonic() - started)
+        return succeeded
+
     def _release(self, leases: list[Lease]) -> None:
         """Un-hide unstarted messages; if that fails they reappear after their timeout anyway."""
         try:
@@ -539,6 +549,8 @@ class CloudQueueListener(Observable[T]):
             in_flight=max(0, self.counters.in_flight - len(self._handoff)),
             active_threads=self._pool.active,
             per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+            message_latency_s=self.latency.seconds_per_message,
+            concurrency=self.concurrency,
         )
 
     # -- bookkeeping ---------------------------------------------------------------------------
