@@ -97,16 +97,17 @@ which stalls fast handlers on several threads."""
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
 
-    Threading: ``on_next`` is called on the dequeue thread that took the message, so with
-    several threads one observer receives items *concurrently* from several threads, and in no
-    guaranteed order (queues do not guarantee order either). Observers must be thread-safe;
-    stateful Rx operators (``scan``, ``buffer``, ``distinct``...) should be placed after
-    ``ops.synchronize()`` or used with a single thread. Exceptions raised by an observer's
-    ``on_next`` leave the message for redelivery; they are logged and never turned into
-    ``on_error`` (which would end the subscription) -- but an exception raised inside an operator
-    of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and ends that chain, so
-    put fallible work in the final ``subscribe`` callback. ``on_completed`` is sent once, when
-    the listener has stopped and its last thread has exited.
+    Threading: ``on_next`` is called on the dequeue thread that took the message -- on a handler
+    thread when ``concurrency`` > 1 (messages each thread keeps in flight: ``listener.in_flight``)
+    -- so one observer receives items *concurrently* from several threads, and in no guaranteed
+    order (queues do not guarantee order either). Observers must be thread-safe; stateful Rx
+    operators (``scan``, ``buffer``, ``distinct``...) should be placed after
+    ``ops.synchronize()`` or used with a single thread and ``concurrency = 1``. Exceptions
+    raised by an observer's ``on_next`` leave the message for redelivery; they are logged and
+    never turned into ``on_error`` (which would end the subscription) -- but an exception raised
+    inside an operator of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and
+    ends that chain, so put fallible work in the final ``subscribe`` callback. ``on_completed``
+    is sent once, when the listener has stopped and its last thread has exited.
 
     Messages sent by a ``Publisher`` may be compressed, batched or kept in a payload store; the
     listener unpacks them transparently. ``payload_store`` is where it fetches stored payloads

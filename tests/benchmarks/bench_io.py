@@ -339,7 +339,9 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines = [
         f"`{results['command']}`: {results['messages']} messages per drain, "
         f"{results['repetitions']} interleaved repetitions, fresh Azurite per drain, "
-        f"{results['machine']['cpus']} CPUs; cloudqueue with default settings. "
+        f"{results['machine']['cpus']} CPUs (1-minute load average "
+        f"{results['machine']['load_average_at_start']} at the start); cloudqueue with default "
+        "settings. "
         "Ratio = cloudqueue / baseline of the same repetition: median (min-max).",
         "",
         "| handler | baseline | baseline msg/s | cloudqueue msg/s | ratio |",
@@ -396,6 +398,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     cells = _cells(args.cells)
     drains: list[Drain] = []
     started = time.monotonic()
+    load_at_start = os.getloadavg()[0]
     for repetition in range(args.repetitions):
         for cell in cells:
             order = [CLOUDQUEUE, cell.baseline]
@@ -414,7 +417,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "messages": args.messages,
         "repetitions": args.repetitions,
         "duration_s": round(time.monotonic() - started, 1),
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version()},
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            # Other work on the machine slows both variants, the client's more (see README).
+            "load_average_at_start": round(load_at_start, 2),
+        },
         "cells": summarize(drains, cells),
         "drains": [
             {**asdict(drain), "cell": asdict(drain.cell), "rate_per_s": round(drain.rate_per_s, 1)}
