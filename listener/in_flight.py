@@ -16,9 +16,9 @@ newest pop receipt while it waits for a slot or is handled, and a thread that le
 
 from __future__ import annotations
 
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
@@ -30,34 +30,62 @@ DEFAULT_CONCURRENCY = 8
 
 MAX_CONCURRENCY = 256
 
-MAX_HANDLER_THREADS = 4096
-"""The pool's ceiling; the slots of the receive loops bound it far earlier. Threads are created
-only when no idle one is waiting, so their number follows the peak in flight, not this figure."""
-
 
 class HandlerPool:
-    """The listener's handler threads, shared by all its receive loops, started on demand."""
+    """The listener's handler threads, shared by all its receive loops, started on demand.
+
+    A thread is started only when no idle one is waiting, so their number follows the peak in
+    flight. They are daemon threads, like the dequeue threads: a handler still stuck when the
+    shutdown grace period ends must not keep the process from exiting (its message simply
+    reappears). ``concurrent.futures.ThreadPoolExecutor`` joins its threads at exit, hence this.
+    """
 
     def __init__(self, name_prefix: str) -> None:
         self._name_prefix = name_prefix
-        self._executor: ThreadPoolExecutor | None = None
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    @property
+    def threads(self) -> int:
+        """Handler threads started and not yet told to exit."""
+        with self._lock:
+            return self._threads
 
     def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on an idle handler thread, or on a new one when none is idle."""
         with self._lock:
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(
-                    MAX_HANDLER_THREADS, thread_name_prefix=f"{self._name_prefix}:handler"
-                )
-            executor = self._executor
-        executor.submit(task)
+            start = self._idle == 0
+            if start:
+                self._threads += 1
+                number = self._threads
+            else:
+                self._idle -= 1  # that idle thread is now spoken for
+        self._tasks.put(task)
+        if start:
+            threading.Thread(
+                target=self._work, name=f"{self._name_prefix}:handler:{number}", daemon=True
+            ).start()
 
     def close(self) -> None:
-        """Let idle handler threads exit (call once no receive loop is left)."""
+        """Let every handler thread exit once the tasks before it are done."""
         with self._lock:
-            executor, self._executor = self._executor, None
-        if executor is not None:
-            executor.shutdown(wait=False)
+            count, self._threads, self._idle = self._threads, 0, 0
+        for _ in range(count):
+            self._tasks.put(None)
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            try:
+                task()
+            except BaseException:  # pragma: no cover - InFlight's task catches what it can
+                log.critical("handler_task_crashed", exc_info=True)
+            with self._lock:
+                self._idle += 1
+
+    def __repr__(self) -> str:
+        return f"HandlerPool(threads={self.threads})"
 
 
 class InFlight:

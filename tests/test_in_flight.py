@@ -285,3 +285,51 @@ def test_concurrency_one_handles_on_the_dequeue_thread_itself() -> None:
     assert in_flight.start(record) is True
     assert threads == [threading.current_thread()]
     assert in_flight.start(lambda: False) is False
+
+
+def test_handler_threads_are_daemons_reused_when_idle() -> None:
+    """A stuck handler never blocks the process's exit; an idle thread takes the next task."""
+    pool = HandlerPool("test")
+    seen: list[threading.Thread] = []
+    done = threading.Event()
+
+    def task() -> None:
+        seen.append(threading.current_thread())
+        done.set()
+
+    pool.submit(task)
+    assert done.wait(WAIT_S)
+    eventually(lambda: pool.threads == 1 and pool._idle == 1, timeout_s=WAIT_S)
+    done.clear()
+    pool.submit(task)
+    assert done.wait(WAIT_S)
+    assert seen[0] is seen[1]
+    assert seen[0].daemon
+    pool.close()
+
+
+def test_closing_the_runner_fails_handlers_still_awaiting_instead_of_hanging() -> None:
+    """A coroutine still awaiting when the worker closes is cancelled; its caller sees an error."""
+    started = threading.Event()
+
+    async def never_done(item: int) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    runner = AsyncHandlerRunner(never_done)
+    failures: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            runner(1)
+        except BaseException as failure:
+            failures.append(failure)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert started.wait(WAIT_S)
+    runner.close()
+    caller.join(WAIT_S)
+    assert not caller.is_alive()
+    assert len(failures) == 1
+    assert isinstance(failures[0], Exception)

@@ -53,6 +53,9 @@ class AsyncHandlerRunner:
             self._loop, self._thread = None, None
         if loop is None or thread is None:
             return
+        # Handlers still awaiting (a stop that ran out of grace) are cancelled, so the threads
+        # waiting for them see a failure -- the message is retried -- instead of waiting forever.
+        asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result()
         asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
@@ -60,6 +63,14 @@ class AsyncHandlerRunner:
 
     def __repr__(self) -> str:
         return f"AsyncHandlerRunner({self._handler!r}, running={self._loop is not None})"
+
+
+async def _cancel_all() -> None:
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks() if task is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _as_coroutine(awaitable: Awaitable[None]) -> None:
