@@ -27,6 +27,7 @@ from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.handoff import HandOff, fetch_size
+from listener.in_flight import HandlerPool, InFlight
 from listener.leases import Lease, LeaseKeeper
 from listener.limits.limiter import RateLimiter
 from listener.location import CloudQueueLocation
@@ -76,6 +77,10 @@ every message when handling is slower (the scaler re-evaluates from here)."""
 class _LoopState:
     """One dequeue thread's streaks: consecutive empty gets and consecutive failures."""
 
+    in_flight: InFlight
+    """The thread's slots for messages being handled."""
+    slot_used: bool = False
+    """True once the current iteration started a message in its reserved slot."""
     idle_count: int = 0
     error_count: int = 0
     stretch_started: float | None = None
@@ -92,16 +97,17 @@ which stalls fast handlers on several threads."""
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
 
-    Threading: ``on_next`` is called on the dequeue thread that took the message, so with
-    several threads one observer receives items *concurrently* from several threads, and in no
-    guaranteed order (queues do not guarantee order either). Observers must be thread-safe;
-    stateful Rx operators (``scan``, ``buffer``, ``distinct``...) should be placed after
-    ``ops.synchronize()`` or used with a single thread. Exceptions raised by an observer's
-    ``on_next`` leave the message for redelivery; they are logged and never turned into
-    ``on_error`` (which would end the subscription) -- but an exception raised inside an operator
-    of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and ends that chain, so
-    put fallible work in the final ``subscribe`` callback. ``on_completed`` is sent once, when
-    the listener has stopped and its last thread has exited.
+    Threading: ``on_next`` is called on the dequeue thread that took the message -- on a handler
+    thread when ``concurrency`` > 1 (messages each thread keeps in flight: ``listener.in_flight``)
+    -- so one observer receives items *concurrently* from several threads, and in no guaranteed
+    order (queues do not guarantee order either). Observers must be thread-safe; stateful Rx
+    operators (``scan``, ``buffer``, ``distinct``...) should be placed after
+    ``ops.synchronize()`` or used with a single thread and ``concurrency = 1``. Exceptions
+    raised by an observer's ``on_next`` leave the message for redelivery; they are logged and
+    never turned into ``on_error`` (which would end the subscription) -- but an exception raised
+    inside an operator of a ``pipe`` chain is turned into ``on_error`` by reactivex itself and
+    ends that chain, so put fallible work in the final ``subscribe`` callback. ``on_completed``
+    is sent once, when the listener has stopped and its last thread has exited.
 
     Messages sent by a ``Publisher`` may be compressed, batched or kept in a payload store; the
     listener unpacks them transparently. ``payload_store`` is where it fetches stored payloads
@@ -126,6 +132,7 @@ class CloudQueueListener(Observable[T]):
         payload_store: PayloadStore | None = None,
         rate_limiter: RateLimiter | None = None,
         create_queues: bool = True,
+        concurrency: int = 1,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
@@ -135,6 +142,8 @@ class CloudQueueListener(Observable[T]):
             raise ConfigurationError(f"dequeue_batch_size must be 1..32, got {dequeue_batch_size}")
         if dequeue_interval_s < 0 or max_error_delay_s < 0:
             raise ConfigurationError("dequeue_interval_s and max_error_delay_s must be >= 0")
+        if concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
         self.storage = storage
         self.location = location
         self.codec: Codec[T] = codec or MessageCodec(item_type)
@@ -151,10 +160,15 @@ class CloudQueueListener(Observable[T]):
         self.payload_store = payload_store
         self.rate_limiter = rate_limiter
         self.create_queues = create_queues
+        self.concurrency = concurrency
+        """Messages each dequeue thread keeps in handling at once (``listener.in_flight``)."""
         """False: the queue and its -poison queue exist already, and the credential (a SAS or
         role without the create permission) may not create them, so never try."""
         self.counters = ListenerCounters()
         self.throughput = ThroughputMeter()
+        self.latency = ThroughputMeter()
+        """Seconds from a message's start to its settlement, measured when several are in flight
+        per thread (the scaler's rules size in-flight capacity from it)."""
         self._subscribers: Subscribers[T] = Subscribers()
         self._processor = MessageProcessor(
             storage=storage,
@@ -176,6 +190,7 @@ class CloudQueueListener(Observable[T]):
         )
         self._pool = DequeuePool(f"cloudqueue:{location.queue_name}")
         self._handoff = HandOff()
+        self._handlers = HandlerPool(f"cloudqueue:{location.queue_name}")
         self._found_work = False
         self._scaling: ScalingHooks | None = None
         self._control = _ListenerPoolControl(self)
@@ -239,6 +254,7 @@ class CloudQueueListener(Observable[T]):
         stragglers = [thread.name for thread in threads if thread.is_alive()]
         if not stragglers:
             self._leases.close()
+            self._handlers.close()
         if stragglers:
             self._log.warning("dequeue_threads_still_running", threads=stragglers)
             return False
@@ -300,16 +316,19 @@ class CloudQueueListener(Observable[T]):
     # -- the dequeue loop ----------------------------------------------------------------------
 
     def _dequeue_task(self) -> None:
+        in_flight = InFlight(self.concurrency, self._handlers)
         try:
-            self._dequeue_loop()
+            self._dequeue_loop(in_flight)
         except BaseException:  # pragma: no cover - the loop catches everything it can
             self._log.critical("dequeue_thread_crashed", exc_info=True)
             raise
         finally:
+            # A thread leaves (stop or scale-in) only once its own messages are settled.
+            in_flight.drain()
             self._retire_current_thread()
 
-    def _dequeue_loop(self) -> None:
-        state = _LoopState()
+    def _dequeue_loop(self, in_flight: InFlight) -> None:
+        state = _LoopState(in_flight)
         while not self._stopping.is_set() and not self._pool.take_scale_in_request():
             try:
                 if self._iterate(state):
@@ -326,6 +345,21 @@ class CloudQueueListener(Observable[T]):
 
     def _iterate(self, state: _LoopState) -> bool:
         """Handle the next waiting message, or fetch a batch; True when this thread should end."""
+        if state.in_flight.take_failures():
+            return self._error_wait(state)
+        # The slot first: a message taken from the hand-off is started at once, never held
+        # back from the other threads while this one waits for its handlers.
+        state.in_flight.reserve()
+        try:
+            if self._stopping.is_set():  # stopped while this thread waited for a slot
+                return True
+            return self._iterate_in_slot(state)
+        finally:
+            if not state.slot_used:
+                state.in_flight.cancel()
+            state.slot_used = False
+
+    def _iterate_in_slot(self, state: _LoopState) -> bool:
         if state.stretch_started is None:
             state.stretch_started = self.clock.monotonic()
         lease = self._handoff.take()
@@ -368,7 +402,9 @@ class CloudQueueListener(Observable[T]):
             if self._stopping.is_set():
                 self._release([lease])
                 return True
-        if not self._process(lease):
+        state.slot_used = True
+        task = self._timed_process if state.in_flight.concurrency > 1 else self._process
+        if not state.in_flight.start(lambda: task(lease)):
             return self._error_wait(state)
         state.error_count = 0
         state.stretch_handled += 1
@@ -456,6 +492,12 @@ class CloudQueueListener(Observable[T]):
             self._end_leases([lease])
         return True
 
+    def _timed_process(self, lease: Lease) -> bool:
+        started = self.clock.monotonic()
+        succeeded = self._process(lease)
+        self.latency.record(1, self.clock.monotonic() - started)
+        return succeeded
+
     def _release(self, leases: list[Lease]) -> None:
         """Un-hide unstarted messages; if that fails they reappear after their timeout anyway."""
         try:
@@ -508,6 +550,8 @@ class CloudQueueListener(Observable[T]):
             in_flight=max(0, self.counters.in_flight - len(self._handoff)),
             active_threads=self._pool.active,
             per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
+            message_latency_s=self.latency.seconds_per_message,
+            concurrency=self.concurrency,
         )
 
     # -- bookkeeping ---------------------------------------------------------------------------

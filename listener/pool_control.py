@@ -33,6 +33,10 @@ class ListenerLoad:
     hand-off for a free thread are not counted: they are backlog, part of ``visible_depth``."""
     active_threads: int
     per_thread_rate_per_s: float | None
+    message_latency_s: float | None = None
+    """Measured seconds from a message's start to its settlement (None until measured)."""
+    concurrency: int = 1
+    """Messages each thread keeps in flight (``CloudQueueListener.concurrency``)."""
 
     @property
     def visible_depth(self) -> int:

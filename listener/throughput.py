@@ -38,6 +38,12 @@ class ThroughputMeter:
                 self._seconds_per_message += self._smoothing * (sample - self._seconds_per_message)
 
     @property
+    def seconds_per_message(self) -> float | None:
+        """The smoothed seconds per message; None before the first sample."""
+        with self._lock:
+            return self._seconds_per_message
+
+    @property
     def per_thread_rate_per_s(self) -> float | None:
         """Messages per second one thread completes; None before the first message."""
         with self._lock:

@@ -1,8 +1,12 @@
-"""Running ``async def`` handlers from dequeue threads.
+"""Running ``async def`` handlers: every message's coroutine on one event loop per worker.
 
-Each dequeue thread gets its own event loop, created on its first item and reused for the next
-ones, so a handler's awaits run concurrently with nothing else on that loop and need no locking
-against other threads' loops. ``close()`` closes every loop once the listener has stopped.
+The loop runs on a thread of its own, started with the first awaitable. A thread handling a
+message (a dequeue thread, or a handler thread when ``listener.concurrency`` > 1) submits the
+handler's coroutine there and waits for its outcome, so the listener settles the message exactly
+as for a plain function -- deleted when it returned, retried when it raised. Many messages in
+flight are many coroutines awaiting concurrently on that one loop, which is also why a handler may
+keep one ``aiohttp`` session or database pool for all its messages: they all share this loop.
+``close()`` stops the loop once the listener has stopped.
 """
 
 from __future__ import annotations
@@ -21,35 +25,52 @@ class AsyncHandlerRunner:
 
     def __init__(self, handler: Callable[[T], Awaitable[None] | None]) -> None:
         self._handler: Callable[[Any], Awaitable[None] | None] = handler
-        self._local = threading.local()
-        self._loops: list[asyncio.AbstractEventLoop] = []
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
 
     def __call__(self, item: Any) -> None:
         result = self._handler(item)
         if inspect.isawaitable(result):
-            self._loop().run_until_complete(_as_coroutine(result))
+            future = asyncio.run_coroutine_threadsafe(_as_coroutine(result), self._running_loop())
+            future.result()
 
-    def _loop(self) -> asyncio.AbstractEventLoop:
-        loop: asyncio.AbstractEventLoop | None = getattr(self._local, "loop", None)
-        if loop is None:
-            loop = asyncio.new_event_loop()
-            self._local.loop = loop
-            with self._lock:
-                self._loops.append(loop)
-        return loop
+    def _running_loop(self) -> asyncio.AbstractEventLoop:
+        with self._lock:
+            if self._loop is None:
+                loop = asyncio.new_event_loop()
+                self._thread = threading.Thread(
+                    target=loop.run_forever, name="cloudqueue:async-handlers", daemon=True
+                )
+                self._thread.start()
+                self._loop = loop
+            return self._loop
 
     def close(self) -> None:
-        """Close every loop (call after the listener's threads have exited)."""
+        """Stop and close the loop (call after the listener's threads have exited)."""
         with self._lock:
-            loops, self._loops = self._loops, []
-        for loop in loops:
-            if not loop.is_running():
-                loop.run_until_complete(loop.shutdown_asyncgens())
-                loop.close()
+            loop, thread = self._loop, self._thread
+            self._loop, self._thread = None, None
+        if loop is None or thread is None:
+            return
+        # Handlers still awaiting (a stop that ran out of grace) are cancelled, so the threads
+        # waiting for them see a failure -- the message is retried -- instead of waiting forever.
+        asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result()
+        asyncio.run_coroutine_threadsafe(loop.shutdown_asyncgens(), loop).result()
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join()
+        loop.close()
 
     def __repr__(self) -> str:
-        return f"AsyncHandlerRunner({self._handler!r}, loops={len(self._loops)})"
+        return f"AsyncHandlerRunner({self._handler!r}, running={self._loop is not None})"
+
+
+async def _cancel_all() -> None:
+    current = asyncio.current_task()
+    pending = [task for task in asyncio.all_tasks() if task is not current]
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
 
 
 async def _as_coroutine(awaitable: Awaitable[None]) -> None:

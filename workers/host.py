@@ -216,6 +216,7 @@ def _host(
         payload_store=payload_store,
         rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
         create_queues=options.create_queues,
+        concurrency=options.concurrency,
     )
     policy = settings.scaling_policy()
     pool = listener.pool_control

@@ -29,6 +29,7 @@ from pydantic_settings import (
 )
 
 from listener.errors import ConfigurationError
+from listener.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.messages.codec import Encoding
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
@@ -70,6 +71,12 @@ class ListenerSettings(_Section):
     """How each worker's listener fetches."""
 
     threads: int = Field(default=1, ge=1, description="dequeue threads started per worker")
+    concurrency: int = Field(
+        default=DEFAULT_CONCURRENCY,
+        ge=1,
+        le=MAX_CONCURRENCY,
+        description="messages each dequeue thread keeps in handling at once (1: handle inline)",
+    )
     dequeue_batch_size: int = Field(default=MAX_BATCH_SIZE, ge=1, le=MAX_BATCH_SIZE)
     visibility_timeout_s: int = Field(default=30, ge=1, le=MAX_VISIBILITY_TIMEOUT_S)
     max_error_delay_s: float = Field(default=30.0, ge=0, description="longest back-off on errors")

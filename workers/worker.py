@@ -30,9 +30,10 @@ class QueueWorker(Generic[T]):
             def handle(self, item: Invoice) -> None:
                 bill(item)
 
-    ``handle`` runs on a dequeue thread and may run on several threads at once; it may also be an
-    ``async def``, run to completion on an event loop owned by the dequeue thread. Returning
-    deletes the message; raising leaves it in the queue for another try. ``settings`` overrides
+    ``handle`` runs on a dequeue or handler thread and may run for several messages at once
+    (``listener.concurrency`` per thread, in no order); it may also be an ``async def``, whose
+    coroutines share one event loop per worker. Returning deletes the message; raising leaves it
+    in the queue for another try. ``settings`` overrides
     the process-wide settings for this worker only (any listener, backoff or scaling field).
     """
 

@@ -31,6 +31,10 @@ class ScalingInput:
     active_threads: int
     per_thread_rate_per_s: float | None
     """Messages one thread completes per second, as measured (None before the first batch)."""
+    message_latency_s: float | None = None
+    """Seconds one message spends being handled and settled, as measured (None until known)."""
+    concurrency: int = 1
+    """Messages each thread keeps in flight: a thread's capacity is concurrency / latency."""
 
 
 ScalingRule = Callable[[ScalingInput], int]
@@ -71,16 +75,26 @@ def drain_time(target_drain_s: float, *, assumed_rate_per_s: float = 10.0) -> Sc
 
     Little's law: threads = backlog / (rate per thread x target time). The rate is measured as
     the listener runs, so slow and fast handlers need no retuning; before the first measurement
-    ``assumed_rate_per_s`` stands in.
+    ``assumed_rate_per_s`` stands in. With several messages in flight per thread the rate is the
+    thread's capacity, concurrency / measured latency: the messages that must be in flight are
+    backlog / target time x latency, and each thread holds ``concurrency`` of them.
     """
     if target_drain_s <= 0 or assumed_rate_per_s <= 0:
         raise ConfigurationError("drain_time needs target_drain_s > 0 and assumed_rate_per_s > 0")
 
     def rule(load: ScalingInput) -> int:
-        rate = load.per_thread_rate_per_s or assumed_rate_per_s
+        rate = thread_capacity_per_s(load) or assumed_rate_per_s
         return math.ceil(load.depth / (rate * target_drain_s))
 
     return rule
+
+
+def thread_capacity_per_s(load: ScalingInput) -> float | None:
+    """Messages per second one thread can settle: from latency when it keeps several in flight
+    (its measured rate only shows the work it had), else its measured rate."""
+    if load.concurrency > 1 and load.message_latency_s:
+        return load.concurrency / load.message_latency_s
+    return load.per_thread_rate_per_s
 
 
 def bounded(threads: int, *, min_threads: int, max_threads: int) -> int:

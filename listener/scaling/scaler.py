@@ -26,7 +26,13 @@ from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import ConfigurationError, StorageError
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.rate_limit import capped_by_limit
-from listener.policies.scaling_rules import ScalingInput, ScalingRule, bounded, proportional
+from listener.policies.scaling_rules import (
+    ScalingInput,
+    ScalingRule,
+    bounded,
+    proportional,
+    thread_capacity_per_s,
+)
 from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision
 from listener.scaling.cpu import CpuMeter, ProcessCpuMeter
 
@@ -80,9 +86,17 @@ def targets(load: ListenerLoad, policy: ScalingPolicy) -> tuple[int, int]:
     """(grow target from the visible backlog, shrink target from visible + in-flight)."""
 
     def ask(depth: int) -> int:
-        wanted = policy.rule(ScalingInput(depth, load.active_threads, load.per_thread_rate_per_s))
+        measured = ScalingInput(
+            depth,
+            load.active_threads,
+            load.per_thread_rate_per_s,
+            message_latency_s=load.message_latency_s,
+            concurrency=load.concurrency,
+        )
         wanted = capped_by_limit(
-            wanted, policy.max_messages_per_s, per_thread_rate_per_s=load.per_thread_rate_per_s
+            policy.rule(measured),
+            policy.max_messages_per_s,
+            per_thread_rate_per_s=thread_capacity_per_s(measured),
         )
         return bounded(wanted, min_threads=policy.min_threads, max_threads=policy.max_threads)
 

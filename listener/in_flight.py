@@ -1,0 +1,157 @@
+"""Many messages in flight per dequeue thread: handling and settling off the receive loop.
+
+With ``concurrency = 1`` a dequeue thread handles each message itself, as it always did. With
+more, it is a receive loop: it reserves a *slot* before it takes (or fetches) a message, and hands
+the message to the listener's handler pool, so up to ``concurrency`` messages of each thread are
+being handled -- and each settled (deleted, retried, poisoned) by its own task as soon as its own
+handler returns -- while the thread goes on receiving. In-flight capacity is therefore receive
+loops times concurrency, and the scaler grows it by adding receive loops.
+
+Handler threads are started only when work needs them and never poll storage, so an idle worker
+still costs one poller (or none with push triggers), whatever the limit. Nothing about settlement
+changes: a message is deleted only after every observer returned, its lease is renewed with the
+newest pop receipt while it waits for a slot or is handled, and a thread that leaves (scale-in or
+``stop``) first waits for its own in-flight messages.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import Callable
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_CONCURRENCY = 8
+"""A worker's default: with the scaler's 16 threads, 128 messages in flight -- enough to keep a
+200 ms handler from capping throughput below what the storage round-trips allow."""
+
+MAX_CONCURRENCY = 256
+
+
+class HandlerPool:
+    """The listener's handler threads, shared by all its receive loops, started on demand.
+
+    A thread is started only when no idle one is waiting, so their number follows the peak in
+    flight. They are daemon threads, like the dequeue threads: a handler still stuck when the
+    shutdown grace period ends must not keep the process from exiting (its message simply
+    reappears). ``concurrent.futures.ThreadPoolExecutor`` joins its threads at exit, hence this.
+    """
+
+    def __init__(self, name_prefix: str) -> None:
+        self._name_prefix = name_prefix
+        self._tasks: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._threads = 0
+        self._idle = 0
+
+    @property
+    def threads(self) -> int:
+        """Handler threads started and not yet told to exit."""
+        with self._lock:
+            return self._threads
+
+    def submit(self, task: Callable[[], None]) -> None:
+        """Run ``task`` on an idle handler thread, or on a new one when none is idle."""
+        with self._lock:
+            start = self._idle == 0
+            if start:
+                self._threads += 1
+                number = self._threads
+            else:
+                self._idle -= 1  # that idle thread is now spoken for
+        self._tasks.put(task)
+        if start:
+            threading.Thread(
+                target=self._work, name=f"{self._name_prefix}:handler:{number}", daemon=True
+            ).start()
+
+    def close(self) -> None:
+        """Let every handler thread exit once the tasks before it are done."""
+        with self._lock:
+            count, self._threads, self._idle = self._threads, 0, 0
+        for _ in range(count):
+            self._tasks.put(None)
+
+    def _work(self) -> None:
+        while (task := self._tasks.get()) is not None:
+            try:
+                task()
+            except BaseException:  # pragma: no cover - InFlight's task catches what it can
+                log.critical("handler_task_crashed", exc_info=True)
+            with self._lock:
+                self._idle += 1
+
+    def __repr__(self) -> str:
+        return f"HandlerPool(threads={self.threads})"
+
+
+class InFlight:
+    """One receive loop's slots: at most ``concurrency`` of its messages handled at once."""
+
+    def __init__(self, concurrency: int, pool: HandlerPool) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be >= 1, got {concurrency}")
+        self.concurrency = concurrency
+        self._pool = pool
+        self._slots = threading.BoundedSemaphore(concurrency)
+        self._failures = 0
+        self._lock = threading.Lock()
+
+    @property
+    def inline(self) -> bool:
+        """True when the receive loop handles each message itself (no hand-over cost)."""
+        return self.concurrency == 1
+
+    def reserve(self) -> None:
+        """Wait for a free slot: the loop takes no message it could not start at once."""
+        if not self.inline:
+            self._slots.acquire()
+
+    def cancel(self) -> None:
+        """Give back a reserved slot that no message was started in."""
+        if not self.inline:
+            self._slots.release()
+
+    def start(self, task: Callable[[], bool]) -> bool:
+        """Run ``task`` in the reserved slot: now (inline), or on a handler thread.
+
+        ``task`` returns False when something unexpected failed. Inline that is returned at
+        once; otherwise it is counted for the loop to see (``take_failures``) and True returned.
+        """
+        if self.inline:
+            return task()
+        self._pool.submit(lambda: self._run(task))
+        return True
+
+    def take_failures(self) -> int:
+        """Unexpected failures of this loop's tasks since the last call."""
+        with self._lock:
+            failures, self._failures = self._failures, 0
+        return failures
+
+    def drain(self) -> None:
+        """Wait until every message this loop started has been settled."""
+        if self.inline:
+            return
+        for _ in range(self.concurrency):
+            self._slots.acquire()
+        for _ in range(self.concurrency):
+            self._slots.release()
+
+    def _run(self, task: Callable[[], bool]) -> None:
+        succeeded = False
+        try:
+            succeeded = task()
+        except BaseException:  # pragma: no cover - the listener's task catches what it can
+            log.critical("in_flight_task_crashed", exc_info=True)
+        finally:
+            if not succeeded:
+                with self._lock:
+                    self._failures += 1
+            self._slots.release()
+
+    def __repr__(self) -> str:
+        return f"InFlight(concurrency={self.concurrency})"

@@ -1,0 +1,447 @@
+"""I/O-bound handlers: cloudqueue with default settings next to what a user would write instead.
+
+Run ``.venv/bin/python -m tests.benchmarks.bench_io`` (writes
+``tests/benchmarks/results/bench_io.json``; ``--quick`` for a short smoke run).
+
+The handler only waits, standing for an API or database call: 50 ms or 200 ms, *awaited*
+(``await asyncio.sleep``) or *blocking* (``time.sleep``). Each cell drains N pre-filled messages
+(2,000 by default) twice per repetition:
+
+* cloudqueue: a ``WorkerHost`` with default settings (scaler, ``listener.concurrency``) and a
+  ``QueueWorker`` whose ``handle`` waits -- ``async def`` for awaited, plain for blocking;
+* the baseline: for awaited waits, a hand-written asyncio loop on the aio SDK (4 consumer tasks,
+  each receiving 32 and ``asyncio.gather``-ing wait + delete over the batch); for blocking ones,
+  16 plain threads, each with its own client, receiving 32 and waiting + deleting one by one.
+
+Every drain gets a fresh Azurite (it slows down after thousands of deletes) and a queue filled
+before the clock starts; the two variants alternate which goes first, repetition by repetition, so
+drift hits both. A cell reports the median of the paired ratios cloudqueue / baseline with their
+min and max. Figures are wall-clock on a machine Azurite shares with the benchmark: compare the
+variants of one run, not runs on different machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import logging
+import os
+import platform
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import structlog
+from azure.storage.queue import QueueClient
+from azure.storage.queue.aio import QueueClient as AsyncQueueClient
+
+from listener.messages.codec import MessageCodec
+from listener.messages.poison import poison_queue_name
+from tests.support.azurite import REPO_ROOT, AzuriteProcess
+from workers.host import WorkerHost
+from workers.settings import CloudQueueSettings
+from workers.worker import QueueWorker
+
+QUEUE = "bench-io"
+RESULTS_PATH = Path(__file__).parent / "results" / "bench_io.json"
+COMMAND = "python -m tests.benchmarks.bench_io"
+ASYNC_CONSUMERS = 4
+PLAIN_THREADS = 16
+BATCH = 32
+VISIBILITY_TIMEOUT_S = 30
+EMPTY_WAIT_S = 0.1
+"""The baselines wait this long after an empty get."""
+FILL_CONCURRENCY = 64
+POLL_S = 0.01
+"""How often the main thread looks at cloudqueue's count of settled messages."""
+CLOUDQUEUE = "cloudqueue"
+ASYNCIO_LOOP = f"asyncio loop ({ASYNC_CONSUMERS} tasks x {BATCH}, aio SDK)"
+PLAIN_LOOP = f"{PLAIN_THREADS} plain threads (sync SDK)"
+MARKER = "bench_io"
+
+
+class BenchmarkError(RuntimeError):
+    """A drain did not finish as it should (deadline passed, messages left behind)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cell:
+    """One handler: how it waits and for how long."""
+
+    kind: str
+    """``awaited`` (``await asyncio.sleep``) or ``blocking`` (``time.sleep``)."""
+    wait_ms: int
+
+    @property
+    def wait_s(self) -> float:
+        return self.wait_ms / 1000
+
+    @property
+    def baseline(self) -> str:
+        return ASYNCIO_LOOP if self.kind == "awaited" else PLAIN_LOOP
+
+    @property
+    def label(self) -> str:
+        call = "await asyncio.sleep" if self.kind == "awaited" else "time.sleep"
+        return f"`{call}({self.wait_s:g})`"
+
+
+CELLS = (Cell("awaited", 50), Cell("awaited", 200), Cell("blocking", 50), Cell("blocking", 200))
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    variant: str
+    cell: Cell
+    repetition: int
+    messages: int
+    seconds: float
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.messages / self.seconds
+
+
+# -- the handlers ------------------------------------------------------------------------------
+
+
+class AwaitingWorker(QueueWorker[dict[str, Any]]):
+    """``async def handle`` that awaits ``wait_s``."""
+
+    queue_name = QUEUE
+    wait_s: ClassVar[float] = 0.05
+
+    async def handle(self, item: dict[str, Any]) -> None:
+        await asyncio.sleep(self.wait_s)
+
+
+class BlockingWorker(QueueWorker[dict[str, Any]]):
+    """A plain ``handle`` that blocks its thread for ``wait_s``."""
+
+    queue_name = QUEUE
+    wait_s: ClassVar[float] = 0.05
+
+    def handle(self, item: dict[str, Any]) -> None:
+        time.sleep(self.wait_s)  # the I/O call a real handler would block on
+
+
+# -- the drains --------------------------------------------------------------------------------
+
+
+def drain_cloudqueue(connection_string: str, cell: Cell, count: int, deadline: float) -> float:
+    """Seconds for a default-settings host to settle ``count`` messages."""
+    worker = AwaitingWorker if cell.kind == "awaited" else BlockingWorker
+    worker.wait_s = cell.wait_s
+    # model_validate reads no environment or config file: the defaults, on every machine.
+    settings = CloudQueueSettings.model_validate({"connection_string": connection_string})
+    host = WorkerHost([worker], settings)
+    started = time.perf_counter()
+    host.start()
+    try:
+        listener = host.listeners[0]
+        while listener.messages_processed < count:
+            if time.monotonic() > deadline:
+                raise BenchmarkError(f"cloudqueue settled {listener.messages_processed}/{count}")
+            time.sleep(POLL_S)
+        return time.perf_counter() - started
+    finally:
+        host.stop()
+
+
+def drain_asyncio_loop(connection_string: str, cell: Cell, count: int, deadline: float) -> float:
+    """Seconds for the hand-written asyncio loop to delete ``count`` messages."""
+    return asyncio.run(_asyncio_loop(connection_string, cell.wait_s, count, deadline))
+
+
+async def _asyncio_loop(
+    connection_string: str, wait_s: float, count: int, deadline: float
+) -> float:
+    deleted = 0
+    async with AsyncQueueClient.from_connection_string(connection_string, QUEUE) as queue:
+
+        async def handle(message: Any) -> None:
+            await asyncio.sleep(wait_s)
+            await queue.delete_message(message)
+
+        async def consume() -> None:
+            nonlocal deleted
+            while deleted < count and time.monotonic() < deadline:
+                batch = [
+                    message
+                    async for message in queue.receive_messages(
+                        messages_per_page=BATCH,
+                        max_messages=BATCH,
+                        visibility_timeout=VISIBILITY_TIMEOUT_S,
+                    )
+                ]
+                if not batch:
+                    await asyncio.sleep(EMPTY_WAIT_S)
+                    continue
+                await asyncio.gather(*(handle(message) for message in batch))
+                deleted += len(batch)
+
+        started = time.perf_counter()
+        await asyncio.gather(*(consume() for _ in range(ASYNC_CONSUMERS)))
+        seconds = time.perf_counter() - started
+    if deleted < count:
+        raise BenchmarkError(f"the asyncio loop deleted {deleted}/{count}")
+    return seconds
+
+
+def drain_plain_threads(connection_string: str, cell: Cell, count: int, deadline: float) -> float:
+    """Seconds for 16 plain threads (own client each) to delete ``count`` messages."""
+    deleted = [0]
+    lock = threading.Lock()
+    done = threading.Event()
+    failures: list[BaseException] = []
+
+    def consume() -> None:
+        try:
+            with QueueClient.from_connection_string(connection_string, QUEUE) as queue:
+                _consume(queue)
+        except BaseException as failure:
+            failures.append(failure)
+            done.set()
+
+    def _consume(queue: QueueClient) -> None:
+        while not done.is_set() and time.monotonic() < deadline:
+            batch = list(
+                queue.receive_messages(
+                    messages_per_page=BATCH,
+                    max_messages=BATCH,
+                    visibility_timeout=VISIBILITY_TIMEOUT_S,
+                )
+            )
+            if not batch:
+                done.wait(EMPTY_WAIT_S)
+            for message in batch:
+                time.sleep(cell.wait_s)  # the blocking call
+                queue.delete_message(message)
+                with lock:
+                    deleted[0] += 1
+                    if deleted[0] >= count:
+                        done.set()
+
+    threads = [threading.Thread(target=consume) for _ in range(PLAIN_THREADS)]
+    started = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    done.wait(max(0.0, deadline - time.monotonic()))
+    seconds = time.perf_counter() - started
+    done.set()
+    for thread in threads:
+        thread.join()
+    if failures:
+        raise BenchmarkError(f"a plain thread failed: {failures[0]!r}")
+    if deleted[0] < count:
+        raise BenchmarkError(f"the plain threads deleted {deleted[0]}/{count}")
+    return seconds
+
+
+DRAINS: dict[str, Callable[[str, Cell, int, float], float]] = {
+    CLOUDQUEUE: drain_cloudqueue,
+    ASYNCIO_LOOP: drain_asyncio_loop,
+    PLAIN_LOOP: drain_plain_threads,
+}
+
+
+# -- one measured run --------------------------------------------------------------------------
+
+
+def fill_queue(connection_string: str, count: int) -> None:
+    """Create the queue and its poison queue, and put ``count`` base64 JSON messages."""
+    asyncio.run(_fill(connection_string, count))
+
+
+async def _fill(connection_string: str, count: int) -> None:
+    codec: MessageCodec[dict[str, Any]] = MessageCodec(dict)
+    texts = [codec.encode({"order_id": n, "sku": f"SKU-{n % 97:05d}"}) for n in range(count)]
+    async with AsyncQueueClient.from_connection_string(
+        connection_string, poison_queue_name(QUEUE)
+    ) as poison:
+        await poison.create_queue()
+    async with AsyncQueueClient.from_connection_string(connection_string, QUEUE) as queue:
+        await queue.create_queue()
+        limit = asyncio.Semaphore(FILL_CONCURRENCY)
+
+        async def put(text: str) -> None:
+            async with limit:
+                await queue.send_message(text)
+
+        await asyncio.gather(*(put(text) for text in texts))
+        depth = (await queue.get_queue_properties()).approximate_message_count
+    if depth != count:
+        raise BenchmarkError(f"queue holds {depth} messages after filling, expected {count}")
+
+
+def queue_depth(connection_string: str) -> int:
+    with QueueClient.from_connection_string(connection_string, QUEUE) as queue:
+        return int(queue.get_queue_properties().approximate_message_count or 0)
+
+
+def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
+    """Fresh Azurite, fill (not timed), drain (timed), check the queue is empty."""
+    with AzuriteProcess(REPO_ROOT) as azurite:
+        connection_string = azurite.connection_string
+        fill_queue(connection_string, count)
+        seconds = DRAINS[variant](connection_string, cell, count, time.monotonic() + timeout_s)
+        remaining = queue_depth(connection_string)
+    if remaining != 0:
+        raise BenchmarkError(f"{variant} left {remaining} messages in the queue")
+    return Drain(variant, cell, repetition, count, seconds)
+
+
+# -- summary -----------------------------------------------------------------------------------
+
+
+def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """Per cell: both variants' rates and the paired ratios' median, min and max."""
+    summary = []
+    for cell in cells:
+        ours = _rates(drains, cell, CLOUDQUEUE)
+        theirs = _rates(drains, cell, cell.baseline)
+        ratios = [mine / base for mine, base in zip(ours, theirs, strict=True)]
+        summary.append(
+            {
+                "handler": cell.kind,
+                "wait_ms": cell.wait_ms,
+                "baseline": cell.baseline,
+                "cloudqueue_msg_per_s": _spread(ours),
+                "baseline_msg_per_s": _spread(theirs),
+                "ratio": _spread(ratios),
+                "ratios": [round(ratio, 3) for ratio in ratios],
+            }
+        )
+    return summary
+
+
+def _rates(drains: Sequence[Drain], cell: Cell, variant: str) -> list[float]:
+    chosen = [drain for drain in drains if drain.cell == cell and drain.variant == variant]
+    return [drain.rate_per_s for drain in sorted(chosen, key=lambda drain: drain.repetition)]
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+    }
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The README's table for these results (the README generator calls this)."""
+    lines = [
+        f"`{results['command']}`: {results['messages']} messages per drain, "
+        f"{results['repetitions']} interleaved repetitions, fresh Azurite per drain, "
+        f"{results['machine']['cpus']} CPUs (1-minute load average "
+        f"{results['machine']['load_average_at_start']} at the start); cloudqueue with default "
+        "settings. "
+        "Ratio = cloudqueue / baseline of the same repetition: median (min-max).",
+        "",
+        "| handler | baseline | baseline msg/s | cloudqueue msg/s | ratio |",
+        "|---|---|---|---|---|",
+    ]
+    for cell in results["cells"]:
+        call = "await asyncio.sleep" if cell["handler"] == "awaited" else "time.sleep"
+        lines.append(
+            f"| `{call}({cell['wait_ms'] / 1000:g})` | {cell['baseline']} "
+            f"| {_format(cell['baseline_msg_per_s'], 0)} "
+            f"| {_format(cell['cloudqueue_msg_per_s'], 0)} "
+            f"| **{_format(cell['ratio'], 2)}** |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _format(spread: dict[str, float], digits: int) -> str:
+    def number(value: float) -> str:
+        return f"{value:.{digits}f}"
+
+    return f"{number(spread['median'])} ({number(spread['min'])}-{number(spread['max'])})"
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=COMMAND, description=(__doc__ or "").split("\n", maxsplit=1)[0]
+    )
+    parser.add_argument("--messages", "-n", type=int, default=2000, help="N per drain")
+    parser.add_argument("--repetitions", "-r", type=int, default=5, help="drains per variant")
+    parser.add_argument(
+        "--cells", default="awaited:50,awaited:200,blocking:50,blocking:200", help="kind:wait_ms"
+    )
+    parser.add_argument("--drain-timeout-s", type=float, default=120.0, help="per-drain deadline")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 300 messages, 1 rep")
+    parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write results")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.repetitions = 300, 1
+    return args
+
+
+def _cells(text: str) -> list[Cell]:
+    cells = []
+    for part in text.split(","):
+        kind, wait_ms = part.split(":")
+        cells.append(Cell(kind, int(wait_ms)))
+    return cells
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    cells = _cells(args.cells)
+    drains: list[Drain] = []
+    started = time.monotonic()
+    load_at_start = os.getloadavg()[0]
+    for repetition in range(args.repetitions):
+        for cell in cells:
+            order = [CLOUDQUEUE, cell.baseline]
+            if repetition % 2:
+                order.reverse()
+            for variant in order:
+                drain = measure(variant, cell, repetition, args.messages, args.drain_timeout_s)
+                drains.append(drain)
+                print(
+                    f"rep {repetition} {cell.kind} {cell.wait_ms} ms {variant}: "
+                    f"{drain.rate_per_s:.0f} msg/s ({drain.seconds:.2f} s)",
+                    flush=True,
+                )
+    return {
+        "command": COMMAND,
+        "messages": args.messages,
+        "repetitions": args.repetitions,
+        "duration_s": round(time.monotonic() - started, 1),
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            # Other work on the machine slows both variants, the client's more (see README).
+            "load_average_at_start": round(load_at_start, 2),
+        },
+        "cells": summarize(drains, cells),
+        "drains": [
+            {**asdict(drain), "cell": asdict(drain.cell), "rate_per_s": round(drain.rate_per_s, 1)}
+            for drain in drains
+        ],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    results = run(args)
+    args.json.parent.mkdir(parents=True, exist_ok=True)
+    args.json.write_text(json.dumps(results, indent=2) + "\n")
+    print(render_markdown(results))
+    print(f"wrote {args.json} in {results['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,335 @@
+"""Many messages in flight per dequeue thread, on every store: settlement, renewal, stop.
+
+One dequeue thread with ``concurrency = N`` keeps up to N messages in handling and settles each as
+soon as its own handler returns. These tests hold handlers on events (never on sleeps) so that the
+state "many in flight" is reached for certain, then check where every message ended.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
+from listener.in_flight import HandlerPool, InFlight
+from listener.policies.delivery import DeliveryPolicy
+from listener.stores.metered import MeteredStorage
+from tests.support.polling import eventually
+from workers.async_handler import AsyncHandlerRunner
+
+CODEC: MessageCodec[dict[str, int]] = MessageCodec(dict)
+WAIT_S = 30.0
+"""Deadline for an event a test's own handlers will set; reached only when the code is broken."""
+
+
+class RecordingStorage(MeteredStorage):
+    """A store that records each delete and its outcome, and may hold deletes on an event."""
+
+    def __init__(self, inner: QueueStorage) -> None:
+        super().__init__(inner)
+        self.deleted: list[tuple[str, bool]] = []
+        self.hold_deletes: threading.Event | None = None
+        self.delete_started = threading.Event()
+        self._record_lock = threading.Lock()
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        self.delete_started.set()
+        if self.hold_deletes is not None:
+            assert self.hold_deletes.wait(WAIT_S), "the held delete was never released"
+        deleted = super().delete_message(queue_name, message_id, pop_receipt)
+        with self._record_lock:
+            self.deleted.append((message_id, deleted))
+        return deleted
+
+
+@pytest.fixture
+def recording(storage: QueueStorage, queue_name: str) -> RecordingStorage:
+    recording = RecordingStorage(storage)
+    recording.create_queue(queue_name)
+    return recording
+
+
+@pytest.fixture
+def make_listener(
+    recording: RecordingStorage, queue_name: str
+) -> Iterator[Callable[..., CloudQueueListener[dict[str, int]]]]:
+    """Listeners on the real clock over the recording store; always stopped."""
+    made: list[CloudQueueListener[dict[str, int]]] = []
+
+    def make(
+        *, concurrency: int, visibility_timeout_s: int = 30, **options: Any
+    ) -> CloudQueueListener[dict[str, int]]:
+        listener: CloudQueueListener[dict[str, int]] = CloudQueueListener(
+            recording,
+            CloudQueueLocation(queue_name, visibility_timeout_s=visibility_timeout_s),
+            dict,
+            concurrency=concurrency,
+            dequeue_interval_s=0.05,
+            **options,
+        )
+        made.append(listener)
+        return listener
+
+    yield make
+    for listener in made:
+        listener.stop(timeout_s=WAIT_S)
+
+
+def put(storage: QueueStorage, queue_name: str, count: int) -> None:
+    for n in range(count):
+        storage.put_message(queue_name, CODEC.encode({"n": n}))
+
+
+class Gate:
+    """Handlers that record themselves and wait until the test opens the gate."""
+
+    def __init__(self) -> None:
+        self.opened = threading.Event()
+        self.started: list[int] = []
+        self.finished: list[int] = []
+        self._lock = threading.Lock()
+
+    def handle(self, item: dict[str, int]) -> None:
+        with self._lock:
+            self.started.append(item["n"])
+        assert self.opened.wait(WAIT_S), "the test never opened the gate"
+        with self._lock:
+            self.finished.append(item["n"])
+
+
+def test_one_thread_keeps_its_concurrency_of_messages_in_handling_at_once(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """With concurrency 8 one dequeue thread has 8 handlers running together; all are deleted."""
+    put(recording, queue_name, 20)
+    gate = Gate()
+    listener = make_listener(concurrency=8)
+    listener.subscribe(gate.handle)
+    listener.start_listener(1)
+    eventually(lambda: len(gate.started) == 8, timeout_s=WAIT_S)
+    assert recording.deleted == []  # none settled while its handler is still running
+    gate.opened.set()
+    eventually(lambda: listener.messages_processed == 20, timeout_s=WAIT_S)
+    assert sorted(gate.finished) == list(range(20))
+    assert all(deleted for _, deleted in recording.deleted)
+    assert len(recording.deleted) == 20
+
+
+def test_a_handler_does_not_wait_for_the_previous_messages_delete(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """While one message's delete is held, the thread's next messages are handled meanwhile."""
+    put(recording, queue_name, 5)
+    recording.hold_deletes = threading.Event()
+    handled: list[int] = []
+    listener = make_listener(concurrency=2)
+    listener.subscribe(lambda item: handled.append(item["n"]))
+    listener.start_listener(1)
+    assert recording.delete_started.wait(WAIT_S)
+    eventually(lambda: len(handled) >= 2, timeout_s=WAIT_S)
+    recording.hold_deletes.set()
+    eventually(lambda: listener.messages_processed == 5, timeout_s=WAIT_S)
+
+
+def test_a_message_is_deleted_only_after_every_observer_returned(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """A message one observer failed on is retried, not deleted; the others, each handled by
+    both observers, are deleted."""
+    put(recording, queue_name, 12)
+    both: dict[int, int] = {}
+    lock = threading.Lock()
+
+    def observer(item: dict[str, int]) -> None:
+        with lock:
+            both[item["n"]] = both.get(item["n"], 0) + 1
+
+    def failing_on_seven(item: dict[str, int]) -> None:
+        if item["n"] == 7:
+            raise RuntimeError("seven fails")
+        observer(item)
+
+    listener = make_listener(
+        concurrency=6, delivery=DeliveryPolicy(max_dequeue_count=100, retry_delay_s=30)
+    )
+    listener.subscribe(observer)
+    listener.subscribe(failing_on_seven)
+    listener.start_listener(1)
+    eventually(lambda: listener.messages_processed == 11, timeout_s=WAIT_S)
+    eventually(lambda: listener.messages_failed >= 1, timeout_s=WAIT_S)
+    assert len(recording.deleted) == 11
+    assert all(count == 2 for n, count in both.items() if n != 7)
+    assert both.get(7) == 1  # the first observer ran, the second failed: not deleted
+    assert recording.approximate_message_count(queue_name) == 1
+
+
+def test_held_messages_are_renewed_and_deleted_with_the_newest_pop_receipt(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """Handlers outlasting the 1 s visibility timeout, and messages waiting for a slot meanwhile,
+    are renewed; every delete then succeeds and no message is handled twice."""
+    put(recording, queue_name, 6)
+    gate = Gate()
+    listener = make_listener(concurrency=3, visibility_timeout_s=1)
+    listener.subscribe(gate.handle)
+    listener.start_listener(1)
+    eventually(lambda: len(gate.started) == 3, timeout_s=WAIT_S)
+    # Six leases were taken (one get); renewal at half the timeout has renewed them all twice.
+    eventually(lambda: listener.visibility_renewals >= 12, timeout_s=WAIT_S)
+    gate.opened.set()
+    eventually(lambda: listener.messages_processed == 6, timeout_s=WAIT_S)
+    assert sorted(gate.started) == list(range(6))  # none came back to be handled again
+    assert [deleted for _, deleted in recording.deleted] == [True] * 6
+    assert recording.approximate_message_count(queue_name) == 0
+
+
+def test_stop_waits_for_the_messages_in_flight_to_be_settled(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """stop() returns only after the in-flight handlers finished and their messages were
+    deleted; the fetched messages that never started go back to the queue."""
+    put(recording, queue_name, 10)
+    gate = Gate()
+    listener = make_listener(concurrency=4)
+    listener.subscribe(gate.handle)
+    listener.start_listener(1)
+    eventually(lambda: len(gate.started) == 4, timeout_s=WAIT_S)
+    outcome: list[tuple[bool, int, int]] = []
+
+    def stop() -> None:
+        stopped = listener.stop(timeout_s=WAIT_S)
+        outcome.append((stopped, len(gate.finished), len(recording.deleted)))
+
+    stopper = threading.Thread(target=stop)
+    stopper.start()
+    eventually(lambda: listener.stopped, timeout_s=WAIT_S)
+    gate.opened.set()
+    stopper.join(WAIT_S)
+    assert outcome == [(True, 4, 4)]
+    assert recording.approximate_message_count(queue_name) == 6
+    assert len(recording.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)) == 6
+
+
+def test_async_handlers_run_concurrently_on_one_event_loop(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """Eight coroutines of one dequeue thread await together on the worker's single loop."""
+    put(recording, queue_name, 16)
+    loops: set[int] = set()
+    waiting = 0
+    all_in = asyncio.Event()
+
+    async def handle(item: dict[str, int]) -> None:
+        nonlocal waiting
+        loops.add(id(asyncio.get_running_loop()))
+        waiting += 1
+        if waiting >= 8:
+            all_in.set()
+        await asyncio.wait_for(all_in.wait(), WAIT_S)
+
+    runner = AsyncHandlerRunner(handle)
+    listener = make_listener(concurrency=8)
+    listener.subscribe(runner)
+    listener.start_listener(1)
+    try:
+        eventually(lambda: listener.messages_processed == 16, timeout_s=WAIT_S)
+    finally:
+        listener.stop(WAIT_S)
+        runner.close()
+    assert len(loops) == 1
+
+
+def test_an_unexpected_failure_in_flight_is_counted_for_the_loop_to_back_off() -> None:
+    """A task that fails unexpectedly frees its slot and is reported once to its receive loop."""
+    in_flight = InFlight(2, HandlerPool("test"))
+    done = threading.Event()
+
+    def failing() -> bool:
+        done.set()
+        return False
+
+    in_flight.reserve()
+    assert in_flight.start(failing) is True
+    assert done.wait(WAIT_S)
+    in_flight.drain()
+    assert in_flight.take_failures() == 1
+    assert in_flight.take_failures() == 0
+
+
+def test_concurrency_one_handles_on_the_dequeue_thread_itself() -> None:
+    """The default keeps today's path: the task runs at once and its outcome is returned."""
+    in_flight = InFlight(1, HandlerPool("test"))
+    threads: list[threading.Thread] = []
+
+    def record() -> bool:
+        threads.append(threading.current_thread())
+        return True
+
+    in_flight.reserve()
+    assert in_flight.start(record) is True
+    assert threads == [threading.current_thread()]
+    assert in_flight.start(lambda: False) is False
+
+
+def test_handler_threads_are_daemons_reused_when_idle() -> None:
+    """A stuck handler never blocks the process's exit; an idle thread takes the next task."""
+    pool = HandlerPool("test")
+    seen: list[threading.Thread] = []
+    done = threading.Event()
+
+    def task() -> None:
+        seen.append(threading.current_thread())
+        done.set()
+
+    pool.submit(task)
+    assert done.wait(WAIT_S)
+    eventually(lambda: pool.threads == 1 and pool._idle == 1, timeout_s=WAIT_S)
+    done.clear()
+    pool.submit(task)
+    assert done.wait(WAIT_S)
+    assert seen[0] is seen[1]
+    assert seen[0].daemon
+    pool.close()
+
+
+def test_closing_the_runner_fails_handlers_still_awaiting_instead_of_hanging() -> None:
+    """A coroutine still awaiting when the worker closes is cancelled; its caller sees an error."""
+    started = threading.Event()
+
+    async def never_done(item: int) -> None:
+        started.set()
+        await asyncio.Event().wait()
+
+    runner = AsyncHandlerRunner(never_done)
+    failures: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            runner(1)
+        except BaseException as failure:
+            failures.append(failure)
+
+    caller = threading.Thread(target=call)
+    caller.start()
+    assert started.wait(WAIT_S)
+    runner.close()
+    caller.join(WAIT_S)
+    assert not caller.is_alive()
+    assert len(failures) == 1
+    assert isinstance(failures[0], Exception)
