@@ -608,7 +608,9 @@ class _ListenerPoolControl:
         return self._listener._measure_load()
 
     def start_threads(self, count: int) -> None:
-        self._listener.start_listener(count)
+        # A scaling decision made just before stop() may land after it: a stopping pool stays.
+        if not self._listener.stopped:
+            self._listener.start_listener(count)
 
     def reserve_stop(self, floor: int) -> bool:
         return self._listener._pool.reserve_stop(floor)

@@ -539,3 +539,19 @@ def test_a_scaler_leaves_the_listeners_own_handlers_alone(
     )
     with pytest.raises(ConfigurationError, match="queue_empty"):
         ElasticScaler(deciding.pool_control)
+
+
+def test_a_scale_up_that_races_the_stop_starts_nothing_and_raises_nothing(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> None:
+    """A scaling decision made just before ``stop()`` may arrive after it: a stopping listener
+    grows no more, and the scaler's call is not an error."""
+    listener = make_listener(storage, queue_name, clock, listeners)
+    listener.subscribe(lambda item: None)
+    listener.start_listener(1)
+    listener.request_stop()
+    listener.pool_control.start_threads(3)
+    assert listener.active_dequeue_tasks <= 1

@@ -54,9 +54,10 @@ READ_TIMEOUT_S = 20.0
 """Queue calls answer in milliseconds (there is no long polling), but Azurite can stall ~20 s in a
 garbage-collection pass; shorter would turn those stalls into duplicate deliveries."""
 
-CONNECTION_POOL_SIZE = 32
+CONNECTION_POOL_SIZE = 128
 """Connections kept per host. requests keeps 10 by default and discards (with a warning) every
-connection beyond that, so a listener scaled past 10 threads would reconnect on every call."""
+connection beyond that, so a listener scaled past 10 threads would reconnect on every call; a
+worker's calls run on up to max_threads x listener.concurrency threads (16 x 8 by default)."""
 
 _NEVER = datetime(9999, 12, 31, tzinfo=UTC)
 """Azure's expiry time for a message put with time-to-live -1."""
