@@ -89,3 +89,32 @@ def test_poison_requeue_returns_each_message_to_its_own_partition_and_account(
     run(env, "poison", "requeue", QUEUE, "--yes")
     assert storage.approximate_message_count("orders-p1") == 1
     assert storage.approximate_message_count(QUEUE) == 1
+
+
+def test_status_totals_a_partitioned_queue_and_shows_each_partition(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """status reads each partition once: the total, and one depth per partition on any account."""
+    run(env, "queues", "create", QUEUE)
+    items = "".join(json.dumps({"customer": c}) + "\n" for c in "abcdefg")
+    run(env, "enqueue", QUEUE, stdin=items)  # round-robin: 3, 2, 2
+    report = json.loads(run(env, "status", QUEUE, "--json").stdout)
+    assert report["depth"] == 7
+    assert report["partitions"] == [
+        {"queue": "orders-p0", "depth": 3},
+        {"queue": "orders-p1", "depth": 2},
+        {"queue": "orders-p2", "depth": 2},
+    ]
+    shown = run(env, "status", QUEUE).stdout
+    assert "orders: 7 message(s)" in shown
+    assert "partitions: orders-p0 3 · orders-p1 2 · orders-p2 2" in shown
+
+
+def test_status_of_a_plain_queue_lists_no_partitions(tmp_path: Path) -> None:
+    """K = 1: status reads and shows the queue as before, without partition rows."""
+    env = {"CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'a.db'}"}
+    run(env, "queues", "create", QUEUE)
+    run(env, "enqueue", QUEUE, stdin='{"n": 1}\n')
+    report = json.loads(run(env, "status", QUEUE, "--json").stdout)
+    assert report["depth"] == 1
+    assert "partitions" not in report

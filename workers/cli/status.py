@@ -3,7 +3,8 @@
 The workers' side comes from the live-state files running ``cloudqueue run`` processes publish
 (``workers.live_state``): reading them costs no storage transaction. The queue's facts cost three
 per refresh: its count, its poison queue's count, and one peek that splits the depth into visible
-and in-flight messages and dates the oldest waiting one (``workers.cli.queue_facts``).
+and in-flight messages and dates the oldest waiting one (``workers.cli.queue_facts``); on a
+partitioned queue the count is one per partition, shown per partition.
 ``--watch`` compares each refresh with the one before it to show rates: messages handled per
 second and storage transactions per hour.
 """
@@ -23,10 +24,13 @@ from click.core import ParameterSource
 from listener.errors import QueueNotFoundError
 from listener.messages.poison import poison_queue_name
 from listener.stores.connection import describe_storage
+from listener.stores.partition_names import MAX_PARTITIONS
+from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
 from workers.cli.queue_facts import QueueFacts, describe_facts, queue_facts
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
+from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 DEFAULT_INTERVAL_S = 2.0
 
@@ -58,6 +62,8 @@ class Snapshot:
     workers: list[WorkerView]
     storage_dir: Path
     facts: QueueFacts
+    partitions: tuple[tuple[str, int], ...] = ()
+    """A partitioned queue's physical queues and their depths (empty for a plain queue)."""
 
 
 @click.command()
@@ -78,7 +84,16 @@ class Snapshot:
     default=None,
     help="With --watch, stop after this many refreshes.",
 )
-def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: int | None) -> None:
+@click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
+def status(
+    *,
+    queue: str,
+    as_json: bool,
+    watch: bool,
+    interval_s: float,
+    count: int | None,
+    partitions: int | None,
+) -> None:
     """Show the approximate depth of QUEUE and of its poison queue, and the workers on it.
 
     The depth is split into visible and in-flight (or delayed) messages, with the age of the
@@ -88,6 +103,7 @@ def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: 
     counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
     With --watch it refreshes every --interval seconds and adds, per worker and in total, the
     messages handled per second and the storage transactions per hour since the last refresh.
+    A partitioned queue shows its total and a depth per partition (one count per partition).
 
     \b
     Examples:
@@ -98,7 +114,10 @@ def status(*, queue: str, as_json: bool, watch: bool, interval_s: float, count: 
     _refuse_watch_options_without_watch(watch, count)
     settings = current_settings()
     checked_queue(queue)
-    with opened_storage(settings) as storage:
+    with (
+        opened_storage(settings) as opened,
+        partitioned_view(opened, settings, queue, partitions) as storage,
+    ):
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
 
         def look(previous: Snapshot | None) -> Snapshot:
@@ -149,7 +168,10 @@ def _watch(
 def take_snapshot(
     storage: QueueStorage, queue: str, state_dir: Path, where: str, previous: Snapshot | None
 ) -> Snapshot:
-    depth = storage.approximate_message_count(queue)
+    partitions = _partition_depths(storage, queue)
+    depth = (
+        sum(d for _, d in partitions) if partitions else storage.approximate_message_count(queue)
+    )
     poison_depth = _depth_or_zero(storage, poison_queue_name(queue))
     before = {view.key: view for view in previous.workers} if previous else {}
     workers = [
@@ -159,7 +181,19 @@ def take_snapshot(
     ]
     held = sum(view.listener.in_flight for view in workers)
     facts = queue_facts(storage, queue, depth=depth, held_by_workers=held, now=utc_now())
-    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts)
+    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts, partitions)
+
+
+def _partition_depths(storage: QueueStorage, queue: str) -> tuple[tuple[str, int], ...]:
+    """Each partition's depth, read once (their sum is the queue's); () for a plain queue."""
+    if not isinstance(storage, PartitionedQueueStorage):
+        return ()
+    parts = storage.partitions_of(queue)
+    if len(parts) == 1 and parts[0].queue_name == queue:
+        return ()
+    return tuple(
+        (part.queue_name, part.storage.approximate_message_count(part.queue_name)) for part in parts
+    )
 
 
 def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
@@ -197,6 +231,9 @@ def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
         return
     click.echo(_headline(snapshot, rates=rates))
     click.echo(describe_facts(snapshot.facts))
+    if snapshot.partitions:
+        rows = " · ".join(f"{name} {depth}" for name, depth in snapshot.partitions)
+        click.echo(f"  partitions: {rows}")
     for view in snapshot.workers:
         click.echo(_worker_line(view, rates=rates))
     if not snapshot.workers:
@@ -211,6 +248,10 @@ def snapshot_report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
         **asdict(snapshot.facts),
         "workers": [_worker_report(view, rates=rates) for view in snapshot.workers],
     }
+    if snapshot.partitions:
+        report["partitions"] = [
+            {"queue": name, "depth": depth} for name, depth in snapshot.partitions
+        ]
     if rates:
         report["at"] = utc_now().isoformat()
         report["totals"] = _totals(snapshot.workers)
