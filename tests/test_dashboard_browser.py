@@ -81,9 +81,12 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
         "CLOUDQUEUE_SCALING__MESSAGES_PER_THREAD": "10",
         "CLOUDQUEUE_SCALING__MAX_THREADS": "6",
         "CLOUDQUEUE_SCALING__SCALE_IN_DELAY_S": "0.5",
+        # One message per thread, each 0.1 s: the burst keeps several threads busy for about two
+        # seconds, several of the dashboard's samples, however fast the machine is.
+        "CLOUDQUEUE_LISTENER__CONCURRENCY": "1",
         "TEST_QUEUE": QUEUE,
         "TEST_BROKEN_FLAG": str(broken_flag),
-        "TEST_HANDLER_DELAY_S": "0.03",
+        "TEST_HANDLER_DELAY_S": "0.1",
     }
     storage = SqliteQueueStorage(tmp_path / "queues.db")
     storage.create_queue(QUEUE)
