@@ -46,7 +46,7 @@ from listener.stores.storage import QueueStorage
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.progress import ConsoleStream, LiveProgress
-from workers.settings import CloudQueueSettings, ScalingSettings
+from workers.settings import CloudQueueSettings, ListenerSettings, ScalingSettings
 
 BURST = 400
 MALFORMED = 1
@@ -211,6 +211,9 @@ def summary_tables(summary: DemoSummary, queue: str) -> list[Table]:
 
 def main() -> int:
     settings = CloudQueueSettings(
+        # One invoice per thread at a time, as in the seeds: the pool's growth is the story here.
+        # (By default each thread keeps listener.concurrency = 8 in flight; see the README.)
+        listener=ListenerSettings(concurrency=1),
         scaling=ScalingSettings(max_threads=8, messages_per_thread=32, scale_in_delay_s=1.0),
     )
     console = Console(stderr=True)
