@@ -54,10 +54,11 @@ READ_TIMEOUT_S = 20.0
 """Queue calls answer in milliseconds (there is no long polling), but Azurite can stall ~20 s in a
 garbage-collection pass; shorter would turn those stalls into duplicate deliveries."""
 
-CONNECTION_POOL_SIZE = 128
+CONNECTION_POOL_SIZE = 256
 """Connections kept per host. requests keeps 10 by default and discards (with a warning) every
 connection beyond that, so a listener scaled past 10 threads would reconnect on every call; a
-worker's calls run on up to max_threads x listener.concurrency threads (16 x 8 by default)."""
+worker's calls run on its dequeue threads and up to max_threads x listener.concurrency handler
+threads (16 + 16 x 8 by default), with room for a second worker in the process."""
 
 _NEVER = datetime(9999, 12, 31, tzinfo=UTC)
 """Azure's expiry time for a message put with time-to-live -1."""
