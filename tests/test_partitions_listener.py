@@ -133,3 +133,19 @@ def test_a_bad_partition_account_is_refused_without_quoting_it() -> None:
         CloudQueueSettings(partition_accounts=[SecretStr(secret)])
     assert "partition account 1" in str(raised.value)
     assert "c2VjcmV0LWtleQ" not in str(raised.value)
+
+
+def test_the_host_closes_the_further_accounts_it_opened(tmp_path: Path) -> None:
+    """A partition account opened from the settings is closed when the host stops."""
+    settings = CloudQueueSettings(
+        shutdown_grace_s=5, partition_accounts=[SecretStr(f"sqlite:///{tmp_path / 'b.db'}")]
+    )
+    host = WorkerHost([Sharded], settings, storage=InMemoryQueueStorage())
+    partitioned = host.hosted[0].listener.storage
+    assert isinstance(partitioned, PartitionedQueueStorage)
+    further = partitioned.accounts[1]
+    further.create_queue("still-open")
+    host.start()
+    assert host.stop()
+    with pytest.raises(Exception, match="closed"):
+        further.create_queue("after-stop")

@@ -30,6 +30,7 @@ from listener.stores.connection import (
     open_storage,
 )
 from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
@@ -102,6 +103,10 @@ class WorkerHost:
             self.observability.count_from(self.storage)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         listening = partitioned_storage(self.storage, settings, _queues(workers))
+        # The further accounts of partitioned queues are opened here: the host closes them.
+        self._further_accounts = (
+            listening.accounts[1:] if isinstance(listening, PartitionedQueueStorage) else []
+        )
         self.hosted = [
             _host(worker, worker_settings, listening, self.payloads, self.observability)
             for worker, worker_settings in workers
@@ -142,6 +147,8 @@ class WorkerHost:
         if self.triggers is not None:
             self.triggers.close()
         self.storage.close()
+        for account in self._further_accounts:
+            account.close()
         if self.observability is not None:
             self.observability.close()
         if self._owned_payload_store is not None:
