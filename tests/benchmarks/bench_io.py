@@ -436,6 +436,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     results = run(args)
+    # The command as run (options included), so a smaller run never passes for the full one.
+    results["command"] = " ".join([COMMAND, *(sys.argv[1:] if argv is None else argv)])
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(results, indent=2) + "\n")
     print(render_markdown(results))
