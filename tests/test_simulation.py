@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
+import structlog
+from structlog.testing import capture_logs
 
 from listener.errors import ConfigurationError
-from listener.policies.scaling_rules import steps
+from listener.policies.scaling_rules import ScalingInput, steps
 from listener.scaling.scaler import ScalingPolicy
 from listener.simulation import (
     PRESETS,
@@ -182,3 +185,20 @@ def test_sometimes_failing_messages_are_all_settled() -> None:
     assert result.failed > 0
     assert result.handled + result.poisoned == 200
     assert result.transactions["update_visibility"] == result.failed - result.poisoned
+
+
+def test_a_simulation_keeps_its_scaler_quiet_without_touching_the_logging_setup() -> None:
+    """Thousands of simulated scaling events stay out of the log, and the process's structlog
+    configuration stays as it is while the simulation runs (other threads keep logging)."""
+    seen_during_run: list[object] = []
+
+    def rule(load: ScalingInput) -> int:
+        seen_during_run.append(structlog.get_config()["wrapper_class"])
+        return math.ceil(load.depth / 32)
+
+    with capture_logs() as captured:
+        before = structlog.get_config()["wrapper_class"]
+        simulate(bursts(200, 600.0, 1_800.0), [cloudqueue_defaults(ScalingPolicy(rule=rule))])
+    assert seen_during_run
+    assert all(wrapper is before for wrapper in seen_during_run)
+    assert "scaled_up" not in [entry["event"] for entry in captured]

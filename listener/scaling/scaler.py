@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -148,8 +149,11 @@ class ElasticScaler:
         rng: RandomSource | None = None,
         clock: Clock = SYSTEM_CLOCK,
         cpu_meter: CpuMeter | None = None,
+        logger: Any = None,
     ) -> None:
+        """``logger`` receives the scaling events (default: this module's structlog logger)."""
         self.policy = policy or ScalingPolicy()
+        self._log = log if logger is None else logger
         self.rng = rng or default_rng()
         self.clock = clock
         self.cpu_meter = cpu_meter or ProcessCpuMeter()
@@ -214,7 +218,7 @@ class ElasticScaler:
             try:
                 load = self.pool.measure_load()
             except StorageError as failure:
-                log.warning("rescale_skipped", queue=self.pool.queue_name, error=str(failure))
+                self._log.warning("rescale_skipped", queue=self.pool.queue_name, error=str(failure))
                 if at_least and self.pool.active_threads < at_least:
                     self.pool.start_threads(at_least - self.pool.active_threads)
                 return
@@ -255,7 +259,7 @@ class ElasticScaler:
     def _grow(self, load: ListenerLoad, active: int, change: int, trigger: str) -> None:
         cores = self.cpu_meter.cores_used()
         if cores >= self.policy.cpu_saturation_cores:
-            log.warning(
+            self._log.warning(
                 "scaling_capped",
                 queue=self.pool.queue_name,
                 depth=load.visible_depth,
@@ -277,7 +281,7 @@ class ElasticScaler:
         )
 
     def _log_scaled(self, event: str, *, depth: int, target: int, reason: str) -> None:
-        log.info(
+        self._log.info(
             event,
             queue=self.pool.queue_name,
             depth=depth,

@@ -20,11 +20,14 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, cast
+
+import structlog
 
 from listener.errors import ConfigurationError
 from listener.handoff import fetch_size
@@ -44,6 +47,13 @@ _ARRIVAL, _THREAD, _SAMPLE, _WATCHDOG = 0, 1, 2, 3
 """Event kinds, in the order they run at one instant: puts first, charts last."""
 
 SIMULATED_QUEUE = "simulated"
+
+
+QUIET_SCALER_LOG = structlog.wrap_logger(
+    None, wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING)
+)
+"""A simulated day scales thousands of times: its scaler keeps warnings only. Its own logger,
+not a global setting, so the process's other threads keep logging as configured."""
 
 
 @dataclass(slots=True)
@@ -150,7 +160,12 @@ class PolicySimulation:
         self.scaler: ElasticScaler | None = None
         if spec.scaling is not None:
             self.scaler = ElasticScaler(
-                self, spec.scaling, rng=self.rng, clock=self.clock, cpu_meter=_NoCpu()
+                self,
+                spec.scaling,
+                rng=self.rng,
+                clock=self.clock,
+                cpu_meter=_NoCpu(),
+                logger=QUIET_SCALER_LOG,
             )
         self._watchdog: Watchdog | None = None
         if spec.push:
