@@ -212,16 +212,23 @@ class MessageProcessor(Generic[T]):
         elif exhausted(deliveries, self.policy):
             self._poison(lease, reason="max_dequeue_count_exceeded", error=error, message=counted)
         else:
-            self._remember(message.id, error)
             delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
-            log.warning(
-                "message_retry_scheduled",
-                message_id=message.id,
-                dequeue_count=deliveries,
-                error=error,
-                retry_in_s=delay_s,
-            )
-            self._set_visibility(lease, delay_s)
+            self._retry_whole(lease, error, deliveries, delay_s)
+
+    def _retry_whole(
+        self, lease: Lease, error: str, deliveries: int, delay_s: int, **detail: str
+    ) -> None:
+        """Hide the message for ``delay_s``: it comes back whole for its next delivery."""
+        self._remember(lease.message.id, error)
+        log.warning(
+            "message_retry_scheduled",
+            message_id=lease.message.id,
+            dequeue_count=deliveries,
+            error=error,
+            retry_in_s=delay_s,
+            **detail,
+        )
+        self._set_visibility(lease, delay_s)
 
     def _republish(
         self, lease: Lease, content: str, error: str, deliveries: int, *, items: tuple[int, int]
@@ -242,16 +249,7 @@ class MessageProcessor(Generic[T]):
         except StorageError as failure:
             # The whole message comes back instead (and, if the put happened after all, the
             # failed items twice: duplicates, no loss).
-            log.warning(
-                "message_retry_scheduled",
-                message_id=message.id,
-                dequeue_count=deliveries,
-                error=error,
-                retry_in_s=delay_s,
-                republish_error=str(failure),
-            )
-            self._remember(message.id, error)
-            self._set_visibility(lease, delay_s)
+            self._retry_whole(lease, error, deliveries, delay_s, republish_error=str(failure))
             return
         self._remember(retry.id, self._first_error(message.id) or error)
         failed_count, count = items
