@@ -57,13 +57,13 @@ from listener.messages.item_failures import (
 from listener.messages.payload import MessageContents, open_message, retire_payload
 from listener.messages.poison import poison_message
 from listener.messages.republish import remainder_content, republish
+from listener.messages.tracing import consumer_span
 from listener.policies.backoff import RandomSource
 from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueMessage, QueueStorage
 from listener.subscribers import Subscribers
-from listener.tracing import consumer_span
 
 T = TypeVar("T")
 

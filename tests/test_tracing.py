@@ -35,11 +35,11 @@ from listener import (
 from listener.errors import PermanentFailure
 from listener.messages.payload import ENVELOPE_KEY, open_message, parse_envelope
 from listener.messages.trace_context import read_carrier, with_carrier
+from listener.messages.tracing import consumer_span
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueStorage
 from listener.testing import VirtualClock
-from listener.tracing import consumer_span
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.tracing import named
@@ -271,7 +271,8 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported(tmp_path:
                 if name == "opentelemetry" or name.startswith("opentelemetry."):
                     raise ImportError(f"blocked {name}")
         sys.meta_path.insert(0, Block())
-        from listener import InMemoryQueueStorage, MessageCodec, Publisher, tracing
+        from listener import InMemoryQueueStorage, MessageCodec, Publisher
+        from listener.messages import tracing
         from workers import QueueWorker
         from workers.testing import run_until_drained
         class Echo(QueueWorker[dict]):

@@ -32,8 +32,8 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from listener import tracing
 from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
+from listener.messages import tracing
 from listener.messages.codec import Codec, MessageCodec
 from listener.messages.packing import PlannedMessage, message_bytes, plan_batches, single_message
 from listener.messages.payload import Packed, blob_envelope
@@ -74,9 +74,10 @@ class Publisher(Generic[T]):
     gzip-compressed, and if still too large, kept in ``payload_store`` with only a reference in
     the queue; without a store that raises MessageTooLargeError. The queue must exist.
 
-    With opentelemetry installed, each call runs in a producer span whose trace context goes into
-    envelopes and CloudEvents (``listener.tracing``); ``trace_envelope=True`` sends single items
-    in a one-item envelope too, so they carry it -- for queues only cloudqueue listeners read.
+    With opentelemetry installed, each call runs in a producer span whose trace context goes
+    into envelopes and CloudEvents (``listener.messages.tracing``); ``trace_envelope=True`` sends
+    single items in a one-item envelope too, so they carry it -- for queues only cloudqueue
+    listeners read.
 
     A partitioned queue (``partitions`` > 1, or read from a ``PartitionedQueueStorage``) gets
     its messages round-robin over ``<queue>-p0`` ..., or by ``partition_key`` (a function of the

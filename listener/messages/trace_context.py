@@ -1,5 +1,5 @@
 """Where a message carries its W3C trace context, so that a consumer's span continues a
-producer's trace (``listener.tracing``).
+producer's trace (``listener.messages.tracing``).
 
 Storage queues have no message properties: everything travels in the text. cloudqueue never
 changes the text a foreign consumer decodes, so the context goes only where readers already

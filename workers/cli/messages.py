@@ -9,7 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import click
 
-from listener import tracing
+from listener.messages import tracing
 from listener.messages.codec import MessageCodec
 from listener.messages.publisher import Publisher
 from listener.push.announce import WorkAnnouncer
