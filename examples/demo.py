@@ -82,10 +82,13 @@ class DemoSummary:
     poisoned: int
     drain_s: float
     peak_threads: int
-    transactions: int
     transactions_by_operation: dict[str, int]
     burst_and_idle_hour: dict[str, int]
     """Simulated transactions of the same burst plus an idle hour, by way of running it."""
+
+    @property
+    def transactions(self) -> int:
+        return sum(self.transactions_by_operation.values())
 
 
 def sample_invoice(invoice_id: int, rng: random.Random) -> Invoice:
@@ -171,13 +174,11 @@ def run_demo(host: WorkerHost, progress: Callable[[], Any] | None) -> tuple[bool
         progress()
     peak = listener.query_state().total_dequeue_tasks  # one depth read, counted below
     spent = storage.counts()
-    burst_transactions = sum(spent.values())
     summary = DemoSummary(
         processed=listener.messages_processed,
         poisoned=listener.messages_poisoned,
         drain_s=round(drain_s, 2),
         peak_threads=peak,
-        transactions=burst_transactions,
         transactions_by_operation=spent,
         burst_and_idle_hour=burst_and_idle_hour(host.settings.scaling_policy(), peak),
     )
@@ -243,6 +244,7 @@ def main() -> int:
         "demo_finished",
         queue=queue,
         poison_depth=poison_depth,
+        transactions=summary.transactions,
         **asdict(summary),
     )
     if narrated:

@@ -33,6 +33,9 @@ from listener.simulation.workload import DAY_S
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Duration
 
+DEFAULT_SERVICE = ServiceModel()
+"""The simulator's own defaults are the command's: one place says what a handler takes."""
+
 PLOT_SAMPLES = 500
 TABLE_SAMPLES = 1
 """Samples are only drawn: without a chart, one keeps idle fast-forwarding in long strides."""
@@ -87,27 +90,27 @@ SEED_SLIP_NOTE = (
 @click.option(
     "--service-s",
     type=click.FloatRange(min=0),
-    default=0.05,
+    default=DEFAULT_SERVICE.service_s,
     show_default=True,
     help="Handler time per message (mean, for --service-distribution exponential).",
 )
 @click.option(
     "--service-distribution",
     type=click.Choice(["fixed", "exponential"]),
-    default="fixed",
+    default=DEFAULT_SERVICE.distribution,
     show_default=True,
 )
 @click.option(
     "--request-latency-s",
     type=click.FloatRange(min=0),
-    default=0.02,
+    default=DEFAULT_SERVICE.request_latency_s,
     show_default=True,
     help="Time each storage call takes to answer.",
 )
 @click.option(
     "--failure-rate",
     type=click.FloatRange(min=0, max=1),
-    default=0.0,
+    default=DEFAULT_SERVICE.failure_rate,
     show_default=True,
     help="Chance a delivery fails: retried with the retry back-off, poisoned after 5.",
 )
