@@ -125,7 +125,17 @@ def test_a_second_signal_exits_at_once_and_the_message_stays(
 def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
     """--processes 2: both children handle messages; SIGTERM drains both and exits 0."""
     enqueue(env, 80)
-    run = start("--processes", "2", "--set", "listener.dequeue_batch_size=4", delay_s=0.05)
+    # One message per thread at a time: with 8 in flight per thread, the first child to start
+    # could drain the whole burst before the second one is up.
+    run = start(
+        "--processes",
+        "2",
+        "--set",
+        "listener.dequeue_batch_size=4",
+        "--set",
+        "listener.concurrency=1",
+        delay_s=0.05,
+    )
     eventually(lambda: len(run.handled()) == 80, timeout_s=120)
     pids = {e["pid"] for e in run.events("handled")}
     assert len(pids) == 2
