@@ -27,7 +27,7 @@ from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.handoff import HandOff, fetch_size
-from listener.in_flight import HandlerPool, InFlight
+from listener.in_flight import HandlerPool, InFlight, slots_per_loop
 from listener.leases import Lease, LeaseKeeper
 from listener.limits.limiter import RateLimiter
 from listener.location import CloudQueueLocation
@@ -169,6 +169,9 @@ class CloudQueueListener(Observable[T]):
         self.latency = ThroughputMeter()
         """Seconds from a message's start to its settlement, measured when several are in flight
         per thread (the scaler's rules size in-flight capacity from it)."""
+        self.handler_time = ThroughputMeter()
+        """Seconds the observers take on one message, settlement excluded: how many messages a
+        thread keeps in flight follows from it (``listener.in_flight.slots_per_loop``)."""
         self._subscribers: Subscribers[T] = Subscribers()
         self._processor = MessageProcessor(
             storage=storage,
@@ -180,6 +183,7 @@ class CloudQueueListener(Observable[T]):
             policy=self.delivery,
             rng=self.rng,
             payload_store=payload_store,
+            handler_time=self.handler_time,
         )
         self._leases = LeaseKeeper(
             storage,
@@ -262,6 +266,11 @@ class CloudQueueListener(Observable[T]):
         self._log.info("listener_stopped", processed=self.counters.processed)
         return True
 
+    def slots_per_thread(self) -> int:
+        """Messages each dequeue thread keeps in flight now: ``concurrency`` while handlers wait,
+        fewer while they return at once (``listener.in_flight.slots_per_loop``)."""
+        return slots_per_loop(self.concurrency, self.handler_time.seconds_per_message)
+
     @property
     def threads_alive(self) -> int:
         """Dequeue threads still running, including any finishing their last batch."""
@@ -316,7 +325,7 @@ class CloudQueueListener(Observable[T]):
     # -- the dequeue loop ----------------------------------------------------------------------
 
     def _dequeue_task(self) -> None:
-        in_flight = InFlight(self.concurrency, self._handlers)
+        in_flight = InFlight(self.concurrency, self._handlers, self.slots_per_thread)
         try:
             self._dequeue_loop(in_flight)
         except BaseException:  # pragma: no cover - the loop catches everything it can
@@ -551,7 +560,7 @@ class CloudQueueListener(Observable[T]):
             active_threads=self._pool.active,
             per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
             message_latency_s=self.latency.seconds_per_message,
-            concurrency=self.concurrency,
+            concurrency=self.slots_per_thread(),
         )
 
     # -- bookkeeping ---------------------------------------------------------------------------

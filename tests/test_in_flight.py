@@ -15,9 +15,16 @@ from typing import Any
 import pytest
 
 from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
-from listener.in_flight import HandlerPool, InFlight
+from listener.in_flight import (
+    FAST_HANDLER_SLOTS,
+    WAITING_HANDLER_S,
+    HandlerPool,
+    InFlight,
+    slots_per_loop,
+)
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.metered import MeteredStorage
+from listener.testing import ManualClock
 from tests.support.polling import eventually
 from workers.async_handler import AsyncHandlerRunner
 
@@ -333,3 +340,61 @@ def test_closing_the_runner_fails_handlers_still_awaiting_instead_of_hanging() -
     assert not caller.is_alive()
     assert len(failures) == 1
     assert isinstance(failures[0], Exception)
+
+
+def test_handlers_that_wait_get_the_full_concurrency_and_fast_ones_two_slots() -> None:
+    """A loop keeps ``concurrency`` in flight for handlers that wait (or are not measured yet)
+    and two for handlers that return at once: one handled while the previous one settles."""
+    assert slots_per_loop(8, None) == 8
+    assert slots_per_loop(8, WAITING_HANDLER_S) == 8
+    assert slots_per_loop(8, 0.05) == 8
+    assert slots_per_loop(8, WAITING_HANDLER_S / 10) == FAST_HANDLER_SLOTS == 2
+    assert slots_per_loop(1, 0.0001) == 1
+
+
+def test_a_loop_takes_no_message_beyond_the_limit_it_is_given() -> None:
+    """With a limit of 2 the third reservation waits until a started message is settled."""
+    in_flight = InFlight(8, HandlerPool("test"), limit=lambda: 2)
+    release = threading.Event()
+    third_reserved = threading.Event()
+
+    def held() -> bool:
+        return release.wait(WAIT_S)
+
+    for _ in range(2):
+        in_flight.reserve()
+        in_flight.start(held)
+
+    def reserve_third() -> None:
+        in_flight.reserve()
+        third_reserved.set()
+
+    threading.Thread(target=reserve_third, daemon=True).start()
+    assert not third_reserved.wait(0.2)  # a negative check: broken code reserves at once
+    assert in_flight.in_use == 2
+    release.set()
+    assert third_reserved.wait(WAIT_S)
+    in_flight.cancel()
+    in_flight.drain()
+    assert in_flight.in_use == 0
+
+
+@pytest.mark.parametrize(("handler_s", "slots"), [(0.0005, 2), (0.05, 8)])
+def test_a_listener_sizes_each_thread_s_slots_by_its_handlers_own_time(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+    handler_s: float,
+    slots: int,
+) -> None:
+    """The observers' own time per message (settlement excluded) decides the slots per thread,
+    and the scaler is told that in-flight capacity, not the configured concurrency."""
+    clock = ManualClock()
+    listener = make_listener(concurrency=8, clock=clock)
+    listener.subscribe(lambda _item: clock.advance(handler_s))
+    put(recording, queue_name, 3)
+    listener.start_listener(1)
+    eventually(lambda: listener.messages_processed == 3, timeout_s=WAIT_S)
+    assert listener.handler_time.seconds_per_message == pytest.approx(handler_s)
+    assert listener.slots_per_thread() == slots
+    assert listener.pool_control.measure_load().concurrency == slots
