@@ -30,6 +30,7 @@ import functools
 import os
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from listener.messages.trace_context import TRACEPARENT, TRACESTATE, read_carrier, with_carrier
@@ -47,6 +48,7 @@ SentCounter = Callable[[int], None]
 """Told how many messages a publish call put, for the producer span's batch count."""
 
 
+@functools.cache
 @functools.cache
 def enabled() -> bool:
     """True when opentelemetry-api can be imported (checked once)."""
@@ -120,14 +122,33 @@ def context_from_environment(
 
 def _tracer() -> Tracer | None:
     """cloudqueue's tracer, or None without the package or before a provider is set."""
+    # Asked once per message: the import and the placeholder types are looked up once.
     if not enabled():
         return None
-    from opentelemetry import trace
-
+    trace, placeholders = _trace_api()
+    # Until a provider is set, get_tracer_provider() looks in os.environ on every call (about
+    # 1 µs a message); the API's own global tells the same without that lookup. A version
+    # without that global (getattr falls back to the module) simply takes the long way.
+    if getattr(trace, "_TRACER_PROVIDER", trace) is None and not _provider_in_environment():
+        return None
     provider = trace.get_tracer_provider()
-    if isinstance(provider, trace.ProxyTracerProvider | trace.NoOpTracerProvider):
+    if isinstance(provider, placeholders):
         return None
     return _tracer_of(provider)
+
+
+@functools.cache
+def _provider_in_environment() -> bool:
+    """True when ``OTEL_PYTHON_TRACER_PROVIDER`` names a provider for the API to load."""
+    return bool(os.environ.get("OTEL_PYTHON_TRACER_PROVIDER"))
+
+
+@functools.cache
+def _trace_api() -> tuple[ModuleType, tuple[type, ...]]:
+    """``opentelemetry.trace`` and its providers that stand in until one is set."""
+    from opentelemetry import trace
+
+    return trace, (trace.ProxyTracerProvider, trace.NoOpTracerProvider)
 
 
 @functools.lru_cache(maxsize=4)
