@@ -210,20 +210,30 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         "| handler | cloudqueue msg/s | prototype msg/s | asyncio loop msg/s "
         "| prototype / cloudqueue | cloudqueue / loop "
-        "| client CPU ms/msg (cloudqueue, prototype, loop) |",
-        "|---|---|---|---|---|---|---|",
+        "| client CPU ms/msg (cloudqueue, prototype, loop) | Azurite CPU ms/msg (same order) |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for cell in results["cells"]:
-        rates, cpu = cell["msg_per_s"], cell["client_cpu_ms_per_msg"]
-        cpu_ms = ", ".join(f"{cpu[variant]['median']:.2f}" for variant in VARIANTS)
+        rates = cell["msg_per_s"]
+        client_ms = _medians(cell["client_cpu_ms_per_msg"])
+        azurite_ms = _medians(cell["azurite_cpu_ms_per_msg"])
         lines.append(
             f"| `await asyncio.sleep({cell['wait_ms'] / 1000:g})` "
             + "".join(f"| {format_spread(rates[variant], 0)} " for variant in VARIANTS)
             + f"| **{format_spread(cell['prototype_to_cloudqueue'], 2)}** "
             f"| {format_spread(cell['cloudqueue_to_loop'], 2)} "
-            f"| {cpu_ms} |"
+            f"| {client_ms} | {azurite_ms} |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _medians(per_variant: dict[str, dict[str, float] | None]) -> str:
+    """The variants' medians in VARIANTS order; ``?`` where a figure is missing."""
+
+    def median(summary: dict[str, float] | None) -> str:
+        return "?" if summary is None else f"{summary['median']:.2f}"
+
+    return ", ".join(median(per_variant[variant]) for variant in VARIANTS)
 
 
 # -- command line ------------------------------------------------------------------------------
