@@ -312,9 +312,9 @@ def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, 
                 "handler": cell.kind,
                 "wait_ms": cell.wait_ms,
                 "baseline": cell.baseline,
-                "cloudqueue_msg_per_s": _spread(ours),
-                "baseline_msg_per_s": _spread(theirs),
-                "ratio": _spread(ratios),
+                "cloudqueue_msg_per_s": spread(ours),
+                "baseline_msg_per_s": spread(theirs),
+                "ratio": spread(ratios),
                 "ratios": [round(ratio, 3) for ratio in ratios],
             }
         )
@@ -326,7 +326,8 @@ def _rates(drains: Sequence[Drain], cell: Cell, variant: str) -> list[float]:
     return [drain.rate_per_s for drain in sorted(chosen, key=lambda drain: drain.repetition)]
 
 
-def _spread(values: Sequence[float]) -> dict[str, float]:
+def spread(values: Sequence[float]) -> dict[str, float]:
+    """Median, min and max, rounded for the results file."""
     return {
         "median": round(statistics.median(values), 3),
         "min": round(min(values), 3),
@@ -351,18 +352,20 @@ def render_markdown(results: dict[str, Any]) -> str:
         call = "await asyncio.sleep" if cell["handler"] == "awaited" else "time.sleep"
         lines.append(
             f"| `{call}({cell['wait_ms'] / 1000:g})` | {cell['baseline']} "
-            f"| {_format(cell['baseline_msg_per_s'], 0)} "
-            f"| {_format(cell['cloudqueue_msg_per_s'], 0)} "
-            f"| **{_format(cell['ratio'], 2)}** |"
+            f"| {format_spread(cell['baseline_msg_per_s'], 0)} "
+            f"| {format_spread(cell['cloudqueue_msg_per_s'], 0)} "
+            f"| **{format_spread(cell['ratio'], 2)}** |"
         )
     return "\n".join(lines) + "\n"
 
 
-def _format(spread: dict[str, float], digits: int) -> str:
+def format_spread(summary: dict[str, float], digits: int) -> str:
+    """``median (min-max)`` of a ``spread`` summary."""
+
     def number(value: float) -> str:
         return f"{value:.{digits}f}"
 
-    return f"{number(spread['median'])} ({number(spread['min'])}-{number(spread['max'])})"
+    return f"{number(summary['median'])} ({number(summary['min'])}-{number(summary['max'])})"
 
 
 # -- command line ------------------------------------------------------------------------------

@@ -1,0 +1,297 @@
+"""Async handlers two ways: cloudqueue's dequeue threads, or dequeue tasks on one event loop.
+
+Run ``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.bench_async_path`` (``--write``
+saves ``tests/benchmarks/results/bench_async_path.json``; ``--quick`` for a short smoke run).
+
+The handler awaits 50 ms or 200 ms (``await asyncio.sleep``), standing for an API call. Each cell
+drains N pre-filled messages (2,000 by default) three times per repetition:
+
+* cloudqueue: a ``WorkerHost`` with default settings and ``async def handle``, as ``bench_io``
+  runs it (dequeue threads; coroutines on the worker's event loop);
+* prototype: ``tests/benchmarks/async_native.py`` -- dequeue *tasks* on one event loop with the
+  aio SDK, scaled by the same pure policies, the defaults' in-flight total (16 x 8);
+* asyncio loop: ``bench_io``'s hand-written loop (4 tasks, each receiving 32 and gathering wait +
+  delete).
+
+Every drain gets a fresh Azurite and a queue filled before the clock starts; the order of the
+three rotates from one repetition to the next, so drift hits all of them. A cell reports each
+variant's median rate (min-max), the paired ratios prototype / cloudqueue and cloudqueue / loop of
+the same repetition, and the CPU each used per message: the client's (this process, the drain's
+start and stop included) and Azurite's. Figures are wall-clock on a machine Azurite shares with
+the benchmark: compare the variants of one run, not runs on different machines.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import structlog
+from azure.storage.queue.aio import QueueClient
+
+from listener.messages.codec import MessageCodec
+from tests.benchmarks.async_native import AsyncNativeConsumer, aio_client_options
+from tests.benchmarks.bench_io import (
+    ASYNCIO_LOOP,
+    CLOUDQUEUE,
+    POLL_S,
+    QUEUE,
+    AwaitingWorker,
+    BenchmarkError,
+    Cell,
+    drain_asyncio_loop,
+    drain_cloudqueue,
+    fill_queue,
+    format_spread,
+    queue_depth,
+    spread,
+)
+from tests.benchmarks.drain_support import Stopwatch
+from tests.benchmarks.results_file import header_line, run_header, write_results
+from tests.support.azurite import REPO_ROOT, AzuriteProcess
+from workers.settings import CloudQueueSettings
+
+BENCH = "bench_async_path"
+PROTOTYPE = "asyncio-native prototype"
+VARIANTS = (CLOUDQUEUE, PROTOTYPE, ASYNCIO_LOOP)
+RATIOS = {
+    "prototype_to_cloudqueue": (PROTOTYPE, CLOUDQUEUE),
+    "cloudqueue_to_loop": (CLOUDQUEUE, ASYNCIO_LOOP),
+    "prototype_to_loop": (PROTOTYPE, ASYNCIO_LOOP),
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Drain:
+    variant: str
+    wait_ms: int
+    repetition: int
+    messages: int
+    seconds: float
+    client_cpu_s: float
+    azurite_cpu_s: float | None
+
+    @property
+    def rate_per_s(self) -> float:
+        return self.messages / self.seconds
+
+
+def drain_prototype(connection_string: str, cell: Cell, count: int, deadline: float) -> float:
+    """Seconds for the asyncio-native prototype, on the default settings, to delete ``count``."""
+    return asyncio.run(_drain_prototype(connection_string, cell, count, deadline))
+
+
+async def _drain_prototype(
+    connection_string: str, cell: Cell, count: int, deadline: float
+) -> float:
+    # model_validate reads no environment or config file: the defaults, on every machine.
+    settings = CloudQueueSettings.model_validate({"connection_string": connection_string})
+    AwaitingWorker.wait_s = cell.wait_s
+    codec: MessageCodec[dict[str, Any]] = MessageCodec(dict, encoding=settings.listener.encoding)
+    async with QueueClient.from_connection_string(
+        connection_string, QUEUE, **aio_client_options()
+    ) as queue:
+        consumer = AsyncNativeConsumer(
+            queue,
+            AwaitingWorker().handle,
+            codec,
+            policy=settings.scaling_policy(),
+            concurrency=settings.listener.concurrency,
+            batch_size=settings.listener.dequeue_batch_size,
+            visibility_timeout_s=settings.listener.visibility_timeout_s,
+        )
+        started = time.perf_counter()
+        running = asyncio.create_task(consumer.run())
+        try:
+            while consumer.deleted < count:
+                if time.monotonic() > deadline or running.done():
+                    raise BenchmarkError(f"the prototype deleted {consumer.deleted}/{count}")
+                await asyncio.sleep(POLL_S)
+            seconds = time.perf_counter() - started
+        finally:
+            consumer.stop()
+            await running
+    if consumer.failed:
+        raise BenchmarkError(f"the prototype failed {consumer.failed} messages: {consumer!r}")
+    return seconds
+
+
+DRAINS: dict[str, Callable[[str, Cell, int, float], float]] = {
+    CLOUDQUEUE: drain_cloudqueue,
+    PROTOTYPE: drain_prototype,
+    ASYNCIO_LOOP: drain_asyncio_loop,
+}
+
+
+def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
+    """Fresh Azurite, fill (not timed), drain (timed, CPU metered), check the queue is empty."""
+    with AzuriteProcess(REPO_ROOT) as azurite:
+        connection_string = azurite.connection_string
+        fill_queue(connection_string, count)
+        process = azurite.queue.process
+        clock = Stopwatch(process.pid if process is not None else None)
+        clock.start()
+        seconds = DRAINS[variant](connection_string, cell, count, time.monotonic() + timeout_s)
+        clock.stop()
+        remaining = queue_depth(connection_string)
+    if remaining != 0:
+        raise BenchmarkError(f"{variant} left {remaining} messages in the queue")
+    return Drain(
+        variant, cell.wait_ms, repetition, count, seconds, clock.cpu_s, clock.azurite_cpu_s
+    )
+
+
+def rotated(variants: Sequence[str], repetition: int) -> list[str]:
+    """The variants in the order this repetition runs them: each goes first in turn."""
+    shift = repetition % len(variants)
+    return [*variants[shift:], *variants[:shift]]
+
+
+# -- summary -----------------------------------------------------------------------------------
+
+
+def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, Any]]:
+    """Per cell: each variant's rate and CPU per message, and the paired ratios."""
+    summary = []
+    for cell in cells:
+        runs = {variant: _runs(drains, cell, variant) for variant in VARIANTS}
+        rates = {variant: [d.rate_per_s for d in runs[variant]] for variant in VARIANTS}
+        ratios = {
+            name: spread([a / b for a, b in zip(rates[mine], rates[theirs], strict=True)])
+            for name, (mine, theirs) in RATIOS.items()
+        }
+        summary.append(
+            {
+                "wait_ms": cell.wait_ms,
+                "msg_per_s": {variant: spread(rates[variant]) for variant in VARIANTS},
+                "client_cpu_ms_per_msg": {
+                    variant: _ms_per_message(runs[variant], lambda d: d.client_cpu_s)
+                    for variant in VARIANTS
+                },
+                "azurite_cpu_ms_per_msg": {
+                    variant: _ms_per_message(runs[variant], lambda d: d.azurite_cpu_s)
+                    for variant in VARIANTS
+                },
+                **ratios,
+            }
+        )
+    return summary
+
+
+def _runs(drains: Sequence[Drain], cell: Cell, variant: str) -> list[Drain]:
+    chosen = [d for d in drains if d.wait_ms == cell.wait_ms and d.variant == variant]
+    return sorted(chosen, key=lambda drain: drain.repetition)
+
+
+def _ms_per_message(
+    runs: Sequence[Drain], cpu_s: Callable[[Drain], float | None]
+) -> dict[str, float] | None:
+    """CPU milliseconds per message of each run, summarized; None when a figure is missing."""
+    per_message = [(cpu_s(run), run.messages) for run in runs]
+    if any(seconds is None for seconds, _ in per_message):
+        return None  # Azurite's /proc entry was unreadable
+    return spread([1000 * (seconds or 0.0) / messages for seconds, messages in per_message])
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The README's table for these results (the README generator calls this)."""
+    lines = [
+        header_line(results),
+        "",
+        f"{results['messages']} messages per drain, {results['repetitions']} repetitions "
+        "(order rotated), fresh Azurite per drain; `async def handle` awaiting the wait. "
+        "Median (min-max); ratios paired within a repetition.",
+        "",
+        "| handler | cloudqueue msg/s | prototype msg/s | asyncio loop msg/s "
+        "| prototype / cloudqueue | cloudqueue / loop "
+        "| client CPU ms/msg (cloudqueue, prototype, loop) | Azurite CPU ms/msg (same order) |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for cell in results["cells"]:
+        rates = cell["msg_per_s"]
+        client_ms = _medians(cell["client_cpu_ms_per_msg"])
+        azurite_ms = _medians(cell["azurite_cpu_ms_per_msg"])
+        lines.append(
+            f"| `await asyncio.sleep({cell['wait_ms'] / 1000:g})` "
+            + "".join(f"| {format_spread(rates[variant], 0)} " for variant in VARIANTS)
+            + f"| **{format_spread(cell['prototype_to_cloudqueue'], 2)}** "
+            f"| {format_spread(cell['cloudqueue_to_loop'], 2)} "
+            f"| {client_ms} | {azurite_ms} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _medians(per_variant: dict[str, dict[str, float] | None]) -> str:
+    """The variants' medians in VARIANTS order; ``?`` where a figure is missing."""
+
+    def median(summary: dict[str, float] | None) -> str:
+        return "?" if summary is None else f"{summary['median']:.2f}"
+
+    return ", ".join(median(per_variant[variant]) for variant in VARIANTS)
+
+
+# -- command line ------------------------------------------------------------------------------
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog=f"python -m tests.benchmarks.{BENCH}",
+        description=(__doc__ or "").split("\n", maxsplit=1)[0],
+    )
+    parser.add_argument("--messages", "-n", type=int, default=2000, help="N per drain")
+    parser.add_argument("--repetitions", "-r", type=int, default=5, help="drains per variant")
+    parser.add_argument("--waits-ms", default="50,200", help="comma-separated handler waits")
+    parser.add_argument("--drain-timeout-s", type=float, default=120.0, help="per-drain deadline")
+    parser.add_argument("--quick", action="store_true", help="smoke run: 300 messages, 1 rep")
+    parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.messages, args.repetitions = 300, 1
+    return args
+
+
+def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
+    cells = [Cell("awaited", int(wait_ms)) for wait_ms in args.waits_ms.split(",")]
+    results = run_header(BENCH, argv)
+    started = time.monotonic()
+    drains: list[Drain] = []
+    for repetition in range(args.repetitions):
+        for cell in cells:
+            for variant in rotated(VARIANTS, repetition):
+                drain = measure(variant, cell, repetition, args.messages, args.drain_timeout_s)
+                drains.append(drain)
+                print(
+                    f"rep {repetition} {cell.wait_ms} ms {variant}: {drain.rate_per_s:.0f} msg/s "
+                    f"({drain.seconds:.2f} s, client CPU {drain.client_cpu_s:.2f} s)",
+                    flush=True,
+                )
+    return {
+        **results,
+        "messages": args.messages,
+        "repetitions": args.repetitions,
+        "duration_s": round(time.monotonic() - started, 1),
+        "cells": summarize(drains, cells),
+        "drains": [{**asdict(drain), "rate_per_s": round(drain.rate_per_s, 1)} for drain in drains],
+    }
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    args = parse_args(arguments)
+    logging.basicConfig(level=logging.WARNING)
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    results = run(args, arguments)
+    print(render_markdown(results))
+    if args.write:
+        print(f"wrote {write_results(BENCH, results)} in {results['duration_s']} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
