@@ -170,7 +170,7 @@ class MessageProcessor(Generic[T]):
     ) -> list[ItemFailure]:
         """Give every item to every observer; return the items that any observer failed on."""
         set_current_envelope(MessageEnvelope.of(self.queue_name, lease.message))
-        started = self.clock.monotonic()
+        started = self.clock.monotonic() if self.handler_time is not None else 0.0
         try:
             failed: list[ItemFailure] = []
             for position, (text, item) in enumerate(zip(contents.texts, items, strict=True)):

@@ -183,7 +183,8 @@ class CloudQueueListener(Observable[T]):
             policy=self.delivery,
             rng=self.rng,
             payload_store=payload_store,
-            handler_time=self.handler_time,
+            # Only a thread with several slots sizes them from the handlers' time.
+            handler_time=self.handler_time if concurrency > 1 else None,
         )
         self._leases = LeaseKeeper(
             storage,
