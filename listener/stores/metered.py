@@ -11,23 +11,29 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Callable
+from typing import TypeVar
 
+from listener.stores.forwarding import ForwardingStorage
 from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueMessage, QueueStorage
+from listener.stores.storage import QueueStorage
+
+R = TypeVar("R")
 
 
-class MeteredStorage:
+class MeteredStorage(ForwardingStorage):
     """A QueueStorage that counts the calls it passes on (one call = one billed transaction)."""
 
     def __init__(self, inner: QueueStorage) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._counts: Counter[tuple[str, str]] = Counter()
         self._last_depths: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def _tick(self, operation: str, queue_name: str = "") -> None:
+    def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
         with self._lock:
             self._counts[queue_name, operation] += 1
+        return call()
 
     @property
     def transactions(self) -> int:
@@ -53,49 +59,8 @@ class MeteredStorage:
         with self._lock:
             return dict(self._counts)
 
-    def create_queue(self, queue_name: str) -> None:
-        self._tick("create_queue", queue_name)
-        self.inner.create_queue(queue_name)
-
-    def get_messages(
-        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
-    ) -> list[QueueMessage]:
-        self._tick("get_messages", queue_name)
-        return self.inner.get_messages(
-            queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
-        )
-
-    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
-        self._tick("delete_message", queue_name)
-        return self.inner.delete_message(queue_name, message_id, pop_receipt)
-
-    def put_message(
-        self,
-        queue_name: str,
-        content: str,
-        *,
-        time_to_live_s: int | None = None,
-        visibility_delay_s: int = 0,
-    ) -> QueueMessage:
-        self._tick("put_message", queue_name)
-        return self.inner.put_message(
-            queue_name,
-            content,
-            time_to_live_s=time_to_live_s,
-            visibility_delay_s=visibility_delay_s,
-        )
-
-    def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
-    ) -> str:
-        self._tick("update_visibility", queue_name)
-        return self.inner.update_visibility(
-            queue_name, message_id, pop_receipt, visibility_timeout_s
-        )
-
     def approximate_message_count(self, queue_name: str) -> int:
-        self._tick("approximate_message_count", queue_name)
-        depth = self.inner.approximate_message_count(queue_name)
+        depth = super().approximate_message_count(queue_name)
         with self._lock:
             self._last_depths[queue_name] = depth
         return depth
@@ -104,25 +69,6 @@ class MeteredStorage:
         """The depth the last count returned (None before any): shown without a new transaction."""
         with self._lock:
             return self._last_depths.get(queue_name)
-
-    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
-        self._tick("peek_messages", queue_name)
-        return self.inner.peek_messages(queue_name, max_messages=max_messages)
-
-    def list_queues(self, prefix: str = "") -> list[str]:
-        self._tick("list_queues")
-        return self.inner.list_queues(prefix)
-
-    def clear_queue(self, queue_name: str) -> None:
-        self._tick("clear_queue", queue_name)
-        self.inner.clear_queue(queue_name)
-
-    def delete_queue(self, queue_name: str) -> None:
-        self._tick("delete_queue", queue_name)
-        self.inner.delete_queue(queue_name)
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"MeteredStorage({self.inner!r}, transactions={self.transactions})"

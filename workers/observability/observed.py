@@ -14,14 +14,15 @@ from typing import Any, TypeVar
 from listener.messages.envelope import current_envelope
 from listener.pool_control import ListenerLoad, PoolControl, ScalingHooks
 from listener.scaling.scaler import ScalingPolicy, targets
-from listener.stores.storage import QueueMessage, QueueStorage
+from listener.stores.forwarding import ForwardingStorage
+from listener.stores.storage import QueueStorage
 from workers.observability.health import Heartbeats, Reachability
 from workers.observability.metrics import WorkerMetrics
 
 R = TypeVar("R")
 
 
-class ObservedStorage:
+class ObservedStorage(ForwardingStorage):
     """A QueueStorage that beats as each call ends and tracks whether storage answers.
 
     It counts nothing: the host's ``MeteredStorage`` already counts every call by queue and
@@ -31,11 +32,11 @@ class ObservedStorage:
     def __init__(
         self, inner: QueueStorage, heartbeats: Heartbeats, reachability: Reachability
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._beat = heartbeats.beat
         self._reachability = reachability
 
-    def _call(self, queue: str, operation: str, call: Callable[[], R]) -> R:
+    def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
         # One beat as each call ends: a thread is silent from there until its next call ends,
         # which is one handler call (it beats as it starts) or one storage call.
         try:
@@ -47,83 +48,6 @@ class ObservedStorage:
             self._beat()
         self._reachability.succeeded()
         return result
-
-    def create_queue(self, queue_name: str) -> None:
-        self._call(queue_name, "create_queue", lambda: self.inner.create_queue(queue_name))
-
-    def get_messages(
-        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
-    ) -> list[QueueMessage]:
-        return self._call(
-            queue_name,
-            "get_messages",
-            lambda: self.inner.get_messages(
-                queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
-            ),
-        )
-
-    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
-        return self._call(
-            queue_name,
-            "delete_message",
-            lambda: self.inner.delete_message(queue_name, message_id, pop_receipt),
-        )
-
-    def put_message(
-        self,
-        queue_name: str,
-        content: str,
-        *,
-        time_to_live_s: int | None = None,
-        visibility_delay_s: int = 0,
-    ) -> QueueMessage:
-        return self._call(
-            queue_name,
-            "put_message",
-            lambda: self.inner.put_message(
-                queue_name,
-                content,
-                time_to_live_s=time_to_live_s,
-                visibility_delay_s=visibility_delay_s,
-            ),
-        )
-
-    def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
-    ) -> str:
-        return self._call(
-            queue_name,
-            "update_visibility",
-            lambda: self.inner.update_visibility(
-                queue_name, message_id, pop_receipt, visibility_timeout_s
-            ),
-        )
-
-    def approximate_message_count(self, queue_name: str) -> int:
-        return self._call(
-            queue_name,
-            "approximate_message_count",
-            lambda: self.inner.approximate_message_count(queue_name),
-        )
-
-    def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
-        return self._call(
-            queue_name,
-            "peek_messages",
-            lambda: self.inner.peek_messages(queue_name, max_messages=max_messages),
-        )
-
-    def list_queues(self, prefix: str = "") -> list[str]:
-        return self._call("", "list_queues", lambda: self.inner.list_queues(prefix))
-
-    def clear_queue(self, queue_name: str) -> None:
-        self._call(queue_name, "clear_queue", lambda: self.inner.clear_queue(queue_name))
-
-    def delete_queue(self, queue_name: str) -> None:
-        self._call(queue_name, "delete_queue", lambda: self.inner.delete_queue(queue_name))
-
-    def close(self) -> None:
-        self.inner.close()
 
     def __repr__(self) -> str:
         return f"ObservedStorage({self.inner!r}, outage={self._reachability.outage})"
