@@ -5,11 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,25 +13,9 @@ import pytest
 
 from tests.support.cli import ok
 from tests.support.polling import eventually
+from tests.support.runs import Run, Runs, run_environment
 
-WORKER = "tests.support.workers:RecordingWorker"
 SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_signal"}
-
-
-@dataclass
-class Run:
-    """A running `cloudqueue run` whose JSON log lines go to a file."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        parsed = [json.loads(line) for line in lines if line.startswith("{")]
-        return [e for e in parsed if name is None or e.get("event") == name]
-
-    def handled(self) -> set[int]:
-        return {int(e["n"]) for e in self.events("handled")}
 
 
 @pytest.fixture(params=["sqlite", "azure"])
@@ -45,40 +25,19 @@ def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
         connection_string = f"sqlite:///{tmp_path / 'queues.db'}"
     else:
         connection_string = request.getfixturevalue("azurite_connection_string")
-    return {
-        **os.environ,
-        "CLOUDQUEUE_CONNECTION_STRING": connection_string,
-        "CLOUDQUEUE_LOGGING__FORMAT": "json",
-        "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
-        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
-        "TEST_QUEUE": f"work-{uuid.uuid4().hex[:12]}",
-    }
+    return run_environment(connection_string, tmp_path)
 
 
 @pytest.fixture
 def start(env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
     """Starts `cloudqueue run ...` processes that are always ended at teardown."""
-    runs: list[Run] = []
+    runs = Runs(tmp_path)
 
     def launch(*args: str, delay_s: float = 0.0) -> Run:
-        log_path = tmp_path / f"run{len(runs)}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "workers", "run", WORKER, *args],
-                env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        run = Run(process, log_path)
-        runs.append(run)
-        return run
+        return runs.start(env, *args, delay_s=delay_s)
 
     yield launch
-    for run in runs:
-        if run.process.poll() is None:
-            os.killpg(run.process.pid, signal.SIGKILL)
-        run.process.wait(10)
+    runs.kill_all()
 
 
 def enqueue(env: dict[str, str], count: int) -> None:

@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
-import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,74 +15,38 @@ import pytest
 from listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory, AzuriteProcess, free_port
 from tests.support.polling import eventually
+from tests.support.runs import Run, Runs, run_environment
 from tests.support.scrape import get, port_answers, scrape, value
-
-WORKER = "tests.support.workers:RecordingWorker"
 
 
 @dataclass
-class Run:
-    """A running `cloudqueue run --metrics-port` whose JSON log lines go to a file."""
+class MetricsRun:
+    """A running `cloudqueue run --metrics-port PORT`: its process, log and endpoint's port."""
 
-    process: subprocess.Popen[bytes]
+    run: Run
     port: int
-    log_path: Path
+
+    @property
+    def process(self) -> subprocess.Popen[bytes]:
+        return self.run.process
 
     def events(self, name: str) -> list[dict[str, Any]]:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        return [
-            e
-            for e in map(json.loads, filter(lambda x: x.startswith("{"), lines))
-            if e.get("event") == name
-        ]
-
-
-def environment(connection_string: str, tmp_path: Path) -> dict[str, str]:
-    return {
-        **os.environ,
-        "CLOUDQUEUE_CONNECTION_STRING": connection_string,
-        "CLOUDQUEUE_LOGGING__FORMAT": "json",
-        "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
-        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
-        "TEST_QUEUE": f"work-{uuid.uuid4().hex[:12]}",
-    }
+        return self.run.events(name)
 
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Any]:
     """Starts `cloudqueue run WORKER --metrics-port PORT ...`, always ended at teardown."""
-    runs: list[Run] = []
+    runs = Runs(tmp_path)
 
-    def launch(env: dict[str, str], *args: str, delay_s: float = 0.0) -> Run:
+    def launch(env: dict[str, str], *args: str, delay_s: float = 0.0) -> MetricsRun:
         port = free_port()
-        log_path = tmp_path / f"run{len(runs)}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    "workers",
-                    "run",
-                    WORKER,
-                    "--metrics-port",
-                    str(port),
-                    *args,
-                ],
-                env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        run = Run(process, port, log_path)
-        runs.append(run)
+        run = runs.start(env, "--metrics-port", str(port), *args, delay_s=delay_s)
         eventually(lambda: port_answers(port), timeout_s=20)
-        return run
+        return MetricsRun(run, port)
 
     yield launch
-    for run in runs:
-        if run.process.poll() is None:
-            os.killpg(run.process.pid, signal.SIGKILL)
-        run.process.wait(10)
+    runs.kill_all()
 
 
 def enqueue(env: dict[str, str], texts: list[str]) -> None:
@@ -99,11 +60,11 @@ def enqueue(env: dict[str, str], texts: list[str]) -> None:
         storage.close()
 
 
-def status(run: Run, path: str) -> int:
+def status(run: MetricsRun, path: str) -> int:
     return get(run.port, path)[0]
 
 
-def red(run: Run, path: str, *, timeout_s: float) -> str:
+def red(run: MetricsRun, path: str, *, timeout_s: float) -> str:
     """Wait until the probe answers 503 (at most ``timeout_s``, its stated bound); its body."""
 
     def answer() -> str:
@@ -118,7 +79,7 @@ def test_a_scrape_mid_burst_parses_and_the_counters_add_up_to_the_messages_sent(
     azurite_connection_string: str, tmp_path: Path, start: Any, processes: int
 ) -> None:
     """Scraped while a burst drains, /metrics parses; at the end processed + poisoned = sent."""
-    env = environment(azurite_connection_string, tmp_path)
+    env = run_environment(azurite_connection_string, tmp_path)
     run = start(env, "--processes", str(processes), "--set", "scaling.max_threads=1", delay_s=0.06)
     queue = env["TEST_QUEUE"]
     eventually(lambda: status(run, "/readyz") == 200, timeout_s=20)  # every child has started
@@ -159,7 +120,7 @@ def test_a_wedged_handler_turns_healthz_red_and_sigterm_turns_readyz_red_before_
     azurite_connection_string: str, tmp_path: Path, start: Any
 ) -> None:
     """A handler silent past stall_after_s reds /healthz; SIGTERM reds /readyz while draining."""
-    env = environment(azurite_connection_string, tmp_path)
+    env = run_environment(azurite_connection_string, tmp_path)
     run = start(env, "--set", "observability.stall_after_s=1", delay_s=2.0)
     eventually(lambda: status(run, "/readyz") == 200)
     assert status(run, "/healthz") == 200
@@ -185,7 +146,7 @@ def test_storage_going_away_turns_readyz_red_and_leaves_healthz_green(
 ) -> None:
     """Azurite stopped: /readyz red (storage unreachable), /healthz green; back when it returns."""
     azurite: AzuriteProcess = azurite_factory()
-    env = environment(azurite.connection_string, tmp_path)
+    env = run_environment(azurite.connection_string, tmp_path)
     run = start(
         env, "--set", "observability.stall_after_s=5", "--set", "listener.max_error_delay_s=0.5"
     )

@@ -1,0 +1,72 @@
+"""Real `cloudqueue run` processes for tests: their environment, start, logs and teardown."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+WORKER = "tests.support.workers:RecordingWorker"
+
+
+def run_environment(connection_string: str, tmp_path: Path) -> dict[str, str]:
+    """A worker's environment: JSON logs, quick idle back-off, its own state folder and queue."""
+    return {
+        **os.environ,
+        "CLOUDQUEUE_CONNECTION_STRING": connection_string,
+        "CLOUDQUEUE_LOGGING__FORMAT": "json",
+        "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
+        "TEST_QUEUE": f"work-{uuid.uuid4().hex[:12]}",
+    }
+
+
+@dataclass
+class Run:
+    """A running `cloudqueue run` whose JSON log lines go to a file."""
+
+    process: subprocess.Popen[bytes]
+    log_path: Path
+
+    def events(self, name: str | None = None) -> list[dict[str, Any]]:
+        lines = self.log_path.read_text(errors="replace").splitlines()
+        parsed = [json.loads(line) for line in lines if line.startswith("{")]
+        return [e for e in parsed if name is None or e.get("event") == name]
+
+    def handled(self) -> set[int]:
+        return {int(e["n"]) for e in self.events("handled")}
+
+
+class Runs:
+    """Starts `cloudqueue run WORKER ...` processes in ``folder``; ``kill_all`` ends them."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.started: list[Run] = []
+
+    def start(self, env: dict[str, str], *args: str, delay_s: float = 0.0) -> Run:
+        """A new process of the recording worker, its handler waiting ``delay_s`` per item."""
+        log_path = self.folder / f"run{len(self.started)}.log"
+        with log_path.open("wb") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "workers", "run", WORKER, *args],
+                env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,  # its own group: teardown kills the children too
+            )
+        run = Run(process, log_path)
+        self.started.append(run)
+        return run
+
+    def kill_all(self) -> None:
+        for run in self.started:
+            if run.process.poll() is None:
+                os.killpg(run.process.pid, signal.SIGKILL)
+            run.process.wait(10)
