@@ -9,14 +9,12 @@ rows, so they count every item exactly once.
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from examples.billing_pipeline.model import PricedItem
-
-BUSY_TIMEOUT_S = 30.0
+from examples.shared_sqlite import open_shared
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS runs (
@@ -51,13 +49,8 @@ class BillingLedger:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")  # readers (progress) never block the writer
-        self._db.executescript(_SCHEMA)
+        self._db = open_shared(path, _SCHEMA)  # WAL: readers (progress) never block the writer
 
     def start_run(self, run_id: str, expected_items: int) -> None:
         """Record how many work items make the run complete (before any is published)."""

@@ -9,11 +9,10 @@ what the outside world sees (a cancellation notice, an archive copy) and let tes
 
 from __future__ import annotations
 
-import sqlite3
 import threading
 from pathlib import Path
 
-BUSY_TIMEOUT_S = 30.0
+from examples.shared_sqlite import open_shared
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS subscriptions (
@@ -33,13 +32,8 @@ class AccountsDb:
     """The accounts database; one connection shared by a worker's threads."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.executescript(_SCHEMA)
+        self._db = open_shared(path, _SCHEMA)
 
     def open_account(self, account_id: str, *, subscriptions: int, invoices: int) -> None:
         """Sample data: an account with its profile, active subscriptions and open invoices."""

@@ -7,23 +7,18 @@ import threading
 from pathlib import Path
 
 from examples.resumable.state import ConflictError, JobState, Versioned
-
-BUSY_TIMEOUT_S = 30.0
+from examples.shared_sqlite import open_shared
 
 
 class SqliteStateStore:
     """Job states in one table; safe to share between threads and processes."""
 
     def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
         self._lock = threading.Lock()
-        self._db = sqlite3.connect(
-            path, timeout=BUSY_TIMEOUT_S, check_same_thread=False, isolation_level=None
-        )
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(
+        self._db = open_shared(
+            path,
             "CREATE TABLE IF NOT EXISTS job_state ("
-            " job_id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL)"
+            " job_id TEXT PRIMARY KEY, state TEXT NOT NULL, version INTEGER NOT NULL)",
         )
 
     def load(self, job_id: str) -> Versioned | None:
