@@ -27,7 +27,7 @@ from typing import Any
 
 from tests.benchmarks.bench_drain import QUEUE, message_texts
 from tests.benchmarks.drain_support import BenchmarkError, fill_queue, queue_depth
-from tests.benchmarks.results_file import header_line, run_header, write_results
+from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
 BENCH = "bench_processes"
@@ -187,9 +187,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         summary=summarize(runs),
         runs=[{**asdict(r), "msgs_per_s": r.msgs_per_s} for r in runs],
     )
-    print(render_markdown(results))
-    if args.write:
-        print(f"wrote {write_results(BENCH, results)}", file=sys.stderr)
+    report(BENCH, results, render_markdown, write=args.write)
     return 0
 
 

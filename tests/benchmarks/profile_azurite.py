@@ -29,7 +29,7 @@ from typing import Any
 
 from tests.benchmarks.bench_drain import CLOUDQUEUE, DRAINS, LOOP, QUEUE, Cell, message_texts
 from tests.benchmarks.drain_support import BenchmarkError, Stopwatch, fill_queue
-from tests.benchmarks.results_file import header_line, run_header, write_results
+from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import (
     ACCOUNT_KEY,
     ACCOUNT_NAME,
@@ -189,9 +189,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv_used = ["--consumer", args.consumer, "--threads", str(args.threads)]
     results = run_header(BENCH, [*argv_used, *(["--write"] if args.write else [])])
     results.update(consumer=args.consumer, threads=args.threads, drain=drain, samples=counts)
-    print(render_markdown(results))
-    if args.write:
-        print(f"wrote {write_results(BENCH, results)}", file=sys.stderr)
+    report(BENCH, results, render_markdown, write=args.write)
     return 0
 
 

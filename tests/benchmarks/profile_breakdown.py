@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks.results_file import header_line, run_header, write_results
+from tests.benchmarks.results_file import header_line, report, run_header
 
 BENCH = "profile_breakdown"
 PROFILE_COMMAND = (
@@ -109,9 +109,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     counts = breakdown(args.samples.read_text().splitlines(), CONSUMER_MARKERS[args.consumer])
     results = run_header(BENCH, [str(args.samples), "--consumer", args.consumer])
     results.update(consumer=args.consumer, threads=args.threads, samples=dict(counts))
-    print(render_markdown(results))
-    if args.write:
-        print(f"wrote {write_results(BENCH, results)}", file=sys.stderr)
+    report(BENCH, results, render_markdown, write=args.write)
     return 0
 
 

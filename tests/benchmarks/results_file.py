@@ -15,6 +15,7 @@ import json
 import os
 import platform
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -74,6 +75,15 @@ def write_results(bench: str, results: dict[str, Any]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(results, indent=2) + "\n")
     return path
+
+
+def report(
+    bench: str, results: dict[str, Any], render: Callable[[dict[str, Any]], str], *, write: bool
+) -> None:
+    """Print the README block for ``results``; with ``write`` also save them (said on stderr)."""
+    print(render(results))
+    if write:
+        print(f"wrote {write_results(bench, results)}", file=sys.stderr)
 
 
 def load_results(bench: str) -> dict[str, Any]:
