@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Generic, TypeVar
 
@@ -64,7 +65,6 @@ from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueMessage, QueueStorage
 from listener.subscribers import Subscribers
-from listener.throughput import ThroughputMeter
 
 T = TypeVar("T")
 
@@ -89,7 +89,7 @@ class MessageProcessor(Generic[T]):
         policy: DeliveryPolicy,
         rng: RandomSource,
         payload_store: PayloadStore | None = None,
-        handler_time: ThroughputMeter | None = None,
+        record_handler_time: Callable[[int, float], None] | None = None,
     ) -> None:
         self.storage = storage
         self.queue_name = queue_name
@@ -100,8 +100,8 @@ class MessageProcessor(Generic[T]):
         self.policy = policy
         self.rng = rng
         self.payload_store = payload_store
-        self.handler_time = handler_time
-        """Where the observers' own time per message is recorded (settlement excluded)."""
+        self.record_handler_time = record_handler_time
+        """Told (1 message, seconds) the observers took on each message, settlement excluded."""
         self._first_errors: OrderedDict[str, str] = OrderedDict()
         self._errors_lock = threading.Lock()
 
@@ -170,7 +170,7 @@ class MessageProcessor(Generic[T]):
     ) -> list[ItemFailure]:
         """Give every item to every observer; return the items that any observer failed on."""
         set_current_envelope(MessageEnvelope.of(self.queue_name, lease.message))
-        started = self.clock.monotonic() if self.handler_time is not None else 0.0
+        started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             failed: list[ItemFailure] = []
             for position, (text, item) in enumerate(zip(contents.texts, items, strict=True)):
@@ -179,8 +179,8 @@ class MessageProcessor(Generic[T]):
             return failed
         finally:
             set_current_envelope(None)
-            if self.handler_time is not None:
-                self.handler_time.record(1, self.clock.monotonic() - started)
+            if self.record_handler_time is not None:
+                self.record_handler_time(1, self.clock.monotonic() - started)
 
     def _after_item_failures(
         self, lease: Lease, contents: MessageContents, failed: list[ItemFailure]

@@ -184,7 +184,7 @@ class CloudQueueListener(Observable[T]):
             rng=self.rng,
             payload_store=payload_store,
             # Only a thread with several slots sizes them from the handlers' time.
-            handler_time=self.handler_time if concurrency > 1 else None,
+            record_handler_time=self.handler_time.record if concurrency > 1 else None,
         )
         self._leases = LeaseKeeper(
             storage,
