@@ -12,6 +12,8 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   ├── MessageTooLargeError      the encoded message exceeds the queue's size limit
     │   └── PayloadNotFoundError      a large payload's blob is gone (deleted, or never written)
     ├── DecodeError                   a message's text cannot become an item of the listener's type
+    │   ├── LimitExceededError        it is over a decoding limit (``listener.messages.limits``)
+    │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     └── ConfigurationError            invalid settings or connection string (never retried)
 
@@ -55,6 +57,19 @@ class PayloadNotFoundError(StorageError):
 
 class DecodeError(CloudQueueError):
     """A message's content cannot be decoded into an item of the listener's type."""
+
+
+class LimitExceededError(DecodeError):
+    """A message is over one of the listener's decoding limits: it is poisoned before its items
+    are built. ``setting`` names the setting that raises the limit."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class ForeignPayloadError(DecodeError):
+    """A message refers to a stored payload written for another queue (left alone, never read)."""
 
 
 class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the handler declares

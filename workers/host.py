@@ -216,7 +216,11 @@ def _host(
         storage if observability is None else observability.observe_storage(storage),
         worker.location(options.visibility_timeout_s),
         worker.item_type,
-        codec=reading_codec(worker.item_type, options.encoding),
+        codec=reading_codec(
+            worker.item_type,
+            options.encoding,
+            max_json_depth=settings.decoding.max_json_depth,
+        ),
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
@@ -224,6 +228,7 @@ def _host(
         rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
         create_queues=options.create_queues,
         concurrency=options.concurrency,
+        decoding=settings.decoding.limits(),
     )
     policy = settings.scaling_policy()
     pool = listener.pool_control

@@ -31,6 +31,7 @@ from pydantic_settings import (
 from listener.errors import ConfigurationError
 from listener.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.messages.codec import Encoding
+from listener.messages.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
     ScalingRule,
@@ -55,7 +56,7 @@ from workers.settings_keys import (
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
-WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit")
+WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding")
 _EXAMPLE = '{"scaling": {"max_threads": 4}}'
 OVERRIDE_SOURCE = "--set"
 DOTENV_SOURCE = ".env"
@@ -126,6 +127,40 @@ class PoisonSettings(_Section):
     """When a message is given up on and moved to ``<queue>-poison``."""
 
     max_dequeue_count: int = Field(default=5, ge=1, description="deliveries before poisoning")
+
+
+_DEFAULT_LIMITS = DecodingLimits()
+
+
+class DecodingSettings(_Section):
+    """The most work one message may cost before its items are built (``listener.messages
+    .limits``); a message over a limit is poisoned at once, reason ``over_limit``."""
+
+    max_items_per_message: int = Field(
+        default=_DEFAULT_LIMITS.max_items_per_message,
+        ge=1,
+        description="items in one batch message or stored payload",
+    )
+    max_inflated_bytes_per_message: int = Field(
+        default=_DEFAULT_LIMITS.max_inflated_bytes_per_message,
+        ge=1,
+        description="bytes the gzip data of a message carried inline may inflate to",
+    )
+    max_blob_payload_bytes: int = Field(
+        default=_DEFAULT_LIMITS.max_blob_payload_bytes,
+        ge=1,
+        description="bytes of a stored (claim-check) payload, as stored and once inflated",
+    )
+    max_json_depth: int = Field(
+        default=_DEFAULT_LIMITS.max_json_depth,
+        ge=1,
+        le=MAX_JSON_DEPTH_CEILING,
+        description="levels of nested JSON objects and arrays in an envelope or a JSON item",
+    )
+
+    def limits(self) -> DecodingLimits:
+        """The listener's limits these settings describe."""
+        return DecodingLimits(**self.model_dump())
 
 
 class BackoffSettings(_Section):
@@ -324,6 +359,7 @@ class CloudQueueSettings(BaseSettings):
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     poison: PoisonSettings = Field(default_factory=PoisonSettings)
+    decoding: DecodingSettings = Field(default_factory=DecodingSettings)
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)

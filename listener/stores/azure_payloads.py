@@ -106,10 +106,12 @@ class AzureBlobPayloadStore:
             self._create_container()
             self._upload(name, data)
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         validate_payload_name(name)
+        # A ranged read: a blob larger than the caller's limit costs one byte past the limit.
+        length = None if max_bytes is None else max_bytes + 1
         with _translated("get", name):
-            return self._container.download_blob(name).readall()
+            return self._container.download_blob(name, offset=0, length=length).readall()
 
     def delete(self, name: str) -> None:
         validate_payload_name(name)

@@ -27,7 +27,8 @@ from typing import Protocol, runtime_checkable
 
 from listener.errors import PayloadNotFoundError, StorageError
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}")
+"""Matched whole (``fullmatch``): ``$`` would also accept a name ending in a newline."""
 
 
 def new_payload_name(queue_name: str) -> str:
@@ -41,9 +42,14 @@ def validate_payload_name(name: str) -> str:
     Names arrive in queue messages, which anyone with queue access can write: a strict form keeps
     a crafted name from reaching outside the store (``../``) or touching other blobs.
     """
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"invalid payload name {name[:80]!r}: expected <queue>/<32 hex digits>")
     return name
+
+
+def payload_queue(name: str) -> str:
+    """The queue a payload was written for: the first part of its (validated) name."""
+    return validate_payload_name(name).partition("/")[0]
 
 
 @runtime_checkable
@@ -53,8 +59,11 @@ class PayloadStore(Protocol):
     def put(self, name: str, data: bytes) -> None:
         """Store ``data`` under ``name``, replacing what was there; visible whole or not at all."""
 
-    def get(self, name: str) -> bytes:
-        """The bytes stored under ``name``; raises PayloadNotFoundError when there are none."""
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes stored under ``name``; raises PayloadNotFoundError when there are none.
+
+        With ``max_bytes``, at most one byte more than that is read (so the caller can tell that
+        the payload is larger without holding all of it)."""
 
     def delete(self, name: str) -> None:
         """Remove the payload; a name with nothing stored under it is not an error."""
@@ -75,12 +84,12 @@ class InMemoryPayloadStore:
         with self._lock:
             self._payloads[name] = bytes(data)
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         with self._lock:
             data = self._payloads.get(name)
         if data is None:
             raise PayloadNotFoundError(f"payload {name!r} not found")
-        return data
+        return data if max_bytes is None else data[: max_bytes + 1]
 
     def delete(self, name: str) -> None:
         with self._lock:
@@ -120,9 +129,10 @@ class FolderPayloadStore:
             temporary.unlink(missing_ok=True)
             raise StorageError(f"storing payload {name!r} failed: {error.strerror}") from None
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         try:
-            return self._path(name).read_bytes()
+            with self._path(name).open("rb") as file:
+                return file.read(-1 if max_bytes is None else max_bytes + 1)
         except FileNotFoundError:
             raise PayloadNotFoundError(f"payload {name!r} not found") from None
         except OSError as error:
@@ -139,7 +149,7 @@ class FolderPayloadStore:
         if not self.root.is_dir():
             return []
         found = (path.relative_to(self.root).as_posix() for path in self.root.glob("*/*"))
-        return sorted(name for name in found if _NAME.match(name))
+        return sorted(name for name in found if _NAME.fullmatch(name))
 
     def close(self) -> None:
         """Nothing to release."""
@@ -156,5 +166,6 @@ __all__ = [
     "InMemoryPayloadStore",
     "PayloadStore",
     "new_payload_name",
+    "payload_queue",
     "validate_payload_name",
 ]
