@@ -107,7 +107,7 @@ class Envelope:
     packed: Packed | None = None
     payload_name: str | None = None
     attempts: int = 0
-    carrier: dict[str, str] = field(default_factory=dict)
+    carrier: dict[str, str] = field(default_factory=dict, compare=False)
     """The trace context text fields it carries, as written (``trace_context`` validates them)."""
 
 

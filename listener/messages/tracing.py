@@ -37,7 +37,14 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from listener.messages.payload import Envelope
-from listener.messages.trace_context import TRACEPARENT, TRACESTATE, carrier_of, with_carrier
+from listener.messages.trace_context import (
+    TRACEPARENT,
+    TRACESTATE,
+    Carrier,
+    carrier_of,
+    read_carrier,
+    with_carrier,
+)
 from listener.redaction import redact
 from listener.stores.storage import QueueMessage
 
@@ -47,6 +54,9 @@ if TYPE_CHECKING:
 SYSTEM = "azure_queue"
 TRACER_NAME = "cloudqueue"
 DEQUEUE_COUNT = "messaging.azure_queue.message.dequeue_count"
+
+UNPARSED = object()
+"""``consumer_span``'s default: the caller has not parsed the message's envelope."""
 
 SentCounter = Callable[[int], None]
 """Told how many messages a publish call put, for the producer span's batch count."""
@@ -88,14 +98,19 @@ def stamp(content: str, *, wrap_plain: bool = False) -> str:
 
 
 def consumer_span(
-    queue_name: str, message: QueueMessage, envelope: Envelope | None
+    queue_name: str, message: QueueMessage, envelope: Envelope | object | None = UNPARSED
 ) -> AbstractContextManager[object]:
-    """The CONSUMER span one message is handled in, continuing the producer's trace; its
-    ``envelope`` (None for a plain item) is parsed already, within the listener's limits."""
+    """The CONSUMER span one message is handled in, continuing the producer's trace. The
+    listener passes the ``envelope`` it parsed (None for a plain item), within its limits;
+    without one, the message is parsed here (never raising)."""
     tracer = _tracer()
     if tracer is None:
         return nullcontext()
-    return _consumer_span(tracer, queue_name, message, envelope)
+    if isinstance(envelope, Envelope) or envelope is None:
+        carrier = carrier_of(message.content, envelope)
+    else:
+        carrier = read_carrier(message.content)
+    return _consumer_span(tracer, queue_name, message, carrier)
 
 
 def record_failure(error: Exception) -> None:
@@ -181,13 +196,12 @@ def _producer_span(tracer: Tracer, queue_name: str) -> Iterator[SentCounter]:
 
 @contextmanager
 def _consumer_span(
-    tracer: Tracer, queue_name: str, message: QueueMessage, envelope: Envelope | None
+    tracer: Tracer, queue_name: str, message: QueueMessage, carrier: Carrier
 ) -> Iterator[object]:
     from opentelemetry import trace
     from opentelemetry.context import Context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    carrier = carrier_of(message.content, envelope)
     producer = TraceContextTextMapPropagator().extract(carrier) if carrier else None
     links = []
     if producer is not None:
