@@ -171,9 +171,9 @@ def test_the_decoding_settings_have_safe_defaults_and_refuse_bad_values() -> Non
     limits = CloudQueueSettings().decoding.limits()
     assert limits == DecodingLimits(10_000, 16 * MIB, 64 * MIB, 64)
     with pytest.raises(ValueError, match="max_json_depth"):
-        CloudQueueSettings(decoding={"max_json_depth": 100_000})
+        CloudQueueSettings.model_validate({"decoding": {"max_json_depth": 100_000}})
     with pytest.raises(ValueError, match="max_items_per_message"):
-        CloudQueueSettings(decoding={"max_items_per_message": 0})
+        CloudQueueSettings.model_validate({"decoding": {"max_items_per_message": 0}})
 
 
 # -- the wire format's own checks (finding 15) -----------------------------------------------
