@@ -11,6 +11,7 @@ import gzip
 import json
 import random
 import tracemalloc
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,11 +20,13 @@ from listener import (
     CloudQueueListener,
     CloudQueueLocation,
     DecodeError,
+    FolderPayloadStore,
     InMemoryPayloadStore,
     InMemoryQueueStorage,
     MessageCodec,
     PoisonRecord,
     Publisher,
+    SqliteQueueStorage,
     poison_queue_name,
 )
 from listener.errors import ForeignPayloadError, LimitExceededError
@@ -39,7 +42,9 @@ from listener.messages.payload import (
     parse_envelope,
 )
 from listener.stores.payload_store import new_payload_name, validate_payload_name
+from listener.stores.storage import QueueStorage
 from listener.testing import VirtualClock
+from tests.support.polling import eventually
 from workers.settings import CloudQueueSettings
 from workers.testing import run_until_drained
 
@@ -280,7 +285,7 @@ def drain(
     return seen
 
 
-def poisoned(storage: InMemoryQueueStorage, queue: str) -> list[PoisonRecord]:
+def poisoned(storage: QueueStorage, queue: str) -> list[PoisonRecord]:
     found = storage.peek_messages(poison_queue_name(queue), max_messages=32)
     return [PoisonRecord.from_json(message.content) for message in found]
 
@@ -293,3 +298,52 @@ def test_packed_bytes_of_a_stored_payload_are_bounded_as_stored() -> None:
     limits = DecodingLimits(max_blob_payload_bytes=1)
     opened = open_message(blob_envelope(name, Packed("text", 1, b"x")), store, limits=limits)
     assert opened.handled
+
+
+def test_on_sqlite_a_foreign_claim_check_is_poisoned_and_its_payload_file_left_alone(
+    tmp_path: Path,
+) -> None:
+    """The embedded store's payload folder: alpha poisons beta's reference (``payload_foreign``)
+    and leaves the file; beta handles its own message once."""
+    storage = SqliteQueueStorage(tmp_path / "queues.db")
+    store = FolderPayloadStore(tmp_path / "payloads")
+    for queue in ("alpha", "beta"):
+        storage.create_queue(queue)
+    big = base64.b64encode(random.Random(6).randbytes(100_000)).decode()
+    Publisher(storage, "beta", str, payload_store=store).publish(big)
+    [rightful] = storage.peek_messages("beta", max_messages=1)
+    storage.put_message("alpha", rightful.content)
+    [name] = store.names()
+    before = store.get(name)
+    try:
+        assert (
+            listen_until(storage, store, "alpha", lambda listener: listener.messages_poisoned) == []
+        )
+        [record] = poisoned(storage, "alpha")
+        assert record.reason == "payload_foreign"
+        assert store.get(name) == before
+        handled = listen_until(storage, store, "beta", lambda listener: listener.messages_processed)
+        assert handled == [big]
+        assert poisoned(storage, "beta") == []
+    finally:
+        storage.close()
+
+
+def listen_until(
+    storage: SqliteQueueStorage,
+    store: FolderPayloadStore,
+    queue: str,
+    done: Any,
+) -> list[Any]:
+    """Run a real listener on ``queue`` until ``done(listener)`` is 1; the items it was given."""
+    listener: CloudQueueListener[str] = CloudQueueListener(
+        storage, CloudQueueLocation(queue), str, payload_store=store, dequeue_interval_s=0.05
+    )
+    seen: list[Any] = []
+    listener.subscribe(seen.append)
+    listener.start_listener(1)
+    try:
+        eventually(lambda: done(listener) == 1, timeout_s=30)
+    finally:
+        assert listener.stop(30)
+    return seen
