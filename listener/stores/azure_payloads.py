@@ -121,7 +121,7 @@ class AzureBlobPayloadStore:
             try:
                 return self._container.download_blob(name, offset=0, length=max_bytes + 1).readall()
             except HttpResponseError as err:
-                if _error_code(err) == "InvalidRange":
+                if err.status_code == 416:  # InvalidRange
                     return b""  # only an empty blob (a tombstone) has no byte 0 to start at
                 raise
 
