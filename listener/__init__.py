@@ -8,6 +8,8 @@ from listener.errors import (
     CloudQueueError,
     ConfigurationError,
     DecodeError,
+    ForeignPayloadError,
+    LimitExceededError,
     MessageNotFoundError,
     MessageTooLargeError,
     PayloadNotFoundError,
@@ -28,6 +30,7 @@ from listener.listener import (
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
 from listener.messages.envelope import MessageEnvelope, current_envelope
+from listener.messages.limits import DecodingLimits
 from listener.messages.poison import PoisonRecord, poison_queue_name
 from listener.messages.publisher import Publisher
 from listener.policies.backoff import randomized_exponential_backoff
@@ -61,13 +64,16 @@ __all__ = [
     "Codec",
     "ConfigurationError",
     "DecodeError",
+    "DecodingLimits",
     "DeliveryPolicy",
     "ElasticScaler",
     "EventSleeper",
     "FolderPayloadStore",
+    "ForeignPayloadError",
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",
+    "LimitExceededError",
     "ListenerLoad",
     "LocalRateLimiter",
     "MessageCodec",
