@@ -25,6 +25,9 @@ from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, run_environment
 
 SEED = 26
+TRACING_ON = {"OTEL_PYTHON_TRACER_PROVIDER": "sdk_tracer_provider"}
+"""The worker starts a consumer span per message (the OpenTelemetry SDK, no exporter), so the
+trace context of every message is read as in production with tracing on."""
 RSS_BOUND_MIB = 400
 """Generous: the point is that four bombs no longer cost gigabytes (3.2 GB before the limits)."""
 
@@ -103,9 +106,9 @@ def test_a_fuzzed_mix_ends_each_message_where_it_belongs_and_ordinary_items_flow
     store: Store, runs: Runs
 ) -> None:
     """Truncated, wrong types, deep, bombs, foreign and missing claim-checks, forged envelopes
-    and trace context, invalid base64 and UTF-8: each is poisoned at its first delivery with its
-    reason, and every ordinary item (and every item behind forged trace context) is handled once;
-    the other queue's payload is left as it was."""
+    and trace context, invalid base64 and UTF-8, with tracing on: each is poisoned at its first
+    delivery with its reason, and every ordinary item (and every item behind forged trace
+    context) is handled once; the other queue's payload is left as it was."""
     foreign, foreign_payload = claim_check_of_another_queue(store)
     before = store.payloads.get(foreign_payload)
     mix = HostileMix(SEED, queue_name=store.queue, foreign_claim_check=foreign)
@@ -116,7 +119,7 @@ def test_a_fuzzed_mix_ends_each_message_where_it_belongs_and_ordinary_items_flow
     expected_poisoned = [case for case in cases if case.reason is not None]
     assert len(expected_poisoned) >= 20
 
-    run = runs.start(store.env)
+    run = runs.start({**store.env, **TRACING_ON})
     eventually(lambda: len(run.events("handled")) >= len(expected_handled), timeout_s=90)
     eventually(lambda: store.poison_depth() == len(expected_poisoned), timeout_s=60)
 
