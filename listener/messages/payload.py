@@ -56,11 +56,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from listener.errors import DecodeError, ForeignPayloadError, LimitExceededError
+from listener.errors import DecodeError, LimitExceededError
 from listener.messages import bounded_json
 from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits, over_limit
-from listener.stores.partition_names import PARTITION_SEPARATOR
-from listener.stores.payload_store import PayloadStore, payload_queue, validate_payload_name
+from listener.stores.payload_store import PayloadStore, check_payload_owner, validate_payload_name
 
 ENVELOPE_KEY = "$cloudqueue"
 VERSION = 1
@@ -276,27 +275,6 @@ def open_envelope(
     return MessageContents(texts, payload_name=name, attempts=envelope.attempts)
 
 
-def check_payload_owner(name: str, queue_name: str) -> None:
-    """Raise ForeignPayloadError unless the payload was written for ``queue_name`` (or for the
-    logical queue that ``queue_name`` is a partition of, or for one of its partitions).
-
-    Queue names compare case-insensitively, as Azure resolves them.
-    """
-    owner, queue = payload_queue(name).lower(), queue_name.lower()
-    if owner == queue or _logical(owner) == queue or owner == _logical(queue):
-        return
-    raise ForeignPayloadError(
-        f"the message refers to stored payload {name!r}, written for queue {owner!r}, but was "
-        f"read from queue {queue_name!r}: left alone for its own queue's message"
-    )
-
-
-def _logical(queue_name: str) -> str | None:
-    """The logical queue a partition's queue belongs to (``orders-p3``: ``orders``), else None."""
-    base, separator, index = queue_name.rpartition(PARTITION_SEPARATOR)
-    return base if separator and index.isdigit() else None
-
-
 def _fetch(store: PayloadStore, name: str, max_bytes: int) -> bytes:
     """The stored payload, read no further than one byte past ``max_bytes``."""
     data = store.get(name, max_bytes=max_bytes)
@@ -412,7 +390,6 @@ __all__ = [
     "MessageContents",
     "Packed",
     "blob_envelope",
-    "check_payload_owner",
     "frame",
     "inline_envelope",
     "is_reserved",

@@ -14,6 +14,9 @@ tombstone tells the second copy that the work is done, so it is dropped rather t
 ``payload_missing`` (see ``listener.messages.payload``). Tombstones, and payloads of messages that
 expired unread, stay behind: give the container a lifecycle rule (or clean the folder) for
 anything older than the queue's time-to-live.
+
+Ownership: a payload belongs to the queue its name starts with (``check_payload_owner``); one
+container serves every queue, so a listener reads only its own queue's payloads.
 """
 
 from __future__ import annotations
@@ -25,7 +28,8 @@ import uuid
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from listener.errors import PayloadNotFoundError, StorageError
+from listener.errors import ForeignPayloadError, PayloadNotFoundError, StorageError
+from listener.stores.partition_names import PARTITION_SEPARATOR
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}")
 """Matched whole (``fullmatch``): ``$`` would also accept a name ending in a newline."""
@@ -50,6 +54,27 @@ def validate_payload_name(name: str) -> str:
 def payload_queue(name: str) -> str:
     """The queue a payload was written for: the first part of its (validated) name."""
     return validate_payload_name(name).partition("/")[0]
+
+
+def check_payload_owner(name: str, queue_name: str) -> None:
+    """Raise ForeignPayloadError unless the payload was written for ``queue_name`` (or for the
+    logical queue that ``queue_name`` is a partition of, or for one of its partitions).
+
+    Queue names compare case-insensitively, as Azure resolves them.
+    """
+    owner, queue = payload_queue(name).lower(), queue_name.lower()
+    if owner == queue or _logical(owner) == queue or owner == _logical(queue):
+        return
+    raise ForeignPayloadError(
+        f"the message refers to stored payload {name!r}, written for queue {owner!r}, but was "
+        f"read from queue {queue_name!r}: left alone for its own queue's message"
+    )
+
+
+def _logical(queue_name: str) -> str | None:
+    """The logical queue a partition's queue belongs to (``orders-p3``: ``orders``), else None."""
+    base, separator, index = queue_name.rpartition(PARTITION_SEPARATOR)
+    return base if separator and index.isdigit() else None
 
 
 @runtime_checkable
@@ -165,6 +190,7 @@ __all__ = [
     "FolderPayloadStore",
     "InMemoryPayloadStore",
     "PayloadStore",
+    "check_payload_owner",
     "new_payload_name",
     "payload_queue",
     "validate_payload_name",
