@@ -9,6 +9,9 @@
 * A change (requeue) is a POST only, with a JSON body, and refused when its Origin is another
   site: a form on another site cannot send JSON without the browser asking first, and the
   dashboard grants no cross-site requests.
+* No page may frame the dashboard (``X-Frame-Options: DENY`` and ``frame-ancestors 'none'`` on
+  every response, see ``app.SECURITY_HEADERS``): a page on another port of this machine is
+  another origin, and could otherwise lay the dashboard under a decoy and steal a click.
 """
 
 from __future__ import annotations
