@@ -17,24 +17,14 @@
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from workers.host_names import host_name, is_loopback
+
 TOKEN_COOKIE = "cloudqueue_dashboard"  # noqa: S105 (the name of the cookie, not a token)
 TOKEN_QUERY = "token"  # noqa: S105 (the name of the query parameter)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def new_token() -> str:
@@ -68,9 +58,7 @@ class Access:
         """On loopback, only requests addressed to a loopback name (no DNS rebinding)."""
         if not self.loopback_only:
             return True
-        if not host_header:
-            return False
-        return is_loopback(urlsplit(f"//{host_header}").hostname or "")
+        return is_loopback(host_name(host_header))
 
     def token_accepted(self, presented: str | None) -> bool:
         if self.token is None:
