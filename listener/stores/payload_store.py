@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from listener.errors import PayloadNotFoundError, StorageError
+from listener.stores.file_modes import PRIVATE_FILE, private_folder
 
 _NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}$")
 
@@ -110,8 +111,10 @@ class FolderPayloadStore:
         # crash leaves either the old state or the new one.
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with temporary.open("wb") as file:
+            private_folder(path.parent)  # payloads/ and payloads/<queue>/ are cloudqueue's own
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+            with os.fdopen(descriptor, "wb") as file:
+                os.fchmod(file.fileno(), PRIVATE_FILE)  # 0600 whatever the umask
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())  # durable before the message that refers to it is put
