@@ -60,16 +60,22 @@ def test_a_looser_existing_state_folder_and_database_are_tightened_with_a_warnin
 ) -> None:
     """What an older version left (0755 folder, 0644 files) is made private, and said so."""
     state = tmp_path / ".cloudqueue"
-    state.mkdir(mode=0o755)
-    state.chmod(0o755)
+    (state / "payloads").mkdir(mode=0o755, parents=True)
+    for folder in (state, state / "payloads"):
+        folder.chmod(0o755)
     with closing(sqlite3.connect(state / "queues.db")) as db:
         db.execute("CREATE TABLE t (x)")
     (state / "queues.db").chmod(0o644)
     with capture_logs() as logs:
         use_store(state)
-    assert (mode(state), mode(state / "queues.db")) == (0o700, 0o600)
+    assert [mode(state), mode(state / "payloads")] == [0o700, 0o700]
+    assert mode(state / "queues.db") == 0o600
     tightened = {(log["path"], log["mode_was"]) for log in logs if log["event"] == "made_private"}
-    assert tightened == {(str(state), "0o755"), (str(state / "queues.db"), "0o644")}
+    assert tightened == {
+        (str(state), "0o755"),
+        (str(state / "payloads"), "0o755"),
+        (str(state / "queues.db"), "0o644"),
+    }
 
 
 def test_a_folder_the_user_chose_keeps_its_mode_but_the_files_in_it_are_private(

@@ -111,7 +111,8 @@ class FolderPayloadStore:
         # crash leaves either the old state or the new one.
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            private_folder(path.parent)  # payloads/ and payloads/<queue>/ are cloudqueue's own
+            private_folder(self.root)  # payloads/ and payloads/<queue>/ are cloudqueue's own
+            private_folder(path.parent)
             descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
             with os.fdopen(descriptor, "wb") as file:
                 os.fchmod(file.fileno(), PRIVATE_FILE)  # 0600 whatever the umask
