@@ -143,6 +143,45 @@ def test_on_loopback_a_request_for_another_host_name_is_refused(open_client: Tes
     assert open_client.get("/api/state", headers=LOCAL).status_code == 200
 
 
+FRAMING_HEADERS = {
+    "x-frame-options": "DENY",
+    "content-security-policy": "frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        ("GET", "/", LOCAL),
+        ("GET", "/api/state", LOCAL),
+        ("GET", "/static/dashboard.js", LOCAL),
+        ("POST", REQUEUE, JSON_POST),
+        ("GET", "/api/state", {"host": "evil.example:8787"}),
+        ("POST", REQUEUE, {**JSON_POST, "origin": "http://localhost:9999"}),
+        ("GET", "/no-such-page", LOCAL),
+    ],
+)
+def test_no_response_may_be_framed_by_another_page(
+    open_client: TestClient, method: str, path: str, headers: dict[str, str]
+) -> None:
+    """Clickjacking: every answer, refusals included, forbids framing, sniffing and referrers."""
+    response = open_client.request(method, path, json={"limit": 1}, headers=headers)
+    for name, value in FRAMING_HEADERS.items():
+        assert response.headers.get(name) == value, (name, response.status_code)
+
+
+def test_off_loopback_refusals_and_sign_in_forbid_framing_too(guarded_client: TestClient) -> None:
+    """The 401 and the sign-in redirect carry the same headers as the page."""
+    for response in (
+        guarded_client.get("/"),
+        guarded_client.get(f"/?token={TOKEN}", follow_redirects=False),
+    ):
+        assert response.headers.get("x-frame-options") == "DENY"
+        assert response.headers.get("content-security-policy") == "frame-ancestors 'none'"
+
+
 def test_requeue_is_a_json_post_only(open_client: TestClient, storage: SqliteQueueStorage) -> None:
     """GET is not allowed, a form post is refused, a post from another site is refused."""
     assert open_client.get(REQUEUE, headers=LOCAL).status_code == 405

@@ -92,7 +92,7 @@ def test_the_shipped_default_file_restates_the_defaults(tmp_path: Path) -> None:
     [
         ("scaling", {"min_threads": 5, "max_threads": 2}),
         ("scaling", {"rule": "fastest"}),
-        ("scaling", {"rule": "tests.nowhere:rule"}),
+        ("scaling", {"rule": "tests nowhere:rule"}),
         ("backoff", {"max_idle_s": -1}),
         ("listener", {"dequeue_batch_size": 33}),
         ("listener", {"dequeue_batch_size": 0}),
@@ -104,6 +104,14 @@ def test_invalid_values_are_refused_naming_the_field(
     """Invalid settings fail at load time with the offending section in the error."""
     with pytest.raises(ValidationError, match=section):
         load_settings(**{section: values})  # type: ignore[arg-type]
+
+
+def test_a_custom_rule_is_imported_when_built_not_when_loaded() -> None:
+    """Loading checks the rule's form only; building it (`cloudqueue run`) imports it, and a
+    missing module is then an error naming the field."""
+    settings = load_settings(scaling={"rule": "tests.nowhere:rule"})
+    with pytest.raises(ConfigurationError, match=r"scaling\.rule: cannot import custom rule"):
+        settings.scaling.build_rule()
 
 
 @pytest.mark.parametrize("field", ["retry_delay_s", "max_retry_delay_s", "visibility_timeout_s"])

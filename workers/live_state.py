@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from listener.listener import CloudQueueListener
+from listener.stores.file_modes import private_folder
 from workers.cost_meter import UNKNOWN, CostMeter, QueueCost
 
 PUBLISH_INTERVAL_S = 2.0
@@ -181,7 +182,7 @@ class LiveStatePublisher:
             self._failing = False
 
     def _write(self, text: str) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_folder(self.directory, ours=False)  # 0700 when created; mkstemp's files are 0600
         descriptor, temporary = tempfile.mkstemp(
             dir=self.directory, prefix=f".{self.path.name}.", suffix=".tmp"
         )

@@ -3,8 +3,10 @@
 Sources, highest priority first: values passed in code (the CLI's flags), environment variables
 ``CLOUDQUEUE_*`` (nested with ``__``: ``CLOUDQUEUE_SCALING__MAX_THREADS=8``), a ``.env`` file, a
 TOML file (``--config``/``CLOUDQUEUE_CONFIG``, else ``config/cloudqueue.toml`` when present),
-then the defaults. The storage is chosen by ``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage
-connection string, ``sqlite:///path``, ``memory://``, or unset for ``.cloudqueue/queues.db``.
+then the defaults. Files found in the working folder rather than named are refused when another
+account could have written them (``workers.settings_files``). The storage is chosen by
+``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage connection string, ``sqlite:///path``,
+``memory://``, or unset for ``.cloudqueue/queues.db``.
 
 Each source's keys are checked before they are merged (``workers.settings_keys``): a misspelt
 name is an error naming the source and the closest valid key, never a silent default.
@@ -29,6 +31,7 @@ from pydantic_settings import (
 )
 
 from listener.errors import ConfigurationError
+from listener.imports import check_object_path
 from listener.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.messages.codec import Encoding
 from listener.messages.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
@@ -45,6 +48,7 @@ from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
 from listener.stores.connection import describe_storage
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from workers.settings_files import check_found_dotenv, found_file
 from workers.settings_keys import (
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
@@ -203,8 +207,8 @@ class ScalingSettings(_Section):
                 "or 'package.module:callable'"
             )
         if ":" in rule:
-            try:
-                import_rule(rule)
+            try:  # the form only: the module is imported by `cloudqueue run` (build_rule)
+                check_object_path(rule, what="custom rule")
             except ConfigurationError as error:
                 raise ValueError(str(error)) from error
         return rule
@@ -224,7 +228,10 @@ class ScalingSettings(_Section):
             return proportional(self.messages_per_thread)
         if self.rule == "drain_time":
             return drain_time(self.target_drain_s, assumed_rate_per_s=self.assumed_rate_per_s)
-        return import_rule(self.rule)
+        try:
+            return import_rule(self.rule)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"invalid setting scaling.rule: {error}") from None
 
 
 class TriggerSettings(_Section):
@@ -486,13 +493,14 @@ class CloudQueueSettings(BaseSettings):
 
 
 def config_file_path(explicit: Path | None = None) -> Path | None:
-    """The TOML file to read: explicit, else $CLOUDQUEUE_CONFIG, else the default if present."""
+    """The TOML file to read: explicit, else $CLOUDQUEUE_CONFIG, else the default if present and
+    no other account could have written it (``settings_files``: ConfigurationError otherwise)."""
     if explicit is not None:
         return explicit
     from_env = os.environ.get("CLOUDQUEUE_CONFIG")
     if from_env:
         return Path(from_env)
-    return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+    return found_file(DEFAULT_CONFIG_FILE) if DEFAULT_CONFIG_FILE.is_file() else None
 
 
 def _toml_source(settings_cls: type[BaseSettings], path: Path | None) -> PydanticBaseSettingsSource:
@@ -525,6 +533,7 @@ def _upper(names: list[str]) -> set[str]:
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:
     """Read settings from every source; ``overrides`` (e.g. CLI flags) win over all of them."""
     path = config_file_path(config_file)
+    check_found_dotenv()
     if path is not None and not path.is_file():
         raise ConfigurationError(f"config file {str(path)!r} does not exist")
     token = _config_file.set(path)

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from listener.errors import ForeignPayloadError, PayloadNotFoundError, StorageError
+from listener.stores.file_modes import PRIVATE_FILE, private_folder
 from listener.stores.partition_names import PARTITION_SEPARATOR
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}")
@@ -144,8 +145,11 @@ class FolderPayloadStore:
         # crash leaves either the old state or the new one.
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with temporary.open("wb") as file:
+            private_folder(self.root)  # payloads/ and payloads/<queue>/ are cloudqueue's own
+            private_folder(path.parent)
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+            with os.fdopen(descriptor, "wb") as file:
+                os.fchmod(file.fileno(), PRIVATE_FILE)  # 0600 whatever the umask
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())  # durable before the message that refers to it is put

@@ -5,7 +5,8 @@ Several processes and threads on one machine may share the file. The database ru
 transaction (it takes the write lock up front, so two gets can never both read a message as
 visible and both take it), and within a process one connection is shared under a lock. Times are
 stored as float epoch seconds from the injected clock. Open one instance per process: a SQLite
-connection must not cross a ``fork``.
+connection must not cross a ``fork``. The file and its folder are private to their owner
+(``file_modes``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,12 @@ from listener.stores._embedded import (
     new_pop_receipt,
     peeked,
     queue_not_found,
+)
+from listener.stores.file_modes import (
+    STATE_FOLDER_NAME,
+    private_file,
+    private_folder,
+    tighten_if_present,
 )
 from listener.stores.storage import QueueMessage, validate_queue_name
 
@@ -68,7 +75,7 @@ class SqliteQueueStorage:
         self, path: str | Path, *, clock: Clock = SYSTEM_CLOCK, busy_timeout_s: float = 5.0
     ) -> None:
         self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_private_files(self._path)
         self._clock = clock
         self._lock = threading.Lock()
         with _translate_errors():
@@ -259,6 +266,18 @@ def _translate_errors() -> Iterator[None]:
         if code in (sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED):
             raise TransientStorageError("queue database is locked; retry later") from error
         raise StorageError(f"queue database error: {error}") from error
+
+
+def _prepare_private_files(path: Path) -> None:
+    """The folder (0700 when created; the state folder tightened) and the database file (0600)
+    before SQLite opens it: SQLite gives the -wal and -shm files the database file's mode."""
+    try:
+        private_folder(path.parent, ours=path.parent.name == STATE_FOLDER_NAME)
+        private_file(path)
+        for suffix in ("-wal", "-shm"):
+            tighten_if_present(path.with_name(path.name + suffix))
+    except OSError as error:
+        raise StorageError(f"cannot prepare the queue database {path}: {error.strerror}") from None
 
 
 def _require_queue(db: sqlite3.Connection, queue_name: str) -> None:

@@ -84,7 +84,9 @@ def run(
     settings = current_settings(parse_overrides(assignments))
     worker_types = [load_worker(target) for target in targets]
     for target, worker_type in zip(targets, worker_types, strict=True):
-        worker_settings(settings, target, worker_type)  # fail here, not in every child
+        # Fail here, not in every child; a custom rule is imported here, the only command that
+        # runs code the settings name (docs/security-surfaces.md).
+        worker_settings(settings, target, worker_type).scaling.build_rule()
     if processes > 1:
         sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
     try:

@@ -28,6 +28,7 @@ from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.interrupts import ended_by_ctrl_c
 from workers.cli.queue_facts import QueueFacts, describe_facts, queue_facts
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
@@ -112,6 +113,21 @@ def status(
       cloudqueue status invoices --watch --interval 5
     """
     _refuse_watch_options_without_watch(watch, count)
+    if not watch:
+        _status(queue, partitions, as_json=as_json)
+        return
+    with ended_by_ctrl_c():
+        _status(queue, partitions, as_json=as_json, watch=(interval_s, count))
+
+
+def _status(
+    queue: str,
+    partitions: int | None,
+    *,
+    as_json: bool,
+    watch: tuple[float, int | None] | None = None,
+) -> None:
+    """One report, or with ``watch`` (interval, count) the live view."""
     settings = current_settings()
     checked_queue(queue)
     with (
@@ -123,9 +139,10 @@ def status(
         def look(previous: Snapshot | None) -> Snapshot:
             return take_snapshot(storage, queue, settings.state_dir, where, previous)
 
-        if not watch:
+        if watch is None:
             _show(look(None), as_json=as_json, rates=False)
             return
+        interval_s, count = watch
         _watch(look, as_json=as_json, interval_s=interval_s, count=count)
 
 
@@ -144,25 +161,22 @@ def _watch(
     interval_s: float,
     count: int | None,
 ) -> None:
-    """Refresh ``count`` times (forever by default); Ctrl-C ends it quietly with exit code 0."""
+    """Refresh ``count`` times (forever by default); Ctrl-C is ``ended_by_ctrl_c``'s to handle."""
     clear = not as_json and sys.stdout.isatty()
     previous: Snapshot | None = None
     shown = 0
-    try:
-        while True:
-            current = look(previous)
-            if clear:
-                click.clear()
-            elif shown and not as_json:
-                click.echo()
-            _show(current, as_json=as_json, rates=True)
-            shown += 1
-            if count is not None and shown >= count:
-                return
-            previous = current
-            wait_s(interval_s)
-    except KeyboardInterrupt:
-        click.echo(err=True)  # end the ^C line; no traceback, no "Aborted!"
+    while True:
+        current = look(previous)
+        if clear:
+            click.clear()
+        elif shown and not as_json:
+            click.echo()
+        _show(current, as_json=as_json, rates=True)
+        shown += 1
+        if count is not None and shown >= count:
+            return
+        previous = current
+        wait_s(interval_s)
 
 
 def take_snapshot(

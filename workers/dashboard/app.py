@@ -103,14 +103,33 @@ def _refused(status: int, reason: str) -> Response:
     return JSONResponse({"error": reason}, status_code=status)
 
 
+# On every answer, refusals included: no other page may frame the dashboard (a page on another
+# localhost port framed it and got a click-through "requeue"), browsers must not guess content
+# types, and no address (which may carry ?token=) leaks to another site as a referrer.
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
 class _Guard(BaseHTTPMiddleware):
-    """Applies ``Access`` to every request before any route sees it."""
+    """Applies ``Access`` to every request before any route sees it, and ``SECURITY_HEADERS`` to
+    every response."""
 
     def __init__(self, app: ASGIApp, access: Access) -> None:
         super().__init__(app)
         self.access = access
 
     async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await self._checked(request, call_next)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    async def _checked(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         host = request.headers.get("host")
@@ -147,4 +166,4 @@ class _Guard(BaseHTTPMiddleware):
         return None
 
 
-__all__ = ["STATIC_DIR", "create_app"]
+__all__ = ["SECURITY_HEADERS", "STATIC_DIR", "create_app"]
