@@ -33,6 +33,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from listener.imports import extra_installed
 from listener.messages.trace_context import TRACEPARENT, TRACESTATE, read_carrier, with_carrier
 from listener.redaction import redact
 from listener.stores.storage import QueueMessage
@@ -52,11 +53,7 @@ SentCounter = Callable[[int], None]
 @functools.cache
 def enabled() -> bool:
     """True when opentelemetry-api can be imported (checked once)."""
-    try:
-        import opentelemetry.trace  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return extra_installed("opentelemetry.trace")
 
 
 def _not_counted(_messages: int) -> None:
