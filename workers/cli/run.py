@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from typing import Any
 
 import click
 import pydantic
+import structlog
 from rich.console import Console
 
 from listener.errors import StorageError
@@ -26,6 +28,8 @@ from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
 from workers.worker import QueueWorker, load_worker
+
+log = structlog.get_logger(__name__)
 
 
 @click.command()
@@ -83,10 +87,14 @@ def run(
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))
     worker_types = [load_worker(target) for target in targets]
-    for target, worker_type in zip(targets, worker_types, strict=True):
-        worker_settings(settings, target, worker_type)  # fail here, not in every child
+    # Checked here, not in every child.
+    effective = [
+        worker_settings(settings, *pair) for pair in zip(targets, worker_types, strict=True)
+    ]
     if processes > 1:
         sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
+    for target, worker_type, own in zip(targets, worker_types, effective, strict=True):
+        announce_concurrency(target, worker_type, own)
     try:
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
@@ -131,6 +139,26 @@ def worker_settings(
         return settings.for_worker(worker_type.settings, source=source)
     except pydantic.ValidationError as error:
         raise BadInput(one_line(error, source)) from None
+
+
+def announce_concurrency(
+    target: str, worker_type: type[QueueWorker[Any]], settings: CloudQueueSettings
+) -> None:
+    """Say once that a plain ``def handle`` runs on several threads at once, and what sets it."""
+    if inspect.iscoroutinefunction(worker_type.handle):
+        return  # coroutines on one event loop: no two run Python code at the same moment
+    per_thread = settings.listener.concurrency
+    at_most = per_thread * settings.scaling.max_threads
+    if at_most > 1:
+        log.info(
+            "sync_handler_concurrency",
+            worker=target,
+            at_most=at_most,
+            per_dequeue_thread=per_thread,
+            max_threads=settings.scaling.max_threads,
+            hint=f"handle runs up to {at_most} at once on threads: keep it thread-safe; "
+            "listener.concurrency (per dequeue thread) and scaling.max_threads set how many",
+        )
 
 
 def _child_command(targets: tuple[str, ...], assignments: tuple[str, ...]) -> list[str]:
