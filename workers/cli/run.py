@@ -25,6 +25,7 @@ from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
+from workers.reload import run_reloading, watched_folders
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
 from workers.worker import QueueWorker, load_worker
@@ -62,12 +63,20 @@ log = structlog.get_logger(__name__)
     show_default=True,
     help="On a terminal, a live status line per queue: depth, threads, processed.",
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="For development only: restart the workers when a .py file in their package changes "
+    "(in-flight messages drain first). Needs cloudqueue[reload].",
+)
 def run(
+    *,
     targets: tuple[str, ...],
     processes: int,
     metrics_port: int | None,
     assignments: tuple[str, ...],
     progress: bool,
+    reload: bool,
 ) -> None:
     """Run workers until SIGTERM/SIGINT, then drain in-flight items and exit.
 
@@ -80,6 +89,7 @@ def run(
       cloudqueue run app.workers:Processor app.workers:Controller --set scaling.max_threads=8
       cloudqueue run app.workers:Renderer --processes 4
       cloudqueue run app.workers:Renderer --processes 4 --metrics-port 9464
+      cloudqueue run hello_worker:HelloWorker --reload     # development only
     """
     if metrics_port is not None:
         assignments = (*assignments, f"observability.metrics_port={metrics_port}")
@@ -91,6 +101,11 @@ def run(
     effective = [
         worker_settings(settings, *pair) for pair in zip(targets, worker_types, strict=True)
     ]
+    if reload:
+        # The children run without --reload (and may show their status line); this one watches.
+        command = _child_command(targets, assignments, progress=progress, processes=processes)
+        supervisor = Supervisor(command, 1, grace_s=settings.shutdown_grace_s)
+        sys.exit(run_reloading(supervisor, watched_folders(w.__module__ for w in worker_types)))
     if processes > 1:
         sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
     for target, worker_type, own in zip(targets, worker_types, effective, strict=True):
@@ -161,14 +176,21 @@ def announce_concurrency(
         )
 
 
-def _child_command(targets: tuple[str, ...], assignments: tuple[str, ...]) -> list[str]:
-    """The same run, in one process, with the same config file and overrides."""
+def _child_command(
+    targets: tuple[str, ...],
+    assignments: tuple[str, ...],
+    *,
+    progress: bool = False,
+    processes: int = 1,
+) -> list[str]:
+    """The same run with the same config file and overrides: in one process by default, and
+    without a status line (one terminal cannot show one per child)."""
     config = config_file()
     command = [sys.executable, "-m", "workers"]
     if config is not None:
         command += ["--config", str(config)]
-    # One terminal cannot show a status line per child: the children print their logs only.
-    command += ["run", "--no-progress", *targets]
+    command += ["run", "--progress" if progress else "--no-progress"]
+    command += ["--processes", str(processes), *targets]
     for assignment in assignments:
         command += ["--set", assignment]
     return command
