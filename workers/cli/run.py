@@ -108,13 +108,13 @@ def run(
         sys.exit(run_reloading(supervisor, watched_folders(w.__module__ for w in worker_types)))
     if processes > 1:
         sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
-    for target, worker_type, own in zip(targets, worker_types, effective, strict=True):
-        announce_concurrency(target, worker_type, own)
     try:
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
         raise BadInput(f"cannot start on {where}: {error}") from None
+    for target, worker_type, own in zip(targets, worker_types, effective, strict=True):
+        announce_concurrency(target, worker_type, own)
     console = Console(stderr=True)
     if not shows_progress(console, wanted=progress):
         sys.exit(host.run())
