@@ -16,6 +16,7 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     └── ConfigurationError            invalid settings or connection string (never retried)
+        └── MissingExtraError         a feature's optional extra is not installed (pip install …)
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
 """
@@ -78,3 +79,7 @@ class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the hand
 
 class ConfigurationError(CloudQueueError, ValueError):
     """Settings or a connection string are invalid; retrying will not help."""
+
+
+class MissingExtraError(ConfigurationError):
+    """A feature needs a package of an optional extra that is not installed."""

@@ -40,8 +40,6 @@ reads (its trace context) comes from that parse, so no message can raise outside
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
@@ -56,6 +54,7 @@ from listener.errors import (
     PayloadNotFoundError,
     StorageError,
 )
+from listener.failure_log import FailureMemory, poisoned
 from listener.leases import Lease
 from listener.messages.codec import Codec
 from listener.messages.envelope import MessageEnvelope, set_current_envelope
@@ -139,8 +138,7 @@ class MessageProcessor(Generic[T]):
         self.limits = limits
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
-        self._first_errors: OrderedDict[str, str] = OrderedDict()
-        self._errors_lock = threading.Lock()
+        self._first_errors: FailureMemory[str, str] = FailureMemory(REMEMBERED_ERRORS)
 
     def process(self, lease: Lease) -> None:
         """Decode, deliver to every observer, and settle the leased message."""
@@ -249,21 +247,31 @@ class MessageProcessor(Generic[T]):
         remainder = None
         if len(failed) < count:
             remainder = remainder_content([item.text for item in failed], attempts=deliveries)
+        cause = failed[-1].failures[-1]  # the last failure: its traceback goes with a poisoning
         if remainder is None:
-            self._after_failure(lease, error, permanent=permanent, attempts=contents.attempts)
+            self._after_failure(
+                lease, error, permanent=permanent, attempts=contents.attempts, cause=cause
+            )
         elif permanent or exhausted(deliveries, self.policy):
             self.counters.add("failed")
             reason = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
             failed_items = replace(lease.message, content=remainder, dequeue_count=deliveries)
-            self._poison(lease, reason=reason, error=error, message=failed_items)
+            self._poison(lease, reason=reason, error=error, message=failed_items, cause=cause)
         else:
             self.counters.add("failed")
             self._republish(lease, remainder, error, deliveries, items=(len(failed), count))
 
     def _after_failure(
-        self, lease: Lease, error: str, *, permanent: bool = False, attempts: int = 0
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        permanent: bool = False,
+        attempts: int = 0,
+        cause: Exception | None = None,
     ) -> None:
-        """Poison the whole message, or hide it for the retry back-off."""
+        """Poison the whole message, or hide it for the retry back-off; ``cause`` is the handler's
+        exception, when one decided it."""
         self.counters.add("failed")
         message = lease.message
         deliveries = attempts + message.dequeue_count
@@ -271,7 +279,8 @@ class MessageProcessor(Generic[T]):
         if permanent:
             self._poison(lease, reason="permanent_failure", error=error, message=counted)
         elif exhausted(deliveries, self.policy):
-            self._poison(lease, reason="max_dequeue_count_exceeded", error=error, message=counted)
+            reason = "max_dequeue_count_exceeded"
+            self._poison(lease, reason=reason, error=error, message=counted, cause=cause)
         else:
             delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
             self._retry_whole(lease, error, deliveries, delay_s)
@@ -393,10 +402,17 @@ class MessageProcessor(Generic[T]):
         lease.settle(update)
 
     def _poison(
-        self, lease: Lease, *, reason: str, error: str, message: QueueMessage | None = None
+        self,
+        lease: Lease,
+        *,
+        reason: str,
+        error: str,
+        message: QueueMessage | None = None,
+        cause: Exception | None = None,
     ) -> None:
         """Move the message to the poison queue; ``message`` is what the record holds, when it is
-        not the leased message as fetched (only its failed items, or all its deliveries)."""
+        not the leased message as fetched (only its failed items, or all its deliveries), and
+        ``cause`` the handler's last exception, whose traceback is logged at error."""
         moved: list[bool] = []
         recorded = message or lease.message
 
@@ -421,17 +437,14 @@ class MessageProcessor(Generic[T]):
         self._forget(lease.message.id)
         if any(moved):
             self.counters.add("poisoned")
+            if cause is not None:
+                poisoned(cause)
 
     def _remember(self, message_id: str, error: str) -> None:
-        with self._errors_lock:
-            self._first_errors.setdefault(message_id, error)
-            while len(self._first_errors) > REMEMBERED_ERRORS:
-                self._first_errors.popitem(last=False)
+        self._first_errors.change(message_id, lambda first: first or error)
 
     def _first_error(self, message_id: str) -> str | None:
-        with self._errors_lock:
-            return self._first_errors.get(message_id)
+        return self._first_errors.get(message_id)
 
     def _forget(self, message_id: str) -> None:
-        with self._errors_lock:
-            self._first_errors.pop(message_id, None)
+        self._first_errors.forget(message_id)

@@ -313,10 +313,10 @@ def test_beyond_loopback_without_a_setting_a_new_token_is_generated_each_start()
 def test_without_the_extra_the_command_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No uvicorn installed: exit code 1 and the pip command, not a traceback."""
+    """No uvicorn installed: exit code 2, as for any configuration error, and the pip command."""
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     result = CliRunner().invoke(cli, ["dashboard"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "pip install 'cloudqueue[dashboard]'" in result.output
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from listener.policies.scaling_rules import ScalingInput
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 from workers.settings import CloudQueueSettings, ScalingSettings, load_settings
+from workers.settings_keys import known_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -85,6 +87,26 @@ def test_the_shipped_default_file_restates_the_defaults(tmp_path: Path) -> None:
     """config/cloudqueue.toml documents the defaults: loading it changes nothing."""
     shutil.copy(ROOT / "config" / "cloudqueue.toml", tmp_path / "c.toml")
     assert load_settings(tmp_path / "c.toml") == CloudQueueSettings()
+
+
+def documented_keys(text: str) -> set[str]:
+    """The dotted keys a settings file shows, set or commented out (``# key = value``)."""
+    keys: set[str] = set()
+    section = ""
+    for line in text.splitlines():
+        if header := re.fullmatch(r"\[([\w.]+)\]\s*(#.*)?", line.strip()):
+            section = f"{header.group(1)}."
+            keys.add(header.group(1))
+        elif assignment := re.match(r"#?\s*(\w+)\s*=", line.strip()):
+            keys.add(f"{section}{assignment.group(1)}")
+    return keys
+
+
+def test_the_shipped_default_file_lists_every_setting() -> None:
+    """Every section and field of the settings model appears in config/cloudqueue.toml."""
+    documented = documented_keys((ROOT / "config" / "cloudqueue.toml").read_text())
+    missing = [key for key in known_keys(CloudQueueSettings) if key not in documented]
+    assert not missing, f"config/cloudqueue.toml does not list {missing}"
 
 
 @pytest.mark.parametrize(

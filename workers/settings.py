@@ -21,7 +21,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -55,7 +54,6 @@ from workers.settings_keys import (
     CheckedSource,
     check_keys,
     env_label,
-    unknown_environment_names,
 )
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
@@ -516,18 +514,6 @@ def _toml_source(settings_cls: type[BaseSettings], path: Path | None) -> Pydanti
 
 def _toml_label() -> str:
     return f"config file {_config_file.get()}"
-
-
-def ignored_environment_names() -> list[str]:
-    """``CLOUDQUEUE_*`` names in the environment or .env that are no setting, for a warning."""
-    names = list(os.environ)
-    if Path(".env").is_file():
-        names += [name for name in dotenv_values(".env") if name.upper() not in _upper(names)]
-    return unknown_environment_names(CloudQueueSettings, names)
-
-
-def _upper(names: list[str]) -> set[str]:
-    return {name.upper() for name in names}
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:

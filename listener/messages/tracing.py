@@ -36,6 +36,7 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
+from listener.imports import extra_installed
 from listener.messages.payload import Envelope
 from listener.messages.trace_context import (
     TRACEPARENT,
@@ -65,11 +66,7 @@ SentCounter = Callable[[int], None]
 @functools.cache
 def enabled() -> bool:
     """True when opentelemetry-api can be imported (checked once)."""
-    try:
-        import opentelemetry.trace  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return extra_installed("opentelemetry.trace")
 
 
 def _not_counted(_messages: int) -> None:

