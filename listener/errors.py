@@ -13,6 +13,7 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   └── PayloadNotFoundError      a large payload's blob is gone (deleted, or never written)
     ├── DecodeError                   a message's text cannot become an item of the listener's type
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
+    ├── MalformedTriggerError         a push trigger received from the channel is not a valid one
     └── ConfigurationError            invalid settings or connection string (never retried)
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
@@ -59,6 +60,14 @@ class DecodeError(CloudQueueError):
 
 class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the handler declares
     """Raise from a handler when the item can never succeed: it goes to the poison queue at once."""
+
+
+class MalformedTriggerError(CloudQueueError, ValueError):
+    """A received push trigger broke a rule of its wire form; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class ConfigurationError(CloudQueueError, ValueError):

@@ -177,6 +177,34 @@ def test_over_redis_a_listener_at_zero_wakes_and_survives_a_redis_restart(
         producing.close()
 
 
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_listener_is_woken_after_its_trigger_receiver_died(
+    redis_server: RedisServer, queue_name: str
+) -> None:
+    """A receiver thread ended past every guard is replaced, and its re-announcement wakes the
+    idle listener for a message put while nobody was receiving."""
+    listening = RedisTriggerChannel(redis_server.url, max_reconnect_delay_s=0.5)
+    producing = RedisTriggerChannel(redis_server.url)
+
+    def exit_on_poison(event: WorkDetected) -> None:
+        if event.queue_name == "poison-pill":
+            raise SystemExit  # escapes every `except Exception`: the thread ends
+
+    listening.events.subscribe(exit_on_poison)
+    scenario = Scenario(queue_name, listening)
+    try:
+        assert listening.connected.wait(10)
+        scenario.idle_at_zero()
+        assert producing.publish(WorkDetected(ACCOUNT, "poison-pill"))
+        scenario.put(1)  # its trigger, if any, would be missed while the receiver is down
+        eventually(lambda: scenario.handled == [1])
+        assert listening.restarts == 1
+    finally:
+        scenario.close()
+        listening.close()
+        producing.close()
+
+
 def test_zero_threads_without_a_trigger_channel_is_refused() -> None:
     """min_threads = 0 with nothing to wake the listener would strand work: a settings error."""
     from pydantic import ValidationError

@@ -246,7 +246,9 @@ def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
     url = settings.triggers.url_value()
     if url is None:
         return None
-    return RedisTriggerChannel(url, channel=settings.triggers.channel)
+    return RedisTriggerChannel(
+        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
+    )
 
 
 def _push(

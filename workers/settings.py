@@ -207,6 +207,11 @@ class TriggerSettings(_Section):
     watchdog_interval_s: float = Field(
         default=300.0, gt=0, description="depth check while at zero threads (lost triggers)"
     )
+    accept_wildcard: bool = Field(
+        default=False,
+        description='let a received trigger naming "*" as its account or queue wake every '
+        "listener (off: such triggers are dropped and counted as rejected)",
+    )
 
     @field_validator("url")
     @classmethod
