@@ -78,6 +78,18 @@ def idle_delay_s(idle_count: int, policy: ScalingPolicy, rng: RandomSource) -> f
     )
 
 
+class _LowestJitter:
+    """A random source that always draws the low end: the curve's shortest delays."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def idle_delay_floor_s(policy: ScalingPolicy) -> float:
+    """The shortest idle wait the policy ever uses: the first, with the jitter at its lowest."""
+    return idle_delay_s(1, policy, _LowestJitter())
+
+
 def should_stop_idle(delay_s: float, active_threads: int, policy: ScalingPolicy) -> bool:
     """An idle thread may stop once its back-off reached the cap and the pool is above its floor."""
     return delay_s >= policy.max_idle_s and active_threads > policy.min_threads
