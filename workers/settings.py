@@ -239,6 +239,14 @@ class RateLimitSettings(_Section):
         default=False,
         description="hold the limit across every process on the queue, through triggers.url",
     )
+    fleet_max_waiting: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="the most messages the whole fleet may have waiting for their turn at once "
+        "(about processes x scaling.max_threads): a wait read from Redis beyond that many "
+        "intervals was not written by a limiter, and is ignored with a warning",
+    )
 
     @model_validator(mode="after")
     def _fleet_needs_a_limit(self) -> RateLimitSettings:
