@@ -137,6 +137,7 @@ class WorkerHost:
         for hosted in self.hosted:
             for part in hosted.push:
                 part.close()
+            hosted.scaler.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
