@@ -10,8 +10,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import redis
-
 from listener.messages.publisher import Publisher
 from listener.push.announce import WorkAnnouncer
 from listener.push.redis_triggers import DEFAULT_CHANNEL, RedisTriggerChannel
@@ -83,24 +81,23 @@ def test_malformed_triggers_leave_a_worker_at_zero_threads_wakeable(
     }
     runs = Runs(tmp_path)
     run = runs.start(env)
-    hostile = redis.Redis.from_url(redis_server.url)
     channel = RedisTriggerChannel(redis_server.url)
     storage = SqliteQueueStorage(database)
     try:
         eventually(lambda: run.events("dequeue_thread_stopped"), timeout_s=30)
-        for raw in (
-            b'{"account": "a", "queue_name": "q", "payload_size": Infinity}',
-            b"[" * 20_000,
-            b'{"account": "\xff\xfe", "queue_name": "q"}',
-        ):
-            hostile.publish(DEFAULT_CHANNEL, raw)
+        with redis_server.client() as hostile:
+            for raw in (
+                b'{"account": "a", "queue_name": "q", "payload_size": Infinity}',
+                b"[" * 20_000,
+                b'{"account": "\xff\xfe", "queue_name": "q"}',
+            ):
+                hostile.publish(DEFAULT_CHANNEL, raw)
         announcer = WorkAnnouncer(channel, account=account_of(env["CLOUDQUEUE_CONNECTION_STRING"]))
         publisher = Publisher(storage, env["TEST_QUEUE"], dict, announcer=announcer)
         publisher.publish_many([{"n": n} for n in range(5)])
         eventually(lambda: run.handled() == set(range(5)), timeout_s=10)
         assert "Traceback" not in run.log_path.read_text(errors="replace")
     finally:
-        hostile.close()
         channel.close()
         storage.close()
         run.process.send_signal(signal.SIGTERM)

@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import redis
 from structlog.testing import capture_logs
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
@@ -81,13 +80,10 @@ def test_a_redis_outage_falls_back_to_the_local_limit_and_recovers(
     assert not limiter.degraded
 
 
-def forge(url: str, key: str, value: str) -> None:
+def forge(server: RedisServer, key: str, value: str) -> None:
     """Write the bucket as someone with access to the fleet's Redis might: a plain SET."""
-    client = redis.Redis.from_url(url)
-    try:
+    with server.client() as client:
         client.set(key, value)
-    finally:
-        client.close()
 
 
 def test_a_forged_far_future_bucket_is_ignored_and_reported(
@@ -97,7 +93,7 @@ def test_a_forged_far_future_bucket_is_ignored_and_reported(
     reset, and a warning names the key."""
     limiter = RedisRateLimiter(redis_server.url, key, 10, burst=1)
     limiters.append(limiter)
-    forge(redis_server.url, key, str(10**18))
+    forge(redis_server, key, str(10**18))
     with capture_logs() as logs:
         waits = [limiter.reserve_s() for _ in range(3)]
     assert waits[0] == 0.0  # a reset bucket: a new one's first turn
@@ -113,7 +109,7 @@ def test_a_garbage_bucket_is_ignored_with_a_warning(
     """A value that is no time at all is treated as an empty bucket, and said so."""
     limiter = RedisRateLimiter(redis_server.url, key, 10, burst=1)
     limiters.append(limiter)
-    forge(redis_server.url, key, garbage)
+    forge(redis_server, key, garbage)
     with capture_logs() as logs:
         assert limiter.reserve_s() == 0.0
     assert [e["event"] for e in logs] == ["fleet_rate_limit_implausible"]
@@ -159,10 +155,10 @@ def test_repeated_forgeries_warn_once_a_minute(
     limiters.append(limiter)
     with capture_logs() as logs:
         for _ in range(5):
-            forge(redis_server.url, key, str(10**18))
+            forge(redis_server, key, str(10**18))
             assert limiter.reserve_s() == 0.0
         clock.advance(60)
-        forge(redis_server.url, key, str(10**18))
+        forge(redis_server, key, str(10**18))
         limiter.reserve_s()
     assert [e["count"] for e in logs if e["event"] == "fleet_rate_limit_implausible"] == [1, 5]
 

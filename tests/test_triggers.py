@@ -6,7 +6,6 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-import redis
 from structlog.testing import capture_logs
 
 from listener.push.redis_triggers import RedisTriggerChannel
@@ -53,6 +52,14 @@ class Inbox:
     def __call__(self, event: WorkDetected) -> None:
         with self._lock:
             self.events.append(event)
+
+
+def subscribed(channel: RedisTriggerChannel) -> Inbox:
+    """An inbox receiving the channel's events, once its receiver has subscribed."""
+    inbox = Inbox()
+    channel.events.subscribe(inbox)
+    assert channel.connected.wait(10)
+    return inbox
 
 
 @pytest.fixture
@@ -162,16 +169,11 @@ def test_malformed_triggers_neither_kill_the_receiver_nor_hide_the_next_one(
     redis_server: RedisServer, redis_channel: RedisTriggerChannel
 ) -> None:
     """Every bad trigger is counted and dropped; the valid one after them is still delivered."""
-    inbox = Inbox()
-    redis_channel.events.subscribe(inbox)
-    assert redis_channel.connected.wait(10)
-    raw_client = redis.Redis.from_url(redis_server.url)
-    try:
+    inbox = subscribed(redis_channel)
+    with redis_server.client() as hostile:
         for raw in MALFORMED.values():
-            raw_client.publish(redis_channel.channel, raw)
-        raw_client.publish(redis_channel.channel, VALID)
-    finally:
-        raw_client.close()
+            hostile.publish(redis_channel.channel, raw)
+        hostile.publish(redis_channel.channel, VALID)
     eventually(lambda: inbox.events == [WorkDetected("acct", "orders")])
     assert redis_channel.rejected == len(MALFORMED)
 
@@ -182,14 +184,11 @@ def test_rejected_triggers_are_logged_once_a_minute_with_their_count(
     """A flood of bad triggers makes one warning at once, then one summary per minute."""
     clock = ManualClock()
     channel = RedisTriggerChannel(redis_server.url, clock=clock)
-    inbox = Inbox()
-    channel.events.subscribe(inbox)
-    raw_client = redis.Redis.from_url(redis_server.url)
+    subscribed(channel)
     try:
-        assert channel.connected.wait(10)
-        with capture_logs() as logs:
+        with capture_logs() as logs, redis_server.client() as hostile:
             for _ in range(50):
-                raw_client.publish(channel.channel, b"[[[]]]")
+                hostile.publish(channel.channel, b"[[[]]]")
             eventually(lambda: channel.rejected == 50)
             rejected = [e for e in logs if e["event"] == "trigger_rejected"]
             assert [e["count"] for e in rejected] == [1]
@@ -201,7 +200,6 @@ def test_rejected_triggers_are_logged_once_a_minute_with_their_count(
         assert summary["reason"] == "nested deeper than 2"
         assert not any(e.get("exc_info") for e in logs)
     finally:
-        raw_client.close()
         channel.close()
 
 
@@ -209,12 +207,8 @@ def test_a_received_wildcard_is_dropped_unless_accepted(redis_server: RedisServe
     """`*` wakes every listener: from the wire it counts only when the channel accepts it."""
     strict = RedisTriggerChannel(redis_server.url)
     lenient = RedisTriggerChannel(redis_server.url, accept_wildcard=True)
-    strict_inbox, lenient_inbox = Inbox(), Inbox()
-    strict.events.subscribe(strict_inbox)
-    lenient.events.subscribe(lenient_inbox)
     try:
-        assert strict.connected.wait(10)
-        assert lenient.connected.wait(10)
+        strict_inbox, lenient_inbox = subscribed(strict), subscribed(lenient)
         assert strict.publish(WorkDetected(ANY, ANY))
         assert strict.publish(WorkDetected("acct", ANY))
         assert strict.publish(WorkDetected("acct", "orders"))
@@ -231,15 +225,13 @@ def test_a_receiver_thread_that_dies_is_replaced_and_re_announces(
     redis_server: RedisServer, redis_channel: RedisTriggerChannel
 ) -> None:
     """Something raised past every guard ends the thread: a new one subscribes and emits ANY."""
-    inbox = Inbox()
 
     def exit_once(event: WorkDetected) -> None:
         if event.queue_name == "die":
             raise SystemExit  # not an Exception: nothing in the receiver catches it
 
     redis_channel.events.subscribe(exit_once)
-    redis_channel.events.subscribe(inbox)
-    assert redis_channel.connected.wait(10)
+    inbox = subscribed(redis_channel)
     assert redis_channel.publish(WorkDetected("acct", "die"))
     eventually(lambda: redis_channel.restarts == 1)
     eventually(lambda: WorkDetected(ANY, ANY) in inbox.events)
@@ -251,14 +243,9 @@ def test_a_killed_connection_is_re_established_and_announced(
     redis_server: RedisServer, redis_channel: RedisTriggerChannel
 ) -> None:
     """Redis closing the subscriber's connection: the receiver resubscribes and emits ANY."""
-    inbox = Inbox()
-    redis_channel.events.subscribe(inbox)
-    assert redis_channel.connected.wait(10)
-    admin = redis.Redis.from_url(redis_server.url)
-    try:
+    inbox = subscribed(redis_channel)
+    with redis_server.client() as admin:
         assert admin.client_kill_filter(_type="pubsub") == 1
-    finally:
-        admin.close()
     eventually(lambda: WorkDetected(ANY, ANY) in inbox.events, timeout_s=15)
     assert redis_channel.publish(WorkDetected("acct", "orders"))
     eventually(lambda: WorkDetected("acct", "orders") in inbox.events)
