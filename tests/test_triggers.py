@@ -239,6 +239,30 @@ def test_a_receiver_thread_that_dies_is_replaced_and_re_announces(
     eventually(lambda: WorkDetected("acct", "orders") in inbox.events)
 
 
+def test_an_unexpected_error_in_the_receiver_is_logged_and_it_resubscribes(
+    redis_channel: RedisTriggerChannel, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A bug in the receive loop (here: parsing raises what it never should) costs a log event
+    and a resubscription with ANY, not the thread."""
+    parse = WorkDetected.from_json
+    failures = iter([RuntimeError("a bug")])
+
+    def failing_once(text: str | bytes) -> WorkDetected:
+        for failure in failures:
+            raise failure
+        return parse(text)
+
+    inbox = subscribed(redis_channel)
+    monkeypatch.setattr(WorkDetected, "from_json", staticmethod(failing_once))
+    with capture_logs() as logs:
+        assert redis_channel.publish(WorkDetected("acct", "lost"))
+        eventually(lambda: WorkDetected(ANY, ANY) in inbox.events)
+    assert [e["event"] for e in logs if e.get("exc_info")] == ["trigger_receiver_failed"]
+    assert redis_channel.publish(WorkDetected("acct", "orders"))
+    eventually(lambda: WorkDetected("acct", "orders") in inbox.events)
+    assert redis_channel.restarts == 0
+
+
 def test_a_killed_connection_is_re_established_and_announced(
     redis_server: RedisServer, redis_channel: RedisTriggerChannel
 ) -> None:

@@ -99,7 +99,8 @@ class TriggerWaker:
         """One wake at the end of each floor in which triggers were held back."""
         while self._held_back.wait() and not self._closed.is_set():
             with self._lock:
-                remaining_s = self.floor_s - (self.clock.monotonic() - (self._woke_at or 0.0))
+                woke_at = self.clock.monotonic() if self._woke_at is None else self._woke_at
+                remaining_s = woke_at + self.floor_s - self.clock.monotonic()
             if self.sleeper.wait(self._closed, remaining_s):
                 return
             with self._lock:
