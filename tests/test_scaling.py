@@ -397,7 +397,8 @@ def test_a_closed_scaler_cancels_its_pending_re_check(held: CloudQueueListener[i
         cpu_meter=FixedCpu(0.97),
     )
     held.start_listener(1)
-    rechecks = eventually(lambda: [t for t in threading.enumerate() if t.name.endswith(":recheck")])
+    name = f"cloudqueue:{held.queue_name}:recheck"
+    rechecks = eventually(lambda: [t for t in threading.enumerate() if t.name == name])
     assert len(rechecks) == 1
     scaler.close()
     rechecks[0].join(5)
