@@ -15,6 +15,7 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   ├── LimitExceededError        it is over a decoding limit (``listener.messages.limits``)
     │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
+    ├── MalformedTriggerError         a push trigger received from the channel is not a valid one
     └── ConfigurationError            invalid settings or connection string (never retried)
         └── MissingExtraError         a feature's optional extra is not installed (pip install …)
 
@@ -75,6 +76,14 @@ class ForeignPayloadError(DecodeError):
 
 class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the handler declares
     """Raise from a handler when the item can never succeed: it goes to the poison queue at once."""
+
+
+class MalformedTriggerError(CloudQueueError, ValueError):
+    """A received push trigger broke a rule of its wire form; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class ConfigurationError(CloudQueueError, ValueError):

@@ -118,6 +118,7 @@ def test_the_shipped_default_file_lists_every_setting() -> None:
         ("backoff", {"max_idle_s": -1}),
         ("listener", {"dequeue_batch_size": 33}),
         ("listener", {"dequeue_batch_size": 0}),
+        ("rate_limit", {"fleet_max_waiting": 0}),
     ],
 )
 def test_invalid_values_are_refused_naming_the_field(

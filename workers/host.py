@@ -137,6 +137,7 @@ class WorkerHost:
         for hosted in self.hosted:
             for part in hosted.push:
                 part.close()
+            hosted.scaler.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
@@ -251,7 +252,9 @@ def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
     url = settings.triggers.url_value()
     if url is None:
         return None
-    return RedisTriggerChannel(url, channel=settings.triggers.channel)
+    return RedisTriggerChannel(
+        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
+    )
 
 
 def _push(

@@ -247,6 +247,11 @@ class TriggerSettings(_Section):
     watchdog_interval_s: float = Field(
         default=300.0, gt=0, description="depth check while at zero threads (lost triggers)"
     )
+    accept_wildcard: bool = Field(
+        default=False,
+        description='let a received trigger naming "*" as its account or queue wake every '
+        "listener (off: such triggers are dropped and counted as rejected)",
+    )
 
     @field_validator("url")
     @classmethod
@@ -273,6 +278,14 @@ class RateLimitSettings(_Section):
     fleet: bool = Field(
         default=False,
         description="hold the limit across every process on the queue, through triggers.url",
+    )
+    fleet_max_waiting: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="the most messages the whole fleet may have waiting for their turn at once "
+        "(about processes x scaling.max_threads): a wait read from Redis beyond that many "
+        "intervals was not written by a limiter, and is ignored with a warning",
     )
 
     @model_validator(mode="after")
