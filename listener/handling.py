@@ -56,7 +56,7 @@ from listener.messages.item_failures import (
     label,
 )
 from listener.messages.payload import MessageContents, open_message, retire_payload
-from listener.messages.poison import poison_message
+from listener.messages.poison import PoisonReason, poison_message
 from listener.messages.republish import remainder_content, republish
 from listener.messages.tracing import consumer_span
 from listener.policies.backoff import RandomSource
@@ -339,7 +339,12 @@ class MessageProcessor(Generic[T]):
         lease.settle(update)
 
     def _poison(
-        self, lease: Lease, *, reason: str, error: str, message: QueueMessage | None = None
+        self,
+        lease: Lease,
+        *,
+        reason: PoisonReason,
+        error: str,
+        message: QueueMessage | None = None,
     ) -> None:
         """Move the message to the poison queue; ``message`` is what the record holds, when it is
         not the leased message as fetched (only its failed items, or all its deliveries)."""

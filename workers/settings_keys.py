@@ -106,7 +106,7 @@ class CheckedSource(PydanticBaseSettingsSource):
 def unknown_environment_names(model: type[BaseModel], names: Iterable[str]) -> list[str]:
     """``CLOUDQUEUE_*`` names whose first part is no setting: each with a hint, for a warning."""
     sections = set(model.model_fields)
-    candidates = [_env_name(key) for key in known_keys(model)]
+    candidates = [env_name(key) for key in known_keys(model)]
     unknown = []
     for name in names:
         upper = name.upper()
@@ -122,10 +122,11 @@ def unknown_environment_names(model: type[BaseModel], names: Iterable[str]) -> l
 
 def env_label(key: str) -> str:
     """The environment variable that set a dotted key: ``env CLOUDQUEUE_SCALING__MAXTHREADS``."""
-    return f"env {_env_name(key)}"
+    return f"env {env_name(key)}"
 
 
-def _env_name(key: str) -> str:
+def env_name(key: str) -> str:
+    """The environment variable of a dotted key: ``CLOUDQUEUE_SCALING__MAX_THREADS``."""
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(key.upper().split("."))
 
 
@@ -149,6 +150,7 @@ __all__ = [
     "check_keys",
     "closest",
     "env_label",
+    "env_name",
     "known_keys",
     "unknown_environment_names",
     "unknown_key_message",
