@@ -32,7 +32,11 @@ def help_text(path: tuple[str, ...], command: click.Command) -> str:
     for name in path[:-1]:
         parent = click.Context(cli, info_name=name, parent=parent)
     context = click.Context(
-        command, info_name=path[-1], parent=parent, terminal_width=HELP_WIDTH, max_content_width=HELP_WIDTH
+        command,
+        info_name=path[-1],
+        parent=parent,
+        terminal_width=HELP_WIDTH,
+        max_content_width=HELP_WIDTH,
     )
     return command.get_help(context)
 

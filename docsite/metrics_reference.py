@@ -34,13 +34,8 @@ def metrics() -> list[Metric]:
 
 
 def render() -> str:
-    rows = [
-        "| metric | type | labels | what it is |",
-        "|---|---|---|---|",
-        *(
-            f"| `{metric.name}` | {metric.type} | {', '.join(f'`{label}`' for label in metric.labels) or '—'} "
-            f"| {metric.help} |"
-            for metric in metrics()
-        ),
-    ]
+    rows = ["| metric | type | labels | what it is |", "|---|---|---|---|"]
+    for metric in metrics():
+        labels = ", ".join(f"`{label}`" for label in metric.labels) or "—"
+        rows.append(f"| `{metric.name}` | {metric.type} | {labels} | {metric.help} |")
     return "\n".join(rows) + "\n"

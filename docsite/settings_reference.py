@@ -34,7 +34,9 @@ _UNITS = (
     ("_usd", "US dollars"),
     ("_cores", "CPU cores"),
 )
-_KEY_LINE = re.compile(r"^#?\s*(?P<key>[a-z_0-9]+)\s*=\s*(?P<value>.*?)(?:\s+#\s*(?P<comment>.*))?$")
+_KEY_LINE = re.compile(
+    r"^#?\s*(?P<key>[a-z_0-9]+)\s*=\s*(?P<value>.*?)(?:\s+#\s*(?P<comment>.*))?$"
+)
 _SECTION_LINE = re.compile(r"^\[(?P<section>[a-z_]+)\]\s*$")
 
 
@@ -68,7 +70,8 @@ def settings() -> Iterator[tuple[str | None, list[Setting]]]:
         annotation = field.annotation
         if isinstance(annotation, type) and issubclass(annotation, BaseModel):
             rows = [
-                _setting(f"{name}.{key}", sub, notes) for key, sub in annotation.model_fields.items()
+                _setting(f"{name}.{key}", sub, notes)
+                for key, sub in annotation.model_fields.items()
             ]
             sections.append((name, rows))
         else:

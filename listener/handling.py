@@ -199,7 +199,9 @@ class MessageProcessor(Generic[T]):
             self._after_failure(lease, error, permanent=permanent, attempts=contents.attempts)
         elif permanent or exhausted(deliveries, self.policy):
             self.counters.add("failed")
-            reason = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            reason: PoisonReason = (
+                "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            )
             failed_items = replace(lease.message, content=remainder, dequeue_count=deliveries)
             self._poison(lease, reason=reason, error=error, message=failed_items)
         else:

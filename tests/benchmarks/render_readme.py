@@ -76,7 +76,9 @@ def unpublished_results(docs: Path = DOCS, results_dir: Path = RESULTS_DIR) -> l
 
 def problems(docs: Path = DOCS, results_dir: Path = RESULTS_DIR) -> list[str]:
     """What keeps the docs from showing every committed result: one line per problem."""
-    found = [f"results of {name} are on no docs page" for name in unpublished_results(docs, results_dir)]
+    found = [
+        f"results of {name} are on no docs page" for name in unpublished_results(docs, results_dir)
+    ]
     for name in docs_blocks(docs):
         try:
             render_block(name)

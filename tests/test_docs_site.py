@@ -1,0 +1,127 @@
+"""The documentation site builds with ``mkdocs build --strict``, and its generated reference
+pages name every setting, command, metric, error and poison reason the code has.
+
+Strict mode fails the build on a broken link or anchor, a page missing from the navigation, a
+snippet whose file or section is gone, or a marker no generator knows. The site is built once per
+session into a temporary folder (a few seconds), from the repository root as ``mkdocs serve`` is.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from docsite import generated, settings_reference
+from docsite.cli_reference import command_paths
+from docsite.errors_reference import error_types
+from docsite.metrics_reference import metrics
+from listener.messages.poison import POISON_REASONS
+from tests.benchmarks.render_readme import docs_blocks
+from workers.settings import CloudQueueSettings
+from workers.settings_keys import env_name, known_keys
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built as CI and a developer build it."""
+    target = tmp_path_factory.mktemp("site")
+    built = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(target)],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stderr[-5000:]
+    return target
+
+
+def page_text(site: Path, page: str) -> str:
+    """A built page's text, tags stripped and entities decoded, for searching."""
+    raw = (site / page / "index.html").read_text(encoding="utf-8")
+    return html.unescape(re.sub(r"<[^>]+>", "", raw))
+
+
+def setting_keys() -> list[str]:
+    """Every dotted key that holds a value (sections themselves excluded)."""
+    sections = {
+        name
+        for name, field in CloudQueueSettings.model_fields.items()
+        if isinstance(field.annotation, type)
+        and issubclass(field.annotation, object)
+        and hasattr(field.annotation, "model_fields")
+    }
+    return [key for key in known_keys(CloudQueueSettings) if key not in sections]
+
+
+def test_every_setting_is_on_the_settings_page_with_its_environment_variable(site: Path) -> None:
+    """Each key of the settings model, and the variable that sets it, is on the built page."""
+    text = page_text(site, "reference/settings")
+    missing = [key for key in setting_keys() if key not in text or env_name(key) not in text]
+    assert missing == []
+    assert len(setting_keys()) > 40
+
+
+def test_every_command_is_on_the_command_line_page(site: Path) -> None:
+    """Each click command, subcommands of groups included, has its section on the built page."""
+    text = page_text(site, "reference/cli")
+    missing = [" ".join(path) for path, _ in command_paths() if " ".join(path) not in text]
+    assert missing == []
+    assert "cloudqueue poison requeue" in text
+
+
+def test_every_metric_is_on_the_metrics_page(site: Path) -> None:
+    """Each family of the worker's Prometheus registry is on the built page, as scraped."""
+    text = page_text(site, "reference/metrics")
+    names = [metric.name for metric in metrics()]
+    assert "cloudqueue_messages_total" in names
+    assert [name for name in names if name not in text] == []
+
+
+def test_every_error_and_poison_reason_is_on_the_errors_page(site: Path) -> None:
+    """Each error type of listener.errors and each poison reason is on the built page."""
+    text = page_text(site, "reference/errors")
+    errors = [error.__name__ for _, error in error_types()]
+    assert "PopReceiptMismatchError" in errors
+    assert [name for name in [*errors, *POISON_REASONS] if name not in text] == []
+
+
+def test_the_performance_pages_show_every_committed_result(site: Path) -> None:
+    """Each benchmark block is filled on its built page with its results' command line."""
+    for name, pages in docs_blocks().items():
+        for page in pages:
+            built = page.relative_to(ROOT / "docs").with_suffix("")
+            assert f"tests.benchmarks.{name}" in page_text(site, str(built)), (name, built)
+
+
+def test_the_api_reference_documents_the_public_names(site: Path) -> None:
+    """mkdocstrings renders every name of the package roots' __all__."""
+    import listener
+    import workers
+
+    for package, page in ((listener, "reference/api-listener"), (workers, "reference/api-workers")):
+        text = page_text(site, page)
+        assert [name for name in package.__all__ if name not in text] == []
+
+
+def test_the_settings_reference_names_a_type_default_and_meaning_for_every_key() -> None:
+    """No row of the generated settings table is left without a type, a default or a meaning."""
+    rows = [row for _, section in settings_reference.settings() for row in section]
+    assert {row.key for row in rows} == set(setting_keys())
+    assert [row.key for row in rows if not (row.type and row.default and row.description)] == []
+
+
+def test_a_marker_without_a_generator_fails_the_build() -> None:
+    """A misspelt generated marker is an error naming the known ones, not an empty section."""
+    with pytest.raises(generated.UnknownGeneratorError, match="settings"):
+        generated.render("<!-- generated:setings -->\n")
