@@ -117,17 +117,19 @@ def render() -> str:
         parts.append(f"### {title}\n")
         if section is not None and section in notes.sections:
             parts.append(f"{notes.sections[section]}\n")
-        parts.append(
-            "| key | type | default | unit | bounds | environment variable | meaning |\n"
-            "|---|---|---|---|---|---|---|"
-        )
+        parts.append("| key and environment variable | value | meaning |\n|---|---|---|")
         parts.extend(
-            f"| `{row.key}` | {row.type} | {row.default} | {row.unit} | {row.bounds} "
-            f"| `{row.environment}` | {_cell(row.description)} |"
+            f"| `{row.key}`<br>`{row.environment}` | {_value(row)} | {_cell(row.description)} |"
             for row in rows
         )
         parts.append("")
     return "\n".join(parts)
+
+
+def _value(row: Setting) -> str:
+    """Type, default, unit and bounds in one cell: ``float, seconds, ≥ 0; default `30.0```."""
+    facts = ", ".join(fact for fact in (row.type, row.unit, row.bounds) if fact)
+    return f"{facts}; default {row.default}"
 
 
 def _setting(key: str, field: FieldInfo, notes: TomlNotes) -> Setting:
