@@ -125,3 +125,62 @@ def test_a_marker_without_a_generator_fails_the_build() -> None:
     """A misspelt generated marker is an error naming the known ones, not an empty section."""
     with pytest.raises(generated.UnknownGeneratorError, match="settings"):
         generated.render("<!-- generated:setings -->\n")
+
+
+def build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(config),
+            "-d",
+            str(site_dir),
+        ],
+        cwd=ROOT,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+
+
+def test_a_broken_link_or_a_page_outside_the_nav_fails_the_build(tmp_path: Path) -> None:
+    """The site's own configuration, on pages with a dead link and an orphan page, refuses them."""
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\nSee [the missing page](missing.md).\n")
+    (docs / "orphan.md").write_text("# Not in the navigation\n")
+    config = tmp_path / "mkdocs.yml"
+    config.write_text(
+        f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {docs}\nnav:\n  - index.md\n"
+        f"hooks:\n  - {ROOT / 'docsite' / 'hooks.py'}\n"
+    )
+    result = build(config, tmp_path / "site")
+    assert result.returncode != 0
+    assert "missing.md" in result.stderr
+    assert "orphan.md" in result.stderr
+
+
+def test_the_home_page_links_a_first_worker_entra_id_and_keda(site: Path) -> None:
+    """The three things newcomers ask first are one click from the home page."""
+    home = (site / "index.html").read_text(encoding="utf-8")
+    for target in (
+        'href="getting-started/quick-start/#your-first-worker"',
+        'href="how-to/entra-id/"',
+        'href="how-to/kubernetes/"',
+    ):
+        assert target in home
+
+
+def test_the_readme_fits_on_a_few_screens_and_its_links_resolve() -> None:
+    """At most 300 lines, and every relative link points at a file of the repository."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(readme.splitlines()) <= 300
+    links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme)
+    assert "docs/how-to/producing.md" in links
+    assert [link for link in links if not (ROOT / link).exists()] == []
