@@ -29,12 +29,20 @@ from workers.settings_keys import env_name, known_keys
 ROOT = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture(scope="module")
-def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The site, built as CI and a developer build it."""
-    target = tmp_path_factory.mktemp("site")
-    built = subprocess.run(
-        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(target)],
+def build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:
+    """``mkdocs build --strict`` from the repository root, as ``mkdocs serve`` runs."""
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mkdocs",
+            "build",
+            "--strict",
+            "-f",
+            str(config),
+            "-d",
+            str(site_dir),
+        ],
         cwd=ROOT,
         env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
         capture_output=True,
@@ -42,6 +50,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         timeout=300,
         check=False,
     )
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site, built as CI and a developer build it."""
+    target = tmp_path_factory.mktemp("site")
+    built = build(ROOT / "mkdocs.yml", target)
     assert built.returncode == 0, built.stderr[-5000:]
     return target
 
@@ -125,28 +140,6 @@ def test_a_marker_without_a_generator_fails_the_build() -> None:
     """A misspelt generated marker is an error naming the known ones, not an empty section."""
     with pytest.raises(generated.UnknownGeneratorError, match="settings"):
         generated.render("<!-- generated:setings -->\n")
-
-
-def build(config: Path, site_dir: Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "mkdocs",
-            "build",
-            "--strict",
-            "-f",
-            str(config),
-            "-d",
-            str(site_dir),
-        ],
-        cwd=ROOT,
-        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
 
 
 def test_a_broken_link_or_a_page_outside_the_nav_fails_the_build(tmp_path: Path) -> None:
