@@ -187,7 +187,7 @@ def _bounds(field: FieldInfo) -> str:
         annotated_types.Gt: ("gt", "> {}"),
         annotated_types.Le: ("le", "≤ {}"),
         annotated_types.Lt: ("lt", "< {}"),
-        annotated_types.MinLen: ("min_length", "at least {} characters"),
+        annotated_types.MinLen: ("min_length", "at least {} character(s)"),
     }
     found: list[str] = []
     for constraint in field.metadata:
