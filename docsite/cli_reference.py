@@ -13,7 +13,8 @@ import click
 from workers.cli import cli
 
 PROGRAM = "cloudqueue"
-HELP_WIDTH = 100
+HELP_WIDTH = 78
+"""Narrow enough for the page's text column: help blocks read without scrolling sideways."""
 
 
 def command_paths(
