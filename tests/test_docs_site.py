@@ -113,7 +113,7 @@ def test_every_error_and_poison_reason_is_on_the_errors_page(site: Path) -> None
 
 def table_cells(markdown: str) -> list[str]:
     """Every cell of the Markdown tables in ``markdown``, emphasis and code marks off."""
-    cells = []
+    cells: list[str] = []
     for line in markdown.splitlines():
         if line.startswith("|") and not set(line) <= set("|-: "):
             cells.extend(re.sub(r"[*`]", "", cell).strip() for cell in line.strip("|").split("|"))
