@@ -43,6 +43,8 @@ from listener.policies.scaling_rules import (
     steps,
 )
 from listener.pool_control import ListenerLoad, QueueEmptyDecision
+from listener.push.announce import WorkAnnouncer
+from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
@@ -95,6 +97,7 @@ __all__ = [
     "QueueWorkDetectedHandler",
     "RateLimiter",
     "RedisRateLimiter",
+    "RedisTriggerChannel",
     "ScalingInput",
     "ScalingPolicy",
     "ScalingRule",
@@ -106,6 +109,7 @@ __all__ = [
     "TriggerChannel",
     "TriggerWaker",
     "Watchdog",
+    "WorkAnnouncer",
     "WorkDetected",
     "current_envelope",
     "drain_time",

@@ -73,7 +73,7 @@ from listener.messages.payload import (
     parse_envelope,
     retire_payload,
 )
-from listener.messages.poison import poison_message
+from listener.messages.poison import PoisonReason, poison_message
 from listener.messages.republish import remainder_content, republish
 from listener.messages.tracing import consumer_span
 from listener.policies.backoff import RandomSource
@@ -254,7 +254,9 @@ class MessageProcessor(Generic[T]):
             )
         elif permanent or exhausted(deliveries, self.policy):
             self.counters.add("failed")
-            reason = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            reason: PoisonReason = (
+                "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            )
             failed_items = replace(lease.message, content=remainder, dequeue_count=deliveries)
             self._poison(lease, reason=reason, error=error, message=failed_items, cause=cause)
         else:
@@ -405,7 +407,7 @@ class MessageProcessor(Generic[T]):
         self,
         lease: Lease,
         *,
-        reason: str,
+        reason: PoisonReason,
         error: str,
         message: QueueMessage | None = None,
         cause: Exception | None = None,

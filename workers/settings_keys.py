@@ -112,16 +112,17 @@ def check_environment_names(model: type[BaseModel], names: Iterable[str], source
         first = upper.removeprefix(ENV_PREFIX).split(ENV_NESTED_DELIMITER)[0]
         if first.lower() in fields or first in NOT_SETTINGS:
             continue
-        candidates = [_env_name(key) for key in known_keys(model)]
+        candidates = [env_name(key) for key in known_keys(model)]
         raise ConfigurationError(unknown_key_message(upper, source, candidates))
 
 
 def env_label(key: str) -> str:
     """The environment variable that set a dotted key: ``env CLOUDQUEUE_SCALING__MAXTHREADS``."""
-    return f"env {_env_name(key)}"
+    return f"env {env_name(key)}"
 
 
-def _env_name(key: str) -> str:
+def env_name(key: str) -> str:
+    """The environment variable of a dotted key: ``CLOUDQUEUE_SCALING__MAX_THREADS``."""
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(key.upper().split("."))
 
 
@@ -146,6 +147,7 @@ __all__ = [
     "check_keys",
     "closest",
     "env_label",
+    "env_name",
     "known_keys",
     "unknown_key_message",
 ]

@@ -14,6 +14,7 @@ import socket
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from datetime import datetime
+from typing import Literal
 
 import structlog
 
@@ -24,6 +25,22 @@ from listener.stores.partitioned import split_message_id
 from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"
+
+PoisonReason = Literal[
+    "undecodable", "payload_missing", "permanent_failure", "max_dequeue_count_exceeded"
+]
+"""Why a message was given up on: the ``reason`` of its poison record."""
+
+POISON_REASONS: dict[PoisonReason, str] = {
+    "undecodable": "the text cannot become an item of the worker's type (bad base64 or JSON, "
+    "an item the model rejects, an empty message): poisoned on its first delivery",
+    "payload_missing": "the message refers to a stored payload (a large item's blob) that is "
+    "gone: deleted, expired or never written",
+    "permanent_failure": "a handler raised PermanentFailure: retrying is pointless",
+    "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
+    "the handler kept raising, or workers crashed on it",
+}
+"""Every poison reason and what it means (the reference pages are generated from this)."""
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +60,7 @@ class PoisonRecord:
     inserted_on: str
     poisoned_on: str
     reason: str
+    """One of ``POISON_REASONS`` (a string, so a record written by a newer version still reads)."""
     error: str
     """The error that decided it (the last one)."""
     first_error: str
