@@ -10,7 +10,7 @@ the limit and its setting (``LimitExceededError``); it is never retried, since i
 same way each time.
 
 A listener's memory is then bounded by the limit times the messages it opens at once (see
-docs/security.md for the figures). The settings are the ``[decoding]`` section of a worker's
+docs/security/threat-model.md for the figures). The settings are the ``[decoding]`` section of a worker's
 settings (``workers.settings.DecodingSettings``).
 """
 

@@ -98,7 +98,7 @@ def run(
     settings = current_settings(parse_overrides(assignments))
     worker_types = [load_worker(target) for target in targets]
     # Checked here, not in every child; a custom rule is imported here, the only command that
-    # runs code the settings name (docs/security-surfaces.md).
+    # runs code the settings name (docs/security/surfaces.md).
     effective = [
         worker_settings(settings, *pair) for pair in zip(targets, worker_types, strict=True)
     ]
