@@ -13,7 +13,9 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   └── PayloadNotFoundError      a large payload's blob is gone (deleted, or never written)
     ├── DecodeError                   a message's text cannot become an item of the listener's type
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
-    └── ConfigurationError            invalid settings or connection string (never retried)
+    ├── ConfigurationError            invalid settings or connection string (never retried)
+    ├── UnreadableRecordError         a poison message is no valid record (forged, damaged)
+    └── AmbiguousIdError              an id prefix names several poison messages
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
 """
@@ -63,3 +65,24 @@ class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the hand
 
 class ConfigurationError(CloudQueueError, ValueError):
     """Settings or a connection string are invalid; retrying will not help."""
+
+
+class UnreadableRecordError(CloudQueueError, ValueError):
+    """A poison-queue message is not a valid poison record: anyone who may add messages to
+    ``<queue>-poison`` can write anything there."""
+
+    def __init__(self, problem: str, *, claims_record: bool) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.claims_record = claims_record
+        """True when it looks like a record (a JSON object with an ``original_id``) but is not
+        one; False when it is other text (e.g. an original message kept unwrapped)."""
+
+
+class AmbiguousIdError(CloudQueueError, LookupError):
+    """An id prefix starts the ids of several poison messages; ``candidates`` are their ids."""
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        super().__init__(f"id {prefix} is ambiguous: {len(candidates)} ids start with it")
+        self.prefix = prefix
+        self.candidates = candidates
