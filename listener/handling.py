@@ -30,7 +30,9 @@ Every message ends in exactly one place:
   time). When only some items of a batch failed, the record holds those items alone and its error
   names each (position, repr, error). A stored payload stays: the poison record holds the envelope
   that refers to it, so a requeue works; a requeued message starts its count afresh;
-* **left** where it is when storage fails while settling: it reappears after its timeout.
+* **left** where it is when storage fails while settling: it reappears after its timeout. When
+  the copy to the poison queue failed, it is moved there when it comes back, with the reason it
+  was given up for, and not handled again (``listener.messages.poison_moves``).
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from listener.messages.item_failures import (
     label,
 )
 from listener.messages.payload import MessageContents, open_message, retire_payload
-from listener.messages.poison import poison_message
+from listener.messages.poison_moves import PoisonDecision, PoisonMover
 from listener.messages.republish import remainder_content, republish
 from listener.messages.tracing import consumer_span
 from listener.policies.backoff import RandomSource
@@ -90,6 +92,7 @@ class MessageProcessor(Generic[T]):
         rng: RandomSource,
         payload_store: PayloadStore | None = None,
         record_handler_time: Callable[[int, float], None] | None = None,
+        create_poison_queue: bool = True,
     ) -> None:
         self.storage = storage
         self.queue_name = queue_name
@@ -102,6 +105,10 @@ class MessageProcessor(Generic[T]):
         self.payload_store = payload_store
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
+        self.poison_mover = PoisonMover(
+            storage, queue_name, clock=clock, counters=counters, create_queue=create_poison_queue
+        )
+        """Moves messages to the poison queue; remembers why when a move fails (see there)."""
         self._first_errors: OrderedDict[str, str] = OrderedDict()
         self._errors_lock = threading.Lock()
 
@@ -129,6 +136,10 @@ class MessageProcessor(Generic[T]):
         message = lease.message
         if lease.lost:
             log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
+            return
+        decided = self.poison_mover.pending(message)
+        if decided is not None:  # an earlier move to the poison queue failed: only move it
+            self.poison_mover.move(lease, decided)
             return
         if message.dequeue_count > self.policy.max_dequeue_count:
             self._poison_overdue(lease, message.dequeue_count)
@@ -343,30 +354,15 @@ class MessageProcessor(Generic[T]):
     ) -> None:
         """Move the message to the poison queue; ``message`` is what the record holds, when it is
         not the leased message as fetched (only its failed items, or all its deliveries)."""
-        moved: list[bool] = []
-        recorded = message or lease.message
-
-        def move(pop_receipt: str) -> None:
-            try:
-                moved.append(
-                    poison_message(
-                        self.storage,
-                        self.queue_name,
-                        recorded,
-                        reason=reason,
-                        error=error,
-                        now=self.clock.now(),
-                        first_error=self._first_error(lease.message.id),
-                        pop_receipt=pop_receipt,
-                    )
-                )
-            except StorageError as failure:
-                log.warning("poison_failed", error=str(failure))
-
-        lease.settle(move)
+        decision = PoisonDecision(
+            reason=reason,
+            error=error,
+            first_error=self._first_error(lease.message.id),
+            recorded=message or lease.message,
+            fetched_dequeue_count=lease.message.dequeue_count,
+        )
+        self.poison_mover.move(lease, decision)
         self._forget(lease.message.id)
-        if any(moved):
-            self.counters.add("poisoned")
 
     def _remember(self, message_id: str, error: str) -> None:
         with self._errors_lock:
