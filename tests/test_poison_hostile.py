@@ -293,6 +293,17 @@ def test_an_ambiguous_prefix_lists_the_candidates_and_exits_2(
     assert len(visible_poison(store)) == 2
 
 
+def test_a_prefix_shorter_than_four_characters_is_refused(
+    run: Any, store: SqliteQueueStorage
+) -> None:
+    """As git: three characters are too few to name a message safely, even a unique one."""
+    wanted = poison(store, "aXRlbQ==")
+    result = run("poison", "requeue", QUEUE, "--id", wanted[:3], "--yes")
+    assert result.exit_code == 2
+    assert "at least 4 characters" in result.stderr
+    assert visible_poison(store) != []
+
+
 def test_list_json_never_shortens_the_error(run: Any, store: SqliteQueueStorage) -> None:
     """The text table may cut the error's first line; the JSON has all of it."""
     error = "validation error for Invoice\n" + "amount: " + "x" * 200

@@ -52,13 +52,15 @@ def browse_poisoned(
     return list({message.id: message for message in taken}.values())
 
 
-def find_poisoned(storage: QueueStorage, queue_name: str, wanted_id: str) -> QueueMessage | None:
+def find_poisoned(
+    storage: QueueStorage, queue_name: str, wanted_id: str, *, min_prefix: int = 1
+) -> QueueMessage | None:
     """The poison message for ``wanted_id``, left in place; None if there is none.
 
     ``wanted_id`` is the original message's id, or the poison message's own id (the only one an
     unwrapped message has), or a prefix of one that no other id starts with (as git takes
-    commits); AmbiguousIdError when several do. The first 32 are peeked; a scan reads the rest
-    only when needed.
+    commits) and is at least ``min_prefix`` long; AmbiguousIdError when several do. The first
+    32 are peeked; a scan reads the rest only when needed.
     """
     peeked = storage.peek_messages(poison_queue_name(queue_name), max_messages=MAX_BATCH_SIZE)
     exact = next((message for message in peeked if _matches(message, wanted_id)), None)
@@ -69,6 +71,8 @@ def find_poisoned(storage: QueueStorage, queue_name: str, wanted_id: str) -> Que
         exact = next((message for message in peeked if _matches(message, wanted_id)), None)
         if exact is not None:
             return exact
+    if len(wanted_id) < min_prefix:
+        return None
     starting = [message for message in peeked if _starts(message, wanted_id)]
     if len(starting) > 1:
         raise AmbiguousIdError(wanted_id, [_shown_id(message) for message in starting])

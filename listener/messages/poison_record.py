@@ -67,7 +67,8 @@ def parse_record(text: str) -> PoisonRecord:
         raise UnreadableRecordError(f"JSON {kind}, not an object", claims_record=False)
     if "original_id" not in values:
         raise UnreadableRecordError("a JSON object without original_id", claims_record=False)
-    values.setdefault("first_error", values.get("error"))
+    if "first_error" not in values and isinstance(values.get("error"), str):
+        values["first_error"] = values["error"]  # written before records had it
     known = {field.name: values.get(field.name) for field in fields(PoisonRecord)}
     problems = [_problem(name, value) for name, value in known.items()]
     if any(problems):

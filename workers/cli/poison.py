@@ -44,6 +44,9 @@ from workers.cli.poison_view import details, poison_summary, render, table_lines
 from workers.cli.queues import progress_spinner
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
+MIN_PREFIX = 4
+"""The shortest id prefix taken (git's minimum): shorter ones too easily name the wrong message."""
+
 _YES_HELP = "Do not ask (required when stdin is no terminal)."
 
 
@@ -254,13 +257,15 @@ def _poison_depth(storage: QueueStorage, queue: str, where: str) -> int:
 def _found(storage: QueueStorage, queue: str, wanted_id: str, where: str) -> QueueMessage:
     """The poison message with this id or unique id prefix; exit 1 if none, 2 if ambiguous."""
     try:
-        message = find_poisoned(storage, queue, wanted_id)
+        message = find_poisoned(storage, queue, wanted_id, min_prefix=MIN_PREFIX)
     except AmbiguousIdError as ambiguous:
         candidates = "\n".join(f"  {printable(candidate)}" for candidate in ambiguous.candidates)
         raise BadInput(
             f"id {printable(wanted_id)} is ambiguous in {poison_queue_name(queue)}: "
             f"{len(ambiguous.candidates)} ids start with it; give more of one:\n{candidates}"
         ) from None
+    if message is None and len(wanted_id) < MIN_PREFIX:
+        raise BadInput(f"an id prefix needs at least {MIN_PREFIX} characters, as in git")
     if message is None:
         raise _not_found(queue, wanted_id, where)
     return message
