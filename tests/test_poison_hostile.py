@@ -21,8 +21,8 @@ import pytest
 from click.testing import CliRunner, Result
 from starlette.exceptions import StarletteDeprecationWarning
 
-from listener import PoisonRecord, poison_queue_name
-from listener.messages.poison import poison_message
+from listener import InMemoryQueueStorage, PoisonRecord, QueueNotFoundError, poison_queue_name
+from listener.messages.poison import poison_message, requeue_poisoned
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
@@ -163,6 +163,19 @@ def test_requeue_leaves_what_it_cannot_move_visible_and_moves_the_rest(
     skipped = ["error is a number", "fields missing", "dequeue count a string"]
     assert sorted(visible_poison(store)) == sorted(FORGED[kind] for kind in skipped)
     assert good not in {row["original_id"] for row in listed(run)}
+
+
+def test_a_requeue_that_storage_stops_leaves_every_poison_message_visible() -> None:
+    """The main queue gone mid-way: the error is raised and nothing taken stays hidden 60 s."""
+    memory = InMemoryQueueStorage()
+    memory.create_queue(QUEUE)
+    memory.create_queue(POISON)
+    for number in range(3):
+        poison(memory, f"item {number}")
+    memory.delete_queue(QUEUE)
+    with pytest.raises(QueueNotFoundError):
+        requeue_poisoned(memory, QUEUE)
+    assert len(visible_poison(memory)) == 3
 
 
 # Finding 12: forged records
