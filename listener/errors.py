@@ -16,8 +16,10 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     ├── MalformedTriggerError         a push trigger received from the channel is not a valid one
-    └── ConfigurationError            invalid settings or connection string (never retried)
-        └── MissingExtraError         a feature's optional extra is not installed (pip install …)
+    ├── ConfigurationError            invalid settings or connection string (never retried)
+    │   └── MissingExtraError         a feature's optional extra is not installed (pip install …)
+    ├── UnreadableRecordError         a poison message is no valid record (forged, damaged)
+    └── AmbiguousIdError              an id prefix names several poison messages
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
 """
@@ -92,3 +94,24 @@ class ConfigurationError(CloudQueueError, ValueError):
 
 class MissingExtraError(ConfigurationError):
     """A feature needs a package of an optional extra that is not installed."""
+
+
+class UnreadableRecordError(CloudQueueError, ValueError):
+    """A poison-queue message is not a valid poison record: anyone who may add messages to
+    ``<queue>-poison`` can write anything there."""
+
+    def __init__(self, problem: str, *, claims_record: bool) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.claims_record = claims_record
+        """True when it looks like a record (a JSON object with an ``original_id``) but is not
+        one; False when it is other text (e.g. an original message kept unwrapped)."""
+
+
+class AmbiguousIdError(CloudQueueError, LookupError):
+    """An id prefix starts the ids of several poison messages; ``candidates`` are their ids."""
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        super().__init__(f"id {prefix} is ambiguous: {len(candidates)} ids start with it")
+        self.prefix = prefix
+        self.candidates = candidates

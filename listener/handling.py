@@ -32,7 +32,9 @@ Every message ends in exactly one place:
   time). When only some items of a batch failed, the record holds those items alone and its error
   names each (position, repr, error). A stored payload stays: the poison record holds the envelope
   that refers to it, so a requeue works; a requeued message starts its count afresh;
-* **left** where it is when storage fails while settling: it reappears after its timeout.
+* **left** where it is when storage fails while settling: it reappears after its timeout. When
+  the copy to the poison queue failed, it is moved there when it comes back, with the reason it
+  was given up for, and not handled again (``listener.messages.poison_moves``).
 
 A message's text is parsed once, first, inside the guard that settles it: what the consumer span
 reads (its trace context) comes from that parse, so no message can raise outside the guard.
@@ -73,7 +75,8 @@ from listener.messages.payload import (
     parse_envelope,
     retire_payload,
 )
-from listener.messages.poison import PoisonReason, poison_message
+from listener.messages.poison import PoisonReason
+from listener.messages.poison_moves import PoisonDecision, PoisonMover
 from listener.messages.republish import remainder_content, republish
 from listener.messages.tracing import consumer_span
 from listener.policies.backoff import RandomSource
@@ -90,7 +93,7 @@ log = structlog.get_logger(__name__)
 REMEMBERED_ERRORS = 10_000
 """First errors kept per listener for poison records (oldest forgotten first)."""
 
-_POISON_REASONS: tuple[tuple[type[Exception], str], ...] = (
+_POISON_REASONS: tuple[tuple[type[Exception], PoisonReason], ...] = (
     (LimitExceededError, "over_limit"),
     (ForeignPayloadError, "payload_foreign"),
     (PayloadNotFoundError, "payload_missing"),
@@ -125,6 +128,7 @@ class MessageProcessor(Generic[T]):
         payload_store: PayloadStore | None = None,
         record_handler_time: Callable[[int, float], None] | None = None,
         limits: DecodingLimits = DEFAULT_LIMITS,
+        create_poison_queue: bool = True,
     ) -> None:
         self.storage = storage
         self.queue_name = queue_name
@@ -138,6 +142,10 @@ class MessageProcessor(Generic[T]):
         self.limits = limits
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
+        self.poison_mover = PoisonMover(
+            storage, queue_name, clock=clock, counters=counters, create_queue=create_poison_queue
+        )
+        """Moves messages to the poison queue; remembers why when a move fails (see there)."""
         self._first_errors: FailureMemory[str, str] = FailureMemory(REMEMBERED_ERRORS)
 
     def process(self, lease: Lease) -> None:
@@ -174,6 +182,10 @@ class MessageProcessor(Generic[T]):
         message = lease.message
         if lease.lost:
             log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
+            return
+        decided = self.poison_mover.pending(message)
+        if decided is not None:  # an earlier move to the poison queue failed: only move it
+            self.poison_mover.move(lease, decided)
             return
         if message.dequeue_count > self.policy.max_dequeue_count:
             self._poison_overdue(lease, message.dequeue_count)
@@ -281,7 +293,7 @@ class MessageProcessor(Generic[T]):
         if permanent:
             self._poison(lease, reason="permanent_failure", error=error, message=counted)
         elif exhausted(deliveries, self.policy):
-            reason = "max_dequeue_count_exceeded"
+            reason: PoisonReason = "max_dequeue_count_exceeded"
             self._poison(lease, reason=reason, error=error, message=counted, cause=cause)
         else:
             delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
@@ -415,32 +427,17 @@ class MessageProcessor(Generic[T]):
         """Move the message to the poison queue; ``message`` is what the record holds, when it is
         not the leased message as fetched (only its failed items, or all its deliveries), and
         ``cause`` the handler's last exception, whose traceback is logged at error."""
-        moved: list[bool] = []
-        recorded = message or lease.message
-
-        def move(pop_receipt: str) -> None:
-            try:
-                moved.append(
-                    poison_message(
-                        self.storage,
-                        self.queue_name,
-                        recorded,
-                        reason=reason,
-                        error=error,
-                        now=self.clock.now(),
-                        first_error=self._first_error(lease.message.id),
-                        pop_receipt=pop_receipt,
-                    )
-                )
-            except StorageError as failure:
-                log.warning("poison_failed", error=str(failure))
-
-        lease.settle(move)
+        decision = PoisonDecision(
+            reason=reason,
+            error=error,
+            first_error=self._first_error(lease.message.id),
+            recorded=message or lease.message,
+            fetched_dequeue_count=lease.message.dequeue_count,
+        )
+        moved = self.poison_mover.move(lease, decision)
         self._forget(lease.message.id)
-        if any(moved):
-            self.counters.add("poisoned")
-            if cause is not None:
-                poisoned(cause)
+        if moved and cause is not None:
+            poisoned(cause)
 
     def _remember(self, message_id: str, error: str) -> None:
         self._first_errors.change(message_id, lambda first: first or error)

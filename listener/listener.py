@@ -192,6 +192,7 @@ class CloudQueueListener(Observable[T]):
             limits=decoding,
             # Only a thread with several slots sizes them from the handlers' time.
             record_handler_time=self.handler_time.record if concurrency > 1 else None,
+            create_poison_queue=create_queues,
         )
         self._leases = LeaseKeeper(
             storage,
@@ -318,6 +319,11 @@ class CloudQueueListener(Observable[T]):
     @property
     def dequeue_errors(self) -> int:
         return self.counters.dequeue_errors
+
+    @property
+    def poisoning_failing(self) -> bool:
+        """True from a failed move to the poison queue until a move succeeds (readiness)."""
+        return self._processor.poison_mover.failing
 
     # -- Observable ----------------------------------------------------------------------------
 

@@ -56,6 +56,9 @@ class QueueLiveState:
     """Queue and blob calls of this queue's consumers in this process, per hour (recent rate)."""
     projected_cost_per_month_usd: float | None = None
     """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price."""
+    poison_failures: int = 0
+    """Moves to the poison queue that failed (the message stayed in its queue); 0 in files
+    written before it was published."""
 
     @classmethod
     def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
@@ -73,6 +76,7 @@ class QueueLiveState:
             per_thread_rate_per_s=listener.throughput.per_thread_rate_per_s,
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
+            poison_failures=counters["poison_failures"],
         )
 
 

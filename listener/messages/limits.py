@@ -10,8 +10,8 @@ the limit and its setting (``LimitExceededError``); it is never retried, since i
 same way each time.
 
 A listener's memory is then bounded by the limit times the messages it opens at once (see
-docs/security/threat-model.md for the figures). The settings are the ``[decoding]`` section of a worker's
-settings (``workers.settings.DecodingSettings``).
+docs/security/threat-model.md for the figures). The settings are the ``[decoding]`` section of
+a worker's settings (``workers.settings.DecodingSettings``).
 """
 
 from __future__ import annotations

@@ -18,6 +18,8 @@ from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+import structlog
+
 from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import (
     MessageNotFoundError,
@@ -65,6 +67,12 @@ _MESSAGE_COLUMNS = (
     "id, pop_receipt, dequeue_count, inserted_on, expires_on, next_visible_on, content"
 )
 
+_SELECTED_COLUMNS = _MESSAGE_COLUMNS.replace("content", "CAST(content AS BLOB)")
+"""Content is read as bytes and decoded here: a row written around the API with bytes that are
+not UTF-8 would otherwise make sqlite3 fail every get of its queue."""
+
+log = structlog.get_logger(__name__)
+
 _UNEXPIRED = "(expires_on IS NULL OR expires_on > :now)"
 
 
@@ -109,12 +117,12 @@ class SqliteQueueStorage:
             params = {"queue": queue_name, "now": now, "limit": max_messages}
             db.execute("DELETE FROM messages WHERE queue = :queue AND expires_on <= :now", params)
             rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+                f"SELECT {_SELECTED_COLUMNS} FROM messages"
                 " WHERE queue = :queue AND next_visible_on <= :now ORDER BY seq LIMIT :limit",
                 params,
             ).fetchall()
             hidden_until = now + visibility_timeout_s
-            taken = [_taken(row, hidden_until) for row in rows]
+            taken = [_taken(_decoded(row, queue_name), hidden_until) for row in rows]
             db.executemany(
                 "UPDATE messages SET pop_receipt = ?, dequeue_count = ?, next_visible_on = ?"
                 " WHERE id = ?",
@@ -202,11 +210,11 @@ class SqliteQueueStorage:
         with self._lock, _translate_errors():
             _require_queue(self._db, queue_name)
             rows = self._db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue = :queue"
+                f"SELECT {_SELECTED_COLUMNS} FROM messages WHERE queue = :queue"
                 f" AND next_visible_on <= :now AND {_UNEXPIRED} ORDER BY seq LIMIT :limit",
                 {"queue": queue_name, "now": self._now(), "limit": max_messages},
             ).fetchall()
-        return [peeked(_to_message(row)) for row in rows]
+        return [peeked(_to_message(_decoded(row, queue_name))) for row in rows]
 
     def list_queues(self, prefix: str = "") -> list[str]:
         with self._lock, _translate_errors():
@@ -286,6 +294,7 @@ def _require_queue(db: sqlite3.Connection, queue_name: str) -> None:
 
 
 _Row = tuple[str, str, int, float, float | None, float, str]
+_StoredRow = tuple[str, str, int, float, float | None, float, bytes]
 
 
 def _to_row(message: QueueMessage) -> _Row:
@@ -312,6 +321,20 @@ def _to_message(row: _Row) -> QueueMessage:
         next_visible_on=_to_datetime(next_visible_on),
         content=content,
     )
+
+
+def _decoded(row: _StoredRow, queue_name: str) -> _Row:
+    """The row with its content as text: UTF-8, or -- written around the API -- with each invalid
+    byte replaced by U+FFFD (a base64 or JSON codec then finds it undecodable and poisons it)."""
+    content = row[6]
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        text = content.decode("utf-8", errors="replace")
+        log.warning(
+            "message_not_utf8", queue=queue_name, message_id=row[0], byte_offset=error.start
+        )
+    return (*row[:6], text)
 
 
 def _taken(row: _Row, hidden_until: float) -> QueueMessage:

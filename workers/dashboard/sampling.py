@@ -30,7 +30,7 @@ from listener.pool_control import ListenerLoad
 from listener.redaction import redact
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.storage import QueueStorage
-from workers.cli.poison import poison_summary
+from workers.cli.poison_view import poison_summary
 from workers.cli.status import Snapshot, WorkerView, snapshot_report, take_snapshot
 from workers.live_state import utc_now
 
@@ -118,7 +118,11 @@ class Sampler:
             for queue in self.queues():
                 with self._lock:
                     watched = self._watched.setdefault(queue, _Watched())
-                state = self._sample_queue(queue, watched)
+                try:
+                    state = self._sample_queue(queue, watched)
+                except Exception as error:  # one queue's surprise must not stall the others
+                    log.exception("dashboard_sample_failed", queue=queue)
+                    state = {"queue": queue, "error": f"not sampled: {redact(str(error))}"}
                 with self._lock:
                     watched.state = state
 
