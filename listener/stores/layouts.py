@@ -89,16 +89,18 @@ def read_layout(storage: QueueStorage, queue_name: str) -> QueueLayout | None:
         ) from None
 
 
-def record_layout(storage: QueueStorage, queue_name: str, layout: QueueLayout) -> bool:
+def record_layout(
+    storage: QueueStorage, queue_name: str, layout: QueueLayout, *, create: bool = True
+) -> bool:
     """Record ``layout`` on ``storage`` (account 0); False when it has no queue to hold it.
 
-    With more than one partition the home queue is one of them and is created if need be; a
-    layout of one partition that drains others is recorded only while ``<queue>-p0`` is there
-    (once the old partitions are deleted, no record is the same as the plain queue). Other
-    metadata on the home queue is kept.
+    With more than one partition the home queue is one of them and is created if need be (and
+    ``create`` allows it); a layout of one partition that drains others is recorded only while
+    ``<queue>-p0`` is there (once the old partitions are deleted, no record is the same as the
+    plain queue). Other metadata on the home queue is kept.
     """
     home = layout_home(queue_name)
-    if layout.partitions > 1:
+    if create and layout.partitions > 1:
         storage.create_queue(home)
     try:
         metadata = storage.get_queue_metadata(home)
