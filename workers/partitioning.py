@@ -14,9 +14,11 @@ from contextlib import contextmanager
 
 import structlog
 
+from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.stores.connection import open_storage
 from listener.stores.layouts import QueueLayout, read_layout, record_layout
+from listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_queue
 from listener.stores.partitioned import Partition, PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.settings import CloudQueueSettings, ListenerSettings
@@ -69,6 +71,8 @@ def command_layout(
     recorded = read_layout(storage, queue_name)
     if recorded is None:
         options = settings.listener
+        if partitions is None and options.partitions == 1 and options.drain_partitions is None:
+            return _listed_layout(storage, queue_name)
         return QueueLayout(partitions or options.partitions, options.drain_partitions)
     if partitions is not None and partitions != recorded.partitions:
         raise ConfigurationError(
@@ -76,6 +80,17 @@ def command_layout(
             f"--partitions out (the record is used), or repartition as {LAYOUT_DOC} says"
         )
     return recorded
+
+
+def _listed_layout(storage: QueueStorage, queue_name: str) -> QueueLayout:
+    """Partitions made before layouts were recorded: as many as the highest ``-pN`` listed on
+    account 0 says (one List Queues); the plain queue when there are none."""
+    indexes = [
+        found[1]
+        for name in storage.list_queues(f"{queue_name}{PARTITION_SEPARATOR}")
+        if (found := partition_of_queue(name)) is not None and found[0] == queue_name
+    ]
+    return QueueLayout(max(indexes) + 1) if indexes else QueueLayout(1)
 
 
 @contextmanager
@@ -100,6 +115,45 @@ def partitioned_view(
             yield storage
     finally:
         for account in further:
+            account.close()
+
+
+class LayoutViews:
+    """For a long-running reader (the dashboard): each queue seen as its layout, read again
+    every ``refresh_s`` (one metadata read a queue), over the further accounts opened once."""
+
+    def __init__(
+        self,
+        storage: QueueStorage,
+        settings: CloudQueueSettings,
+        *,
+        refresh_s: float = 60.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._further = [
+            open_storage(account.get_secret_value(), credential=settings.credential)
+            for account in settings.partition_accounts
+        ]
+        self._views: dict[str, tuple[float, QueueStorage]] = {}
+
+    def view(self, queue_name: str) -> QueueStorage:
+        now = self._clock.monotonic()
+        cached = self._views.get(queue_name)
+        if cached is not None and now - cached[0] < self.refresh_s:
+            return cached[1]
+        layout = command_layout(self.storage, self.settings, queue_name, None)
+        view: QueueStorage = self.storage
+        if self._further or not layout.plain:
+            view = over_accounts([self.storage, *self._further], {queue_name: layout})
+        self._views[queue_name] = (now, view)
+        return view
+
+    def close(self) -> None:
+        for account in self._further:
             account.close()
 
 

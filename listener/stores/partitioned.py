@@ -239,13 +239,21 @@ class PartitionedQueueStorage:
     def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
         check_max_messages(max_messages)  # refused before any call, as on a plain queue
         peeked: list[QueueMessage] = []
-        for partition in self._targets(queue_name):
+        missing: list[QueueNotFoundError] = []
+        targets = self._targets(queue_name)
+        for partition in targets:
             if len(peeked) == max_messages:
                 break
-            page = partition.storage.peek_messages(
-                partition.queue_name, max_messages=max_messages - len(peeked)
-            )
+            try:
+                page = partition.storage.peek_messages(
+                    partition.queue_name, max_messages=max_messages - len(peeked)
+                )
+            except QueueNotFoundError as error:  # not created yet (as in _each): holds nothing
+                missing.append(error)
+                continue
             peeked.extend(self._as_read(queue_name, message, partition) for message in page)
+        if len(missing) == len(targets):
+            raise missing[0]
         return peeked
 
     def get_queue_metadata(self, queue_name: str) -> dict[str, str]:

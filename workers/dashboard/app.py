@@ -90,9 +90,10 @@ async def _requeue(sampler: Sampler, request: Request) -> Response:
         return _refused(400, "limit must be a whole number of at least 1")
 
     def move() -> int:
+        storage = sampler.view_of(queue)  # back to each message's own partition and account
         if wanted_id is not None:
-            return int(requeue_poisoned_by_id(sampler.storage, queue, wanted_id))
-        return requeue_poisoned(sampler.storage, queue, limit=limit)
+            return int(requeue_poisoned_by_id(storage, queue, wanted_id))
+        return requeue_poisoned(storage, queue, limit=limit)
 
     moved = await run_in_threadpool(move)
     await run_in_threadpool(sampler.sample)  # the next page refresh shows the result

@@ -68,8 +68,11 @@ class Sampler:
         policy: ScalingPolicy,
         interval_s: float = 1.0,
         now: Callable[[], datetime] = utc_now,
+        view_of: Callable[[str], QueueStorage] | None = None,
     ) -> None:
         self.storage = storage
+        # How a queue is read: as its partitions when it is partitioned (LayoutViews.view).
+        self.view_of = view_of or (lambda _: storage)
         self.named_queues = tuple(queues)
         self.state_dir = state_dir
         self.where = where
@@ -126,7 +129,7 @@ class Sampler:
         at = self._now()
         try:
             snapshot = take_snapshot(
-                self.storage, queue, self.state_dir, self.where, watched.previous
+                self.view_of(queue), queue, self.state_dir, self.where, watched.previous
             )
         except QueueNotFoundError:
             return {"queue": queue, "error": f"queue {queue} does not exist on {self.where}"}
