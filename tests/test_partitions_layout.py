@@ -15,7 +15,7 @@ from listener.stores.layouts import QueueLayout, layout_home, read_layout, recor
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.plain_queue_watch import PlainQueueWatch
+from workers.plain_queue import PlainQueueWatch
 
 SETTINGS = CloudQueueSettings(shutdown_grace_s=5)
 

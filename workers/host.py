@@ -38,7 +38,7 @@ from workers.cost_meter import CostMeter
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
 from workers.partitioning import layout_of, partitioned_storage, settle_layout
-from workers.plain_queue_watch import PlainQueueWatch
+from workers.plain_queue import PlainQueueWatch
 from workers.rate_limits import open_rate_limiter
 from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.worker import QueueWorker

@@ -101,9 +101,19 @@ def partitioned_view(
     partitions: int | None = None,
 ) -> Iterator[QueueStorage]:
     """For one command: ``storage``, or a PartitionedQueueStorage that sees ``queue_name`` as
-    its layout (``command_layout``) over ``storage`` and the further accounts, which are opened
-    here and closed afterwards (``storage`` is not)."""
+    its layout (``command_layout``) over ``storage`` and the further accounts."""
     layout = command_layout(storage, settings, queue_name, partitions)
+    with viewed_as(storage, settings, queue_name, layout) as view:
+        yield view
+
+
+@contextmanager
+def viewed_as(
+    storage: QueueStorage, settings: CloudQueueSettings, queue_name: str, layout: QueueLayout
+) -> Iterator[QueueStorage]:
+    """``storage``, or a PartitionedQueueStorage spreading ``queue_name`` as ``layout`` over
+    ``storage`` and the further accounts, which are opened here and closed afterwards
+    (``storage`` is not)."""
     further = [
         open_storage(account.get_secret_value(), credential=settings.credential)
         for account in settings.partition_accounts
@@ -169,6 +179,14 @@ def plain_queue_depth(view: QueueStorage, queue_name: str) -> int | None:
         return view.accounts[0].approximate_message_count(queue_name)
     except QueueNotFoundError:
         return 0
+
+
+def plain_queue_warning(queue_name: str, depth: int) -> str:
+    """One line for people about messages waiting, unread, on a plain queue beside partitions."""
+    return (
+        f"  the plain queue {queue_name} beside the partitions holds {depth} message(s) that no "
+        f"worker reads: move them with cloudqueue queues merge-plain {queue_name}"
+    )
 
 
 def settle_layout(
