@@ -30,7 +30,12 @@ from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
 from workers.cli.queue_facts import QueueFacts, describe_facts, queue_facts
 from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
-from workers.partitioning import PARTITIONS_HELP, partitioned_view
+from workers.partitioning import (
+    PARTITIONS_HELP,
+    partitioned_view,
+    plain_queue_depth,
+    plain_queue_warning,
+)
 
 DEFAULT_INTERVAL_S = 2.0
 
@@ -64,6 +69,9 @@ class Snapshot:
     facts: QueueFacts
     partitions: tuple[tuple[str, int], ...] = ()
     """A partitioned queue's physical queues and their depths (empty for a plain queue)."""
+    plain_depth: int | None = None
+    """Messages on a plain queue of the same name beside the partitions, which no worker reads
+    (None when the queue is not partitioned, or its workers read the plain queue too)."""
 
 
 @click.command()
@@ -181,7 +189,8 @@ def take_snapshot(
     ]
     held = sum(view.listener.in_flight for view in workers)
     facts = queue_facts(storage, queue, depth=depth, held_by_workers=held, now=utc_now())
-    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts, partitions)
+    plain_depth = plain_queue_depth(storage, queue)
+    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts, partitions, plain_depth)
 
 
 def _partition_depths(storage: QueueStorage, queue: str) -> tuple[tuple[str, int], ...]:
@@ -191,9 +200,13 @@ def _partition_depths(storage: QueueStorage, queue: str) -> tuple[tuple[str, int
     parts = storage.partitions_of(queue)
     if len(parts) == 1 and parts[0].queue_name == queue:
         return ()
-    return tuple(
-        (part.queue_name, part.storage.approximate_message_count(part.queue_name)) for part in parts
+    depths = tuple(
+        (part.queue_name, _depth_or_none(part.storage, part.queue_name)) for part in parts
     )
+    if all(depth is None for _, depth in depths):
+        raise QueueNotFoundError(f"queue {queue} does not exist (none of its partitions does)")
+    # A partition not created yet (after K grew, before a worker wrote to it) holds nothing.
+    return tuple((name, depth or 0) for name, depth in depths)
 
 
 def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
@@ -219,10 +232,14 @@ def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
 
 
 def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
+    return _depth_or_none(storage, queue) or 0
+
+
+def _depth_or_none(storage: QueueStorage, queue: str) -> int | None:
     try:
         return storage.approximate_message_count(queue)
     except QueueNotFoundError:
-        return 0
+        return None
 
 
 def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
@@ -234,6 +251,8 @@ def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
     if snapshot.partitions:
         rows = " · ".join(f"{name} {depth}" for name, depth in snapshot.partitions)
         click.echo(f"  partitions: {rows}")
+    if snapshot.plain_depth:
+        click.echo(plain_queue_warning(snapshot.queue, snapshot.plain_depth))
     for view in snapshot.workers:
         click.echo(_worker_line(view, rates=rates))
     if not snapshot.workers:
@@ -252,6 +271,8 @@ def snapshot_report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
         report["partitions"] = [
             {"queue": name, "depth": depth} for name, depth in snapshot.partitions
         ]
+    if snapshot.plain_depth is not None:
+        report["plain_queue_depth"] = snapshot.plain_depth
     if rates:
         report["at"] = utc_now().isoformat()
         report["totals"] = _totals(snapshot.workers)
