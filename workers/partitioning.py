@@ -150,6 +150,11 @@ class LayoutViews:
         ]
         self._views: dict[str, tuple[float, QueueStorage]] = {}
 
+    @property
+    def accounts(self) -> list[QueueStorage]:
+        """Account 0 (``storage``), then the further accounts of ``partition_accounts``."""
+        return [self.storage, *self._further]
+
     def view(self, queue_name: str) -> QueueStorage:
         now = self._clock.monotonic()
         cached = self._views.get(queue_name)
@@ -158,7 +163,7 @@ class LayoutViews:
         layout = command_layout(self.storage, self.settings, queue_name, None)
         view: QueueStorage = self.storage
         if self._further or not layout.plain:
-            view = over_accounts([self.storage, *self._further], {queue_name: layout})
+            view = over_accounts(self.accounts, {queue_name: layout})
         self._views[queue_name] = (now, view)
         return view
 

@@ -29,7 +29,9 @@ from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
 from workers.cli.queue_facts import QueueFacts, describe_facts, queue_facts
-from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
+from workers.cli.status_overview import print_overview
+from workers.cli.status_views import WorkerView, worker_report
+from workers.live_state import QueueLiveState, read_live_states, utc_now
 from workers.partitioning import (
     PARTITIONS_HELP,
     partitioned_view,
@@ -41,20 +43,6 @@ DEFAULT_INTERVAL_S = 2.0
 
 wait_s: Callable[[float], None] = time.sleep
 """How ``--watch`` waits between refreshes; tests replace it so that they never sleep."""
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerView:
-    """One running process's listener on the queue, and its rates since the previous refresh."""
-
-    state: LiveState
-    listener: QueueLiveState
-    rate_per_s: float | None = None
-    transactions_per_hour: float | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.state.host, self.state.pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,7 +63,7 @@ class Snapshot:
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per refresh).")
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C, with rates between refreshes.")
 @click.option(
@@ -95,7 +83,7 @@ class Snapshot:
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
 def status(
     *,
-    queue: str,
+    queue: str | None,
     as_json: bool,
     watch: bool,
     interval_s: float,
@@ -111,16 +99,27 @@ def status(
     counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
     With --watch it refreshes every --interval seconds and adds, per worker and in total, the
     messages handled per second and the storage transactions per hour since the last refresh.
-    A partitioned queue shows its total and a depth per partition (one count per partition).
+    A partitioned queue shows its total and a depth per partition (one count per partition),
+    found from its layout recorded in the store, and warns about messages on a plain queue of
+    the same name beside the partitions, which no worker reads (one more count).
+
+    Without QUEUE: every queue in the store, one row each, with its depth, poison depth,
+    partitions and the workers running on it.
 
     \b
     Examples:
+      cloudqueue status
       cloudqueue status invoices
       cloudqueue status invoices --json
       cloudqueue status invoices --watch --interval 5
     """
     _refuse_watch_options_without_watch(watch, count)
     settings = current_settings()
+    if queue is None:
+        if watch or partitions is not None:
+            raise click.UsageError("--watch and --partitions need a QUEUE")
+        print_overview(settings, as_json=as_json)
+        return
     checked_queue(queue)
     with (
         opened_storage(settings) as opened,
@@ -265,7 +264,7 @@ def snapshot_report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
         "depth": snapshot.depth,
         "poison_depth": snapshot.poison_depth,
         **asdict(snapshot.facts),
-        "workers": [_worker_report(view, rates=rates) for view in snapshot.workers],
+        "workers": [worker_report(view, rates=rates) for view in snapshot.workers],
     }
     if snapshot.partitions:
         report["partitions"] = [
@@ -278,18 +277,6 @@ def snapshot_report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
         report["totals"] = _totals(snapshot.workers)
     else:
         report["totals"] = _estimated_totals(snapshot.workers)
-    return report
-
-
-def _worker_report(view: WorkerView, *, rates: bool) -> dict[str, object]:
-    """One running listener on the queue: its process, threads, counters and measured rate."""
-    measured = {key: value for key, value in asdict(view.listener).items() if key != "queue"}
-    state = view.state
-    process = {"pid": state.pid, "host": state.host, "worker": state.worker}
-    report = {**process, "updated_at": state.updated_at.isoformat(), **measured}
-    if rates:
-        report["rate_per_s"] = view.rate_per_s
-        report["transactions_per_hour"] = view.transactions_per_hour
     return report
 
 
