@@ -4,6 +4,7 @@ a second SQLite file standing for a second account."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -37,6 +38,18 @@ def run(env: dict[str, str], *args: str, stdin: str = "") -> Result:
 
 def accounts(tmp_path: Path) -> list[SqliteQueueStorage]:
     return [SqliteQueueStorage(tmp_path / "a.db"), SqliteQueueStorage(tmp_path / "b.db")]
+
+
+def poison_one_from_p1(storage: PartitionedQueueStorage) -> None:
+    """Put a message on orders-p1, take it, and poison it (its record names orders-p1)."""
+    storage.create_queue(poison_queue_name(QUEUE))
+    storage.put_message("orders-p1", "bad")
+    taken = [
+        m
+        for _ in range(3)
+        for m in storage.get_messages(QUEUE, max_messages=1, visibility_timeout_s=30)
+    ]
+    poison_message(storage, QUEUE, taken[0], reason="r", error="e", now=datetime.now(UTC))
 
 
 def test_create_enqueue_by_key_and_list_act_on_the_partitions(
@@ -75,18 +88,9 @@ def test_poison_requeue_returns_each_message_to_its_own_partition_and_account(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     """A message poisoned from orders-p1 (account 1) goes back to orders-p1 on account 1."""
-    from datetime import UTC, datetime
-
     run(env, "queues", "create", QUEUE)
     storage = PartitionedQueueStorage(accounts(tmp_path), {QUEUE: 3})
-    storage.create_queue(poison_queue_name(QUEUE))
-    storage.put_message("orders-p1", "bad")
-    taken = [
-        m
-        for _ in range(3)
-        for m in storage.get_messages(QUEUE, max_messages=1, visibility_timeout_s=30)
-    ]
-    poison_message(storage, QUEUE, taken[0], reason="r", error="e", now=datetime.now(UTC))
+    poison_one_from_p1(storage)
     run(env, "poison", "requeue", QUEUE, "--yes")
     assert storage.approximate_message_count("orders-p1") == 1
     assert storage.approximate_message_count(QUEUE) == 1
@@ -221,18 +225,9 @@ def test_poison_requeue_finds_the_partitions_from_the_record(
     unset: dict[str, str], tmp_path: Path
 ) -> None:
     """Without any setting, a message poisoned from orders-p1 goes back to orders-p1."""
-    from datetime import UTC, datetime
-
     run(unset, "queues", "create", QUEUE, "--partitions", "3")
     storage = PartitionedQueueStorage([store(tmp_path)], {QUEUE: 3})
-    storage.create_queue(poison_queue_name(QUEUE))
-    storage.put_message("orders-p1", "bad")
-    taken = [
-        m
-        for _ in range(3)
-        for m in storage.get_messages(QUEUE, max_messages=1, visibility_timeout_s=30)
-    ]
-    poison_message(storage, QUEUE, taken[0], reason="r", error="e", now=datetime.now(UTC))
+    poison_one_from_p1(storage)
     run(unset, "poison", "requeue", QUEUE, "--yes")
     assert storage.approximate_message_count("orders-p1") == 1
     assert QUEUE not in store(tmp_path).list_queues()

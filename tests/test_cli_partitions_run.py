@@ -13,16 +13,12 @@ import pytest
 
 from tests.support.cli import cloudqueue, ok
 from tests.support.polling import eventually
-from tests.support.runs import WORKER, Runs, run_environment
+from tests.support.runs import WORKER, Runs, backend_environment
 
 
 @pytest.fixture(params=["sqlite", "azure"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
-    if request.param == "sqlite":
-        connection_string = f"sqlite:///{tmp_path / 'queues.db'}"
-    else:
-        connection_string = request.getfixturevalue("azurite_connection_string")
-    return run_environment(connection_string, tmp_path)
+    return backend_environment(request, tmp_path)
 
 
 @pytest.fixture

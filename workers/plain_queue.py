@@ -10,13 +10,13 @@ warning with the count each time it finds some, until they are moved across with
 
 from __future__ import annotations
 
-import threading
 from datetime import datetime
 
 import structlog
 
 from listener.clock import EVENT_SLEEPER, Sleeper
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
+from listener.periodic import PeriodicThread
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 from workers.partitioning import plain_queue_depth
@@ -27,8 +27,9 @@ CHECK_INTERVAL_S = 60.0
 log = structlog.get_logger(__name__)
 
 
-class PlainQueueWatch:
-    """Counts the plain queue ``queue_name`` beside its partitions in ``view``, on a thread."""
+class PlainQueueWatch(PeriodicThread):
+    """Counts the plain queue ``queue_name`` beside its partitions in ``view``, on a thread: at
+    start (messages stranded while no worker ran are the likeliest), then every ``interval_s``."""
 
     def __init__(
         self,
@@ -38,29 +39,19 @@ class PlainQueueWatch:
         interval_s: float = CHECK_INTERVAL_S,
         sleeper: Sleeper = EVENT_SLEEPER,
     ) -> None:
+        super().__init__(
+            f"cloudqueue:{queue_name}:plain-queue-watch",
+            interval_s=interval_s,
+            sleeper=sleeper,
+            tick_at_start=True,
+        )
         self.view = view
         self.queue_name = queue_name
-        self.interval_s = interval_s
-        self.sleeper = sleeper
         self.last_count: int | None = None
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"cloudqueue:{queue_name}:plain-queue-watch", daemon=True
-        )
 
-    def start(self) -> PlainQueueWatch:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(5)
-
-    def _run(self) -> None:
-        self.check()  # at start too: messages stranded while no worker ran are the likeliest
-        while not self.sleeper.wait(self._stop, self.interval_s):
-            self.check()
+    def tick(self) -> bool:
+        self.check()
+        return True
 
     def check(self) -> int | None:
         """One count; a warning while messages wait there, one info line once they are gone."""
