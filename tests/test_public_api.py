@@ -71,6 +71,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "Publisher",
         "QueueEmptyDecision",
         "QueueEmptyHandler",
+        "QueueLayout",
         "QueueMessage",
         "QueueNotFoundError",
         "QueueStorage",
@@ -96,6 +97,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "poison_queue_name",
         "proportional",
         "randomized_exponential_backoff",
+        "read_layout",
         "steps",
     ]
     assert list(workers.__all__) == [
