@@ -32,7 +32,8 @@ def test_an_item_enqueued_without_partitions_reaches_a_partitioned_worker(
     env: dict[str, str], runs: Runs
 ) -> None:
     """The worker records 4 partitions; enqueue and status, told nothing, use them; nothing
-    waits on a plain queue; a worker left at 1 partition is refused with exit code 2."""
+    waits on a plain queue; a worker left at 1 partition is refused with exit code 2, also
+    under a supervisor."""
     queue = env["TEST_QUEUE"]
     worker = runs.start({**env, "CLOUDQUEUE_LISTENER__PARTITIONS": "4"})
     eventually(lambda: worker.events("partition_layout_recorded"), timeout_s=30)
@@ -47,10 +48,12 @@ def test_an_item_enqueued_without_partitions_reaches_a_partitioned_worker(
         if "partitions" not in row
     ]
 
-    refused = cloudqueue("run", WORKER, env=env)
-    assert refused.returncode == 2, refused.stderr
-    assert f"queue {queue} is recorded as 4 partitions" in refused.stderr
-    assert "set listener.partitions = 4" in refused.stderr
+    for processes in ("1", "2"):  # a supervisor refuses before starting any child
+        refused = cloudqueue("run", WORKER, "--processes", processes, env=env)
+        assert refused.returncode == 2, refused.stderr
+        assert f"queue {queue} is recorded as 4 partitions" in refused.stderr
+        assert "set listener.partitions = 4" in refused.stderr
+        assert "child_started" not in refused.stderr
 
     worker.process.send_signal(signal.SIGTERM)
     assert worker.process.wait(30) == 0

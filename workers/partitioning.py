@@ -10,7 +10,7 @@ layout there, so that nobody has to repeat ``--partitions``.
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 
 import structlog
 
@@ -195,14 +195,20 @@ def plain_queue_warning(queue_name: str, depth: int) -> str:
 
 
 def settle_layout(
-    accounts: Sequence[QueueStorage], queue_name: str, wanted: QueueLayout, *, create: bool
+    accounts: Sequence[QueueStorage],
+    queue_name: str,
+    wanted: QueueLayout,
+    *,
+    create: bool,
+    record: bool = True,
 ) -> None:
     """At a worker's start: check the layout it asks for against the recorded one, and record it.
 
     ConfigurationError when they disagree (a worker would read partitions nobody writes, or
     leave unread ones that others write), or when the worker would stop reading old partitions
     that still hold messages. Storage errors are logged, not raised: the worker starts as it did
-    before layouts were recorded.
+    before layouts were recorded. ``record=False`` only checks (a supervisor, before its
+    children start).
     """
     try:
         recorded = read_layout(accounts[0], queue_name)
@@ -210,7 +216,7 @@ def settle_layout(
             return
         if recorded is not None:
             _check_follows(accounts, queue_name, recorded, wanted)
-        if record_layout(accounts[0], queue_name, wanted, create=create):
+        if record and record_layout(accounts[0], queue_name, wanted, create=create):
             log.info("partition_layout_recorded", queue=queue_name, layout=str(wanted))
     except StorageError as error:
         log.warning(
@@ -219,6 +225,18 @@ def settle_layout(
             error=str(error),
             fix=f"cloudqueue queues create {queue_name} --partitions {wanted.partitions}",
         )
+
+
+def check_layouts(settings: CloudQueueSettings, queues: Mapping[str, ListenerSettings]) -> None:
+    """Check every worker's layout against the recorded one, recording nothing: ``run
+    --processes N`` fails once here rather than in every child, restarted again and again."""
+    storage = open_storage(settings.connection_string_value(), credential=settings.credential)
+    try:
+        with closing(LayoutViews(storage, settings)) as views:
+            for queue, options in queues.items():
+                settle_layout(views.accounts, queue, layout_of(options), create=False, record=False)
+    finally:
+        storage.close()
 
 
 def _check_follows(

@@ -22,6 +22,7 @@ from workers.cli.common import (
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
+from workers.partitioning import check_layouts
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
@@ -83,11 +84,16 @@ def run(
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))
     worker_types = [load_worker(target) for target in targets]
-    for target, worker_type in zip(targets, worker_types, strict=True):
-        worker_settings(settings, target, worker_type)  # fail here, not in every child
-    if processes > 1:
-        sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
+    queues = {
+        worker_type.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        for target, worker_type in zip(targets, worker_types, strict=True)
+        # fail here, not in every child
+        for options in [worker_settings(settings, target, worker_type)]
+    }
     try:
+        if processes > 1:
+            check_layouts(settings, queues)  # a recorded layout they disagree with, too
+            sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
