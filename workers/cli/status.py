@@ -4,7 +4,10 @@ The workers' side comes from the live-state files running ``cloudqueue run`` pro
 (``workers.live_state``): reading them costs no storage transaction. The queue's facts cost three
 per refresh: its count, its poison queue's count, and one peek that splits the depth into visible
 and in-flight messages and dates the oldest waiting one (``workers.cli.queue_facts``); on a
-partitioned queue the count is one per partition, shown per partition.
+partitioned queue the count is one per partition, shown per partition, plus one count of a plain
+queue of the same name, whose messages no worker reads. Its layout is read once, at start, from
+the store (``listener.stores.layouts``). Without a queue it shows every queue
+(``workers.cli.status_overview``).
 ``--watch`` compares each refresh with the one before it to show rates: messages handled per
 second and storage transactions per hour.
 """
