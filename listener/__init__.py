@@ -49,6 +49,7 @@ from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, Work
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.connection import open_payload_store, open_storage
+from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
@@ -91,6 +92,7 @@ __all__ = [
     "Publisher",
     "QueueEmptyDecision",
     "QueueEmptyHandler",
+    "QueueLayout",
     "QueueMessage",
     "QueueNotFoundError",
     "QueueStorage",
@@ -118,5 +120,6 @@ __all__ = [
     "poison_queue_name",
     "proportional",
     "randomized_exponential_backoff",
+    "read_layout",
     "steps",
 ]

@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from tests.support.cli import ok
 from tests.support.polling import eventually
-from tests.support.runs import Run, Runs, run_environment
+from tests.support.runs import Run, Runs, backend_environment
 from tests.support.workers import AsyncRecordingWorker, RecordingWorker
 from workers.cli.run import announce_concurrency
 from workers.settings import CloudQueueSettings
@@ -26,11 +26,7 @@ SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_
 @pytest.fixture(params=["sqlite", "azure"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """The environment of a worker on the embedded store or on Azurite."""
-    if request.param == "sqlite":
-        connection_string = f"sqlite:///{tmp_path / 'queues.db'}"
-    else:
-        connection_string = request.getfixturevalue("azurite_connection_string")
-    return run_environment(connection_string, tmp_path)
+    return backend_environment(request, tmp_path)
 
 
 @pytest.fixture

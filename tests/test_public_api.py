@@ -74,6 +74,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "Publisher",
         "QueueEmptyDecision",
         "QueueEmptyHandler",
+        "QueueLayout",
         "QueueMessage",
         "QueueNotFoundError",
         "QueueStorage",
@@ -101,6 +102,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "poison_queue_name",
         "proportional",
         "randomized_exponential_backoff",
+        "read_layout",
         "steps",
     ]
     assert list(workers.__all__) == [

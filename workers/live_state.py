@@ -237,6 +237,18 @@ def read_live_states(
     return sorted(states, key=lambda state: (state.host, state.pid))
 
 
+def running_queue_names(state_dir: Path) -> set[str]:
+    """Queue names in the live-state files; ``read_live_states`` then keeps the running ones."""
+    names: set[str] = set()
+    for path in state_dir.glob("*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            names.update(str(queue["queue"]) for queue in data["queues"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # removed meanwhile, or not a live-state file
+    return names
+
+
 def _read(path: Path) -> LiveState | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -265,4 +277,5 @@ __all__ = [
     "LiveStatePublisher",
     "QueueLiveState",
     "read_live_states",
+    "running_queue_names",
 ]

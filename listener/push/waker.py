@@ -19,6 +19,7 @@ from reactivex.abc import DisposableBase
 from listener.clock import EVENT_SLEEPER, Clock, Sleeper
 from listener.errors import StorageError
 from listener.listener import CloudQueueListener
+from listener.periodic import PeriodicThread
 from listener.push.triggers import TriggerChannel, WorkDetected
 from listener.scaling.scaler import ElasticScaler, idle_delay_floor_s
 
@@ -125,7 +126,7 @@ class TriggerWaker:
             self._deferred.join(5)
 
 
-class Watchdog:
+class Watchdog(PeriodicThread):
     """While a listener has no threads, checks its depth every ``interval_s``."""
 
     def __init__(
@@ -136,31 +137,19 @@ class Watchdog:
         interval_s: float = DEFAULT_WATCHDOG_INTERVAL_S,
         sleeper: Sleeper = EVENT_SLEEPER,
     ) -> None:
+        super().__init__(
+            f"cloudqueue:{listener.queue_name}:watchdog", interval_s=interval_s, sleeper=sleeper
+        )
         self.listener = listener
         self.scaler = scaler
-        self.interval_s = interval_s
-        self.sleeper = sleeper
         self.checks = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(
-            target=self._run, name=f"cloudqueue:{listener.queue_name}:watchdog", daemon=True
-        )
 
-    def start(self) -> Watchdog:
-        self._thread.start()
-        return self
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread.is_alive() and self._thread is not threading.current_thread():
-            self._thread.join(5)
-
-    def _run(self) -> None:
-        while not self.sleeper.wait(self._stop, self.interval_s):
-            if self.listener.stopped:
-                return
-            if self.listener.active_dequeue_tasks == 0:
-                self.check()
+    def tick(self) -> bool:
+        if self.listener.stopped:
+            return False
+        if self.listener.active_dequeue_tasks == 0:
+            self.check()
+        return True
 
     def check(self) -> None:
         """One depth check; threads start when messages are waiting."""

@@ -11,9 +11,10 @@ connection must not cross a ``fork``. The file and its folder are private to the
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
@@ -30,6 +31,7 @@ from listener.errors import (
 from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
+    check_metadata,
     check_put_arguments,
     check_update_arguments,
     new_message,
@@ -61,6 +63,11 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS messages_by_visibility ON messages (queue, next_visible_on)",
     # Lets a get purge expired messages without walking the whole queue.
     "CREATE INDEX IF NOT EXISTS messages_by_expiry ON messages (queue, expires_on)",
+    # A table of its own, not a column of queues: files made before it get it on open.
+    """CREATE TABLE IF NOT EXISTS queue_metadata (
+        queue TEXT PRIMARY KEY REFERENCES queues (name),
+        metadata TEXT NOT NULL
+    ) WITHOUT ROWID""",
 )
 
 _MESSAGE_COLUMNS = (
@@ -216,6 +223,23 @@ class SqliteQueueStorage:
             ).fetchall()
         return [peeked(_to_message(_decoded(row, queue_name))) for row in rows]
 
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        with self._lock, _translate_errors():
+            _require_queue(self._db, queue_name)
+            row = self._db.execute(
+                "SELECT metadata FROM queue_metadata WHERE queue = ?", (queue_name,)
+            ).fetchone()
+        return {} if row is None else dict(json.loads(row[0]))
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        text = json.dumps(check_metadata(metadata))
+        with self._transaction() as db:
+            _require_queue(db, queue_name)
+            db.execute(
+                "INSERT OR REPLACE INTO queue_metadata (queue, metadata) VALUES (?, ?)",
+                (queue_name, text),
+            )
+
     def list_queues(self, prefix: str = "") -> list[str]:
         with self._lock, _translate_errors():
             rows = self._db.execute(
@@ -235,6 +259,7 @@ class SqliteQueueStorage:
         with self._transaction() as db:
             _require_queue(db, queue_name)
             db.execute("DELETE FROM messages WHERE queue = ?", (queue_name,))
+            db.execute("DELETE FROM queue_metadata WHERE queue = ?", (queue_name,))
             db.execute("DELETE FROM queues WHERE name = ?", (queue_name,))
 
     def close(self) -> None:

@@ -6,11 +6,14 @@ the command runs, so the rest of the command line works without them.
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import click
 
 from listener.imports import import_extra
 from listener.stores.connection import describe_storage
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.partitioning import LayoutViews
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -62,7 +65,7 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
     secret = None if configured is None else configured.get_secret_value()
     token, generated = chosen_token(secret, host)
     where = describe_storage(settings.connection_string_value(), credential=settings.credential)
-    with opened_storage(settings) as storage:
+    with opened_storage(settings) as storage, closing(LayoutViews(storage, settings)) as views:
         sampler = Sampler(
             storage,
             queues=queues,
@@ -70,6 +73,7 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
             where=where,
             policy=settings.scaling_policy(),
             interval_s=interval_s,
+            view_of=views.view,
         )
         app = create_app(sampler, Access(token=token, loopback_only=is_loopback(host)))
         address = f"http://{_url_host(host)}:{port}/"

@@ -24,6 +24,7 @@ from workers.cli.common import (
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
+from workers.partitioning import check_layouts
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.reload import run_reloading, watched_folders
 from workers.settings import CloudQueueSettings
@@ -104,14 +105,19 @@ def run(
     ]
     for options in effective:
         options.scaling.build_rule()
+    queues = {
+        worker_type.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        for worker_type, options in zip(worker_types, effective, strict=True)
+    }
     if reload:
         # The children run without --reload (and may show their status line); this one watches.
         command = _child_command(targets, assignments, progress=progress, processes=processes)
         supervisor = Supervisor(command, 1, grace_s=settings.shutdown_grace_s)
         sys.exit(run_reloading(supervisor, watched_folders(w.__module__ for w in worker_types)))
-    if processes > 1:
-        sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
     try:
+        if processes > 1:
+            check_layouts(settings, queues)  # a recorded layout they disagree with, too
+            sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)

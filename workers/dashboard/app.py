@@ -87,10 +87,11 @@ async def _requeue(sampler: Sampler, request: Request) -> Response:
     wanted_id, limit = asked
 
     def move() -> Requeued:
+        storage = sampler.view_of(queue)  # back to each message's own partition and account
         if wanted_id is None:
-            return requeue_all(sampler.storage, queue, limit=limit)
+            return requeue_all(storage, queue, limit=limit)
         try:
-            return Requeued(moved=int(requeue_poisoned_by_id(sampler.storage, queue, wanted_id)))
+            return Requeued(moved=int(requeue_poisoned_by_id(storage, queue, wanted_id)))
         except UnreadableRecordError:
             return Requeued(skipped=[wanted_id])
 
