@@ -35,6 +35,25 @@ def child_slot(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
     return event_dict
 
 
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe for a terminal: every non-printable character (escape sequences' ESC, C1
+    controls, bidi overrides, lone surrogates) as its backslash escape (``repr``'s, e.g.
+    ``\\x1b``); line breaks kept only with ``lines``. Other text is unchanged."""
+    if text.isprintable():
+        return text
+    kept = "\n" if lines else ""
+    return "".join(c if c.isprintable() or c in kept else repr(c)[1:-1] for c in text)
+
+
+def escape_for_terminal(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:
+    """Console lines show text from messages and handlers: none of it may drive the terminal.
+    (JSON lines escape it already.) Tracebacks keep their line breaks."""
+    for key, value in event_dict.items():
+        if isinstance(value, str):
+            event_dict[key] = printable(value, lines=key == "exception")
+    return event_dict
+
+
 def configure_logging(
     settings: LoggingSettings,
     *,
@@ -66,6 +85,7 @@ def configure_logging(
         renderer = [
             structlog.processors.format_exc_info,
             redact_secrets,
+            escape_for_terminal,
             console_renderer or structlog.dev.ConsoleRenderer(colors=output.isatty()),
         ]
     # The Azure SDK logs every HTTP request at INFO through stdlib logging: keep it to problems.
@@ -79,4 +99,4 @@ def configure_logging(
     )
 
 
-__all__ = ["configure_logging", "redact_secrets"]
+__all__ = ["configure_logging", "escape_for_terminal", "printable", "redact_secrets"]

@@ -185,16 +185,6 @@ def configured_storage(*, announce: bool = False) -> Iterator[tuple[QueueStorage
         yield storage, where
 
 
-def printable(text: str, *, lines: bool = False) -> str:
-    """``text`` safe for a terminal: every non-printable character (escape sequences' ESC, C1
-    controls, bidi overrides, lone surrogates) as the backslash escape the console logs show
-    (``repr``'s, e.g. ``\\x1b``); line breaks kept only with ``lines``. Other text is unchanged."""
-    if text.isprintable():
-        return text
-    kept = "\n" if lines else ""
-    return "".join(c if c.isprintable() or c in kept else repr(c)[1:-1] for c in text)
-
-
 def json_text(value: Any) -> str:
     """``value`` as the JSON the commands print: every non-ASCII character escaped, as the JSON
     logs have it, so no control character reaches a terminal raw and nothing is shortened."""

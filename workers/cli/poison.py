@@ -37,11 +37,11 @@ from workers.cli.common import (
     configured_storage,
     current_settings,
     json_text,
-    printable,
     refuse_unattended,
 )
 from workers.cli.poison_view import details, poison_summary, render, table_lines
 from workers.cli.queues import progress_spinner
+from workers.logging import printable
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 MIN_PREFIX = 4

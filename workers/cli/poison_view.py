@@ -21,7 +21,7 @@ from listener.errors import DecodeError, UnreadableRecordError
 from listener.messages.payload import ENVELOPE_KEY, parse_envelope
 from listener.messages.poison_record import PoisonRecord, parse_record
 from listener.stores.storage import QueueMessage
-from workers.cli.common import printable
+from workers.logging import printable
 
 ERROR_WIDTH = 80
 """The most characters of an error's first line that the text listing shows."""
