@@ -45,6 +45,7 @@ class QueueLiveState:
     active_threads: int
     peak_threads: int
     processed: int
+    """Messages handled (a ``Publisher`` batch is one message of many items)."""
     failed: int
     poisoned: int
     dequeue_errors: int
@@ -54,7 +55,10 @@ class QueueLiveState:
     storage_transactions_per_hour: float | None = None
     """Queue and blob calls of this queue's consumers in this process, per hour (recent rate)."""
     projected_cost_per_month_usd: float | None = None
-    """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price."""
+    """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price; both
+    None until the cost meter has counted for its whole window (``cost_meter.WINDOW_S``)."""
+    items_processed: int | None = None
+    """Items handled (None in files of older versions, which counted messages only)."""
 
     @classmethod
     def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
@@ -72,6 +76,7 @@ class QueueLiveState:
             per_thread_rate_per_s=listener.throughput.per_thread_rate_per_s,
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
+            items_processed=counters["items_processed"],
         )
 
 
