@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import ClassVar
 
 import pytest
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, Publisher
+from listener.scaling.scaler import ScalingPolicy
 from listener.stores.metered import MeteredStorage
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
+from workers.dashboard.sampling import Sampler
 from workers.depth_refresh import DepthRefresher
 from workers.live_state import QueueLiveState
 from workers.progress import QueueProgress
@@ -78,6 +81,21 @@ def test_after_a_drain_the_status_line_and_metrics_read_depth_zero(host: WorkerH
 
     eventually(all_read_zero)
     assert _gauge(host, "cloudqueue_queue_depth_age_seconds") is not None
+
+
+def test_after_a_drain_the_dashboard_reads_depth_zero_at_its_next_sample(
+    host: WorkerHost, tmp_path: Path
+) -> None:
+    """The dashboard counts at every sample (1 s): the first one after the drain reads 0."""
+    (listener,) = host.listeners
+    sampler = Sampler(
+        host.storage, queues=[QUEUE], state_dir=tmp_path, where="memory", policy=ScalingPolicy()
+    )
+    eventually(lambda: listener.messages_processed == BACKLOG)
+    sampler.sample()
+    (queue,) = sampler.state()["queues"]
+    assert (queue["depth"], queue["visible_depth"]) == (0, 0)
+    assert queue["history"]["visible_depth"][-1] == 0
 
 
 def test_the_target_threads_gauge_follows_the_pool_after_scale_in(host: WorkerHost) -> None:
