@@ -157,3 +157,11 @@ def test_a_batch_of_200_items_counts_200_processed_beside_its_one_message() -> N
     assert "processed 200 items (1 message)" in QueueProgress.of(listener).fields()["figures"]
     state = QueueLiveState.of(listener)
     assert (state.items_processed, state.processed) == (200, 1)
+
+
+def test_the_status_line_dates_a_depth_a_second_old_or_more() -> None:
+    """A fresh depth reads bare; an older one carries its age, so a stale figure says so."""
+    fresh = QueueProgress(QUEUE, 1, 0, 5, 0, depth=351, depth_age_s=0.4)
+    stale = QueueProgress(QUEUE, 1, 0, 5, 0, depth=351, depth_age_s=12.2)
+    assert fresh.fields()["figures"].startswith("depth 351 · threads 1")
+    assert stale.fields()["figures"].startswith("depth 351 (12 s ago) · threads 1")
