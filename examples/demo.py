@@ -231,7 +231,6 @@ def main() -> int:
         live = LiveProgress(
             host.listeners,
             console=console,
-            depth_of=host.storage.last_depth,
             expected={queue: BURST + MALFORMED},
         )
         with live:

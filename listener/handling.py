@@ -201,7 +201,7 @@ class MessageProcessor(Generic[T]):
             self._poison_overdue(lease, deliveries)
         elif failed := self._deliver(lease, contents, items):
             self._after_item_failures(lease, contents, failed)
-        elif self._delete(lease) and contents.payload_name is not None:
+        elif self._delete(lease, items=len(items)) and contents.payload_name is not None:
             self._retire_payload(contents.payload_name)
 
     def _open(self, lease: Lease, reading: _Reading) -> tuple[MessageContents, list[T]] | None:
@@ -264,7 +264,10 @@ class MessageProcessor(Generic[T]):
             self._after_failure(
                 lease, error, permanent=permanent, attempts=contents.attempts, cause=cause
             )
-        elif permanent or exhausted(deliveries, self.policy):
+            return
+        # The other items were handled: they are not delivered again.
+        self.counters.add("items_processed", count - len(failed))
+        if permanent or exhausted(deliveries, self.policy):
             self.counters.add("failed")
             reason: PoisonReason = (
                 "permanent_failure" if permanent else "max_dequeue_count_exceeded"
@@ -355,10 +358,10 @@ class MessageProcessor(Generic[T]):
         counted = replace(lease.message, dequeue_count=deliveries)
         self._poison(lease, reason="max_dequeue_count_exceeded", error=error, message=counted)
 
-    def _delete(self, lease: Lease) -> bool:
-        """Delete the handled message; True only when this call deleted it."""
+    def _delete(self, lease: Lease, *, items: int) -> bool:
+        """Delete the handled message (of ``items`` items); True only when this call deleted it."""
         deleted = self._remove(lease)
-        self.counters.add("processed")
+        self.counters.message_processed(items)
         return deleted
 
     def _remove(self, lease: Lease) -> bool:
@@ -386,7 +389,7 @@ class MessageProcessor(Generic[T]):
             dequeue_count=lease.message.dequeue_count,
             payload=payload_name,
         )
-        self._delete(lease)
+        self._delete(lease, items=0)  # another copy's items were counted where it was handled
 
     def _retire_payload(self, name: str) -> None:
         """Replace the stored payload of a deleted message with a tombstone; log, never raise."""

@@ -24,6 +24,7 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from listener.depth import KnownDepth
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.handling import MessageProcessor
 from listener.handoff import HandOff, fetch_size
@@ -178,6 +179,8 @@ class CloudQueueListener(Observable[T]):
         self.handler_time = ThroughputMeter()
         """Seconds the observers take on one message, settlement excluded: how many messages a
         thread keeps in flight follows from it (``listener.in_flight.slots_per_loop``)."""
+        self.known_depth = KnownDepth(clock)
+        """The visible depth last counted, or 0 after an empty get: the figures read it."""
         self._subscribers: Subscribers[T] = Subscribers()
         self._processor = MessageProcessor(
             storage=storage,
@@ -309,6 +312,11 @@ class CloudQueueListener(Observable[T]):
         return self.counters.processed
 
     @property
+    def items_processed(self) -> int:
+        """Items handled: a batched message counts each of its items."""
+        return self.counters.items_processed
+
+    @property
     def messages_failed(self) -> int:
         return self.counters.failed
 
@@ -396,6 +404,10 @@ class CloudQueueListener(Observable[T]):
             return self._error_wait(state)
         if not messages:
             self._end_stretch(state)  # idle waits are not handling time
+            if self.counters.in_flight == 0:
+                # Free news for the figures. Held messages mean work still flows: a count will
+                # come (and on a partitioned queue, this get read one partition only).
+                self.known_depth.emptied()
             state.error_count = 0
             state.idle_count += 1
             decision = self._raise_queue_empty(state.idle_count)
@@ -567,10 +579,24 @@ class CloudQueueListener(Observable[T]):
             self._log.exception("handler_failed", hook=name)
 
     def _measure_load(self) -> ListenerLoad:
-        depth = self.storage.approximate_message_count(self.queue_name)
+        load = self._load_at(self.storage.approximate_message_count(self.queue_name))
+        self.known_depth.counted(load.visible_depth)
+        return load
+
+    def known_load(self) -> ListenerLoad | None:
+        """The load now at the last known depth (``known_depth``), without a storage call."""
+        reading = self.known_depth.reading()
+        if reading is None:
+            return None
+        return self._load_at(reading.visible + self._held_by_handlers())
+
+    def _held_by_handlers(self) -> int:
+        return max(0, self.counters.in_flight - len(self._handoff))
+
+    def _load_at(self, depth: int) -> ListenerLoad:
         return ListenerLoad(
             approximate_depth=depth,
-            in_flight=max(0, self.counters.in_flight - len(self._handoff)),
+            in_flight=self._held_by_handlers(),
             active_threads=self._pool.active,
             per_thread_rate_per_s=self.throughput.per_thread_rate_per_s,
             message_latency_s=self.latency.seconds_per_message,

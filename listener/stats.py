@@ -11,7 +11,10 @@ class ListenerCounters:
     """Totals since the listener was created, plus the messages held right now."""
 
     processed: int = 0
-    """Handled by every observer (and deleted, or found already gone)."""
+    """Messages handled by every observer (and deleted, or found already gone)."""
+    items_processed: int = 0
+    """Items handled by every observer: a ``Publisher`` batch of 200 is 200 items, 1 message.
+    The items of a batch that succeeded count even when others of it are retried."""
     failed: int = 0
     """Deliveries where an observer raised; the message was left for a retry."""
     poisoned: int = 0
@@ -27,6 +30,12 @@ class ListenerCounters:
     def add(self, name: str, amount: int = 1) -> None:
         with self._lock:
             setattr(self, name, getattr(self, name) + amount)
+
+    def message_processed(self, items: int) -> None:
+        """A message (of ``items`` items) was handled and deleted: one lock for both counts."""
+        with self._lock:
+            self.processed += 1
+            self.items_processed += items
 
     def snapshot(self) -> dict[str, int]:
         with self._lock:

@@ -92,7 +92,7 @@ def test_demo_on_a_terminal_narrates_and_sums_up_what_the_store_holds(tmp_path: 
     assert "The same burst plus an idle hour" in text
     assert "threads polling every second" in text
     assert "invoice_billed" not in text
-    frames = ("━", "last depth")  # redraws of the status line, full or cut at the width
+    frames = ("━", "· threads")  # redraws of the status line, full or cut at the width
     story = [
         line for line in text.splitlines() if line.strip() and not any(f in line for f in frames)
     ]

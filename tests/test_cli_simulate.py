@@ -124,3 +124,24 @@ def test_plot_option_writes_the_png(tmp_path: Path) -> None:
     assert code == 0, output
     assert path.read_bytes().startswith(b"\x89PNG")
     assert f"chart written to {path}" in output
+
+
+def test_the_table_says_its_counts_are_run_totals_and_its_rates_are_scaled() -> None:
+    """A caption under the table tells run totals (get, delete, count) from per-day figures."""
+    code, output = invoke("simulate", "--rate", "2", "--duration", "1h", "--policy", "defaults")
+    assert code == 0, output
+    assert "get, delete, count: totals for the run" in output
+    assert "txn/day, $/day, $/month: scaled to a day" in output
+
+
+def test_when_push_costs_more_than_polling_one_line_says_why() -> None:
+    """Steady traffic: every put announces work, so push costs more, and the output says why."""
+    args = ("simulate", "--duration", "1h", "--policy", "defaults", "--policy", "push")
+    code, steady = invoke(*args, "--rate", "2")
+    assert code == 0, steady
+    (why,) = [line for line in steady.splitlines() if line.startswith("push costs more")]
+    assert "every put announces work" in why
+    assert "idles or work comes in bursts" in why
+    code, bursty = invoke(*args, "--burst-size", "100", "--burst-period", "30m")
+    assert code == 0, bursty
+    assert "push costs more" not in bursty  # push is the cheaper one there

@@ -136,6 +136,17 @@ def test_a_worker_without_estimates_leaves_the_totals_unknown(
     assert "transactions/h" not in status(env)
 
 
+def test_a_batched_workers_line_counts_items_beside_messages_and_its_unknown_cost_as_a_dash(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """200 items in one batched message read "processed 200 items (1 message)"; no cost yet: —."""
+    publish_state(tmp_path / "run", replace(IDLE, processed=1, items_processed=200))
+    text = status(env)
+    assert "processed 200 items (1 message)," in text
+    assert "; cost — (measured over its first 10 minutes)" in text
+    assert json.loads(status(env, "--json"))["workers"][0]["items_processed"] == 200
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"), [(45, "45 s"), (600, "10 min"), (5 * 3600, "5 h"), (3 * 86400, "3 d")]
 )

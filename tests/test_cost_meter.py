@@ -13,7 +13,7 @@ from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 from listener.stores.payload_store import InMemoryPayloadStore
 from listener.testing import ManualClock
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.cost_meter import MIN_ELAPSED_S, CostMeter
+from workers.cost_meter import WINDOW_S, CostMeter
 from workers.live_state import LiveState, LiveStatePublisher
 
 PAYLOAD = "invoices/" + "0" * 32
@@ -32,7 +32,7 @@ def test_a_queues_rate_counts_its_poison_queue_and_blob_calls(storage: MeteredSt
     """10 s with 4 queue, 1 poison and 2 blob calls for invoices: 2,520 an hour; others apart."""
     clock = ManualClock()
     payloads = MeteredPayloadStore(InMemoryPayloadStore())
-    meter = CostMeter(storage, payloads, price_per_10k_usd=0.01, clock=clock)
+    meter = CostMeter(storage, payloads, price_per_10k_usd=0.01, clock=clock, window_s=10)
     meter.sample()
     for _ in range(4):
         storage.get_messages("invoices", max_messages=32, visibility_timeout_s=30)
@@ -48,15 +48,27 @@ def test_a_queues_rate_counts_its_poison_queue_and_blob_calls(storage: MeteredSt
     assert meter.cost_of("other").storage_transactions_per_hour == pytest.approx(360)
 
 
-def test_no_rate_is_claimed_before_a_few_seconds_of_counting(storage: MeteredStorage) -> None:
-    """One sample, or samples too close together, give None rather than a wild guess."""
+def test_an_idle_workers_cost_is_null_until_its_window_is_full(storage: MeteredStorage) -> None:
+    """A start's fast polls are no monthly bill: null at 6 s and 70 s, right once full."""
     clock = ManualClock()
     meter = CostMeter(storage, clock=clock)
     meter.sample()
     assert meter.cost_of("invoices").storage_transactions_per_hour is None
-    clock.advance(MIN_ELAPSED_S / 2)
-    meter.sample()
-    assert meter.cost_of("invoices").projected_cost_per_month_usd is None
+    for _ in range(9):  # threads backing off from 0.1 s: 6,480 an hour if projected now
+        storage.get_messages("invoices", max_messages=32, visibility_timeout_s=30)
+    seen: dict[float, float | None] = {}
+    elapsed_s = 0.0
+    while elapsed_s < WINDOW_S:
+        clock.advance(1.5)  # then one idle get every 1.5 s, as the back-off settles
+        elapsed_s += 1.5
+        storage.get_messages("invoices", max_messages=32, visibility_timeout_s=30)
+        meter.sample()
+        seen[elapsed_s] = meter.cost_of("invoices").projected_cost_per_month_usd
+    assert seen[6.0] is None
+    assert seen[70.5] is None
+    assert all(cost is None for at, cost in seen.items() if at < WINDOW_S)
+    per_hour = meter.cost_of("invoices").storage_transactions_per_hour
+    assert per_hour == pytest.approx((9 + WINDOW_S / 1.5) / WINDOW_S * 3_600)
 
 
 def test_the_rate_follows_the_recent_window(storage: MeteredStorage) -> None:
@@ -78,7 +90,7 @@ def test_the_published_live_state_carries_the_meter(
 ) -> None:
     """Each queue's live state has its transactions per hour and monthly cost, read back too."""
     clock = ManualClock()
-    meter = CostMeter(storage, clock=clock, price_per_10k_usd=0.02)
+    meter = CostMeter(storage, clock=clock, price_per_10k_usd=0.02, window_s=36)
     listener: CloudQueueListener[str] = CloudQueueListener(
         storage, CloudQueueLocation("invoices"), str
     )

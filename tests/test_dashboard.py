@@ -250,6 +250,16 @@ def test_cost_meter_values_are_summed_when_workers_publish_them() -> None:
     assert counters["projected_cost_per_month_usd"] is None
 
 
+def test_items_processed_are_summed_beside_messages() -> None:
+    """A batched message of 200 items counts 200 items; an older worker's file counts messages."""
+    workers: list[dict[str, Any]] = [
+        {"processed": 1, "items_processed": 200, "failed": 0, "poisoned": 0, "dequeue_errors": 0},
+        {"processed": 3, "failed": 0, "poisoned": 0, "dequeue_errors": 0},
+    ]
+    counters = _counters(workers, {"transactions_per_hour": None})
+    assert (counters["items_processed"], counters["processed"]) == (203, 4)
+
+
 def test_no_page_or_response_carries_the_account_key(
     azurite_connection_string: str, tmp_path: Path
 ) -> None:

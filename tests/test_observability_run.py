@@ -112,6 +112,11 @@ def test_a_scrape_mid_burst_parses_and_the_counters_add_up_to_the_messages_sent(
     )
     assert deletes >= good + bad
     assert value(samples, "cloudqueue_dequeue_threads", queue=queue) >= processes
+
+    def depth_reads_zero() -> bool:  # the empty gets after the drain say so (no transaction)
+        return value(scrape(run.port), "cloudqueue_queue_depth", queue=queue, kind="visible") == 0
+
+    eventually(depth_reads_zero, timeout_s=10)
     assert status(run, "/healthz") == 200
     assert status(run, "/readyz") == 200
 

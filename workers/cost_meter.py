@@ -2,8 +2,9 @@
 
 It reads the host's ``MeteredStorage`` (queue calls, the queue's ``-poison`` queue included) and
 ``MeteredPayloadStore`` (blob calls for large payloads) each time the live state is published,
-and turns the counts over the last ``window_s`` into a rate. A rate needs ``MIN_ELAPSED_S`` of
-counting first: until then it is None, not a guess.
+and turns the counts over the last ``window_s`` into a rate. Until it has counted for a whole
+window the rate is None, not a guess: the first seconds of a process (its threads backing off
+from 0.1 s, the queues created) cost more than its steady state and would project a wrong month.
 """
 
 from __future__ import annotations
@@ -21,8 +22,7 @@ from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 
 WINDOW_S = 600.0
 """The rate follows the last ten minutes: recent enough to show a change, long enough to span
-many idle back-off cycles."""
-MIN_ELAPSED_S = 5.0
+many idle back-off cycles. Nothing is claimed before it is full."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,12 +67,12 @@ class CostMeter:
             self._samples.popleft()
 
     def cost_of(self, queue: str) -> QueueCost:
-        """Transactions per hour over the window, and a month at that rate (None: too early)."""
+        """Transactions per hour over the window, and a month at that rate (None: not full yet)."""
         if len(self._samples) < 2:
             return UNKNOWN
         (first_s, first), (last_s, last) = self._samples[0], self._samples[-1]
         elapsed_s = last_s - first_s
-        if elapsed_s < MIN_ELAPSED_S:
+        if elapsed_s < self.window_s:
             return UNKNOWN
         counted = _of_queue(last, queue) - _of_queue(first, queue)
         per_hour = counted / elapsed_s * 3_600.0

@@ -35,6 +35,7 @@ from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
+from workers.depth_refresh import DepthRefresher
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
 from workers.partitioning import layout_of, partitioned_storage, settle_layout
@@ -57,6 +58,7 @@ class HostedWorker:
     settings: CloudQueueSettings
     runner: AsyncHandlerRunner
     scaler: ElasticScaler
+    depth: DepthRefresher
     push: list[TriggerWaker | Watchdog] = field(default_factory=list)
 
 
@@ -174,6 +176,11 @@ class WorkerHost:
         log.info("host_stopped", drained=all(drained))
         return all(drained)
 
+    def refresh_depths(self) -> None:
+        """Count the queues whose known depth is stale while work flows (see ``depth_refresh``)."""
+        for hosted in self.hosted:
+            hosted.depth.tick()
+
     def request_shutdown(self, signum: int, _: FrameType | None = None) -> None:
         """Signal handler: the first signal drains, a second exits at once."""
         self._signals += 1
@@ -213,6 +220,7 @@ class WorkerHost:
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
+            self.refresh_depths()
             live.publish(self.listeners, transactions=self.storage.transactions, meter=meter)
             if self.observability is not None:
                 self.observability.sample()
@@ -259,8 +267,14 @@ def _host(
         handler = observability.observe_handler(runner, listener, floor)
     scaler = ElasticScaler(pool, policy)
     listener.subscribe(handler)
+    depth = DepthRefresher(listener, pool, refresh_s=settings.scaling.depth_refresh_s)
     return HostedWorker(
-        worker=worker, listener=listener, settings=settings, runner=runner, scaler=scaler
+        worker=worker,
+        listener=listener,
+        settings=settings,
+        runner=runner,
+        scaler=scaler,
+        depth=depth,
     )
 
 

@@ -46,6 +46,7 @@ class QueueLiveState:
     active_threads: int
     peak_threads: int
     processed: int
+    """Messages handled (a ``Publisher`` batch is one message of many items)."""
     failed: int
     poisoned: int
     dequeue_errors: int
@@ -55,10 +56,13 @@ class QueueLiveState:
     storage_transactions_per_hour: float | None = None
     """Queue and blob calls of this queue's consumers in this process, per hour (recent rate)."""
     projected_cost_per_month_usd: float | None = None
-    """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price."""
+    """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price; both
+    None until the cost meter has counted for its whole window (``cost_meter.WINDOW_S``)."""
     poison_failures: int = 0
     """Moves to the poison queue that failed (the message stayed in its queue); 0 in files
     written before it was published."""
+    items_processed: int | None = None
+    """Items handled (None in files of older versions, which counted messages only)."""
 
     @classmethod
     def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
@@ -77,6 +81,7 @@ class QueueLiveState:
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
             poison_failures=counters["poison_failures"],
+            items_processed=counters["items_processed"],
         )
 
 

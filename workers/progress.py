@@ -2,7 +2,8 @@
 
 ``cloudqueue run`` and the demo show one line per queue, redrawn a few times a second, so a person
 watching sees the threads follow the backlog. Everything on it comes from in-memory counters and
-the depth the listener last read for scaling: drawing it costs no storage transaction.
+the listener's known depth (``listener.depth``: its last count, or 0 after an empty get, with its
+age when that is a second or more): drawing it costs no storage transaction.
 
 Log lines must not tear the line apart: while it is shown, structlog writes through the same
 ``rich`` console (``ConsoleStream``), which prints them above the status line.
@@ -12,7 +13,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -32,8 +33,8 @@ from listener.listener import CloudQueueListener
 
 REFRESH_INTERVAL_S = 0.25
 
-DepthReader = Callable[[str], int | None]
-"""The queue's last known depth without a new storage call (e.g. ``MeteredStorage.last_depth``)."""
+SHOWN_AGE_S = 1.0
+"""A depth this old or older is shown with its age."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,19 +45,27 @@ class QueueProgress:
     threads: int
     in_flight: int
     processed: int
+    """Messages."""
     poisoned: int
     depth: int | None
+    """Visible messages at the last count or empty get (None before either)."""
+    depth_age_s: float | None = None
+    items_processed: int | None = None
+    """Items (a batched message holds several); None: as many as messages."""
 
     @classmethod
-    def of(cls, listener: CloudQueueListener[Any], depth_of: DepthReader) -> QueueProgress:
+    def of(cls, listener: CloudQueueListener[Any]) -> QueueProgress:
         counters = listener.counters.snapshot()
+        reading = listener.known_depth.reading()
         return cls(
             queue=listener.queue_name,
             threads=listener.active_dequeue_tasks,
             in_flight=counters["in_flight"],
             processed=counters["processed"],
             poisoned=counters["poisoned"],
-            depth=depth_of(listener.queue_name),
+            depth=None if reading is None else reading.visible,
+            depth_age_s=listener.known_depth.age_s(),
+            items_processed=counters["items_processed"],
         )
 
     @property
@@ -64,13 +73,26 @@ class QueueProgress:
         return self.processed + self.poisoned
 
     def fields(self) -> dict[str, Any]:
-        # The depth last read for scaling: reading it again would cost a transaction per frame.
-        depth = "?" if self.depth is None else f"{self.depth:,}"
+        processed = processed_text(self.items_processed, self.processed)
         return {
-            "figures": f"last depth {depth} · threads {self.threads} · "
-            f"in flight {self.in_flight} · processed {self.processed:,} · "
-            f"poisoned {self.poisoned:,}"
+            "figures": f"depth {self._depth()} · threads {self.threads} · "
+            f"in flight {self.in_flight} · processed {processed} · poisoned {self.poisoned:,}"
         }
+
+    def _depth(self) -> str:
+        # The known depth, not a new count: a count per frame would cost a transaction each.
+        if self.depth is None:
+            return "?"
+        age_s = self.depth_age_s or 0.0
+        return f"{self.depth:,}" + ("" if age_s < SHOWN_AGE_S else f" ({age_s:,.0f} s ago)")
+
+
+def processed_text(items: int | None, messages: int) -> str:
+    """``200 items (1 message)`` when batches made them differ, else just the count."""
+    if items is None or items == messages:
+        return f"{messages:,}"
+    noun = "message" if messages == 1 else "messages"
+    return f"{items:,} items ({messages:,} {noun})"
 
 
 class LiveProgress:
@@ -85,11 +107,9 @@ class LiveProgress:
         listeners: Sequence[CloudQueueListener[Any]],
         *,
         console: Console,
-        depth_of: DepthReader,
         expected: dict[str, int] | None = None,
     ) -> None:
         self._listeners = list(listeners)
-        self._depth_of = depth_of
         self._expected = expected or {}
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -131,7 +151,7 @@ class LiveProgress:
     def refresh(self) -> None:
         """Redraw every line from the listeners' counters now."""
         for listener in self._listeners:
-            state = QueueProgress.of(listener, self._depth_of)
+            state = QueueProgress.of(listener)
             self._progress.update(
                 self._tasks[state.queue], completed=state.settled, **state.fields()
             )
@@ -169,4 +189,4 @@ def shows_progress(console: Console, *, wanted: bool = True) -> bool:
     return wanted and console.is_terminal
 
 
-__all__ = ["ConsoleStream", "LiveProgress", "QueueProgress", "shows_progress"]
+__all__ = ["ConsoleStream", "LiveProgress", "QueueProgress", "processed_text", "shows_progress"]

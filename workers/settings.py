@@ -195,6 +195,12 @@ class ScalingSettings(_Section):
     rescale_interval_s: float = Field(default=1.0, gt=0)
     scale_in_delay_s: float = Field(default=15.0, ge=0)
     cpu_saturation_cores: float = Field(default=0.9, gt=0)
+    depth_refresh_s: float = Field(
+        default=5.0,
+        gt=0,
+        description="while work flows, count the queue at least this often for the figures "
+        "(status line, /metrics): at most 3600 / depth_refresh_s counts an hour",
+    )
 
     @field_validator("rule")
     @classmethod

@@ -24,7 +24,7 @@ from listener.simulation.policies import (
 )
 from listener.simulation.presets import PRESETS, Scenario
 from listener.simulation.report import PolicyResult, ServiceModel
-from listener.simulation.table import format_table
+from listener.simulation.table import format_table, table_notes
 from listener.simulation.workload import (
     Workload,
     bursts,
@@ -57,4 +57,5 @@ __all__ = [
     "read_day_profile",
     "simulate",
     "standard_contenders",
+    "table_notes",
 ]

@@ -57,16 +57,18 @@ def fixed_pool(threads: int) -> PolicySpec:
     )
 
 
+DEFAULTS_NAME = "cloudqueue defaults"
+PUSH_NAME = "cloudqueue + push"
+
+
 def cloudqueue_defaults(scaling: ScalingPolicy | None = None) -> PolicySpec:
     """One poller that backs off to 1.5 s, scaling 1..16 threads by the default rule."""
-    return PolicySpec("cloudqueue defaults", scaling=scaling or ScalingPolicy())
+    return PolicySpec(DEFAULTS_NAME, scaling=scaling or ScalingPolicy())
 
 
 def cloudqueue_push(scaling: ScalingPolicy | None = None) -> PolicySpec:
     """Scale to zero between bursts: push triggers wake the pool, a watchdog checks every 5 min."""
-    return PolicySpec(
-        "cloudqueue + push", scaling=scaling or ScalingPolicy(min_threads=0), push=True
-    )
+    return PolicySpec(PUSH_NAME, scaling=scaling or ScalingPolicy(min_threads=0), push=True)
 
 
 FUNCTIONS_MIN_POLL_S = 0.1

@@ -1,11 +1,19 @@
-"""The terminal table of a comparison: one row per policy, costs at a given price."""
+"""The terminal table of a comparison: one row per policy, costs at a given price.
+
+``table_notes`` says under it what the columns count, and why push costs more when it does.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
 from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
+from listener.simulation.policies import DEFAULTS_NAME, PUSH_NAME
 from listener.simulation.report import PolicyResult
+
+CAPTION = (
+    "get, delete, count: totals for the run; txn/day, $/day, $/month: scaled to a day, a month"
+)
 
 _COLUMNS = (
     ("policy", "<"),
@@ -61,3 +69,26 @@ def format_table(
     ]
     lines.insert(1, "  ".join("-" * width for width in widths))
     return "\n".join(lines)
+
+
+def table_notes(results: Sequence[PolicyResult]) -> list[str]:
+    """The caption, and one line on why push costs more than polling when it does."""
+    notes = [CAPTION]
+    by_name = {result.policy: result for result in results}
+    push, polling = by_name.get(PUSH_NAME), by_name.get(DEFAULTS_NAME)
+    if push is None or polling is None:
+        return notes
+    if push.transactions_per_day > polling.transactions_per_day:
+        notes.append(_why_push_costs_more(push))
+    return notes
+
+
+def _why_push_costs_more(push: PolicyResult) -> str:
+    handled = max(1, push.handled)
+    counts = push.transactions.get("approximate_message_count", 0) / handled
+    gets = push.transactions.get("get_messages", 0) / handled
+    return (
+        f"push costs more than the defaults here: with steady traffic every put announces work, "
+        f"and each wake-up pays {counts:.1f} depth checks and {gets:.1f} gets a message; "
+        f"push is the cheapest when the queue idles or work comes in bursts"
+    )

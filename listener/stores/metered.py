@@ -27,7 +27,6 @@ class MeteredStorage(ForwardingStorage):
     def __init__(self, inner: QueueStorage) -> None:
         super().__init__(inner)
         self._counts: Counter[tuple[str, str]] = Counter()
-        self._last_depths: dict[str, int] = {}
         self._lock = threading.Lock()
 
     def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
@@ -58,17 +57,6 @@ class MeteredStorage(ForwardingStorage):
         """Calls by (queue name, operation); ``list_queues`` has no queue: ``""``."""
         with self._lock:
             return dict(self._counts)
-
-    def approximate_message_count(self, queue_name: str) -> int:
-        depth = super().approximate_message_count(queue_name)
-        with self._lock:
-            self._last_depths[queue_name] = depth
-        return depth
-
-    def last_depth(self, queue_name: str) -> int | None:
-        """The depth the last count returned (None before any): shown without a new transaction."""
-        with self._lock:
-            return self._last_depths.get(queue_name)
 
     def __repr__(self) -> str:
         return f"MeteredStorage({self.inner!r}, transactions={self.transactions})"

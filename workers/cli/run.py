@@ -129,7 +129,7 @@ def run(
         sys.exit(host.run())
     # Log lines print above the status line instead of tearing it.
     configure_logging(settings.logging, stream=ConsoleStream(console))
-    with LiveProgress(host.listeners, console=console, depth_of=host.storage.last_depth):
+    with LiveProgress(host.listeners, console=console):
         code = host.run()
     sys.exit(code)
 

@@ -26,6 +26,7 @@ from listener.simulation import (
     idle,
     naive_poller,
     read_day_profile,
+    table_notes,
 )
 from listener.simulation import simulate as run_simulation
 from listener.simulation.presets import Scenario
@@ -199,6 +200,8 @@ def simulate(
         return
     click.echo(_heading(scenario.workload, price_usd))
     click.echo(format_table(results, price_usd))
+    for note in table_notes(results):
+        click.echo(note)
     if preset == "seed-table":
         click.echo(SEED_SLIP_NOTE)
     if plot is not None:

@@ -42,6 +42,7 @@ from workers.partitioning import (
     plain_queue_depth,
     plain_queue_warning,
 )
+from workers.progress import processed_text
 
 DEFAULT_INTERVAL_S = 2.0
 
@@ -346,7 +347,9 @@ def _worker_line(view: WorkerView, *, rates: bool) -> str:
     age_s = (utc_now() - state.updated_at).total_seconds()
     line = (
         f"  {state.host}-{state.pid} ({state.worker}): {listener.active_threads} thread(s), "
-        f"peak {listener.peak_threads}; processed {listener.processed}, failed {listener.failed}, "
+        f"peak {listener.peak_threads}; "
+        f"processed {processed_text(listener.items_processed, listener.processed)}, "
+        f"failed {listener.failed}, "
         f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
         f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )
@@ -359,10 +362,9 @@ def _worker_line(view: WorkerView, *, rates: bool) -> str:
 def _estimates(listener: QueueLiveState) -> str:
     """The worker's own estimates of its storage transactions and their cost, when it made any."""
     per_hour, cost = listener.storage_transactions_per_hour, listener.projected_cost_per_month_usd
-    parts = [] if per_hour is None else [f"{per_hour:,.0f} transactions/h (its estimate)"]
-    if cost is not None:
-        parts.append(f"${cost:,.2f}/month projected")
-    return "".join(f"; {part}" for part in parts)
+    if per_hour is None or cost is None:
+        return "; cost — (measured over its first 10 minutes)"
+    return f"; {per_hour:,.0f} transactions/h (its estimate); ${cost:,.2f}/month projected"
 
 
 def _rate(rate_per_s: object) -> str:

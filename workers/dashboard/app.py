@@ -3,15 +3,16 @@
 Routes (every one behind ``access.Access``):
 
 * ``GET /``: the page (``static/index.html``); it polls ``/api/state`` every ``interval_s``.
-* ``GET /api/state``: JSON, ``{"at", "storage", "interval_s", "history_s", "queues": [...]}``;
-  each queue: ``queue``, ``depth``, ``visible_depth``, ``in_flight``, ``oldest_message_age_s``,
-  ``threads``, ``target_threads``, ``processed_per_s``, ``counters`` (``processed``, ``failed``,
-  ``poisoned``, ``dequeue_errors``, ``storage_transactions_per_hour``,
-  ``projected_cost_per_month_usd``), ``workers`` (as ``cloudqueue status --json`` has them, with
-  an ``id``), ``poison`` (``count``, ``latest`` records as ``cloudqueue poison list --json``) and
-  ``history`` (columns over the last ``history_s``: ``t`` in epoch seconds, ``visible_depth``,
-  ``in_flight``, ``threads``, ``target_threads``, ``processed_per_s``, ``worker_threads`` by
-  worker id); or just ``queue`` and ``error`` while the queue cannot be read.
+* ``GET /api/state``: JSON, ``{"at", "storage", "interval_s", "history_s", "queues": [...]}``; each
+  queue: ``queue``, ``depth``, ``visible_depth``, ``in_flight``, ``oldest_message_age_s``,
+  ``threads``, ``target_threads``, ``processed_per_s``, ``counters`` (``processed`` messages,
+  ``items_processed``, ``failed``, ``poisoned``, ``dequeue_errors``,
+  ``storage_transactions_per_hour``, ``projected_cost_per_month_usd``), ``workers`` (as ``cloudqueue
+  status --json`` has them, with an ``id``), ``poison`` (``count``, ``latest`` records as
+  ``cloudqueue poison list --json``) and ``history`` (columns over the last ``history_s``: ``t`` in
+  epoch seconds, ``visible_depth``, ``in_flight``, ``threads``, ``target_threads``,
+  ``processed_per_s``, ``worker_threads`` by worker id); or just ``queue`` and ``error`` while the
+  queue cannot be read.
 * ``POST /api/queues/{queue}/poison/requeue``: JSON ``{"id": ORIGINAL_ID}`` moves that message
   back, ``{"limit": N}`` (or ``{}`` for all) the oldest N; answers ``{"moved": COUNT, "skipped":
   [POISON_ID, ...]}`` (records that are not readable stay in the poison queue), or 503 with

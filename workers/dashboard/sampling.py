@@ -229,6 +229,15 @@ def _counters(workers: list[dict[str, Any]], totals: dict[str, Any]) -> dict[str
         name: sum(int(worker[name]) for worker in workers)
         for name in ("processed", "failed", "poisoned", "dequeue_errors")
     }
+    # Items (a batched message holds many); a worker of an older version counted messages only.
+    counters["items_processed"] = sum(
+        int(
+            worker["processed"]
+            if worker.get("items_processed") is None
+            else worker["items_processed"]
+        )
+        for worker in workers
+    )
     for name in COST_FIELDS:
         values = [worker.get(name) for worker in workers]
         known = [float(value) for value in values if isinstance(value, int | float)]

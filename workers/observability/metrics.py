@@ -51,14 +51,23 @@ class WorkerMetrics:
         )
         self.queue_depth = Gauge(
             "cloudqueue_queue_depth",
-            "Messages in the queue at the scaler's last measure (visible, or in flight here).",
+            "Messages in the queue: visible at the last count or empty get (its age is "
+            "cloudqueue_queue_depth_age_seconds), and in flight here now.",
             ["queue", "kind"],
             registry=r,
             multiprocess_mode="livemax",
         )
+        self.queue_depth_age = Gauge(
+            "cloudqueue_queue_depth_age_seconds",
+            "Seconds since the visible depth was measured (a count, or a get that found none).",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livemin",
+        )
         self.target_threads = Gauge(
             "cloudqueue_target_threads",
-            "The thread count the scaling rule asked for at its last decision.",
+            "The thread count the scaling rule steers the pool to, for the visible depth and "
+            "the pool now.",
             ["queue"],
             registry=r,
             multiprocess_mode="livesum",

@@ -62,18 +62,16 @@ def rule_target(load: ListenerLoad, policy: ScalingPolicy) -> int:
 
 
 class ObservedPool:
-    """The PoolControl a scaler is given, recording the loads it measures and what it decides.
+    """The PoolControl a scaler is given, counting the decisions that changed the pool.
 
-    Queue depth comes from the scaler's own measures, so metrics add no storage transaction.
+    The depth and target gauges are not set here, from a measure that may be minutes old: the
+    process samples them from the listener's known depth (``ProcessObservability.sample``).
     """
 
     def __init__(self, inner: PoolControl, policy: ScalingPolicy, metrics: WorkerMetrics) -> None:
         self.inner = inner
         self.policy = policy
         queue = inner.queue_name
-        self._visible = metrics.queue_depth.labels(queue, "visible")
-        self._in_flight = metrics.queue_depth.labels(queue, "in_flight")
-        self._target = metrics.target_threads.labels(queue)
         self._up = metrics.scaling_decisions.labels(queue, "up", policy.rule_name)
         self._down = metrics.scaling_decisions.labels(queue, "down", policy.rule_name)
 
@@ -86,11 +84,7 @@ class ObservedPool:
         return self.inner.active_threads
 
     def measure_load(self) -> ListenerLoad:
-        load = self.inner.measure_load()
-        self._visible.set(load.visible_depth)
-        self._in_flight.set(load.in_flight)
-        self._target.set(rule_target(load, self.policy))
-        return load
+        return self.inner.measure_load()
 
     def start_threads(self, count: int) -> None:
         self.inner.start_threads(count)

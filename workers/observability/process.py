@@ -19,7 +19,12 @@ from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 from workers.observability.metrics import WorkerMetrics
-from workers.observability.observed import ObservedPool, ObservedStorage, observed_handler
+from workers.observability.observed import (
+    ObservedPool,
+    ObservedStorage,
+    observed_handler,
+    rule_target,
+)
 from workers.observability.server import ObservabilityServer, observability_app
 from workers.settings import CloudQueueSettings
 from workers.supervisor import CHILD_SLOT_VARIABLE
@@ -39,6 +44,7 @@ class ProcessObservability:
             reachability=self.reachability,
         )
         self._listeners: list[CloudQueueListener[Any]] = []
+        self._policies: dict[str, ScalingPolicy] = {}
         self._metered: MeteredStorage | None = None
         self.server: ObservabilityServer | None = None
         if serve and self.settings.metrics_port is not None:
@@ -64,6 +70,7 @@ class ProcessObservability:
 
     def observe_pool(self, pool: PoolControl, policy: ScalingPolicy) -> PoolControl:
         self.metrics.declare(pool.queue_name, policy.rule_name)
+        self._policies[pool.queue_name] = policy
         return ObservedPool(pool, policy, self.metrics)
 
     def observe_handler(
@@ -103,10 +110,24 @@ class ProcessObservability:
             self.metrics.dequeue_threads.labels(listener.queue_name).set(
                 listener.active_dequeue_tasks
             )
+            self._sample_depth(listener)
         if self._metered is not None:
             self.metrics.sample_storage(self._metered.counts_by_queue_and_operation())
         self.metrics.live.set(1 if self.probes.liveness().ok else 0)
         self.metrics.ready.set(1 if self.probes.readiness().ok else 0)
+
+    def _sample_depth(self, listener: CloudQueueListener[Any]) -> None:
+        """Depth, its age and the target from the listener's known depth: no storage call."""
+        load = listener.known_load()
+        age_s = listener.known_depth.age_s()
+        policy = self._policies.get(listener.queue_name)
+        if load is None or age_s is None or policy is None:
+            return  # nothing measured yet: no made-up zero
+        queue = listener.queue_name
+        self.metrics.queue_depth.labels(queue, "visible").set(load.visible_depth)
+        self.metrics.queue_depth.labels(queue, "in_flight").set(load.in_flight)
+        self.metrics.queue_depth_age.labels(queue).set(age_s)
+        self.metrics.target_threads.labels(queue).set(rule_target(load, policy))
 
     def close(self) -> None:
         self.sample()

@@ -189,9 +189,12 @@ class ObservabilityServer:
         return self
 
     def close(self) -> None:
-        self._server.shutdown()
+        started = self._thread.is_alive()  # shutdown() waits for serve_forever: none if not started
+        if started:
+            self._server.shutdown()
         self._server.server_close()
-        self._thread.join(5)
+        if started:
+            self._thread.join(5)
 
     def __repr__(self) -> str:
         return f"ObservabilityServer(port={self.port})"

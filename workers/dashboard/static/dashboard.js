@@ -9,7 +9,8 @@ const COUNTERS = [
   ["in_flight", "in flight", (v) => fmtInt(v)],
   ["processed_per_s", "processed / s", (v) => v.toFixed(1)],
   ["oldest_message_age_s", "oldest message", (v) => fmtAge(v)],
-  ["counters.processed", "processed", (v) => fmtInt(v)],
+  ["counters.items_processed", "items processed", (v) => fmtInt(v)],
+  ["counters.processed", "messages processed", (v) => fmtInt(v)],
   ["counters.failed", "failed (retried)", (v) => fmtInt(v)],
   ["counters.poisoned", "poisoned", (v) => fmtInt(v)],
   ["counters.storage_transactions_per_hour", "transactions / hour", (v) => fmtInt(v), true],
@@ -119,7 +120,7 @@ function createView(name) {
 
 function workersBlock() {
   const head = el("tr");
-  for (const label of ["worker", "threads", "peak", "processed", "failed", "poisoned", "msg/s"]) {
+  for (const label of ["worker", "threads", "peak", "messages", "failed", "poisoned", "msg/s"]) {
     head.append(el("th", {}, label));
   }
   return el(

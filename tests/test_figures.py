@@ -1,0 +1,167 @@
+"""Figures users alert on: depth fresh or dated, the target following the pool, items counted."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+
+from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, Publisher
+from listener.scaling.scaler import ScalingPolicy
+from listener.stores.metered import MeteredStorage
+from listener.testing import ManualClock
+from tests.support.polling import eventually
+from workers import CloudQueueSettings, QueueWorker, WorkerHost
+from workers.dashboard.sampling import Sampler
+from workers.depth_refresh import DepthRefresher
+from workers.live_state import QueueLiveState
+from workers.progress import QueueProgress
+
+QUEUE = "figures"
+BACKLOG = 351
+
+
+class Quick(QueueWorker[str]):
+    queue_name: ClassVar[str] = QUEUE
+    item_type = str
+
+    def handle(self, item: str) -> None:
+        pass
+
+
+def _settings() -> CloudQueueSettings:
+    # The scaler counts only when work is found (no periodic rescale within the test): the last
+    # count is then the backlog, as in the run that kept showing "last depth 351".
+    return CloudQueueSettings.model_validate(
+        {
+            "observability": {"metrics_port": 0},
+            "scaling": {
+                "rescale_interval_s": 3600,
+                "max_threads": 4,
+                "scale_in_delay_s": 0,
+                "cpu_saturation_cores": 64,  # grow on a busy test machine too
+            },
+            "backoff": {"max_idle_s": 0.05, "delta_backoff_s": 0.01},
+        }
+    )
+
+
+@pytest.fixture
+def host() -> Iterator[WorkerHost]:
+    storage = InMemoryQueueStorage()
+    storage.create_queue(QUEUE)
+    for n in range(BACKLOG):
+        storage.put_message(QUEUE, f"item {n}")
+    host = WorkerHost([Quick], _settings(), storage=storage)
+    host.start()
+    yield host
+    host.stop()
+
+
+def _gauge(host: WorkerHost, name: str, **labels: str) -> float | None:
+    assert host.observability is not None
+    return host.observability.metrics.registry.get_sample_value(name, {"queue": QUEUE, **labels})
+
+
+def test_after_a_drain_the_status_line_and_metrics_read_depth_zero(host: WorkerHost) -> None:
+    """Once the backlog is done, depth reads 0 in the status line and /metrics, not 351."""
+    (listener,) = host.listeners
+    eventually(lambda: listener.messages_processed == BACKLOG)
+    eventually(lambda: listener.known_depth.reading() is not None)
+
+    def all_read_zero() -> bool:
+        host.refresh_depths()  # what the host's one-second loop does
+        assert host.observability is not None
+        host.observability.sample()
+        figures = QueueProgress.of(listener).fields()["figures"]
+        visible = _gauge(host, "cloudqueue_queue_depth", kind="visible")
+        return figures.startswith("depth 0 ") and visible == 0
+
+    eventually(all_read_zero)
+    assert _gauge(host, "cloudqueue_queue_depth_age_seconds") is not None
+
+
+def test_after_a_drain_the_dashboard_reads_depth_zero_at_its_next_sample(
+    host: WorkerHost, tmp_path: Path
+) -> None:
+    """The dashboard counts at every sample (1 s): the first one after the drain reads 0."""
+    (listener,) = host.listeners
+    sampler = Sampler(
+        host.storage, queues=[QUEUE], state_dir=tmp_path, where="memory", policy=ScalingPolicy()
+    )
+    eventually(lambda: listener.messages_processed == BACKLOG)
+    sampler.sample()
+    (queue,) = sampler.state()["queues"]
+    assert (queue["depth"], queue["visible_depth"]) == (0, 0)
+    assert queue["history"]["visible_depth"][-1] == 0
+
+
+def test_the_target_threads_gauge_follows_the_pool_after_scale_in(host: WorkerHost) -> None:
+    """After the pool shrinks back to one thread, target_threads says 1, not the burst's target."""
+    (listener,) = host.listeners
+    eventually(lambda: listener.peak_dequeue_tasks > 1)  # the backlog grew the pool
+    eventually(lambda: listener.messages_processed == BACKLOG)
+    eventually(lambda: listener.active_dequeue_tasks == 1)
+    assert host.observability is not None
+    host.observability.sample()
+    assert _gauge(host, "cloudqueue_dequeue_threads") == 1
+    assert _gauge(host, "cloudqueue_target_threads") == 1
+
+
+def test_a_stale_depth_is_counted_again_while_work_flows_and_never_while_idle() -> None:
+    """One count per refresh interval while messages are held; none at all while idle."""
+    clock = ManualClock()
+    storage = MeteredStorage(InMemoryQueueStorage())
+    storage.create_queue(QUEUE)
+    for n in range(5):
+        storage.put_message(QUEUE, f"item {n}")
+    listener: CloudQueueListener[str] = CloudQueueListener(
+        storage, CloudQueueLocation(QUEUE), str, clock=clock
+    )
+    refresher = DepthRefresher(listener, listener.pool_control, refresh_s=5.0)
+    listener.pool_control.measure_load()
+    counts = storage.counts().get("approximate_message_count", 0)
+    listener.counters.add("in_flight", 1)  # a long handler holds a message: work flows
+    clock.advance(4.9)
+    assert not refresher.tick()
+    clock.advance(0.1)
+    assert refresher.tick()
+    assert storage.counts()["approximate_message_count"] == counts + 1
+    assert listener.known_depth.age_s() == 0
+    listener.counters.add("in_flight", -1)  # it settled (as failed: left for a retry)
+    listener.counters.add("failed")
+    clock.advance(5)
+    assert refresher.tick()  # something settled since the last tick: count once more
+    for _ in range(100):  # idle for 500 s
+        clock.advance(5)
+        assert not refresher.tick()
+    assert storage.counts()["approximate_message_count"] == counts + 2
+
+
+def test_a_batch_of_200_items_counts_200_processed_beside_its_one_message() -> None:
+    """`enqueue --batch` sends 200 items in one message: the figures say 200 items (1 message)."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(QUEUE)
+    Publisher(storage, QUEUE, str, batch=True).publish_many(f"item {n}" for n in range(200))
+    assert storage.approximate_message_count(QUEUE) == 1
+    host = WorkerHost([Quick], CloudQueueSettings(), storage=storage)
+    host.start()
+    try:
+        (listener,) = host.listeners
+        eventually(lambda: listener.messages_processed == 1)
+    finally:
+        host.stop()
+    assert listener.items_processed == 200
+    assert "processed 200 items (1 message)" in QueueProgress.of(listener).fields()["figures"]
+    state = QueueLiveState.of(listener)
+    assert (state.items_processed, state.processed) == (200, 1)
+
+
+def test_the_status_line_dates_a_depth_a_second_old_or_more() -> None:
+    """A fresh depth reads bare; an older one carries its age, so a stale figure says so."""
+    fresh = QueueProgress(QUEUE, 1, 0, 5, 0, depth=351, depth_age_s=0.4)
+    stale = QueueProgress(QUEUE, 1, 0, 5, 0, depth=351, depth_age_s=12.2)
+    assert fresh.fields()["figures"].startswith("depth 351 · threads 1")
+    assert stale.fields()["figures"].startswith("depth 351 (12 s ago) · threads 1")

@@ -1,0 +1,65 @@
+"""Keeping a listener's known depth fresh while work flows, at one count per interval at most.
+
+The scaler counts the queue when it re-evaluates (``rescale_interval_s`` apart, but only as a
+stretch of work ends), and an empty get tells the listener that nothing waits (free). Between
+those, a handler that runs for minutes would leave the status line and ``/metrics`` showing a
+depth minutes old. The host ticks a ``DepthRefresher`` per listener every second: while work
+flows (messages held, or settled since the last tick) and the known depth is older than
+``refresh_s``, it counts once, through the pool control the scaler uses (so ``/metrics`` sees the
+same measure). Idle, it counts nothing: the empty gets keep the depth at 0.
+
+Cost: at most ``3600 / refresh_s`` counts an hour per queue (720 at the default 5 s; one count
+per partition on a partitioned queue), and only while work flows and nothing else counted.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from listener.errors import StorageError
+from listener.listener import CloudQueueListener
+from listener.pool_control import PoolControl
+
+DEFAULT_REFRESH_S = 5.0
+
+log = structlog.get_logger(__name__)
+
+
+class DepthRefresher:
+    """Counts one listener's queue when its known depth is stale and work flows."""
+
+    def __init__(
+        self,
+        listener: CloudQueueListener[Any],
+        pool: PoolControl,
+        *,
+        refresh_s: float = DEFAULT_REFRESH_S,
+    ) -> None:
+        self.listener = listener
+        self.pool = pool
+        self.refresh_s = refresh_s
+        self._settled = self._settled_now()
+
+    def tick(self) -> bool:
+        """Count now if due; True when it counted."""
+        settled = self._settled_now()
+        flowing = settled != self._settled or self.listener.counters.in_flight > 0
+        self._settled = settled
+        age_s = self.listener.known_depth.age_s()
+        if not flowing or (age_s is not None and age_s < self.refresh_s):
+            return False
+        try:
+            self.pool.measure_load()  # records the listener's known depth
+        except StorageError as failure:
+            log.warning("depth_refresh_skipped", queue=self.listener.queue_name, error=str(failure))
+            return False
+        return True
+
+    def _settled_now(self) -> int:
+        counters = self.listener.counters
+        return counters.processed + counters.failed + counters.poisoned
+
+    def __repr__(self) -> str:
+        return f"DepthRefresher({self.listener.queue_name!r}, refresh_s={self.refresh_s})"
