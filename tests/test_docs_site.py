@@ -16,11 +16,11 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from docsite import generated, settings_reference
 from docsite.cli_reference import command_paths
 from docsite.errors_reference import error_types
 from docsite.metrics_reference import metrics
+
 from listener.messages.poison import POISON_REASONS
 from tests.benchmarks.render_readme import docs_blocks, render_block
 from workers.settings import CloudQueueSettings
@@ -162,7 +162,7 @@ def test_a_broken_link_or_a_page_outside_the_nav_fails_the_build(tmp_path: Path)
     config = tmp_path / "mkdocs.yml"
     config.write_text(
         f"INHERIT: {ROOT / 'mkdocs.yml'}\ndocs_dir: {docs}\nnav:\n  - index.md\n"
-        f"hooks:\n  - {ROOT / 'docsite' / 'hooks.py'}\n"
+        f"hooks:\n  - {ROOT / 'docs' / 'docsite' / 'hooks.py'}\n"
     )
     result = build(config, tmp_path / "site")
     assert result.returncode != 0

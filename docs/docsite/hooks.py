@@ -1,7 +1,8 @@
 """MkDocs hooks (``hooks:`` in ``mkdocs.yml``): generated pages and the repository's images.
 
-MkDocs loads this file by path, so the repository root goes on ``sys.path`` first: the
-generators import ``listener``, ``workers`` and the benchmark renderers in ``tests.benchmarks``.
+MkDocs loads this file by path, so the repository root and ``docs/`` go on ``sys.path`` first:
+the generators (this package, ``docs/docsite``) import ``listener``, ``workers`` and the
+benchmark renderers in ``tests.benchmarks``.
 """
 
 from __future__ import annotations
@@ -10,9 +11,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))
+ROOT = Path(__file__).resolve().parents[2]
+for folder in (ROOT, ROOT / "docs"):
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
 
 from mkdocs.structure.files import File, Files  # noqa: E402
 
