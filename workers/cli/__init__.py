@@ -22,6 +22,7 @@ from workers.cli.run import run
 from workers.cli.simulate import simulate
 from workers.cli.status import status
 from workers.cli.trigger import trigger
+from workers.cli.tune import tune_command
 
 
 class CloudQueueGroup(click.Group):
@@ -59,7 +60,7 @@ def cli() -> None:
 
 cli.params.append(config_option())
 commands = (run, enqueue, status, dashboard, config_group, demo, queues_group, poison_group)
-for command in (*commands, trigger, simulate):
+for command in (*commands, trigger, simulate, tune_command):
     cli.add_command(command)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -53,16 +54,26 @@ from workers.worker import QueueWorker, load_worker
     help="Override a setting (highest priority), e.g. --set scaling.max_threads=8. Repeatable.",
 )
 @click.option(
+    "--record",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Append the workload this worker sees to FILE, for `cloudqueue tune` "
+    "(the same as --set observability.record_path=FILE).",
+)
+@click.option(
     "--progress/--no-progress",
     default=True,
     show_default=True,
     help="On a terminal, a live status line per queue: depth, threads, processed.",
 )
 def run(
+    *,
     targets: tuple[str, ...],
     processes: int,
     metrics_port: int | None,
     assignments: tuple[str, ...],
+    record: Path | None,
     progress: bool,
 ) -> None:
     """Run workers until SIGTERM/SIGINT, then drain in-flight items and exit.
@@ -76,9 +87,12 @@ def run(
       cloudqueue run app.workers:Processor app.workers:Controller --set scaling.max_threads=8
       cloudqueue run app.workers:Renderer --processes 4
       cloudqueue run app.workers:Renderer --processes 4 --metrics-port 9464
+      cloudqueue run app.workers:Renderer --record day.jsonl
     """
     if metrics_port is not None:
         assignments = (*assignments, f"observability.metrics_port={metrics_port}")
+    if record is not None:
+        assignments = (*assignments, f"observability.record_path={record}")
     # First: a custom scaling rule beside the worker module is imported while settings validate.
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))
