@@ -92,7 +92,7 @@ def tune_command(
     if goals == Goals():
         raise BadInput("give at least one goal: --pickup-p95, --pickup-max or --drain-after-burst")
     loaded = load_profile(profile)
-    service = _service(loaded, service_s, request_latency_s)
+    service = service_for(loaded, service_s, request_latency_s=request_latency_s)
     price_usd = (
         price if price is not None else current_settings().cost.price_per_10k_transactions_usd
     )
@@ -120,7 +120,10 @@ def tune_command(
         raise SystemExit(INFEASIBLE_EXIT)
 
 
-def _service(loaded: LoadedProfile, service_s: float, request_latency_s: float) -> ServiceModel:
+def service_for(
+    loaded: LoadedProfile, service_s: float, *, request_latency_s: float
+) -> ServiceModel:
+    """The handling times a recorded profile carries, else ``service_s`` for every message."""
     recorded = (
         None
         if loaded.recorded is None
