@@ -8,6 +8,8 @@ from listener.errors import (
     CloudQueueError,
     ConfigurationError,
     DecodeError,
+    ForeignPayloadError,
+    LimitExceededError,
     MessageNotFoundError,
     MessageTooLargeError,
     PayloadNotFoundError,
@@ -28,6 +30,7 @@ from listener.listener import (
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
 from listener.messages.envelope import MessageEnvelope, current_envelope
+from listener.messages.limits import DecodingLimits
 from listener.messages.poison import PoisonRecord, poison_queue_name
 from listener.messages.publisher import Publisher
 from listener.policies.backoff import randomized_exponential_backoff
@@ -40,10 +43,13 @@ from listener.policies.scaling_rules import (
     steps,
 )
 from listener.pool_control import ListenerLoad, QueueEmptyDecision
+from listener.push.announce import WorkAnnouncer
+from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.connection import open_payload_store, open_storage
+from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
@@ -61,13 +67,16 @@ __all__ = [
     "Codec",
     "ConfigurationError",
     "DecodeError",
+    "DecodingLimits",
     "DeliveryPolicy",
     "ElasticScaler",
     "EventSleeper",
     "FolderPayloadStore",
+    "ForeignPayloadError",
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",
+    "LimitExceededError",
     "ListenerLoad",
     "LocalRateLimiter",
     "MessageCodec",
@@ -83,12 +92,14 @@ __all__ = [
     "Publisher",
     "QueueEmptyDecision",
     "QueueEmptyHandler",
+    "QueueLayout",
     "QueueMessage",
     "QueueNotFoundError",
     "QueueStorage",
     "QueueWorkDetectedHandler",
     "RateLimiter",
     "RedisRateLimiter",
+    "RedisTriggerChannel",
     "ScalingInput",
     "ScalingPolicy",
     "ScalingRule",
@@ -100,6 +111,7 @@ __all__ = [
     "TriggerChannel",
     "TriggerWaker",
     "Watchdog",
+    "WorkAnnouncer",
     "WorkDetected",
     "current_envelope",
     "drain_time",
@@ -108,5 +120,6 @@ __all__ = [
     "poison_queue_name",
     "proportional",
     "randomized_exponential_backoff",
+    "read_layout",
     "steps",
 ]

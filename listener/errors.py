@@ -12,8 +12,14 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   ├── MessageTooLargeError      the encoded message exceeds the queue's size limit
     │   └── PayloadNotFoundError      a large payload's blob is gone (deleted, or never written)
     ├── DecodeError                   a message's text cannot become an item of the listener's type
+    │   ├── LimitExceededError        it is over a decoding limit (``listener.messages.limits``)
+    │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
-    └── ConfigurationError            invalid settings or connection string (never retried)
+    ├── MalformedTriggerError         a push trigger received from the channel is not a valid one
+    ├── ConfigurationError            invalid settings or connection string (never retried)
+    │   └── MissingExtraError         a feature's optional extra is not installed (pip install …)
+    ├── UnreadableRecordError         a poison message is no valid record (forged, damaged)
+    └── AmbiguousIdError              an id prefix names several poison messages
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
 """
@@ -57,9 +63,55 @@ class DecodeError(CloudQueueError):
     """A message's content cannot be decoded into an item of the listener's type."""
 
 
+class LimitExceededError(DecodeError):
+    """A message is over one of the listener's decoding limits: it is poisoned before its items
+    are built. ``setting`` names the setting that raises the limit."""
+
+    def __init__(self, message: str, *, setting: str) -> None:
+        super().__init__(message)
+        self.setting = setting
+
+
+class ForeignPayloadError(DecodeError):
+    """A message refers to a stored payload written for another queue (left alone, never read)."""
+
+
 class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the handler declares
     """Raise from a handler when the item can never succeed: it goes to the poison queue at once."""
 
 
+class MalformedTriggerError(CloudQueueError, ValueError):
+    """A received push trigger broke a rule of its wire form; ``reason`` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
 class ConfigurationError(CloudQueueError, ValueError):
     """Settings or a connection string are invalid; retrying will not help."""
+
+
+class MissingExtraError(ConfigurationError):
+    """A feature needs a package of an optional extra that is not installed."""
+
+
+class UnreadableRecordError(CloudQueueError, ValueError):
+    """A poison-queue message is not a valid poison record: anyone who may add messages to
+    ``<queue>-poison`` can write anything there."""
+
+    def __init__(self, problem: str, *, claims_record: bool) -> None:
+        super().__init__(problem)
+        self.problem = problem
+        self.claims_record = claims_record
+        """True when it looks like a record (a JSON object with an ``original_id``) but is not
+        one; False when it is other text (e.g. an original message kept unwrapped)."""
+
+
+class AmbiguousIdError(CloudQueueError, LookupError):
+    """An id prefix starts the ids of several poison messages; ``candidates`` are their ids."""
+
+    def __init__(self, prefix: str, candidates: list[str]) -> None:
+        super().__init__(f"id {prefix} is ambiguous: {len(candidates)} ids start with it")
+        self.prefix = prefix
+        self.candidates = candidates

@@ -24,27 +24,39 @@ Every message ends in exactly one place:
   back; the failed items of a partly successful batch come back after that back-off in a new
   message, and the original is deleted;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted -- at once when it
-  cannot be decoded, its stored payload is gone (``payload_missing``) or a handler raised
+  cannot be decoded (``undecodable``), is over a decoding limit (``over_limit``: the error names
+  the limit and its setting), refers to another queue's stored payload (``payload_foreign``: that
+  payload is left alone), its stored payload is gone (``payload_missing``) or a handler raised
   ``PermanentFailure``, or when its last allowed delivery (``max_dequeue_count``, counting earlier
   messages of the same items) failed or it arrives past that count (a worker crashed on it each
   time). When only some items of a batch failed, the record holds those items alone and its error
   names each (position, repr, error). A stored payload stays: the poison record holds the envelope
   that refers to it, so a requeue works; a requeued message starts its count afresh;
-* **left** where it is when storage fails while settling: it reappears after its timeout.
+* **left** where it is when storage fails while settling: it reappears after its timeout. When
+  the copy to the poison queue failed, it is moved there when it comes back, with the reason it
+  was given up for, and not handled again (``listener.messages.poison_moves``).
+
+A message's text is parsed once, first, inside the guard that settles it: what the consumer span
+reads (its trace context) comes from that parse, so no message can raise outside the guard.
 """
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Generic, TypeVar
 
 import structlog
 
 from listener.clock import Clock
-from listener.errors import DecodeError, PayloadNotFoundError, StorageError
+from listener.errors import (
+    DecodeError,
+    ForeignPayloadError,
+    LimitExceededError,
+    PayloadNotFoundError,
+    StorageError,
+)
+from listener.failure_log import FailureMemory, poisoned
 from listener.leases import Lease
 from listener.messages.codec import Codec
 from listener.messages.envelope import MessageEnvelope, set_current_envelope
@@ -55,8 +67,16 @@ from listener.messages.item_failures import (
     is_permanent,
     label,
 )
-from listener.messages.payload import MessageContents, open_message, retire_payload
-from listener.messages.poison import poison_message
+from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits
+from listener.messages.payload import (
+    Envelope,
+    MessageContents,
+    open_envelope,
+    parse_envelope,
+    retire_payload,
+)
+from listener.messages.poison import PoisonReason
+from listener.messages.poison_moves import PoisonDecision, PoisonMover
 from listener.messages.republish import remainder_content, republish
 from listener.messages.tracing import consumer_span
 from listener.policies.backoff import RandomSource
@@ -72,6 +92,23 @@ log = structlog.get_logger(__name__)
 
 REMEMBERED_ERRORS = 10_000
 """First errors kept per listener for poison records (oldest forgotten first)."""
+
+_POISON_REASONS: tuple[tuple[type[Exception], PoisonReason], ...] = (
+    (LimitExceededError, "over_limit"),
+    (ForeignPayloadError, "payload_foreign"),
+    (PayloadNotFoundError, "payload_missing"),
+    (DecodeError, "undecodable"),
+)
+"""What poisons a message at once when opening it fails, most specific first."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Reading:
+    """A message's text parsed once: its envelope (None for a plain item), or why it could not
+    be parsed."""
+
+    envelope: Envelope | None
+    error: Exception | None = None
 
 
 class MessageProcessor(Generic[T]):
@@ -90,6 +127,8 @@ class MessageProcessor(Generic[T]):
         rng: RandomSource,
         payload_store: PayloadStore | None = None,
         record_handler_time: Callable[[int, float], None] | None = None,
+        limits: DecodingLimits = DEFAULT_LIMITS,
+        create_poison_queue: bool = True,
     ) -> None:
         self.storage = storage
         self.queue_name = queue_name
@@ -100,10 +139,14 @@ class MessageProcessor(Generic[T]):
         self.policy = policy
         self.rng = rng
         self.payload_store = payload_store
+        self.limits = limits
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
-        self._first_errors: OrderedDict[str, str] = OrderedDict()
-        self._errors_lock = threading.Lock()
+        self.poison_mover = PoisonMover(
+            storage, queue_name, clock=clock, counters=counters, create_queue=create_poison_queue
+        )
+        """Moves messages to the poison queue; remembers why when a move fails (see there)."""
+        self._first_errors: FailureMemory[str, str] = FailureMemory(REMEMBERED_ERRORS)
 
     def process(self, lease: Lease) -> None:
         """Decode, deliver to every observer, and settle the leased message."""
@@ -114,8 +157,9 @@ class MessageProcessor(Generic[T]):
             queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
         )
         try:
-            with consumer_span(self.queue_name, message):  # a no-op without opentelemetry
-                self._handle(lease)
+            reading = self._read(message)
+            with consumer_span(self.queue_name, message, reading.envelope):  # no-op without otel
+                self._handle(lease, reading)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
@@ -125,15 +169,28 @@ class MessageProcessor(Generic[T]):
             self._set_visibility(lease, 0)
         log.info("messages_released", queue=self.queue_name, count=len(leases))
 
-    def _handle(self, lease: Lease) -> None:
+    def _read(self, message: QueueMessage) -> _Reading:
+        """Parse the message's envelope within the depth limit; never raises (``_open`` settles
+        a message that could not be parsed)."""
+        try:
+            envelope = parse_envelope(message.content, max_json_depth=self.limits.max_json_depth)
+        except Exception as failure:  # settled by _open, as any failure to open a message
+            return _Reading(None, failure)
+        return _Reading(envelope)
+
+    def _handle(self, lease: Lease, reading: _Reading) -> None:
         message = lease.message
         if lease.lost:
             log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
             return
+        decided = self.poison_mover.pending(message)
+        if decided is not None:  # an earlier move to the poison queue failed: only move it
+            self.poison_mover.move(lease, decided)
+            return
         if message.dequeue_count > self.policy.max_dequeue_count:
             self._poison_overdue(lease, message.dequeue_count)
             return
-        opened = self._open(lease)
+        opened = self._open(lease, reading)
         if opened is None:
             return
         contents, items = opened
@@ -147,15 +204,22 @@ class MessageProcessor(Generic[T]):
         elif self._delete(lease) and contents.payload_name is not None:
             self._retire_payload(contents.payload_name)
 
-    def _open(self, lease: Lease) -> tuple[MessageContents, list[T]] | None:
+    def _open(self, lease: Lease, reading: _Reading) -> tuple[MessageContents, list[T]] | None:
         """The message's contents and decoded items; None when it was poisoned or retried."""
         try:
-            contents = open_message(lease.message.content, self.payload_store)
+            if reading.error is not None:
+                raise reading.error
+            contents = open_envelope(
+                lease.message.content,
+                reading.envelope,
+                self.payload_store,
+                limits=self.limits,
+                queue_name=self.queue_name,
+            )
             return contents, [self.codec.decode(text) for text in contents.texts]
-        except PayloadNotFoundError as failure:
-            self._poison(lease, reason="payload_missing", error=str(failure))
-        except DecodeError as failure:
-            self._poison(lease, reason="undecodable", error=str(failure))
+        except (DecodeError, PayloadNotFoundError) as failure:
+            reason = next(name for kind, name in _POISON_REASONS if isinstance(failure, kind))
+            self._poison(lease, reason=reason, error=str(failure))
         except StorageError as failure:
             # The payload store is unreachable: retry like a failed delivery, poison eventually.
             self._after_failure(lease, describe_errors([failure]))
@@ -195,21 +259,33 @@ class MessageProcessor(Generic[T]):
         remainder = None
         if len(failed) < count:
             remainder = remainder_content([item.text for item in failed], attempts=deliveries)
+        cause = failed[-1].failures[-1]  # the last failure: its traceback goes with a poisoning
         if remainder is None:
-            self._after_failure(lease, error, permanent=permanent, attempts=contents.attempts)
+            self._after_failure(
+                lease, error, permanent=permanent, attempts=contents.attempts, cause=cause
+            )
         elif permanent or exhausted(deliveries, self.policy):
             self.counters.add("failed")
-            reason = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            reason: PoisonReason = (
+                "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            )
             failed_items = replace(lease.message, content=remainder, dequeue_count=deliveries)
-            self._poison(lease, reason=reason, error=error, message=failed_items)
+            self._poison(lease, reason=reason, error=error, message=failed_items, cause=cause)
         else:
             self.counters.add("failed")
             self._republish(lease, remainder, error, deliveries, items=(len(failed), count))
 
     def _after_failure(
-        self, lease: Lease, error: str, *, permanent: bool = False, attempts: int = 0
+        self,
+        lease: Lease,
+        error: str,
+        *,
+        permanent: bool = False,
+        attempts: int = 0,
+        cause: Exception | None = None,
     ) -> None:
-        """Poison the whole message, or hide it for the retry back-off."""
+        """Poison the whole message, or hide it for the retry back-off; ``cause`` is the handler's
+        exception, when one decided it."""
         self.counters.add("failed")
         message = lease.message
         deliveries = attempts + message.dequeue_count
@@ -217,7 +293,8 @@ class MessageProcessor(Generic[T]):
         if permanent:
             self._poison(lease, reason="permanent_failure", error=error, message=counted)
         elif exhausted(deliveries, self.policy):
-            self._poison(lease, reason="max_dequeue_count_exceeded", error=error, message=counted)
+            reason: PoisonReason = "max_dequeue_count_exceeded"
+            self._poison(lease, reason=reason, error=error, message=counted, cause=cause)
         else:
             delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
             self._retry_whole(lease, error, deliveries, delay_s)
@@ -339,45 +416,34 @@ class MessageProcessor(Generic[T]):
         lease.settle(update)
 
     def _poison(
-        self, lease: Lease, *, reason: str, error: str, message: QueueMessage | None = None
+        self,
+        lease: Lease,
+        *,
+        reason: PoisonReason,
+        error: str,
+        message: QueueMessage | None = None,
+        cause: Exception | None = None,
     ) -> None:
         """Move the message to the poison queue; ``message`` is what the record holds, when it is
-        not the leased message as fetched (only its failed items, or all its deliveries)."""
-        moved: list[bool] = []
-        recorded = message or lease.message
-
-        def move(pop_receipt: str) -> None:
-            try:
-                moved.append(
-                    poison_message(
-                        self.storage,
-                        self.queue_name,
-                        recorded,
-                        reason=reason,
-                        error=error,
-                        now=self.clock.now(),
-                        first_error=self._first_error(lease.message.id),
-                        pop_receipt=pop_receipt,
-                    )
-                )
-            except StorageError as failure:
-                log.warning("poison_failed", error=str(failure))
-
-        lease.settle(move)
+        not the leased message as fetched (only its failed items, or all its deliveries), and
+        ``cause`` the handler's last exception, whose traceback is logged at error."""
+        decision = PoisonDecision(
+            reason=reason,
+            error=error,
+            first_error=self._first_error(lease.message.id),
+            recorded=message or lease.message,
+            fetched_dequeue_count=lease.message.dequeue_count,
+        )
+        moved = self.poison_mover.move(lease, decision)
         self._forget(lease.message.id)
-        if any(moved):
-            self.counters.add("poisoned")
+        if moved and cause is not None:
+            poisoned(cause)
 
     def _remember(self, message_id: str, error: str) -> None:
-        with self._errors_lock:
-            self._first_errors.setdefault(message_id, error)
-            while len(self._first_errors) > REMEMBERED_ERRORS:
-                self._first_errors.popitem(last=False)
+        self._first_errors.change(message_id, lambda first: first or error)
 
     def _first_error(self, message_id: str) -> str | None:
-        with self._errors_lock:
-            return self._first_errors.get(message_id)
+        return self._first_errors.get(message_id)
 
     def _forget(self, message_id: str) -> None:
-        with self._errors_lock:
-            self._first_errors.pop(message_id, None)
+        self._first_errors.forget(message_id)

@@ -32,6 +32,7 @@ from listener.leases import Lease, LeaseKeeper
 from listener.limits.limiter import RateLimiter
 from listener.location import CloudQueueLocation
 from listener.messages.codec import Codec, MessageCodec
+from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits
 from listener.messages.poison import poison_queue_name
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
@@ -113,6 +114,8 @@ class CloudQueueListener(Observable[T]):
     listener unpacks them transparently. ``payload_store`` is where it fetches stored payloads
     (and deletes them once their message is deleted); without one such messages are poisoned as
     undecodable. A batched message retries only its failed items: see ``listener.handling``.
+    ``decoding`` bounds the work one message may cost before its items are built (a message
+    over a limit is poisoned as ``over_limit``: ``listener.messages.limits``).
     """
 
     def __init__(
@@ -136,6 +139,7 @@ class CloudQueueListener(Observable[T]):
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         rng: RandomSource | None = None,
+        decoding: DecodingLimits = DEFAULT_LIMITS,
     ) -> None:
         super().__init__()
         if not 1 <= dequeue_batch_size <= MAX_BATCH_SIZE:
@@ -146,7 +150,9 @@ class CloudQueueListener(Observable[T]):
             raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
         self.storage = storage
         self.location = location
-        self.codec: Codec[T] = codec or MessageCodec(item_type)
+        self.codec: Codec[T] = codec or MessageCodec(
+            item_type, max_json_depth=decoding.max_json_depth
+        )
         self.dequeue_batch_size = dequeue_batch_size
         self.dequeue_interval_s = dequeue_interval_s
         self.max_error_delay_s = max_error_delay_s
@@ -183,8 +189,10 @@ class CloudQueueListener(Observable[T]):
             policy=self.delivery,
             rng=self.rng,
             payload_store=payload_store,
+            limits=decoding,
             # Only a thread with several slots sizes them from the handlers' time.
             record_handler_time=self.handler_time.record if concurrency > 1 else None,
+            create_poison_queue=create_queues,
         )
         self._leases = LeaseKeeper(
             storage,
@@ -311,6 +319,11 @@ class CloudQueueListener(Observable[T]):
     @property
     def dequeue_errors(self) -> int:
         return self.counters.dequeue_errors
+
+    @property
+    def poisoning_failing(self) -> bool:
+        """True from a failed move to the poison queue until a move succeeds (readiness)."""
+        return self._processor.poison_mover.failing
 
     # -- Observable ----------------------------------------------------------------------------
 

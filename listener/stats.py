@@ -16,6 +16,8 @@ class ListenerCounters:
     """Deliveries where an observer raised; the message was left for a retry."""
     poisoned: int = 0
     """Moved to the poison queue."""
+    poison_failures: int = 0
+    """Moves to the poison queue that failed (the message stayed in its queue)."""
     dequeue_errors: int = 0
     """Gets that failed (storage outages, unexpected errors)."""
     in_flight: int = 0

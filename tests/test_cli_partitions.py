@@ -4,12 +4,14 @@ a second SQLite file standing for a second account."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner, Result
 
 from listener.messages.poison import poison_message, poison_queue_name
+from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.partition_names import partition_for_key
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
@@ -36,6 +38,18 @@ def run(env: dict[str, str], *args: str, stdin: str = "") -> Result:
 
 def accounts(tmp_path: Path) -> list[SqliteQueueStorage]:
     return [SqliteQueueStorage(tmp_path / "a.db"), SqliteQueueStorage(tmp_path / "b.db")]
+
+
+def poison_one_from_p1(storage: PartitionedQueueStorage) -> None:
+    """Put a message on orders-p1, take it, and poison it (its record names orders-p1)."""
+    storage.create_queue(poison_queue_name(QUEUE))
+    storage.put_message("orders-p1", "bad")
+    taken = [
+        m
+        for _ in range(3)
+        for m in storage.get_messages(QUEUE, max_messages=1, visibility_timeout_s=30)
+    ]
+    poison_message(storage, QUEUE, taken[0], reason="r", error="e", now=datetime.now(UTC))
 
 
 def test_create_enqueue_by_key_and_list_act_on_the_partitions(
@@ -74,18 +88,9 @@ def test_poison_requeue_returns_each_message_to_its_own_partition_and_account(
     env: dict[str, str], tmp_path: Path
 ) -> None:
     """A message poisoned from orders-p1 (account 1) goes back to orders-p1 on account 1."""
-    from datetime import UTC, datetime
-
     run(env, "queues", "create", QUEUE)
     storage = PartitionedQueueStorage(accounts(tmp_path), {QUEUE: 3})
-    storage.create_queue(poison_queue_name(QUEUE))
-    storage.put_message("orders-p1", "bad")
-    taken = [
-        m
-        for _ in range(3)
-        for m in storage.get_messages(QUEUE, max_messages=1, visibility_timeout_s=30)
-    ]
-    poison_message(storage, QUEUE, taken[0], reason="r", error="e", now=datetime.now(UTC))
+    poison_one_from_p1(storage)
     run(env, "poison", "requeue", QUEUE, "--yes")
     assert storage.approximate_message_count("orders-p1") == 1
     assert storage.approximate_message_count(QUEUE) == 1
@@ -118,3 +123,138 @@ def test_status_of_a_plain_queue_lists_no_partitions(tmp_path: Path) -> None:
     report = json.loads(run(env, "status", QUEUE, "--json").stdout)
     assert report["depth"] == 1
     assert "partitions" not in report
+
+
+# The layout recorded in the store: found by every command without --partitions.
+
+
+@pytest.fixture
+def unset(tmp_path: Path) -> dict[str, str]:
+    """One SQLite file, no partition setting anywhere: only the record says how orders is spread."""
+    return {
+        "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'a.db'}",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
+    }
+
+
+def store(tmp_path: Path) -> SqliteQueueStorage:
+    return SqliteQueueStorage(tmp_path / "a.db")
+
+
+def test_queues_create_records_the_layout_and_enqueue_routes_by_it(
+    unset: dict[str, str], tmp_path: Path
+) -> None:
+    """create --partitions 4 records 4; enqueue without --partitions then puts on the
+    partitions, never on a plain queue that no partitioned worker reads."""
+    assert (
+        "created orders as 4 partitions"
+        in run(unset, "queues", "create", QUEUE, "--partitions", "4").stdout
+    )
+    run(unset, "enqueue", QUEUE, '{"n": 1}', '{"n": 2}')
+    storage = store(tmp_path)
+    assert read_layout(storage, QUEUE) == QueueLayout(4)
+    assert QUEUE not in storage.list_queues()
+    depths = [storage.approximate_message_count(f"orders-p{i}") for i in range(4)]
+    assert depths == [1, 1, 0, 0]
+
+
+def test_a_partitions_option_that_disagrees_with_the_record_is_one_clear_error(
+    unset: dict[str, str],
+) -> None:
+    """--partitions 3 on a queue recorded as 4: exit 2, one line naming both; nothing sent."""
+    run(unset, "queues", "create", QUEUE, "--partitions", "4")
+    for args in (
+        ("enqueue", QUEUE, "x", "--partitions", "3"),
+        ("status", QUEUE, "--partitions", "3"),
+    ):
+        result = CliRunner().invoke(cli, list(args), env=unset)
+        assert result.exit_code == 2, result.output
+        assert "queue orders is recorded as 4 partitions, not --partitions 3" in result.output
+        assert len(result.output.strip().splitlines()) == 1
+    run(unset, "enqueue", QUEUE, "x", "--partitions", "4")  # agreeing is fine
+
+
+def test_status_of_a_recorded_partitioned_queue_shows_its_partitions(
+    unset: dict[str, str],
+) -> None:
+    """status shipments on a partitioned queue shows its total and partitions, not 'does not
+    exist' (p2 not created yet counts as empty)."""
+    run(unset, "queues", "create", "shipments", "--partitions", "2")
+    run(unset, "enqueue", "shipments", "a", "b", "c")
+    shown = run(unset, "status", "shipments").stdout
+    assert "does not exist" not in shown
+    assert "shipments: 3 message(s)" in shown
+    assert "partitions: shipments-p0 2 · shipments-p1 1" in shown
+
+
+def test_a_plain_queue_beside_the_partitions_is_reported_listed_and_merged(
+    unset: dict[str, str], tmp_path: Path
+) -> None:
+    """A message put on the plain queue by a producer unaware of the partitions: status warns
+    with the count, queues list shows the plain row and the total row, merge-plain moves it."""
+    run(unset, "queues", "create", QUEUE, "--partitions", "4")
+    run(unset, "enqueue", QUEUE, "routed")
+    storage = store(tmp_path)
+    storage.create_queue(QUEUE)
+    storage.put_message(QUEUE, "stranded")
+    report = json.loads(run(unset, "status", QUEUE, "--json").stdout)
+    assert (report["depth"], report["plain_queue_depth"]) == (1, 1)
+    shown = run(unset, "status", QUEUE).stdout
+    assert "the plain queue orders beside the partitions holds 1 message(s)" in shown
+    assert "cloudqueue queues merge-plain orders" in shown
+    listed = json.loads(run(unset, "queues", "list", "--json").stdout)
+    assert {"queue": QUEUE, "depth": 1, "beside_partitions": True} in listed
+    assert {"queue": QUEUE, "depth": 1, "partitions": 4} in listed
+    assert "(total of 4 partitions)" in run(unset, "queues", "list").stdout
+    moved = run(unset, "queues", "merge-plain", QUEUE, "--yes").stdout
+    assert "moved 1 message(s) from the plain queue orders" in moved
+    assert storage.approximate_message_count(QUEUE) == 0
+    report = json.loads(run(unset, "status", QUEUE, "--json").stdout)
+    assert (report["depth"], report["plain_queue_depth"]) == (2, 0)
+
+
+def test_merge_plain_on_a_queue_that_is_not_partitioned_is_refused(unset: dict[str, str]) -> None:
+    """Nothing to merge when the workers read the plain queue itself: exit 2, one line."""
+    run(unset, "queues", "create", QUEUE)
+    result = CliRunner().invoke(cli, ["queues", "merge-plain", QUEUE, "--yes"], env=unset)
+    assert result.exit_code == 2
+    assert "queue orders is not partitioned" in result.output
+
+
+def test_poison_requeue_finds_the_partitions_from_the_record(
+    unset: dict[str, str], tmp_path: Path
+) -> None:
+    """Without any setting, a message poisoned from orders-p1 goes back to orders-p1."""
+    run(unset, "queues", "create", QUEUE, "--partitions", "3")
+    storage = PartitionedQueueStorage([store(tmp_path)], {QUEUE: 3})
+    poison_one_from_p1(storage)
+    run(unset, "poison", "requeue", QUEUE, "--yes")
+    assert storage.approximate_message_count("orders-p1") == 1
+    assert QUEUE not in store(tmp_path).list_queues()
+
+
+def test_the_dashboard_samples_a_partitioned_queue_by_its_record(
+    unset: dict[str, str], tmp_path: Path
+) -> None:
+    """The dashboard's sampler reads a recorded partitioned queue's total, not 'does not exist'."""
+    from listener.scaling.scaler import ScalingPolicy
+    from workers.dashboard.sampling import Sampler
+    from workers.partitioning import LayoutViews
+    from workers.settings import CloudQueueSettings
+
+    run(unset, "queues", "create", QUEUE, "--partitions", "3")
+    run(unset, "enqueue", QUEUE, "a", "b")
+    storage = store(tmp_path)
+    views = LayoutViews(storage, CloudQueueSettings())
+    sampler = Sampler(
+        storage,
+        queues=[QUEUE],
+        state_dir=tmp_path / "run",
+        where="here",
+        policy=ScalingPolicy(),
+        view_of=views.view,
+    )
+    sampler.sample()
+    (state,) = sampler.state()["queues"]
+    assert "error" not in state, state
+    assert state["depth"] == 2

@@ -10,9 +10,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from listener.messages.publisher import Publisher
+from listener.push.announce import WorkAnnouncer
+from listener.push.redis_triggers import DEFAULT_CHANNEL, RedisTriggerChannel
+from listener.push.triggers import account_of
+from listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
+from tests.support.runs import Runs, run_environment
 
 QUEUE = "pushed"
 
@@ -59,3 +65,40 @@ def test_a_worker_at_zero_threads_is_woken_by_enqueue_and_by_a_manual_trigger(
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0
+
+
+def test_malformed_triggers_leave_a_worker_at_zero_threads_wakeable(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """After an infinite size, 20,000 brackets and invalid UTF-8 on the channel, the next five
+    items wake the idle worker at once (not after the watchdog's 300 s), and nothing logs a
+    traceback."""
+    database = tmp_path / "q.db"
+    env = {
+        **run_environment(f"sqlite:///{database}", tmp_path),
+        "CLOUDQUEUE_TRIGGERS__URL": redis_server.url,
+        "CLOUDQUEUE_SCALING__MIN_THREADS": "0",
+    }
+    runs = Runs(tmp_path)
+    run = runs.start(env)
+    channel = RedisTriggerChannel(redis_server.url)
+    storage = SqliteQueueStorage(database)
+    try:
+        eventually(lambda: run.events("dequeue_thread_stopped"), timeout_s=30)
+        with redis_server.client() as hostile:
+            for raw in (
+                b'{"account": "a", "queue_name": "q", "payload_size": Infinity}',
+                b"[" * 20_000,
+                b'{"account": "\xff\xfe", "queue_name": "q"}',
+            ):
+                hostile.publish(DEFAULT_CHANNEL, raw)
+        announcer = WorkAnnouncer(channel, account=account_of(env["CLOUDQUEUE_CONNECTION_STRING"]))
+        publisher = Publisher(storage, env["TEST_QUEUE"], dict, announcer=announcer)
+        publisher.publish_many([{"n": n} for n in range(5)])
+        eventually(lambda: run.handled() == set(range(5)), timeout_s=10)
+        assert "Traceback" not in run.log_path.read_text(errors="replace")
+    finally:
+        channel.close()
+        storage.close()
+        run.process.send_signal(signal.SIGTERM)
+        assert run.process.wait(30) == 0

@@ -10,10 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from tests.support.cli import ok
 from tests.support.polling import eventually
-from tests.support.runs import Run, Runs, run_environment
+from tests.support.runs import Run, Runs, backend_environment
+from tests.support.workers import AsyncRecordingWorker, RecordingWorker
+from workers.cli.run import announce_concurrency
+from workers.settings import CloudQueueSettings
+from workers.worker import QueueWorker
 
 SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_signal"}
 
@@ -21,11 +26,7 @@ SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_
 @pytest.fixture(params=["sqlite", "azure"])
 def env(request: pytest.FixtureRequest, tmp_path: Path) -> dict[str, str]:
     """The environment of a worker on the embedded store or on Azurite."""
-    if request.param == "sqlite":
-        connection_string = f"sqlite:///{tmp_path / 'queues.db'}"
-    else:
-        connection_string = request.getfixturevalue("azurite_connection_string")
-    return run_environment(connection_string, tmp_path)
+    return backend_environment(request, tmp_path)
 
 
 @pytest.fixture
@@ -62,6 +63,8 @@ def test_sigterm_mid_burst_exits_0_and_every_message_is_handled_or_still_queued(
     assert 5 <= len(handled) <= 60
     assert len(run.events("handled")) == len(handled)  # no duplicates within the run
     assert len(handled) + depth(env) == 60
+    [concurrency] = run.events("sync_handler_concurrency")  # logged once, at start
+    assert concurrency["at_most"] == 8 * 16
 
 
 def test_a_second_signal_exits_at_once_and_the_message_stays(
@@ -116,3 +119,33 @@ def test_a_killed_child_is_restarted(env: dict[str, str], start: Any) -> None:
     eventually(lambda: len(run.handled()) == 10, timeout_s=60)
     run.process.send_signal(signal.SIGTERM)
     assert run.process.wait(60) == 0
+
+
+@pytest.mark.parametrize(
+    ("worker", "overrides", "at_most"),
+    [
+        (RecordingWorker, {}, 8 * 16),
+        (RecordingWorker, {"listener": {"concurrency": 1}}, 16),
+        (RecordingWorker, {"listener": {"concurrency": 1}, "scaling": {"max_threads": 1}}, None),
+        (AsyncRecordingWorker, {}, None),
+    ],
+)
+def test_a_sync_handler_is_said_to_run_concurrently_naming_the_settings(
+    worker: type[QueueWorker[Any]], overrides: dict[str, dict[str, int]], at_most: int | None
+) -> None:
+    """A plain def handle that may run more than once at a time gets one line saying how many and
+    which settings change it; one at a time, or an async handler, gets none."""
+    settings = CloudQueueSettings.model_construct().for_worker(overrides)
+    with capture_logs() as records:
+        announce_concurrency("app:Worker", worker, settings)
+    said = [r for r in records if r["event"] == "sync_handler_concurrency"]
+    assert [r["at_most"] for r in said] == ([] if at_most is None else [at_most])
+    for record in said:
+        assert "listener.concurrency" in record["hint"]
+        assert "thread-safe" in record["hint"]
+
+
+def test_the_handle_docstring_says_a_plain_handler_runs_concurrently() -> None:
+    """Help on QueueWorker.handle names the concurrency and the setting that limits it."""
+    assert "several threads at once" in str(QueueWorker.handle.__doc__)
+    assert "listener.concurrency" in str(QueueWorker.handle.__doc__)

@@ -173,3 +173,41 @@ def test_the_older_base64_flag_still_selects_an_encoding() -> None:
     """MessageCodec(..., base64=False) is the plain encoding, base64=True the base64 one."""
     assert MessageCodec(str, base64=False).encoding == "plain"
     assert MessageCodec(str, base64=True).encoding == "base64"
+
+
+class Invoice(BaseModel):
+    number: int
+
+
+class Order(BaseModel):
+    sku: str
+
+
+class User(BaseModel):
+    name: str
+
+
+@pytest.mark.parametrize("encoding", ["base64", "auto"])
+def test_an_undecodable_base64_message_quotes_the_text_that_was_enqueued(
+    encoding: Encoding,
+) -> None:
+    """The reason shows the decoded text (40 characters, control characters escaped), which is
+    what its producer wrote, not the base64 it travelled in."""
+    text = '{"a": oops\x1b[31m this is not JSON at all, and it goes on}'
+    with pytest.raises(DecodeError) as raised:
+        MessageCodec(dict, encoding=encoding).decode(_b64(text))
+    reason = str(raised.value)
+    assert "decoded content starts '{\"a\": oops\\x1b[31m this is not JSON at all,'..." in reason
+    assert _b64(text)[:20] not in reason
+
+
+@pytest.mark.parametrize(
+    ("item_type", "phrase"),
+    [(Invoice, "an Invoice"), (Order, "an Order"), (User, "a User"), (dict, "a dict")],
+)
+def test_an_undecodable_message_names_its_item_type_with_the_right_article(
+    item_type: type, phrase: str
+) -> None:
+    """ "an Invoice", "an Order", "a User": never "a Invoice"."""
+    with pytest.raises(DecodeError, match=f"cannot read {phrase} with"):
+        MessageCodec(item_type, encoding="plain").decode("not json")

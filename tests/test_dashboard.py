@@ -143,6 +143,45 @@ def test_on_loopback_a_request_for_another_host_name_is_refused(open_client: Tes
     assert open_client.get("/api/state", headers=LOCAL).status_code == 200
 
 
+FRAMING_HEADERS = {
+    "x-frame-options": "DENY",
+    "content-security-policy": "frame-ancestors 'none'",
+    "x-content-type-options": "nosniff",
+    "referrer-policy": "no-referrer",
+}
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "headers"),
+    [
+        ("GET", "/", LOCAL),
+        ("GET", "/api/state", LOCAL),
+        ("GET", "/static/dashboard.js", LOCAL),
+        ("POST", REQUEUE, JSON_POST),
+        ("GET", "/api/state", {"host": "evil.example:8787"}),
+        ("POST", REQUEUE, {**JSON_POST, "origin": "http://localhost:9999"}),
+        ("GET", "/no-such-page", LOCAL),
+    ],
+)
+def test_no_response_may_be_framed_by_another_page(
+    open_client: TestClient, method: str, path: str, headers: dict[str, str]
+) -> None:
+    """Clickjacking: every answer, refusals included, forbids framing, sniffing and referrers."""
+    response = open_client.request(method, path, json={"limit": 1}, headers=headers)
+    for name, value in FRAMING_HEADERS.items():
+        assert response.headers.get(name) == value, (name, response.status_code)
+
+
+def test_off_loopback_refusals_and_sign_in_forbid_framing_too(guarded_client: TestClient) -> None:
+    """The 401 and the sign-in redirect carry the same headers as the page."""
+    for response in (
+        guarded_client.get("/"),
+        guarded_client.get(f"/?token={TOKEN}", follow_redirects=False),
+    ):
+        assert response.headers.get("x-frame-options") == "DENY"
+        assert response.headers.get("content-security-policy") == "frame-ancestors 'none'"
+
+
 def test_requeue_is_a_json_post_only(open_client: TestClient, storage: SqliteQueueStorage) -> None:
     """GET is not allowed, a form post is refused, a post from another site is refused."""
     assert open_client.get(REQUEUE, headers=LOCAL).status_code == 405
@@ -163,7 +202,7 @@ def test_requeue_by_id_moves_that_message_back(
     assert record["error"] == "ValueError: bad invoice"
     origin = {**JSON_POST, "origin": "http://127.0.0.1:8787"}
     answer = open_client.post(REQUEUE, json={"id": record["original_id"]}, headers=origin)
-    assert answer.json() == {"moved": 1}
+    assert answer.json() == {"moved": 1, "skipped": []}
     assert storage.approximate_message_count(QUEUE) == 1
     after = open_client.get("/api/state", headers=LOCAL).json()
     assert after["queues"][0]["poison"] == {"count": 0, "latest": []}
@@ -233,7 +272,7 @@ def test_no_page_or_response_carries_the_account_key(
         responses.append(
             client.post(f"/api/queues/{queue}/poison/requeue", json={}, headers=JSON_POST)
         )
-        assert responses[-1].json() == {"moved": 1}
+        assert responses[-1].json() == {"moved": 1, "skipped": []}
         for response in responses:
             seen = response.text + json.dumps(dict(response.headers))
             assert ACCOUNT_KEY not in seen
@@ -274,10 +313,10 @@ def test_beyond_loopback_without_a_setting_a_new_token_is_generated_each_start()
 def test_without_the_extra_the_command_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """No uvicorn installed: exit code 1 and the pip command, not a traceback."""
+    """No uvicorn installed: exit code 2, as for any configuration error, and the pip command."""
     monkeypatch.setitem(sys.modules, "uvicorn", None)
     result = CliRunner().invoke(cli, ["dashboard"])
-    assert result.exit_code == 1
+    assert result.exit_code == 2
     assert "pip install 'cloudqueue[dashboard]'" in result.output
 
 

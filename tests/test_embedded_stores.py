@@ -14,12 +14,20 @@ import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import closing
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    MessageCodec,
+    PoisonRecord,
+    poison_queue_name,
+)
 from listener.errors import (
     MessageNotFoundError,
     QueueNotFoundError,
@@ -29,7 +37,8 @@ from listener.errors import (
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import DEFAULT_TIME_TO_LIVE_S, NEVER_EXPIRES, QueueStorage
-from listener.testing import ManualClock
+from listener.testing import ManualClock, VirtualClock
+from workers.testing import run_until_drained
 
 QUEUE = "work"
 
@@ -277,6 +286,50 @@ def test_sqlite_store_creates_missing_folders_and_uses_wal(tmp_path: Path) -> No
     SqliteQueueStorage(path).close()
     with sqlite3.connect(path) as raw:
         assert raw.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+
+
+def write_around_the_api(path: Path, message_id: str, raw: bytes) -> None:
+    """Replace a message's content with bytes, as sqlite3 used directly can (not UTF-8 here)."""
+    with closing(sqlite3.connect(path)) as db:
+        db.execute("UPDATE messages SET content = CAST(? AS TEXT) WHERE id = ?", (raw, message_id))
+        db.commit()
+
+
+def test_a_row_that_is_not_utf8_never_blocks_its_queue(tmp_path: Path, clock: ManualClock) -> None:
+    """Peek and get deliver it with each bad byte replaced, and the messages behind it too."""
+    path = tmp_path / "queues.db"
+    store = SqliteQueueStorage(path, clock=clock)
+    try:
+        store.create_queue(QUEUE)
+        broken = store.put_message(QUEUE, "placeholder")
+        store.put_message(QUEUE, "behind it")
+        write_around_the_api(path, broken.id, b"caf\xe9 \xff")
+        peeked = store.peek_messages(QUEUE, max_messages=32)
+        assert [m.content for m in peeked] == ["caf\ufffd \ufffd", "behind it"]
+        assert contents(store) == ["caf\ufffd \ufffd", "behind it"]
+    finally:
+        store.close()
+
+
+def test_a_listener_poisons_a_row_that_is_not_utf8_and_goes_on(tmp_path: Path) -> None:
+    """With the default codec the row is poisoned as undecodable; the next item is handled."""
+    path = tmp_path / "queues.db"
+    clock = VirtualClock()
+    store = SqliteQueueStorage(path, clock=clock)
+    try:
+        store.create_queue(QUEUE)
+        broken = store.put_message(QUEUE, "placeholder")
+        store.put_message(QUEUE, MessageCodec(int).encode(7))
+        write_around_the_api(path, broken.id, b"\xff\xfe")
+        listener = CloudQueueListener(
+            store, CloudQueueLocation(QUEUE), int, clock=clock, sleeper=clock
+        )
+        assert run_until_drained(listener, fail_fast=False) == [7]
+        (record,) = store.peek_messages(poison_queue_name(QUEUE), max_messages=32)
+        assert PoisonRecord.from_json(record.content).reason == "undecodable"
+        assert listener.messages_poisoned == 1
+    finally:
+        store.close()
 
 
 def test_sqlite_lock_held_past_the_busy_timeout_is_transient(tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""What a handler failure leaves in the log: one readable line, a traceback once at debug level."""
+"""What a handler failure leaves in the log: one readable line each time, the traceback at warning
+the first time an error is seen, repeats counted, and the last traceback at error on poisoning."""
 
 from __future__ import annotations
 
@@ -54,7 +55,7 @@ def test_each_failure_is_one_line_saying_what_failed_and_what_happens_next(
     manual_storage: InMemoryQueueStorage, queue_name: str, listen: Listen
 ) -> None:
     """Two retries then the poison queue: three warning lines naming the error, the message, its
-    dequeue count and the outcome; no error-level record, no observer repr, no exc_info."""
+    dequeue count and the outcome; one error-level record (the traceback), no observer repr."""
     put(manual_storage, queue_name, 7)
 
     async def handle(number: int) -> None:
@@ -72,15 +73,17 @@ def test_each_failure_is_one_line_saying_what_failed_and_what_happens_next(
         assert record["message_id"]
     assert all(isinstance(r["retry_in_s"], int) for r in failures[:2])
     assert failures[2]["reason"] == "max_dequeue_count_exceeded"
-    assert not [r for r in records if r["log_level"] in ("error", "critical")]
+    errors = [r for r in records if r["log_level"] in ("error", "critical")]
+    assert [r["event"] for r in errors] == ["poisoned_handler_traceback"]
     assert not [r for r in records if "observer" in r or "exc_info" in r]
 
 
-def test_the_traceback_is_logged_once_per_distinct_error_at_debug_without_framework_frames(
+def test_the_first_traceback_of_an_error_is_a_warning_and_the_poisoning_one_an_error(
     manual_storage: InMemoryQueueStorage, queue_name: str, listen: Listen
 ) -> None:
-    """The same error three times gives one debug traceback, which shows the handler's frame and
-    none of reactivex's, asyncio's or cloudqueue's own."""
+    """The same error three times gives one warning traceback and, when the message is poisoned,
+    one error traceback; both show the handler's frame and none of reactivex's, asyncio's or
+    cloudqueue's own."""
     put(manual_storage, queue_name, 7)
 
     async def handle_order(number: int) -> None:
@@ -89,13 +92,37 @@ def test_the_traceback_is_logged_once_per_distinct_error_at_debug_without_framew
     with capture_logs() as records:
         listener = listen(handle_order)
         eventually(lambda: listener.messages_poisoned == 1)
-    [traceback] = [r for r in records if r["event"] == "handler_traceback"]
-    assert traceback["log_level"] == "debug"
-    text = traceback["exception"]
-    assert "handle_order" in text
-    assert "ValueError: order 7 has no customer" in text
-    for internal in ("reactivex", "asyncio", "subscribers.py", "async_handler.py"):
-        assert internal not in text
+    [first] = [r for r in records if r["event"] == "handler_traceback"]
+    [last] = [r for r in records if r["event"] == "poisoned_handler_traceback"]
+    assert (first["log_level"], last["log_level"]) == ("warning", "error")
+    for record in (first, last):
+        text = record["exception"]
+        assert "handle_order" in text
+        assert "ValueError: order 7 has no customer" in text
+        for internal in ("reactivex", "asyncio", "subscribers.py", "async_handler.py"):
+            assert internal not in text
+
+
+def test_a_repeated_error_is_counted_not_logged_again(
+    manual_storage: InMemoryQueueStorage, queue_name: str, listen: Listen
+) -> None:
+    """Twelve failures of one bug (four messages, three deliveries each): one traceback, one
+    line saying it happened 10 times, and one error traceback per poisoned message."""
+    for number in range(4):
+        put(manual_storage, queue_name, number)
+
+    def handle(number: int) -> None:
+        raise ValueError(f"order {number} has no customer")
+
+    with capture_logs() as records:
+        listener = listen(handle)
+        eventually(lambda: listener.messages_poisoned == 4)
+    events = [r["event"] for r in records]
+    assert events.count("handler_traceback") == 1
+    [repeated] = [r for r in records if r["event"] == "handler_error_repeated"]
+    assert repeated["times"] == 10
+    assert "test_failure_logs.py:" in repeated["raised_at"]
+    assert events.count("poisoned_handler_traceback") == 4
 
 
 def test_a_permanent_failure_is_one_warning_naming_the_poison_reason(

@@ -82,12 +82,18 @@ def poisoned(azure: Azure, queue_name: str) -> list[PoisonRecord]:
 
 
 def test_the_blob_store_creates_its_container_and_keeps_bytes_until_deleted(azure: Azure) -> None:
-    """First put creates the container; get returns the bytes; missing blobs are not found."""
+    """First put creates the container; get returns the bytes (a bounded get one byte past its
+    bound, and a tombstone, which has no range to read, as empty); missing blobs are not found."""
     name = new_payload_name("orders")
     assert azure.blobs.names() == []  # no container yet
     azure.blobs.put(name, b"payload")
     assert azure.blobs.container_name == DEFAULT_CONTAINER
     assert azure.blobs.get(name) == b"payload"
+    assert azure.blobs.get(name, max_bytes=3) == b"payl"
+    tombstone = new_payload_name("orders")
+    azure.blobs.put(tombstone, b"")
+    assert azure.blobs.get(tombstone, max_bytes=3) == b""
+    azure.blobs.delete(tombstone)
     assert azure.blobs.names() == [name]
     azure.blobs.delete(name)
     azure.blobs.delete(name)  # already gone: not an error
@@ -153,3 +159,40 @@ def test_a_missing_blob_is_poisoned_as_payload_missing(
     assert record.reason == "payload_missing"
     assert record.dequeue_count == 1
     assert listener.messages_processed == 0
+
+
+def test_a_claim_check_forged_onto_another_queue_is_foreign_and_the_blob_stays_for_its_own(
+    azure: Azure, queue_name: str, listen: Callable[..., CloudQueueListener[bytes]]
+) -> None:
+    """beta's blob reference put on alpha (the test's queue) is poisoned there as
+    ``payload_foreign`` and the blob is neither read nor tombstoned; beta's own message is then
+    handled once, with its data."""
+    beta = f"{queue_name}-beta"
+    azure.queues.create_queue(beta)
+    item = noise(200_000, seed=4)
+    Publisher(azure.queues, beta, bytes, payload_store=azure.blobs).publish(item)
+    [rightful] = azure.queues.peek_messages(beta, max_messages=1)
+    azure.queues.put_message(queue_name, rightful.content)
+    [name] = azure.blobs.names()
+    stored = azure.blobs.get(name)
+
+    alpha_received: list[bytes] = []
+    alpha = listen(alpha_received.append)
+    eventually(lambda: alpha.messages_poisoned == 1, timeout_s=30)
+    [record] = poisoned(azure, queue_name)
+    assert record.reason == "payload_foreign"
+    assert alpha_received == []
+    assert azure.blobs.get(name) == stored
+
+    beta_received: list[bytes] = []
+    beta_listener: CloudQueueListener[bytes] = CloudQueueListener(
+        azure.queues, CloudQueueLocation(beta), bytes, payload_store=azure.blobs
+    )
+    beta_listener.subscribe(beta_received.append)
+    beta_listener.start_listener(1)
+    try:
+        eventually(lambda: beta_listener.messages_processed == 1, timeout_s=30)
+    finally:
+        assert beta_listener.stop(30)
+    assert beta_received == [item]
+    assert beta_listener.messages_poisoned == 0

@@ -87,3 +87,33 @@ def test_bad_input_is_poisoned_with_its_reason_while_good_messages_flow(
     eventually(requeue_all)
     assert storage.approximate_message_count(queue_name) == 6
     storage.close()
+
+
+def test_a_poison_queue_deleted_while_the_listener_runs_is_created_again(
+    azurite_connection_string: str, queue_name: str
+) -> None:
+    """Azure answers 404 for the put: the listener creates the poison queue and the record keeps
+    the handler's reason (a 409 QueueBeingDeleted meanwhile only delays the move)."""
+    storage = AzureQueueStorage.from_connection_string(azurite_connection_string)
+    poison = poison_queue_name(queue_name)
+    storage.create_queue(queue_name)
+    storage.create_queue(poison)
+    storage.put_message(queue_name, MessageCodec(int).encode(GIVES_UP))
+
+    def handle(_: int) -> None:
+        storage.delete_queue(poison)
+        raise PermanentFailure("invoice references a deleted customer")
+
+    listener: CloudQueueListener[int] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name, visibility_timeout_s=1), int, dequeue_interval_s=0.1
+    )
+    listener.subscribe(handle)
+    listener.start_listener(1)
+    try:
+        eventually(lambda: listener.messages_poisoned == 1, timeout_s=30)
+    finally:
+        listener.stop(10)
+    (record,) = storage.peek_messages(poison, max_messages=32)
+    assert PoisonRecord.from_json(record.content).reason == "permanent_failure"
+    assert storage.approximate_message_count(queue_name) == 0
+    storage.close()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -14,10 +15,12 @@ from listener import (
     MessageCodec,
     MeteredStorage,
 )
+from listener.clock import SYSTEM_CLOCK, Clock
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.testing import ManualClock
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 
@@ -43,7 +46,9 @@ class TickSleeper:
 class Scenario:
     """A listener that idles down to zero threads, with its scaler, on a metered store."""
 
-    def __init__(self, queue_name: str, channel: TriggerChannel) -> None:
+    def __init__(
+        self, queue_name: str, channel: TriggerChannel, *, clock: Clock = SYSTEM_CLOCK, **waker: Any
+    ) -> None:
         self.storage = MeteredStorage(InMemoryQueueStorage())
         self.storage.create_queue(queue_name)
         self.queue_name = queue_name
@@ -54,9 +59,10 @@ class Scenario:
         self.scaler = ElasticScaler(
             self.listener.pool_control,
             ScalingPolicy(min_threads=0, max_threads=4, max_idle_s=0.1),
+            clock=clock,
         )
         self.listener.subscribe(self.handled.append)
-        self.waker = TriggerWaker(self.listener, self.scaler, channel, account=ACCOUNT)
+        self.waker = TriggerWaker(self.listener, self.scaler, channel, account=ACCOUNT, **waker)
 
     def put(self, number: int) -> None:
         self.storage.put_message(self.queue_name, MessageCodec(int).encode(number))
@@ -115,6 +121,55 @@ def test_triggers_for_other_queues_or_accounts_are_ignored(
     assert scenario.listener.active_dequeue_tasks == 0
 
 
+def test_a_burst_of_triggers_costs_a_bounded_number_of_storage_calls(
+    queue_name: str, channel: InProcessTriggerChannel
+) -> None:
+    """1,000 triggers within the back-off floor wake the idle listener once, and once more when
+    the floor has passed -- not 1,000 times (finding 3: 1,811 triggers, 5,113 transactions)."""
+    clock, ticks = ManualClock(), TickSleeper()
+    scenario = Scenario(queue_name, channel, clock=clock, sleeper=ticks)
+    try:
+        scenario.idle_at_zero()
+        before = scenario.storage.transactions
+        for _ in range(1_000):
+            channel.publish(WorkDetected(ACCOUNT, queue_name))
+        eventually(lambda: scenario.listener.threads_alive == 0)
+        assert scenario.storage.transactions - before <= 10
+        assert (scenario.waker.wakes, scenario.waker.debounced) == (1, 999)
+        ticks.tick()  # the floor has passed: one wake covers the 999 that were held back
+        eventually(lambda: scenario.waker.wakes == 2)
+        eventually(lambda: scenario.listener.threads_alive == 0)
+        assert scenario.storage.transactions - before <= 20
+    finally:
+        scenario.close()
+
+
+def test_a_message_whose_trigger_was_debounced_is_still_handled(
+    queue_name: str, channel: InProcessTriggerChannel
+) -> None:
+    """The wake at the end of the floor covers a trigger held back during it: nothing waits for
+    the watchdog."""
+    clock, ticks = ManualClock(), TickSleeper()
+    scenario = Scenario(queue_name, channel, clock=clock, sleeper=ticks)
+    try:
+        scenario.idle_at_zero()
+        channel.publish(WorkDetected(ACCOUNT, queue_name))  # wakes; finds nothing; idles out
+        eventually(lambda: scenario.listener.threads_alive == 0)
+        scenario.put(7)
+        channel.publish(WorkDetected(ACCOUNT, queue_name))  # within the floor: held back
+        assert scenario.waker.debounced == 1
+        ticks.tick()
+        eventually(lambda: scenario.handled == [7])
+        clock.advance(scenario.waker.floor_s)  # past the floor, a trigger wakes at once
+        eventually(lambda: scenario.listener.threads_alive == 0)
+        scenario.put(8)
+        channel.publish(WorkDetected(ACCOUNT, queue_name))
+        eventually(lambda: scenario.handled == [7, 8])
+        assert scenario.waker.wakes == 3
+    finally:
+        scenario.close()
+
+
 def test_the_watchdog_finds_work_whose_trigger_was_lost(scenario: Scenario) -> None:
     """No trigger at all: one depth check per watchdog period still starts the drain."""
     scenario.idle_at_zero()
@@ -171,6 +226,34 @@ def test_over_redis_a_listener_at_zero_wakes_and_survives_a_redis_restart(
         scenario.put(3)
         assert producing.publish(WorkDetected(ACCOUNT, queue_name))
         eventually(lambda: scenario.handled == [1, 2, 3])
+    finally:
+        scenario.close()
+        listening.close()
+        producing.close()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_listener_is_woken_after_its_trigger_receiver_died(
+    redis_server: RedisServer, queue_name: str
+) -> None:
+    """A receiver thread ended past every guard is replaced, and its re-announcement wakes the
+    idle listener for a message put while nobody was receiving."""
+    listening = RedisTriggerChannel(redis_server.url, max_reconnect_delay_s=0.5)
+    producing = RedisTriggerChannel(redis_server.url)
+
+    def exit_on_poison(event: WorkDetected) -> None:
+        if event.queue_name == "poison-pill":
+            raise SystemExit  # escapes every `except Exception`: the thread ends
+
+    listening.events.subscribe(exit_on_poison)
+    scenario = Scenario(queue_name, listening)
+    try:
+        assert listening.connected.wait(10)
+        scenario.idle_at_zero()
+        assert producing.publish(WorkDetected(ACCOUNT, "poison-pill"))
+        scenario.put(1)  # its trigger, if any, would be missed while the receiver is down
+        eventually(lambda: scenario.handled == [1])
+        assert listening.restarts == 1
     finally:
         scenario.close()
         listening.close()

@@ -18,11 +18,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
-from listener.limits.redis_limiter import RedisRateLimiter, bucket_key
+from listener.limits.redis_limiter import DEFAULT_MAX_WAITING, RedisRateLimiter, bucket_key
 from listener.testing import ManualClock
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
+from workers.rate_limits import open_rate_limiter
+from workers.settings import CloudQueueSettings, load_settings
 
 
 @pytest.fixture
@@ -76,6 +78,89 @@ def test_a_redis_outage_falls_back_to_the_local_limit_and_recovers(
         limiter.acquire(stop)
     assert [e["event"] for e in logs] == ["fleet_rate_limit_restored"]
     assert not limiter.degraded
+
+
+def forge(server: RedisServer, key: str, value: str) -> None:
+    """Write the bucket as someone with access to the fleet's Redis might: a plain SET."""
+    with server.client() as client:
+        client.set(key, value)
+
+
+def test_a_forged_far_future_bucket_is_ignored_and_reported(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter]
+) -> None:
+    """Finding 5: one SET far ahead must not hold the fleet back: the wait is refused, the bucket
+    reset, and a warning names the key."""
+    limiter = RedisRateLimiter(redis_server.url, key, 10, burst=1)
+    limiters.append(limiter)
+    forge(redis_server, key, str(10**18))
+    with capture_logs() as logs:
+        waits = [limiter.reserve_s() for _ in range(3)]
+    assert waits[0] == 0.0  # a reset bucket: a new one's first turn
+    assert waits[1:] == pytest.approx([0.1, 0.2], abs=0.05)  # then the limit's own pace
+    warnings = [e for e in logs if e["event"] == "fleet_rate_limit_implausible"]
+    assert [(e["key"], e["count"]) for e in warnings] == [(key, 1)]
+
+
+@pytest.mark.parametrize("garbage", ["banana", "nan", "inf", "-inf", "1e400"])
+def test_a_garbage_bucket_is_ignored_with_a_warning(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter], garbage: str
+) -> None:
+    """A value that is no time at all is treated as an empty bucket, and said so."""
+    limiter = RedisRateLimiter(redis_server.url, key, 10, burst=1)
+    limiters.append(limiter)
+    forge(redis_server, key, garbage)
+    with capture_logs() as logs:
+        assert limiter.reserve_s() == 0.0
+    assert [e["event"] for e in logs] == ["fleet_rate_limit_implausible"]
+
+
+def test_a_backlog_within_the_fleets_waiting_bound_is_honoured(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter]
+) -> None:
+    """Ten turns queued ahead at 10/s is a real fleet's backlog, not a forgery: about 1 s."""
+    ahead = RedisRateLimiter(redis_server.url, key, 10, burst=1, max_waiting=10)
+    behind = RedisRateLimiter(redis_server.url, key, 10, burst=1, max_waiting=10)
+    limiters.extend([ahead, behind])
+    with capture_logs() as logs:
+        for _ in range(10):
+            ahead.reserve_s()
+        assert behind.reserve_s() > 0.8
+    assert logs == []
+
+
+def test_the_fleets_waiting_bound_is_a_setting_with_the_limiters_default(
+    redis_server: RedisServer,
+) -> None:
+    """rate_limit.fleet_max_waiting reaches the limiter; its default is the limiter's own."""
+    settings = load_settings(
+        triggers={"url": redis_server.url},
+        rate_limit={"max_messages_per_s": 10, "fleet": True, "fleet_max_waiting": 3},
+    )
+    limiter = open_rate_limiter(settings, CloudQueueLocation("orders"))
+    assert isinstance(limiter, RedisRateLimiter)
+    try:
+        assert limiter.max_waiting == 3
+    finally:
+        limiter.close()
+    assert CloudQueueSettings().rate_limit.fleet_max_waiting == DEFAULT_MAX_WAITING
+
+
+def test_repeated_forgeries_warn_once_a_minute(
+    redis_server: RedisServer, key: str, limiters: list[RedisRateLimiter]
+) -> None:
+    """Someone rewriting the key before every turn: every turn is taken, one warning a minute."""
+    clock = ManualClock()
+    limiter = RedisRateLimiter(redis_server.url, key, 10, burst=1, clock=clock, sleeper=clock)
+    limiters.append(limiter)
+    with capture_logs() as logs:
+        for _ in range(5):
+            forge(redis_server, key, str(10**18))
+            assert limiter.reserve_s() == 0.0
+        clock.advance(60)
+        forge(redis_server, key, str(10**18))
+        limiter.reserve_s()
+    assert [e["count"] for e in logs if e["event"] == "fleet_rate_limit_implausible"] == [1, 5]
 
 
 def test_a_listener_keeps_consuming_when_the_fleets_redis_is_down(

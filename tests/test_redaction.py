@@ -72,3 +72,42 @@ def test_every_occurrence_is_masked() -> None:
 def test_text_without_secrets_is_unchanged(text: str) -> None:
     """Account names, endpoints and words that merely contain "sig" are left alone."""
     assert redact(text) == text
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("redis://cache:6379/0?password=hunter2", f"redis://cache:6379/0?password={MASK}"),
+        (
+            "rediss://cache/0?ssl_cert_reqs=none&password=hunter2&db=1",
+            f"rediss://cache/0?ssl_cert_reqs=none&password={MASK}&db=1",
+        ),
+        ("unix://:hunter2@/run/redis.sock?db=0", f"unix://:{MASK}@/run/redis.sock?db=0"),
+        ("unix:///run/redis.sock?password=hunter2", f"unix:///run/redis.sock?password={MASK}"),
+        ("redis://app:hunter2@cache:6379/0", f"redis://app:{MASK}@cache:6379/0"),
+        ("redis://app:hun@ter2@cache/0", f"redis://app:{MASK}@cache/0"),
+        ("redis://hunter2@cache/0", f"redis://{MASK}@cache/0"),
+        ("https://h/x?api_key=hunter2&access_token=hunter2", None),
+        ("https://h/x?client_secret=hunter2#top", f"https://h/x?client_secret={MASK}#top"),
+    ],
+)
+def test_credentials_in_any_url_are_masked(text: str, expected: str | None) -> None:
+    """Userinfo and password/key/token/secret query parameters of any URL lose their values."""
+    redacted = redact(text)
+    assert "hunter2" not in redacted
+    if expected is not None:
+        assert redacted == expected
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "sqlite:///data/q.db",
+        "memory://",
+        "redis://cache:6379/0?db=2&socket_timeout=5",
+        "see https://learn.microsoft.com/azure/storage/queues?tabs=python for details",
+    ],
+)
+def test_urls_without_credentials_are_left_as_they_are(text: str) -> None:
+    """A URL with no credential in it is shown unchanged."""
+    assert redact(text) == text

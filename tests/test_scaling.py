@@ -28,6 +28,7 @@ from listener.policies.scaling_rules import (
     steps,
 )
 from listener.pool_control import ListenerLoad
+from listener.scaling.cpu import ProcessCpuMeter
 from listener.scaling.scaler import (
     ElasticScaler,
     ScalingPolicy,
@@ -322,6 +323,87 @@ def test_a_saturated_cpu_caps_growth_and_says_why(
         scaler.rescale(trigger="work_detected")
     assert listener.active_dequeue_tasks == 1  # never zero: someone must look at the queue
     assert [e["reason"] for e in logs if e["event"] == "scaling_capped"] == ["cpu_saturated"]
+
+
+class CpuReadings:
+    """A CPU meter that reports the given readings in turn, then the last one for ever."""
+
+    def __init__(self, *readings: float) -> None:
+        self.readings = list(readings)
+
+    def cores_used(self) -> float:
+        return self.readings.pop(0) if len(self.readings) > 1 else self.readings[0]
+
+
+def test_the_first_cpu_window_opens_at_the_first_reading_not_at_start_up() -> None:
+    """A busy start-up (one core for 10 s before the first decision) is not read as load."""
+    cpu, wall = [0.0], [0.0]
+    meter = ProcessCpuMeter(cpu_time=lambda: cpu[0], wall_time=lambda: wall[0])
+    cpu[0], wall[0] = 10.0, 10.0  # start-up: on_start, imports, queue creation
+    assert meter.cores_used() is None  # nothing measured yet: never a reason to cap
+    cpu[0], wall[0] = 10.5, 12.0
+    assert meter.cores_used() == pytest.approx(0.25)
+
+
+@pytest.fixture
+def held(
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    clock: ManualClock,
+    listeners: list[CloudQueueListener[Any]],
+) -> Iterator[CloudQueueListener[int]]:
+    """A listener on 300 messages whose handlers hold every message until the test ends: the
+    backlog stays, and only a scaling decision can add threads."""
+    fill(storage, queue_name, 300)
+    listener = make_listener(storage, queue_name, clock, listeners)
+    release = threading.Event()
+
+    def hold(_: int) -> None:
+        release.wait()
+
+    listener.subscribe(hold)
+    yield listener
+    release.set()
+
+
+def test_a_capped_scale_up_is_looked_at_again_on_a_timer(
+    held: CloudQueueListener[int], clock: ManualClock
+) -> None:
+    """Refused while the CPU is saturated, the scale-up happens one rescale interval later when it
+    no longer is -- without waiting for a message to finish."""
+    ElasticScaler(
+        held.pool_control,
+        ScalingPolicy(max_threads=8, rescale_interval_s=2.5),
+        clock=clock,
+        sleeper=clock,
+        cpu_meter=CpuReadings(0.97, 0.1),
+    )
+    with capture_logs() as logs:
+        held.start_listener(1)  # its first batch asks the scaler, which is capped
+        eventually(lambda: held.active_dequeue_tasks == 8)
+    assert 2.5 in clock.waits
+    assert [e["reason"] for e in logs if e["event"] == "scaling_capped"] == ["cpu_saturated"]
+    assert [e["reason"] for e in logs if e["event"] == "scaled_up"] == [
+        "cpu_recheck:backlog_above_pool"
+    ]
+    assert held.messages_processed == 0  # no message finished: the timer alone decided
+
+
+def test_a_closed_scaler_cancels_its_pending_re_check(held: CloudQueueListener[int]) -> None:
+    """Closing ends the re-check's wait at once and nothing is decided after it."""
+    scaler = ElasticScaler(
+        held.pool_control,
+        ScalingPolicy(max_threads=8, rescale_interval_s=3_600),
+        cpu_meter=FixedCpu(0.97),
+    )
+    held.start_listener(1)
+    name = f"cloudqueue:{held.queue_name}:recheck"
+    rechecks = eventually(lambda: [t for t in threading.enumerate() if t.name == name])
+    assert len(rechecks) == 1
+    scaler.close()
+    rechecks[0].join(5)
+    assert not rechecks[0].is_alive()
+    assert held.active_dequeue_tasks == 1
 
 
 def test_scale_in_lets_threads_finish_their_message_and_abandons_nothing(

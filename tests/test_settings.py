@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from listener.policies.scaling_rules import ScalingInput
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 from workers.settings import CloudQueueSettings, ScalingSettings, load_settings
+from workers.settings_keys import known_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -87,15 +89,36 @@ def test_the_shipped_default_file_restates_the_defaults(tmp_path: Path) -> None:
     assert load_settings(tmp_path / "c.toml") == CloudQueueSettings()
 
 
+def documented_keys(text: str) -> set[str]:
+    """The dotted keys a settings file shows, set or commented out (``# key = value``)."""
+    keys: set[str] = set()
+    section = ""
+    for line in text.splitlines():
+        if header := re.fullmatch(r"\[([\w.]+)\]\s*(#.*)?", line.strip()):
+            section = f"{header.group(1)}."
+            keys.add(header.group(1))
+        elif assignment := re.match(r"#?\s*(\w+)\s*=", line.strip()):
+            keys.add(f"{section}{assignment.group(1)}")
+    return keys
+
+
+def test_the_shipped_default_file_lists_every_setting() -> None:
+    """Every section and field of the settings model appears in config/cloudqueue.toml."""
+    documented = documented_keys((ROOT / "config" / "cloudqueue.toml").read_text())
+    missing = [key for key in known_keys(CloudQueueSettings) if key not in documented]
+    assert not missing, f"config/cloudqueue.toml does not list {missing}"
+
+
 @pytest.mark.parametrize(
     ("section", "values"),
     [
         ("scaling", {"min_threads": 5, "max_threads": 2}),
         ("scaling", {"rule": "fastest"}),
-        ("scaling", {"rule": "tests.nowhere:rule"}),
+        ("scaling", {"rule": "tests nowhere:rule"}),
         ("backoff", {"max_idle_s": -1}),
         ("listener", {"dequeue_batch_size": 33}),
         ("listener", {"dequeue_batch_size": 0}),
+        ("rate_limit", {"fleet_max_waiting": 0}),
     ],
 )
 def test_invalid_values_are_refused_naming_the_field(
@@ -104,6 +127,14 @@ def test_invalid_values_are_refused_naming_the_field(
     """Invalid settings fail at load time with the offending section in the error."""
     with pytest.raises(ValidationError, match=section):
         load_settings(**{section: values})  # type: ignore[arg-type]
+
+
+def test_a_custom_rule_is_imported_when_built_not_when_loaded() -> None:
+    """Loading checks the rule's form only; building it (`cloudqueue run`) imports it, and a
+    missing module is then an error naming the field."""
+    settings = load_settings(scaling={"rule": "tests.nowhere:rule"})
+    with pytest.raises(ConfigurationError, match=r"scaling\.rule: cannot import custom rule"):
+        settings.scaling.build_rule()
 
 
 @pytest.mark.parametrize("field", ["retry_delay_s", "max_retry_delay_s", "visibility_timeout_s"])

@@ -204,3 +204,19 @@ def test_config_show_with_an_invalid_setting_exits_2_naming_the_field() -> None:
     code, output = show("config", "show", env={"CLOUDQUEUE_SCALING__MAX_THREADS": "0"})
     assert code == 2
     assert "scaling.max_threads" in output
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://cache:6379/0?password=hunter2",
+        "unix://:hunter2@/run/redis.sock?db=0",
+        "unix:///run/redis.sock?password=hunter2",
+    ],
+)
+def test_config_show_never_prints_a_redis_password_in_any_url_form(url: str) -> None:
+    """A password in the query, or in a unix:// URL's userinfo, is masked like any other."""
+    code, output = show("config", "show", "--json", env={"CLOUDQUEUE_TRIGGERS__URL": url})
+    assert code == 0, output
+    assert "hunter2" not in output
+    assert json.loads(output)["triggers.url"]["value"].count("***") == 1

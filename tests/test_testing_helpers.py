@@ -9,7 +9,7 @@ import pytest
 from pydantic import BaseModel
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
-from listener.errors import ConfigurationError
+from listener.errors import ConfigurationError, PermanentFailure
 from listener.testing import VirtualClock
 from workers import QueueWorker
 from workers.testing import DrainTimeoutError, HandlerFailedError, run_until_drained
@@ -145,6 +145,49 @@ def test_the_workers_own_settings_apply_threads_and_poisoning() -> None:
     assert sorted(job.job_id for job in handled) == [0, 1]
     assert len(threads_seen) == 2
     assert attempts == [2, 2]
+
+
+def test_the_result_lists_the_poisoned_items_with_their_reasons() -> None:
+    """Beside the handled items, the result says which items were poisoned, why, and the error."""
+
+    class Picky(QueueWorker[Job]):
+        queue_name = "jobs"
+        settings = {"poison": {"max_dequeue_count": 2}}  # noqa: RUF012 - as users write it
+
+        def handle(self, item: Job) -> None:
+            if item.job_id == 1:
+                raise RuntimeError("job 1 keeps failing")
+            if item.job_id == 2:
+                raise PermanentFailure("job 2 is hopeless")
+
+    result = run_until_drained(Picky, [Job(job_id=n) for n in range(3)], fail_fast=False)
+    assert [job.job_id for job in result] == [0]
+    assert result.handled == [Job(job_id=0)]
+    poisoned = {item.item.job_id: item for item in result.poisoned if item.item is not None}
+    assert sorted(poisoned) == [1, 2]
+    assert poisoned[1].reason == "max_dequeue_count_exceeded"
+    assert poisoned[1].error == "RuntimeError: job 1 keeps failing"
+    assert poisoned[2].reason == "permanent_failure"
+    assert poisoned[2].error == "PermanentFailure: job 2 is hopeless"
+
+
+def test_an_item_that_cannot_be_decoded_is_listed_as_poisoned_with_its_text(
+    queue_name: str,
+) -> None:
+    """A message no Job can be read from is poisoned as undecodable; its text is kept."""
+    clock = VirtualClock()
+    storage = InMemoryQueueStorage(clock=clock)
+    listener: CloudQueueListener[Job] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), Job, clock=clock, sleeper=clock
+    )
+    storage.create_queue(queue_name)
+    storage.put_message(queue_name, '{"job_id": "not a number"}')
+    result = run_until_drained(listener, [Job(job_id=1)])
+    assert [job.job_id for job in result] == [1]
+    [poisoned] = result.poisoned
+    assert poisoned.item is None
+    assert poisoned.reason == "undecodable"
+    assert poisoned.text == '{"job_id": "not a number"}'
 
 
 def test_an_async_handler_is_awaited() -> None:

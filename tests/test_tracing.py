@@ -33,7 +33,13 @@ from listener import (
     Publisher,
 )
 from listener.errors import PermanentFailure
-from listener.messages.payload import ENVELOPE_KEY, open_message, parse_envelope
+from listener.messages.payload import (
+    ENVELOPE_KEY,
+    inline_envelope,
+    open_message,
+    pack,
+    parse_envelope,
+)
 from listener.messages.trace_context import read_carrier, with_carrier
 from listener.messages.tracing import consumer_span
 from listener.stores.azure_storage import AzureQueueStorage
@@ -324,3 +330,89 @@ def test_a_trace_continues_through_azurite(
     assert_continues(
         only(named(spans, f"process {queue_name}")), only(named(spans, f"send {queue_name}"))
     )
+
+
+# -- context from messages is a hint, never an instruction (issue 26, findings 1 and 13) -----
+
+
+def envelope_with(fields: dict[str, Any]) -> str:
+    """A one-item envelope as a publisher writes it, with ``fields`` set beside its own."""
+    base = json.loads(inline_envelope(pack(["hello"])))[ENVELOPE_KEY]
+    return json.dumps({ENVELOPE_KEY: {**base, **fields}})
+
+
+def test_a_deeply_nested_envelope_is_poisoned_at_once_while_tracing(
+    spans: InMemorySpanExporter, virtual_clock: VirtualClock, virtual_storage: InMemoryQueueStorage
+) -> None:
+    """20,000 nested brackets in the envelope raise nothing in the consumer span: the message is
+    poisoned at its first delivery (``over_limit``, naming decoding.max_json_depth) and the
+    items behind it are handled."""
+    virtual_storage.create_queue("orders")
+    virtual_storage.put_message("orders", '{"$cloudqueue": ' + "[" * 20_000 + "]" * 20_000 + "}")
+    virtual_storage.put_message("orders", json.dumps({"n": 1}))
+    handled = drain(virtual_storage, virtual_clock, "orders", dict)
+    assert [item for item, _ in handled] == [{"n": 1}]
+    [poisoned] = virtual_storage.peek_messages("orders-poison", max_messages=32)
+    record = json.loads(poisoned.content)
+    assert (record["reason"], record["dequeue_count"]) == ("over_limit", 1)
+    assert "decoding.max_json_depth" in record["error"]
+    assert len(named(spans, "process orders")) == 2
+
+
+def test_a_message_cannot_switch_off_the_consumers_tracing(
+    spans: InMemorySpanExporter, virtual_clock: VirtualClock, virtual_storage: InMemoryQueueStorage
+) -> None:
+    """A traceparent whose sampled flag is off still gets a recorded consumer span: it starts a
+    trace of its own (the consumer's sampler decides) and links to the producer's context."""
+    virtual_storage.create_queue("orders")
+    unsampled = TRACEPARENT[:-2] + "00"
+    virtual_storage.put_message("orders", envelope_with({"traceparent": unsampled}))
+    handled = drain(virtual_storage, virtual_clock, "orders", str)
+    consumer = only(named(spans, "process orders"))
+    assert [item for item, _ in handled] == ["hello"]
+    assert consumer.parent is None
+    assert consumer.context.trace_id != int(TRACEPARENT.split("-")[1], 16)
+    assert [link.context.span_id for link in consumer.links] == [int(TRACEPARENT.split("-")[2], 16)]
+
+
+@pytest.mark.parametrize(
+    "traceparent",
+    [
+        TRACEPARENT.upper(),
+        TRACEPARENT + "-extra",
+        TRACEPARENT + "\n",
+        "01" + TRACEPARENT[2:],
+        "00-" + "0" * 32 + TRACEPARENT[35:],
+        TRACEPARENT[:36] + "0" * 16 + "-01",
+        "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331",
+    ],
+)
+def test_a_malformed_traceparent_is_ignored(traceparent: str) -> None:
+    """Only W3C's version-00 form is read: anything else carries no context."""
+    assert read_carrier(envelope_with({"traceparent": traceparent, "tracestate": "k=v"})) == {}
+
+
+@pytest.mark.parametrize(
+    "tracestate",
+    [
+        "k=v\n",
+        "K=v",
+        "k=v,k=w",
+        "k=" + "v" * 600,
+        ",".join(f"k{n}=v" for n in range(33)),
+        "k=v=w",
+        "=v",
+        "\x1b[31m=red",
+    ],
+)
+def test_a_malformed_tracestate_is_dropped_and_the_traceparent_kept(tracestate: str) -> None:
+    """tracestate is checked against W3C's list-member grammar, 32 members and 512 characters."""
+    carrier = read_carrier(envelope_with({"traceparent": TRACEPARENT, "tracestate": tracestate}))
+    assert carrier == {"traceparent": TRACEPARENT}
+
+
+def test_a_well_formed_tracestate_is_kept() -> None:
+    """Vendor and multi-tenant keys, spaces around members: what W3C allows is read."""
+    state = "congo=t61rcWkgMzE, rojo@vendor=00f067aa0ba902b7,k/_-*=a b"
+    carrier = read_carrier(envelope_with({"traceparent": TRACEPARENT, "tracestate": state}))
+    assert carrier == {"traceparent": TRACEPARENT, "tracestate": state}

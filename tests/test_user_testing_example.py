@@ -1,11 +1,12 @@
-"""The "Testing your workers" example of the README, kept as a real test so that it cannot rot.
+"""The "Testing your workers" example of the docs, kept as a real test so that it cannot rot.
 
-Everything between the ``README example`` markers is copied verbatim into README.md.
+The docs page includes everything between the ``--8<--`` section markers from this file when the
+site is built (pymdownx.snippets), so the page shows exactly the code that runs here.
 """
 
 from __future__ import annotations
 
-# --- README example: begin
+# --8<-- [start:example]
 import pytest
 from pydantic import BaseModel
 
@@ -42,14 +43,18 @@ def test_a_bad_invoice_fails_the_test_with_the_handlers_error() -> None:
         run_until_drained(InvoiceWorker(), [Invoice(invoice_id=7, amount_cents=-1)])
 
 
-# --- README example: end
+# --8<-- [end:example]
 
 
-def test_the_readme_shows_this_example_verbatim() -> None:
-    """README.md's "Testing your workers" section holds the code above, unchanged."""
+DOCS_PAGE = "docs/getting-started/testing.md"
+
+
+def test_the_docs_page_shows_this_example() -> None:
+    """The testing page pulls the code above from this file, between its section markers."""
     from pathlib import Path
 
     source = Path(__file__).read_text(encoding="utf-8")
-    example = source.split("# --- README example: begin\n")[1].split("# --- README example: end")[0]
-    readme = (Path(__file__).parent.parent / "README.md").read_text(encoding="utf-8")
-    assert example.strip() in readme
+    assert source.count("# --8<-- [start:example]\n") == 1
+    assert source.count("# --8<-- [end:example]\n") == 1
+    page = (Path(__file__).parent.parent / DOCS_PAGE).read_text(encoding="utf-8")
+    assert '--8<-- "tests/test_user_testing_example.py:example"' in page

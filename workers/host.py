@@ -38,7 +38,8 @@ from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
-from workers.partitioning import partitioned_storage
+from workers.partitioning import layout_of, partitioned_storage, settle_layout
+from workers.plain_queue import PlainQueueWatch
 from workers.rate_limits import open_rate_limiter
 from workers.recording import recorded_handler
 from workers.settings import CloudQueueSettings, ListenerSettings
@@ -106,11 +107,19 @@ class WorkerHost:
         record_path = settings.observability.record_path
         self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
-        listening = partitioned_storage(self.storage, settings, _queues(workers))
+        queues = _queues(workers)
+        listening = self.listening = partitioned_storage(self.storage, settings, queues)
         # The further accounts of partitioned queues are opened here: the host closes them.
         self._further_accounts = (
             listening.accounts[1:] if isinstance(listening, PartitionedQueueStorage) else []
         )
+        try:
+            _settle_layouts(listening, self.storage, queues)
+        except BaseException:
+            for account in self._further_accounts:
+                account.close()
+            raise
+        self._plain_watches: list[PlainQueueWatch] = []
         self.hosted = [
             _host(
                 worker,
@@ -138,6 +147,12 @@ class WorkerHost:
             if self.triggers is not None:
                 hosted.push = _push(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
+        if isinstance(self.listening, PartitionedQueueStorage):
+            self._plain_watches = [
+                PlainQueueWatch(self.listening, queue).start()
+                for queue in (hosted.listener.queue_name for hosted in self.hosted)
+                if queue not in (p.queue_name for p in self.listening.partitions_of(queue))
+            ]
         if self.observability is not None:
             self.observability.started()
         log.info("host_started", queues=[hosted.listener.queue_name for hosted in self.hosted])
@@ -145,9 +160,12 @@ class WorkerHost:
     def stop(self) -> bool:
         """Stop all listeners against one deadline, then on_stop and close; True if drained."""
         deadline = SYSTEM_CLOCK.monotonic() + self.settings.shutdown_grace_s
+        for watch in self._plain_watches:
+            watch.close()
         for hosted in self.hosted:
             for part in hosted.push:
                 part.close()
+            hosted.scaler.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
@@ -231,7 +249,11 @@ def _host(
         storage if observability is None else observability.observe_storage(storage),
         worker.location(options.visibility_timeout_s),
         worker.item_type,
-        codec=reading_codec(worker.item_type, options.encoding),
+        codec=reading_codec(
+            worker.item_type,
+            options.encoding,
+            max_json_depth=settings.decoding.max_json_depth,
+        ),
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
@@ -239,6 +261,7 @@ def _host(
         rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
         create_queues=options.create_queues,
         concurrency=options.concurrency,
+        decoding=settings.decoding.limits(),
     )
     policy = settings.scaling_policy()
     pool = listener.pool_control
@@ -263,7 +286,9 @@ def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
     url = settings.triggers.url_value()
     if url is None:
         return None
-    return RedisTriggerChannel(url, channel=settings.triggers.channel)
+    return RedisTriggerChannel(
+        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
+    )
 
 
 def _push(
@@ -285,6 +310,16 @@ def _queues(
         worker.location(options.listener.visibility_timeout_s).queue_name: options.listener
         for worker, options in workers
     }
+
+
+def _settle_layouts(
+    listening: QueueStorage, account: QueueStorage, queues: dict[str, ListenerSettings]
+) -> None:
+    """Check each worker's partition layout against the one recorded in the store, and record
+    it: ConfigurationError (exit code 2) when they disagree."""
+    accounts = listening.accounts if isinstance(listening, PartitionedQueueStorage) else [account]
+    for queue, options in queues.items():
+        settle_layout(accounts, queue, layout_of(options), create=options.create_queues)
 
 
 def _name(worker_type: type[QueueWorker[Any]]) -> str:

@@ -24,6 +24,7 @@ from typing import Any
 import structlog
 
 from listener.listener import CloudQueueListener
+from listener.stores.file_modes import private_folder
 from workers.cost_meter import UNKNOWN, CostMeter, QueueCost
 
 PUBLISH_INTERVAL_S = 2.0
@@ -55,6 +56,9 @@ class QueueLiveState:
     """Queue and blob calls of this queue's consumers in this process, per hour (recent rate)."""
     projected_cost_per_month_usd: float | None = None
     """A 30-day month at that rate and the ``cost.price_per_10k_transactions_usd`` price."""
+    poison_failures: int = 0
+    """Moves to the poison queue that failed (the message stayed in its queue); 0 in files
+    written before it was published."""
 
     @classmethod
     def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
@@ -72,6 +76,7 @@ class QueueLiveState:
             per_thread_rate_per_s=listener.throughput.per_thread_rate_per_s,
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
+            poison_failures=counters["poison_failures"],
         )
 
 
@@ -181,7 +186,7 @@ class LiveStatePublisher:
             self._failing = False
 
     def _write(self, text: str) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True)
+        private_folder(self.directory, ours=False)  # 0700 when created; mkstemp's files are 0600
         descriptor, temporary = tempfile.mkstemp(
             dir=self.directory, prefix=f".{self.path.name}.", suffix=".tmp"
         )
@@ -232,6 +237,18 @@ def read_live_states(
     return sorted(states, key=lambda state: (state.host, state.pid))
 
 
+def running_queue_names(state_dir: Path) -> set[str]:
+    """Queue names in the live-state files; ``read_live_states`` then keeps the running ones."""
+    names: set[str] = set()
+    for path in state_dir.glob("*.json"):
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            names.update(str(queue["queue"]) for queue in data["queues"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # removed meanwhile, or not a live-state file
+    return names
+
+
 def _read(path: Path) -> LiveState | None:
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
@@ -260,4 +277,5 @@ __all__ = [
     "LiveStatePublisher",
     "QueueLiveState",
     "read_live_states",
+    "running_queue_names",
 ]

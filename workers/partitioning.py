@@ -1,18 +1,31 @@
-"""The storage a host's listeners use when some of its workers' queues are partitioned.
+"""The storage a host's listeners and the commands use when a queue is partitioned.
 
-With ``listener.partitions = 1`` everywhere, no ``drain_partitions`` and no further accounts, the
-host's storage is used as it is: the queue is the very queue a host without partitions reads.
+With ``listener.partitions = 1`` everywhere, no ``drain_partitions``, no further accounts and no
+recorded layout, the storage is used as it is: the queue is the very queue a host without
+partitions reads. A queue's layout is recorded in the store (``listener.stores.layouts``): a
+worker checks its settings against the record at start and records them; the commands find the
+layout there, so that nobody has to repeat ``--partitions``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Iterator, Mapping, Sequence
+from contextlib import closing, contextmanager
 
+import structlog
+
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
 from listener.stores.connection import open_storage
-from listener.stores.partitioned import PartitionedQueueStorage
+from listener.stores.layouts import QueueLayout, read_layout, record_layout
+from listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_queue
+from listener.stores.partitioned import Partition, PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.settings import CloudQueueSettings, ListenerSettings
+
+log = structlog.get_logger(__name__)
+
+LAYOUT_DOC = "docs/partitions-layout.md"
 
 
 def partitioned_storage(
@@ -22,19 +35,62 @@ def partitioned_storage(
 ) -> QueueStorage:
     """``storage`` itself, or a PartitionedQueueStorage over it (account 0) and the further
     accounts of ``settings.partition_accounts`` for the queues whose settings partition them."""
-    partitions = {name: options.partitions for name, options in queues.items()}
-    draining = {
-        name: options.drain_partitions
-        for name, options in queues.items()
-        if options.drain_partitions is not None
-    }
-    if not settings.partition_accounts and not draining and set(partitions.values()) <= {1}:
+    layouts = {name: layout_of(options) for name, options in queues.items()}
+    if not settings.partition_accounts and all(layout.plain for layout in layouts.values()):
         return storage
     accounts = [storage] + [
         open_storage(account.get_secret_value(), credential=settings.credential)
         for account in settings.partition_accounts
     ]
-    return PartitionedQueueStorage(accounts, partitions, draining=draining)
+    return over_accounts(accounts, layouts)
+
+
+def layout_of(options: ListenerSettings) -> QueueLayout:
+    """The layout a worker's listener settings ask for."""
+    return QueueLayout(options.partitions, options.drain_partitions)
+
+
+def over_accounts(
+    accounts: Sequence[QueueStorage], layouts: Mapping[str, QueueLayout]
+) -> PartitionedQueueStorage:
+    """A PartitionedQueueStorage spreading each queue as its layout says."""
+    return PartitionedQueueStorage(
+        accounts,
+        {name: layout.partitions for name, layout in layouts.items()},
+        draining={
+            name: layout.draining for name, layout in layouts.items() if layout.draining is not None
+        },
+    )
+
+
+def command_layout(
+    storage: QueueStorage, settings: CloudQueueSettings, queue_name: str, partitions: int | None
+) -> QueueLayout:
+    """The layout a command sees ``queue_name`` with: the recorded one, which ``--partitions``
+    (``partitions``) must agree with; without a record, ``--partitions`` or else the settings."""
+    recorded = read_layout(storage, queue_name)
+    if recorded is None:
+        options = settings.listener
+        if partitions is None and options.partitions == 1 and options.drain_partitions is None:
+            return _listed_layout(storage, queue_name)
+        return QueueLayout(partitions or options.partitions, options.drain_partitions)
+    if partitions is not None and partitions != recorded.partitions:
+        raise ConfigurationError(
+            f"queue {queue_name} is recorded as {recorded}, not --partitions {partitions}: leave "
+            f"--partitions out (the record is used), or repartition as {LAYOUT_DOC} says"
+        )
+    return recorded
+
+
+def _listed_layout(storage: QueueStorage, queue_name: str) -> QueueLayout:
+    """Partitions made before layouts were recorded: as many as the highest ``-pN`` listed on
+    account 0 says (one List Queues); the plain queue when there are none."""
+    indexes = [
+        found[1]
+        for name in storage.list_queues(f"{queue_name}{PARTITION_SEPARATOR}")
+        if (found := partition_of_queue(name)) is not None and found[0] == queue_name
+    ]
+    return QueueLayout(max(indexes) + 1) if indexes else QueueLayout(1)
 
 
 @contextmanager
@@ -44,24 +100,27 @@ def partitioned_view(
     queue_name: str,
     partitions: int | None = None,
 ) -> Iterator[QueueStorage]:
-    """For one command: ``storage``, or a PartitionedQueueStorage that treats ``queue_name`` as
-    ``partitions`` partitions (default: the ``listener.partitions`` setting) over ``storage`` and
-    the further accounts, which are opened here and closed afterwards (``storage`` is not)."""
-    options = settings.listener.model_copy(
-        update={"partitions": partitions or settings.listener.partitions}
-    )
+    """For one command: ``storage``, or a PartitionedQueueStorage that sees ``queue_name`` as
+    its layout (``command_layout``) over ``storage`` and the further accounts."""
+    layout = command_layout(storage, settings, queue_name, partitions)
+    with viewed_as(storage, settings, queue_name, layout) as view:
+        yield view
+
+
+@contextmanager
+def viewed_as(
+    storage: QueueStorage, settings: CloudQueueSettings, queue_name: str, layout: QueueLayout
+) -> Iterator[QueueStorage]:
+    """``storage``, or a PartitionedQueueStorage spreading ``queue_name`` as ``layout`` over
+    ``storage`` and the further accounts, which are opened here and closed afterwards
+    (``storage`` is not)."""
     further = [
         open_storage(account.get_secret_value(), credential=settings.credential)
         for account in settings.partition_accounts
     ]
     try:
-        if further or options.partitions > 1 or options.drain_partitions is not None:
-            draining = (
-                {} if options.drain_partitions is None else {queue_name: options.drain_partitions}
-            )
-            yield PartitionedQueueStorage(
-                [storage, *further], {queue_name: options.partitions}, draining=draining
-            )
+        if further or not layout.plain:
+            yield over_accounts([storage, *further], {queue_name: layout})
         else:
             yield storage
     finally:
@@ -69,4 +128,154 @@ def partitioned_view(
             account.close()
 
 
-PARTITIONS_HELP = "Treat QUEUE as this many partitions QUEUE-p0... [listener.partitions]"
+class LayoutViews:
+    """For a long-running reader (the dashboard): each queue seen as its layout, read again
+    every ``refresh_s`` (one metadata read a queue), over the further accounts opened once."""
+
+    def __init__(
+        self,
+        storage: QueueStorage,
+        settings: CloudQueueSettings,
+        *,
+        refresh_s: float = 60.0,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.storage = storage
+        self.settings = settings
+        self.refresh_s = refresh_s
+        self._clock = clock
+        self._further = [
+            open_storage(account.get_secret_value(), credential=settings.credential)
+            for account in settings.partition_accounts
+        ]
+        self._views: dict[str, tuple[float, QueueStorage]] = {}
+
+    @property
+    def accounts(self) -> list[QueueStorage]:
+        """Account 0 (``storage``), then the further accounts of ``partition_accounts``."""
+        return [self.storage, *self._further]
+
+    def view(self, queue_name: str) -> QueueStorage:
+        now = self._clock.monotonic()
+        cached = self._views.get(queue_name)
+        if cached is not None and now - cached[0] < self.refresh_s:
+            return cached[1]
+        layout = command_layout(self.storage, self.settings, queue_name, None)
+        view: QueueStorage = self.storage
+        if self._further or not layout.plain:
+            view = over_accounts(self.accounts, {queue_name: layout})
+        self._views[queue_name] = (now, view)
+        return view
+
+    def close(self) -> None:
+        for account in self._further:
+            account.close()
+
+
+def plain_queue_depth(view: QueueStorage, queue_name: str) -> int | None:
+    """Messages on the plain queue ``queue_name`` when ``view`` spreads that name over
+    partitions that do not include it (nobody reads them there); None when it does not.
+    One count on account 0 (0 when there is no such queue)."""
+    if not isinstance(view, PartitionedQueueStorage):
+        return None
+    if queue_name in (partition.queue_name for partition in view.partitions_of(queue_name)):
+        return None
+    try:
+        return view.accounts[0].approximate_message_count(queue_name)
+    except QueueNotFoundError:
+        return 0
+
+
+def plain_queue_warning(queue_name: str, depth: int) -> str:
+    """One line for people about messages waiting, unread, on a plain queue beside partitions."""
+    return (
+        f"  the plain queue {queue_name} beside the partitions holds {depth} message(s) that no "
+        f"worker reads: move them with cloudqueue queues merge-plain {queue_name}"
+    )
+
+
+def settle_layout(
+    accounts: Sequence[QueueStorage],
+    queue_name: str,
+    wanted: QueueLayout,
+    *,
+    create: bool,
+    record: bool = True,
+) -> None:
+    """At a worker's start: check the layout it asks for against the recorded one, and record it.
+
+    ConfigurationError when they disagree (a worker would read partitions nobody writes, or
+    leave unread ones that others write), or when the worker would stop reading old partitions
+    that still hold messages. Storage errors are logged, not raised: the worker starts as it did
+    before layouts were recorded. ``record=False`` only checks (a supervisor, before its
+    children start).
+    """
+    try:
+        recorded = read_layout(accounts[0], queue_name)
+        if recorded == wanted or (recorded is None and wanted.plain):
+            return
+        if recorded is not None:
+            _check_follows(accounts, queue_name, recorded, wanted)
+        if record and record_layout(accounts[0], queue_name, wanted, create=create):
+            log.info("partition_layout_recorded", queue=queue_name, layout=str(wanted))
+    except StorageError as error:
+        log.warning(
+            "partition_layout_not_recorded",
+            queue=queue_name,
+            error=str(error),
+            fix=f"cloudqueue queues create {queue_name} --partitions {wanted.partitions}",
+        )
+
+
+def check_layouts(settings: CloudQueueSettings, queues: Mapping[str, ListenerSettings]) -> None:
+    """Check every worker's layout against the recorded one, recording nothing: ``run
+    --processes N`` fails once here rather than in every child, restarted again and again."""
+    storage = open_storage(settings.connection_string_value(), credential=settings.credential)
+    try:
+        with closing(LayoutViews(storage, settings)) as views:
+            for queue, options in queues.items():
+                settle_layout(views.accounts, queue, layout_of(options), create=False, record=False)
+    finally:
+        storage.close()
+
+
+def _check_follows(
+    accounts: Sequence[QueueStorage], queue_name: str, recorded: QueueLayout, wanted: QueueLayout
+) -> None:
+    """Refuse a layout that neither is the recorded one nor drains it, or that stops reading
+    recorded partitions that still hold messages."""
+    if recorded.partitions not in (wanted.partitions, wanted.draining):
+        drain = "" if recorded.draining is None else f" and drain_partitions = {recorded.draining}"
+        raise ConfigurationError(
+            f"queue {queue_name} is recorded as {recorded}, but this worker's listener settings "
+            f"say {wanted}: set listener.partitions = {recorded.partitions}{drain}, or repartition "
+            f"by setting listener.drain_partitions = {recorded.partitions} beside the new "
+            f"listener.partitions ({LAYOUT_DOC})"
+        )
+    read = set(wanted.readable(queue_name))
+    old = over_accounts(accounts, {queue_name: recorded}).partitions_of(queue_name)
+    holding = {
+        partition.queue_name: depth
+        for partition in old
+        if partition.queue_name not in read and (depth := _depth(partition))
+    }
+    if holding:
+        raise ConfigurationError(
+            f"queue {queue_name}'s old partitions {', '.join(holding)} still hold "
+            f"{sum(holding.values())} message(s) that a worker with {wanted} would not read: "
+            f"keep listener.drain_partitions = {recorded.draining or recorded.partitions} until "
+            f"`cloudqueue status {queue_name}` shows them empty"
+        )
+
+
+def _depth(partition: Partition) -> int:
+    try:
+        return partition.storage.approximate_message_count(partition.queue_name)
+    except QueueNotFoundError:
+        return 0
+
+
+PARTITIONS_HELP = (
+    "Treat QUEUE as this many partitions QUEUE-p0... (default: the layout recorded in the "
+    "store, else listener.partitions); must agree with the recorded layout"
+)

@@ -27,4 +27,9 @@ def open_rate_limiter(
     if url is None:  # a worker's own settings may ask for fleet; the host's validator did not see
         raise ConfigurationError("rate_limit.fleet = true needs triggers.url (the fleet's Redis)")
     account = account_of(settings.connection_string_value())
-    return RedisRateLimiter(url, bucket_key(account, location.queue_name), limit)
+    return RedisRateLimiter(
+        url,
+        bucket_key(account, location.queue_name),
+        limit,
+        max_waiting=settings.rate_limit.fleet_max_waiting,
+    )

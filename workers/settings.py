@@ -3,8 +3,10 @@
 Sources, highest priority first: values passed in code (the CLI's flags), environment variables
 ``CLOUDQUEUE_*`` (nested with ``__``: ``CLOUDQUEUE_SCALING__MAX_THREADS=8``), a ``.env`` file, a
 TOML file (``--config``/``CLOUDQUEUE_CONFIG``, else ``config/cloudqueue.toml`` when present),
-then the defaults. The storage is chosen by ``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage
-connection string, ``sqlite:///path``, ``memory://``, or unset for ``.cloudqueue/queues.db``.
+then the defaults. Files found in the working folder rather than named are refused when another
+account could have written them (``workers.settings_files``). The storage is chosen by
+``CLOUDQUEUE_CONNECTION_STRING``: an Azure Storage connection string, ``sqlite:///path``,
+``memory://``, or unset for ``.cloudqueue/queues.db``.
 
 Each source's keys are checked before they are merged (``workers.settings_keys``): a misspelt
 name is an error naming the source and the closest valid key, never a silent default.
@@ -19,7 +21,6 @@ from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from dotenv import dotenv_values
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
@@ -29,8 +30,10 @@ from pydantic_settings import (
 )
 
 from listener.errors import ConfigurationError
+from listener.imports import check_object_path
 from listener.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.messages.codec import Encoding
+from listener.messages.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
     ScalingRule,
@@ -44,18 +47,18 @@ from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
 from listener.stores.connection import describe_storage
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from workers.settings_files import check_found_dotenv, found_file
 from workers.settings_keys import (
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
     CheckedSource,
     check_keys,
     env_label,
-    unknown_environment_names,
 )
 
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
-WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit")
+WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding")
 _EXAMPLE = '{"scaling": {"max_threads": 4}}'
 OVERRIDE_SOURCE = "--set"
 DOTENV_SOURCE = ".env"
@@ -128,6 +131,40 @@ class PoisonSettings(_Section):
     max_dequeue_count: int = Field(default=5, ge=1, description="deliveries before poisoning")
 
 
+_DEFAULT_LIMITS = DecodingLimits()
+
+
+class DecodingSettings(_Section):
+    """The most work one message may cost before its items are built (``listener.messages
+    .limits``); a message over a limit is poisoned at once, reason ``over_limit``."""
+
+    max_items_per_message: int = Field(
+        default=_DEFAULT_LIMITS.max_items_per_message,
+        ge=1,
+        description="items in one batch message or stored payload",
+    )
+    max_inflated_bytes_per_message: int = Field(
+        default=_DEFAULT_LIMITS.max_inflated_bytes_per_message,
+        ge=1,
+        description="bytes the gzip data of a message carried inline may inflate to",
+    )
+    max_blob_payload_bytes: int = Field(
+        default=_DEFAULT_LIMITS.max_blob_payload_bytes,
+        ge=1,
+        description="bytes of a stored (claim-check) payload, as stored and once inflated",
+    )
+    max_json_depth: int = Field(
+        default=_DEFAULT_LIMITS.max_json_depth,
+        ge=1,
+        le=MAX_JSON_DEPTH_CEILING,
+        description="levels of nested JSON objects and arrays in an envelope or a JSON item",
+    )
+
+    def limits(self) -> DecodingLimits:
+        """The listener's limits these settings describe."""
+        return DecodingLimits(**self.model_dump())
+
+
 class BackoffSettings(_Section):
     """Idle polling: min_idle_s + (2^n - 1) x U(0.8, 1.2) x delta_backoff_s, up to max_idle_s."""
 
@@ -168,8 +205,8 @@ class ScalingSettings(_Section):
                 "or 'package.module:callable'"
             )
         if ":" in rule:
-            try:
-                import_rule(rule)
+            try:  # the form only: the module is imported by `cloudqueue run` (build_rule)
+                check_object_path(rule, what="custom rule")
             except ConfigurationError as error:
                 raise ValueError(str(error)) from error
         return rule
@@ -189,7 +226,10 @@ class ScalingSettings(_Section):
             return proportional(self.messages_per_thread)
         if self.rule == "drain_time":
             return drain_time(self.target_drain_s, assumed_rate_per_s=self.assumed_rate_per_s)
-        return import_rule(self.rule)
+        try:
+            return import_rule(self.rule)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"invalid setting scaling.rule: {error}") from None
 
 
 class TriggerSettings(_Section):
@@ -206,6 +246,11 @@ class TriggerSettings(_Section):
     )
     watchdog_interval_s: float = Field(
         default=300.0, gt=0, description="depth check while at zero threads (lost triggers)"
+    )
+    accept_wildcard: bool = Field(
+        default=False,
+        description='let a received trigger naming "*" as its account or queue wake every '
+        "listener (off: such triggers are dropped and counted as rejected)",
     )
 
     @field_validator("url")
@@ -233,6 +278,14 @@ class RateLimitSettings(_Section):
     fleet: bool = Field(
         default=False,
         description="hold the limit across every process on the queue, through triggers.url",
+    )
+    fleet_max_waiting: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="the most messages the whole fleet may have waiting for their turn at once "
+        "(about processes x scaling.max_threads): a wait read from Redis beyond that many "
+        "intervals was not written by a limiter, and is ignored with a warning",
     )
 
     @model_validator(mode="after")
@@ -329,6 +382,7 @@ class CloudQueueSettings(BaseSettings):
     backoff: BackoffSettings = Field(default_factory=BackoffSettings)
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     poison: PoisonSettings = Field(default_factory=PoisonSettings)
+    decoding: DecodingSettings = Field(default_factory=DecodingSettings)
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
@@ -455,13 +509,14 @@ class CloudQueueSettings(BaseSettings):
 
 
 def config_file_path(explicit: Path | None = None) -> Path | None:
-    """The TOML file to read: explicit, else $CLOUDQUEUE_CONFIG, else the default if present."""
+    """The TOML file to read: explicit, else $CLOUDQUEUE_CONFIG, else the default if present and
+    no other account could have written it (``settings_files``: ConfigurationError otherwise)."""
     if explicit is not None:
         return explicit
     from_env = os.environ.get("CLOUDQUEUE_CONFIG")
     if from_env:
         return Path(from_env)
-    return DEFAULT_CONFIG_FILE if DEFAULT_CONFIG_FILE.is_file() else None
+    return found_file(DEFAULT_CONFIG_FILE) if DEFAULT_CONFIG_FILE.is_file() else None
 
 
 def _toml_source(settings_cls: type[BaseSettings], path: Path | None) -> PydanticBaseSettingsSource:
@@ -479,21 +534,10 @@ def _toml_label() -> str:
     return f"config file {_config_file.get()}"
 
 
-def ignored_environment_names() -> list[str]:
-    """``CLOUDQUEUE_*`` names in the environment or .env that are no setting, for a warning."""
-    names = list(os.environ)
-    if Path(".env").is_file():
-        names += [name for name in dotenv_values(".env") if name.upper() not in _upper(names)]
-    return unknown_environment_names(CloudQueueSettings, names)
-
-
-def _upper(names: list[str]) -> set[str]:
-    return {name.upper() for name in names}
-
-
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:
     """Read settings from every source; ``overrides`` (e.g. CLI flags) win over all of them."""
     path = config_file_path(config_file)
+    check_found_dotenv()
     if path is not None and not path.is_file():
         raise ConfigurationError(f"config file {str(path)!r} does not exist")
     token = _config_file.set(path)

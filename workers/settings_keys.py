@@ -6,22 +6,23 @@ before its values are merged: ``--set`` flags, the TOML file, a worker class's `
 ``.env`` file and the environment. An unknown key is a ``ConfigurationError`` naming the source and
 the key, e.g. ``unknown setting scaling.maxthreads in --set: did you mean scaling.max_threads?``.
 
-Environment variables are shared with other programs, so a ``CLOUDQUEUE_*`` name that matches no
-section at all is only reported (``unknown_environment_names``) for a warning; one inside a known
-section (``CLOUDQUEUE_SCALING__MAXTHREADS``) is clearly meant for us and is refused.
+The environment and ``.env`` are shared with other programs, but a ``CLOUDQUEUE_*`` name is meant
+for us: one that names no setting (``CLOUDQUEUE_SCALNG__MAX_THREADS``,
+``CLOUDQUEUE_CONECTION_STRING``) is refused the same way, with the closest variable name
+(``check_environment_names``).
 """
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeGuard
 
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
-from pydantic_settings import PydanticBaseSettingsSource
+from pydantic_settings import EnvSettingsSource, PydanticBaseSettingsSource
 
 from listener.errors import ConfigurationError
+from listener.imports import closest
 
 ENV_PREFIX = "CLOUDQUEUE_"
 ENV_NESTED_DELIMITER = "__"
@@ -35,12 +36,6 @@ def known_keys(model: type[BaseModel], prefix: str = "") -> Iterator[str]:
         yield f"{prefix}{name}"
         if _is_section(field.annotation):
             yield from known_keys(field.annotation, f"{prefix}{name}.")
-
-
-def closest(key: str, candidates: Iterable[str]) -> str | None:
-    """The valid key most like a misspelt one, if any is close."""
-    matches = difflib.get_close_matches(key, list(candidates), n=1, cutoff=0.6)
-    return matches[0] if matches else None
 
 
 def unknown_key_message(key: str, source: str, candidates: Iterable[str]) -> str:
@@ -93,6 +88,9 @@ class CheckedSource(PydanticBaseSettingsSource):
         return self._source.get_field_value(field, field_name)
 
     def __call__(self) -> dict[str, Any]:
+        if isinstance(self._source, EnvSettingsSource):  # the environment, or the .env file
+            where = self._label if isinstance(self._label, str) else "the environment"
+            check_environment_names(self.settings_cls, self._source.env_vars, where)
         values = self._source()
         checked = values
         if self._sections_only:
@@ -103,29 +101,28 @@ class CheckedSource(PydanticBaseSettingsSource):
         return values
 
 
-def unknown_environment_names(model: type[BaseModel], names: Iterable[str]) -> list[str]:
-    """``CLOUDQUEUE_*`` names whose first part is no setting: each with a hint, for a warning."""
-    sections = set(model.model_fields)
-    candidates = [_env_name(key) for key in known_keys(model)]
-    unknown = []
+def check_environment_names(model: type[BaseModel], names: Iterable[str], source: str) -> None:
+    """Raise ConfigurationError for the first ``CLOUDQUEUE_*`` name whose first part is no setting
+    (a misspelt field inside a known section is ``check_keys``'s to find)."""
+    fields = set(model.model_fields)
     for name in names:
         upper = name.upper()
         if not upper.startswith(ENV_PREFIX):
             continue
         first = upper.removeprefix(ENV_PREFIX).split(ENV_NESTED_DELIMITER)[0]
-        if first.lower() in sections or first in NOT_SETTINGS:
+        if first.lower() in fields or first in NOT_SETTINGS:
             continue
-        suggestion = closest(upper, candidates)
-        unknown.append(f"{name} (did you mean {suggestion}?)" if suggestion else name)
-    return unknown
+        candidates = [env_name(key) for key in known_keys(model)]
+        raise ConfigurationError(unknown_key_message(upper, source, candidates))
 
 
 def env_label(key: str) -> str:
     """The environment variable that set a dotted key: ``env CLOUDQUEUE_SCALING__MAXTHREADS``."""
-    return f"env {_env_name(key)}"
+    return f"env {env_name(key)}"
 
 
-def _env_name(key: str) -> str:
+def env_name(key: str) -> str:
+    """The environment variable of a dotted key: ``CLOUDQUEUE_SCALING__MAX_THREADS``."""
     return ENV_PREFIX + ENV_NESTED_DELIMITER.join(key.upper().split("."))
 
 
@@ -146,10 +143,11 @@ def _all_keys(model: type[BaseModel], prefix: str) -> list[str]:
 
 __all__ = [
     "CheckedSource",
+    "check_environment_names",
     "check_keys",
     "closest",
     "env_label",
+    "env_name",
     "known_keys",
-    "unknown_environment_names",
     "unknown_key_message",
 ]

@@ -5,8 +5,8 @@ environment, the ``.env`` file, the TOML file -- and each dotted key (``scaling.
 attributed to the highest-priority layer that defines it, else to its default. A worker class's
 own ``settings`` sit above them all, as ``cloudqueue run`` applies them. The values come from the
 validated settings, so they are exactly what a worker would run with. Only what is secret is
-masked: an account key, a SAS or a password in a URL (``***``); ``memory://`` and
-``sqlite:///…`` are shown as they are.
+masked, by ``listener.redaction``: an account key, a SAS, a URL's password or credential query
+parameter (``***``); ``memory://`` and ``sqlite:///…`` are shown as they are.
 """
 
 from __future__ import annotations
@@ -15,11 +15,10 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource, TomlConfigSettingsSource
 
-from listener.redaction import MASK, redact
+from listener.redaction import redact
 from workers.settings import CloudQueueSettings, config_file_path, load_settings
 
 DEFAULT = "default"
@@ -74,29 +73,17 @@ def explain_settings(
         settings = settings.for_worker(worker.values, source=worker.source)
         layers.insert(0, _Layer(worker.values, lambda _: worker.source))
     values = settings.model_dump(mode="json")
-    values["connection_string"] = _shown(settings.connection_string_value())
-    values["triggers"]["url"] = _shown(settings.triggers.url_value())
-    return [SettingValue(key, value, _source_of(key, layers)) for key, value in _flatten(values)]
+    values["connection_string"] = settings.connection_string_value()
+    values["triggers"]["url"] = settings.triggers.url_value()
+    return [
+        SettingValue(key, _shown(value), _source_of(key, layers)) for key, value in _flatten(values)
+    ]
 
 
-def _shown(secret: str | None) -> str | None:
-    """A connection string or URL with only its secret parts masked (key, SAS, password)."""
-    if secret is None:
-        return None
-    return redact(_without_password(secret))
-
-
-def _without_password(text: str) -> str:
-    try:
-        parts = urlsplit(text)
-        password = parts.password
-    except ValueError:
-        return text
-    if not password:
-        return text
-    netloc = parts.netloc.rpartition("@")
-    user = (parts.username or "") + ":" + MASK
-    return urlunsplit(parts._replace(netloc=f"{user}@{netloc[2]}"))
+def _shown(value: Any) -> Any:
+    """A value as ``config show`` prints it: every string through ``redact``, the one place that
+    knows a secret's shape (a key, a SAS, a URL's password or credential parameter)."""
+    return redact(value) if isinstance(value, str) else value
 
 
 def _layers(toml_file: Path | None, overrides: Mapping[str, Any]) -> list[_Layer]:

@@ -4,6 +4,8 @@ Python threads share one interpreter lock, so CPU-bound handlers need processes.
 starts N children running the same workers, restarts a child that dies (with a randomized
 exponential back-off, so a child that crashes at start-up cannot spin), and forwards SIGTERM and
 SIGINT: the first drains every child, a second makes them exit at once. It touches no queue.
+``restart`` (asked by ``cloudqueue run --reload`` when the source changes) drains every child and
+starts it again, from the main loop, so a restart is never mistaken for a crash.
 """
 
 from __future__ import annotations
@@ -76,7 +78,12 @@ class Supervisor:
         self.child_env = dict(child_env or {})
         self.observer = observer
         self._shutdown = threading.Event()
+        self._restart = threading.Event()
         self._signals = 0
+
+    def restart(self) -> None:
+        """Drain every child and start it again (from any thread; done by the main loop)."""
+        self._restart.set()
 
     def run(self) -> int:
         """Start the children, keep them alive until a signal, then drain them."""
@@ -85,9 +92,23 @@ class Supervisor:
         for child in self.children:
             self._start(child)
         while not self._shutdown.wait(POLL_INTERVAL_S):
+            if self._restart.is_set():
+                self._restart.clear()
+                self._restart_all()
             for child in self.children:
                 self._tend(child)
-        return self._drain()
+        codes = self._drain()
+        log.info("supervisor_stopped", exit_codes=codes)
+        return 0 if all(code == 0 for code in codes) else 1
+
+    def _restart_all(self) -> None:
+        """Stop every child as SIGTERM does (in-flight work drains), then start them afresh."""
+        self._forward(signal.SIGTERM)
+        log.info("children_restarting", exit_codes=self._drain())
+        for child in self.children:
+            if not self._shutdown.is_set():
+                child.crashes = 0
+                self._start(child)
 
     def _on_signal(self, signum: int, _: FrameType | None = None) -> None:
         self._signals += 1
@@ -135,8 +156,8 @@ class Supervisor:
             restart_in_s=round(delay, 2),
         )
 
-    def _drain(self) -> int:
-        """Wait for the children to finish their in-flight work; 0 if all exited cleanly."""
+    def _drain(self) -> list[int]:
+        """Wait for the children to finish their in-flight work; their exit codes."""
         deadline = self.clock.monotonic() + self.grace_s + 5.0
         codes: list[int] = []
         for child in self.children:
@@ -150,5 +171,4 @@ class Supervisor:
                 codes.append(child.process.wait())
             if self.observer is not None:
                 self.observer.child_exited(child.process.pid)
-        log.info("supervisor_stopped", exit_codes=codes)
-        return 0 if all(code == 0 for code in codes) else 1
+        return codes

@@ -1,7 +1,8 @@
 """Testing your workers without Azure and without waiting: run one until its queue is drained.
 
 ``run_until_drained`` puts items on an in-memory queue, runs the worker's listener on a
-``VirtualClock`` and returns once every message is settled, with the items the handler finished.
+``VirtualClock`` and returns once every message is settled: a ``DrainResult``, the list of items
+the handler finished, whose ``poisoned`` lists what went to the poison queue and why.
 Virtual time moves only while every dequeue thread is waiting, and then straight to the next
 wake-up, so retry back-offs, visibility timeouts and delays take no real time, and no test races
 ahead of a handler still at work. With ``fail_fast`` (the default) the first exception a handler
@@ -12,6 +13,7 @@ Example::
     def test_invoices_are_billed() -> None:
         handled = run_until_drained(InvoiceWorker(), [Invoice(invoice_id=1)])
         assert [invoice.invoice_id for invoice in handled] == [1]
+        assert handled.poisoned == []
 """
 
 from __future__ import annotations
@@ -19,11 +21,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from listener.errors import CloudQueueError, ConfigurationError
+from listener.errors import CloudQueueError, ConfigurationError, DecodeError, QueueNotFoundError
 from listener.listener import CloudQueueListener
 from listener.messages.codec import MessageCodec
+from listener.messages.payload import open_message
+from listener.messages.poison import browse_poisoned, poison_queue_name, read_record
 from listener.messages.publisher import Publisher
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.testing import ManualClock, VirtualClock
@@ -48,6 +53,36 @@ class HandlerFailedError(CloudQueueError):
 
 class DrainTimeoutError(CloudQueueError):
     """The queue was not drained within the real-time limit: a handler blocked, or no thread ran."""
+
+
+@dataclass(frozen=True, slots=True)
+class PoisonedItem(Generic[T]):
+    """An item the run sent to the poison queue, and why."""
+
+    item: T | None
+    """The item, or None when its text could not be decoded (``reason`` is then undecodable)."""
+    reason: str
+    """``max_dequeue_count_exceeded``, ``permanent_failure``, ``undecodable``, ..."""
+    error: str
+    """The error that decided it, as the poison record holds it (``RuntimeError: ...``)."""
+    text: str
+    """The item's text as it was in the message."""
+
+
+class DrainResult(list[T]):
+    """The items the handler finished (a list, in the order they finished), and ``poisoned``:
+    every item in the queue's poison queue when the run ended, with its reason and error."""
+
+    def __init__(self, handled: Iterable[T], poisoned: Iterable[PoisonedItem[T]]) -> None:
+        super().__init__(handled)
+        self.poisoned = list(poisoned)
+
+    @property
+    def handled(self) -> list[T]:
+        return list(self)
+
+    def __repr__(self) -> str:
+        return f"DrainResult(handled={list(self)!r}, poisoned={self.poisoned!r})"
 
 
 class _Recorder(Generic[T]):
@@ -76,8 +111,9 @@ def run_until_drained(
     *,
     fail_fast: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
-) -> list[T]:
-    """Publish ``items``, run until the queue is empty and every thread idle; return the handled.
+) -> DrainResult[T]:
+    """Publish ``items``, run until the queue is empty and every thread idle; return the handled
+    items, with the poisoned ones (``DrainResult.poisoned``: item, reason, error).
 
     ``target`` is a worker (instance or class), run on a fresh in-memory queue with its own
     ``settings`` (threads, retries, poisoning), or a listener you built on an in-memory store
@@ -98,7 +134,7 @@ def run_until_drained(
 
 def _drain_worker(
     worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
-) -> list[T]:
+) -> DrainResult[T]:
     # model_construct: defaults plus the worker's own settings, never the environment or a
     # config file, so a test behaves the same on every machine.
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
@@ -119,7 +155,7 @@ def _drain_worker(
     finally:
         runner.close()
         worker.on_stop()
-    return recorder.handled
+    return DrainResult(recorder.handled, _poisoned(listener))
 
 
 def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
@@ -142,7 +178,7 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
 
 def _drain_listener(
     listener: CloudQueueListener[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
-) -> list[T]:
+) -> DrainResult[T]:
     if not isinstance(listener.sleeper, VirtualClock) or listener.clock is not listener.sleeper:
         raise ConfigurationError(
             "run_until_drained needs a listener built with clock=clock, sleeper=clock for one "
@@ -151,7 +187,37 @@ def _drain_listener(
     recorder: _Recorder[T] = _Recorder(lambda _: None)
     listener.subscribe(recorder)
     _drain(listener, items, 1, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
-    return recorder.handled
+    return DrainResult(recorder.handled, _poisoned(listener))
+
+
+def _poisoned(listener: CloudQueueListener[T]) -> list[PoisonedItem[T]]:
+    """Every item in the listener's poison queue, each with its record's reason and error."""
+    storage, source = listener.storage, poison_queue_name(listener.queue_name)
+    try:
+        count = storage.approximate_message_count(source)
+    except QueueNotFoundError:
+        return []  # nothing was ever poisoned
+    poisoned: list[PoisonedItem[T]] = []
+    for message in browse_poisoned(storage, listener.queue_name, limit=max(count, 1)):
+        record = read_record(message.content)
+        if record is None:  # kept unwrapped (too large to wrap): its reason is only in the log
+            continue
+        try:
+            texts = open_message(record.content, listener.payload_store).texts
+        except CloudQueueError:
+            texts = [record.content]  # e.g. its stored payload is gone: the envelope itself
+        poisoned += [_poisoned_item(listener, text, record.reason, record.error) for text in texts]
+    return poisoned
+
+
+def _poisoned_item(
+    listener: CloudQueueListener[T], text: str, reason: str, error: str
+) -> PoisonedItem[T]:
+    try:
+        item: T | None = listener.codec.decode(text)
+    except DecodeError:
+        item = None
+    return PoisonedItem(item, reason, error, text)
 
 
 def _drain(
@@ -204,9 +270,11 @@ def _raise_first_failure(
 
 
 __all__ = [
+    "DrainResult",
     "DrainTimeoutError",
     "HandlerFailedError",
     "ManualClock",
+    "PoisonedItem",
     "VirtualClock",
     "run_until_drained",
 ]

@@ -30,11 +30,10 @@ class QueueWorker(Generic[T]):
             def handle(self, item: Invoice) -> None:
                 bill(item)
 
-    ``handle`` runs on a dequeue or handler thread and may run for several messages at once
-    (``listener.concurrency`` per thread, in no order); it may also be an ``async def``, whose
-    coroutines share one event loop per worker. Returning deletes the message; raising leaves it
-    in the queue for another try. ``settings`` overrides
-    the process-wide settings for this worker only (any listener, backoff or scaling field).
+    ``handle`` runs for several messages at once, in no order (see ``handle``); it may also be an
+    ``async def``, whose coroutines share one event loop per worker. Returning deletes the
+    message; raising leaves it in the queue for another try. ``settings`` overrides the
+    process-wide settings for this worker only (any listener, backoff or scaling field).
     """
 
     queue_name: ClassVar[str]
@@ -52,7 +51,15 @@ class QueueWorker(Generic[T]):
         """Called once before the first dequeue thread starts; subscribe extra observers here."""
 
     def handle(self, item: T) -> Awaitable[None] | None:
-        """Handle one item; raise to have it retried."""
+        """Handle one item; return to have it deleted, raise to have it retried.
+
+        A plain ``def handle`` runs on several threads at once: up to ``listener.concurrency``
+        messages (8 by default) per dequeue thread, and up to ``scaling.max_threads`` dequeue
+        threads (16), so it must be thread-safe, and what it prints may interleave.
+        ``settings = {"listener": {"concurrency": 1}}`` handles one message at a time per dequeue
+        thread; add ``"scaling": {"max_threads": 1}`` for one at a time in all. An
+        ``async def handle`` runs as coroutines on one event loop per worker instead.
+        """
         raise NotImplementedError(f"{type(self).__name__} must implement handle(item)")
 
     def on_stop(self) -> None:

@@ -11,6 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from examples.resumable.state import ConflictError, JobState, Versioned
+from listener.imports import import_extra
 
 if TYPE_CHECKING:
     from azure.data.tables import TableClient
@@ -31,9 +32,11 @@ class TableStateStore:
     ) -> TableStateStore:
         """Open (and create if missing) the table in the connection string's account."""
         from azure.core.exceptions import ResourceExistsError
-        from azure.data.tables import TableClient
 
-        table = TableClient.from_connection_string(connection_string, table_name)
+        tables = import_extra("azure.data.tables", extra="tables", needed_by="TableStateStore")
+        table: TableClient = tables.TableClient.from_connection_string(
+            connection_string, table_name
+        )
         with contextlib.suppress(ResourceExistsError):  # made by an earlier run or worker
             table.create_table()
         return cls(table)

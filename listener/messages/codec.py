@@ -7,7 +7,8 @@ text as it is, for consumers using an SDK's defaults.
 
 Reading, the ``encoding`` says what the content may be (see ``listener.messages.encodings``):
 ``base64`` and ``plain`` accept only that form; ``auto`` (the default) reads what producers not
-written here put in a queue, plain or base64, message by message.
+written here put in a queue, plain or base64, message by message. JSON nested deeper than
+``max_json_depth`` is refused before it is parsed (``LimitExceededError``).
 """
 
 from __future__ import annotations
@@ -18,9 +19,10 @@ from typing import Generic, Literal, Protocol, TypeVar, cast
 import pydantic
 import structlog
 
-from listener.errors import ConfigurationError, DecodeError
-from listener.messages import encodings
+from listener.errors import ConfigurationError, DecodeError, LimitExceededError
+from listener.messages import bounded_json, encodings
 from listener.messages.events import CloudEventAdapter, is_cloud_event_type
+from listener.messages.limits import DEFAULT_LIMITS
 
 T = TypeVar("T")
 
@@ -47,7 +49,12 @@ class MessageCodec(Generic[T]):
     """
 
     def __init__(
-        self, item_type: type[T], *, encoding: Encoding = "auto", base64: bool | None = None
+        self,
+        item_type: type[T],
+        *,
+        encoding: Encoding = "auto",
+        base64: bool | None = None,
+        max_json_depth: int = DEFAULT_LIMITS.max_json_depth,
     ) -> None:
         if base64 is not None:
             encoding = "base64" if base64 else "plain"
@@ -61,6 +68,7 @@ class MessageCodec(Generic[T]):
             )
         self.item_type = item_type
         self.encoding: Encoding = encoding
+        self.max_json_depth = max_json_depth
         self._adapter = _adapter_for(item_type)
 
     @property
@@ -107,10 +115,14 @@ class MessageCodec(Generic[T]):
             # Should that fail too, the full path below explains both attempts.
             try:
                 return self._parse(encodings.strict_base64(content).decode("utf-8"))
+            except LimitExceededError:
+                raise
             except (DecodeError, UnicodeDecodeError):
                 pass
         try:
             return self._parse(content)
+        except LimitExceededError:
+            raise
         except DecodeError as error:
             as_is = str(error)
         try:
@@ -118,21 +130,28 @@ class MessageCodec(Generic[T]):
         except DecodeError as error:
             raise self._undecodable(content, f"as JSON: {as_is}; as base64: {error}") from None
         try:
-            return self._parse(inner.decode("utf-8"))
+            text = inner.decode("utf-8")
         except UnicodeDecodeError as error:
             why = f"base64 of bytes that are not UTF-8 text: {error}"
             raise self._undecodable(content, f"as JSON: {as_is}; as {why}") from None
+        try:
+            return self._parse(text)
+        except LimitExceededError:
+            raise
         except DecodeError as error:
             tried = f"as JSON: {as_is}; as base64 of JSON: {error}"
-            raise self._undecodable(content, tried) from None
+            raise self._undecodable(content, tried, decoded=text) from None
 
     def _validate(self, text: str, content: str) -> T:
         try:
             return self._parse(text)
+        except LimitExceededError:
+            raise
         except DecodeError as error:
-            raise self._undecodable(content, str(error)) from None
+            raise self._undecodable(content, str(error), decoded=text) from None
 
     def _parse(self, text: str) -> T:
+        bounded_json.check_depth(text, self.max_json_depth)
         try:
             return self._adapter.validate_json(text)
         except pydantic.ValidationError as error:
@@ -152,8 +171,15 @@ class MessageCodec(Generic[T]):
         except DecodeError as error:
             raise self._undecodable(content, str(error)) from None
 
-    def _undecodable(self, content: str, why: str) -> DecodeError:
-        return DecodeError(encodings.explain(why, content, self.encoding, self._type_name()))
+    def _undecodable(self, content: str, why: str, *, decoded: str | None = None) -> DecodeError:
+        """The error for content that is no item; ``decoded`` is the text the content carried
+        (base64-decoded), which the reason quotes instead of the base64."""
+        text = content if decoded is None else decoded
+        return DecodeError(
+            encodings.explain(
+                why, text, self.encoding, self._type_name(), decoded=decoded is not None
+            )
+        )
 
     def _to_bytes(self, item: T) -> bytes:
         if isinstance(item, bytes):
@@ -204,9 +230,11 @@ def codec_for(item_type: type[T], *, encoding: Encoding = "auto") -> Codec[T]:
     return MessageCodec(item_type, encoding=encoding)
 
 
-def reading_codec(item_type: type[T], encoding: Encoding) -> MessageCodec[T]:
+def reading_codec(
+    item_type: type[T], encoding: Encoding, *, max_json_depth: int = DEFAULT_LIMITS.max_json_depth
+) -> MessageCodec[T]:
     """The codec a worker reads its queue with; warns once when ``auto`` has to guess."""
-    codec = MessageCodec(item_type, encoding=encoding)
+    codec = MessageCodec(item_type, encoding=encoding, max_json_depth=max_json_depth)
     if codec.ambiguous:
         log.warning(
             "encoding_ambiguous",

@@ -61,18 +61,42 @@ def base64_text(content: str) -> str | None:
 
 
 def preview(content: str) -> str:
-    """The first characters of a message, quoted, to recognise it in a poison reason."""
+    """The first characters of a message, quoted (control characters escaped, as ``repr``
+    does), to recognise it in a poison reason."""
     if len(content) <= PREVIEW_CHARS:
         return repr(content)
     return repr(content[:PREVIEW_CHARS]) + f"... ({len(content)} characters)"
 
 
-def explain(why: str, content: str, encoding: str, item_type: str) -> str:
-    """A poison reason: what was tried and why it failed, how the content starts, what to change."""
+def explain(why: str, content: str, encoding: str, item_type: str, *, decoded: bool = False) -> str:
+    """A poison reason: what was tried and why it failed, how the content starts, what to change.
+
+    ``decoded``: ``content`` is the text the message carried in base64, which is what its
+    producer enqueued and so what the reader recognises."""
+    starts = "decoded content starts" if decoded else "content starts"
     return (
-        f"cannot read a {item_type} with listener.encoding = '{encoding}': {why}; "
-        f"content starts {preview(content)}; {_ADVICE[encoding]}"
+        f"cannot read {with_article(item_type)} with listener.encoding = '{encoding}': {why}; "
+        f"{starts} {preview(content)}; {_ADVICE[encoding]}"
     )
 
 
-__all__ = ["base64_text", "canonical_base64", "explain", "preview", "strict_base64"]
+_CONSONANT_SOUNDS = ("eu", "one", "uni", "usa", "use", "usu", "uti", "uu")
+"""Words that start with a vowel letter but a consonant sound: "a User", "a Unit", "a UUID"."""
+
+
+def with_article(noun: str) -> str:
+    """The noun with "a" or "an" before it, by its first sound as English spells it most often:
+    "an Invoice", "an Order", "a User", "a dict"."""
+    lower = noun.lower()
+    vowel_sound = lower[:1] in ("a", "e", "i", "o", "u") and not lower.startswith(_CONSONANT_SOUNDS)
+    return f"{'an' if vowel_sound else 'a'} {noun}"
+
+
+__all__ = [
+    "base64_text",
+    "canonical_base64",
+    "explain",
+    "preview",
+    "strict_base64",
+    "with_article",
+]

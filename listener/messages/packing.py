@@ -4,13 +4,20 @@ A queue message holds at most 64 KiB (``MAX_MESSAGE_BYTES``, UTF-8 bytes as stor
 may use all of it, as it always could. An envelope stops ``POISON_HEADROOM_BYTES`` short, so that
 if it is ever poisoned, the poison record (its content plus reason, worker and two errors of up to
 2,000 characters each) still fits in one message and keeps those details.
+
+Messages stay within the listener's default decoding limits (``listener.messages.limits``): a batch
+holds at most ``max_items_per_message`` items and inflates to at most
+``max_inflated_bytes_per_message``, and a single item that would inflate past that goes to the
+payload store rather than inline.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from itertools import accumulate
 
+from listener.messages.limits import DEFAULT_LIMITS
 from listener.messages.payload import (
     Framed,
     Packed,
@@ -24,6 +31,9 @@ from listener.stores.storage import MAX_MESSAGE_BYTES
 
 POISON_HEADROOM_BYTES = 6 * 1024
 MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES - POISON_HEADROOM_BYTES
+MAX_BATCH_ITEMS = DEFAULT_LIMITS.max_items_per_message
+MAX_INLINE_BYTES = DEFAULT_LIMITS.max_inflated_bytes_per_message
+"""The most an inline message's frames may take, inflated (a listener's default limit)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +58,8 @@ def single_message(
     if message_bytes(text) <= max_bytes and not is_reserved(text):
         return text
     packed = pack([text])
+    if len(text) > MAX_INLINE_BYTES:  # characters: never more than its UTF-8 bytes
+        return packed  # however well it compresses, a listener would refuse it inline
     envelope = inline_envelope(packed)
     return envelope if message_bytes(envelope) <= max_envelope_bytes else packed
 
@@ -96,7 +108,7 @@ def _longest_batch(framed: Framed, start: int, limit: int, hint: int) -> tuple[i
     last one's size -- a few probes per message instead of one per item. When interpolation does
     not halve the bracket, the next probe bisects, so the search is never slower than bisection.
     """
-    count = len(framed.frames)
+    count = _run_end(framed, start)
     fits, fits_content, hi = start + 1, None, count + 1  # a run of one always "fits": it goes alone
     guess, bisect = start + hint, False
     while hi - fits > 1:
@@ -111,6 +123,15 @@ def _longest_batch(framed: Framed, start: int, limit: int, hint: int) -> tuple[i
         guess = start + (probe - start) * limit // size
         bisect = hi <= count and hi - fits > width // 2
     return fits, fits_content
+
+
+def _run_end(framed: Framed, start: int) -> int:
+    """The end of the longest run from ``start`` within the listener's default limits on items
+    and inflated bytes, however well it compresses (at least one item)."""
+    end = min(len(framed.frames), start + MAX_BATCH_ITEMS)
+    sizes = accumulate(len(chunk) for chunk in framed.frames[start:end])
+    within = sum(1 for total in sizes if total <= MAX_INLINE_BYTES)  # sizes only grow
+    return start + max(1, within)
 
 
 __all__ = [

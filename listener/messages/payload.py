@@ -35,6 +35,13 @@ SDK retry of a put that had in fact succeeded -- then finds the tombstone and is
 duplicate of done work, while a payload that is simply gone still means ``payload_missing``.
 Tombstones live in the store itself, so every worker process sees them; they are removed by the
 same clean-up as orphaned payloads (anything older than the queue's time-to-live).
+
+Reading is bounded (``listener.messages.limits``): the announced ``count`` is checked before the
+data is inflated, inflating stops at the cap, splitting stops at the announced count, and JSON is
+parsed only within the depth limit. A stored payload belongs to the queue its name starts with
+(``<queue>/<32 hex digits>``, written by the publisher of that queue): a listener reads only its
+own queue's payloads (or its partitions'), so a message naming another queue's payload is poisoned
+as ``payload_foreign`` and that payload is left alone for its own message.
 """
 
 from __future__ import annotations
@@ -46,18 +53,17 @@ import json
 import re
 import zlib
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from listener.errors import DecodeError
-from listener.stores.payload_store import PayloadStore, validate_payload_name
+from listener.errors import DecodeError, LimitExceededError
+from listener.messages import bounded_json
+from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits, over_limit
+from listener.stores.payload_store import PayloadStore, check_payload_owner, validate_payload_name
 
 ENVELOPE_KEY = "$cloudqueue"
 VERSION = 1
-
-MAX_UNPACKED_BYTES = 256 * 1024 * 1024
-"""The most a payload may inflate to: 48 KiB of gzip can inflate to ~50 MB, a 10 MiB blob to
-~10 GB, so a crafted message could otherwise exhaust a worker's memory."""
+TRACE_FIELDS = ("traceparent", "tracestate")
 
 Kind = Literal["gzip", "batch", "blob"]
 Inner = Literal["base64", "text"]
@@ -100,6 +106,8 @@ class Envelope:
     packed: Packed | None = None
     payload_name: str | None = None
     attempts: int = 0
+    carrier: dict[str, str] = field(default_factory=dict, compare=False)
+    """The trace context text fields it carries, as written (``trace_context`` validates them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,9 +144,15 @@ def pack_frames(inner: Inner, frames: Sequence[bytes]) -> Packed:
     return Packed(inner, len(frames), data)
 
 
-def unpack(packed: Packed) -> list[str]:
-    """The codec texts that ``pack`` was given, in order; DecodeError if the data is damaged."""
-    chunks = _split_frames(_gunzip(packed.data), packed.count)
+def unpack(
+    packed: Packed,
+    *,
+    max_bytes: int = DEFAULT_LIMITS.max_inflated_bytes_per_message,
+    limit_name: str = "max_inflated_bytes_per_message",
+) -> list[str]:
+    """The codec texts that ``pack`` was given, in order; DecodeError if the data is damaged,
+    LimitExceededError if it inflates past ``max_bytes`` (the setting ``limit_name``)."""
+    chunks = _split_frames(_gunzip(packed.data, max_bytes, limit_name), packed.count)
     if packed.inner == "base64":
         return [base64.b64encode(chunk).decode("ascii") for chunk in chunks]
     try:
@@ -164,13 +178,20 @@ def blob_envelope(payload_name: str, packed: Packed) -> str:
 
 def is_reserved(text: str) -> bool:
     """True when the text is a JSON object whose only key is ``$cloudqueue``: the listener would
-    read it as an envelope, so a publisher must not send it bare."""
-    return _reserved_value(text) is not _NOT_RESERVED
+    read it as an envelope, so a publisher must not send it bare. Text that starts like one but
+    nests too deep to tell counts as one: wrapped, it still round-trips."""
+    try:
+        return _reserved_value(text, DEFAULT_LIMITS.max_json_depth) is not _NOT_RESERVED
+    except LimitExceededError:
+        return True
 
 
-def parse_envelope(content: str) -> Envelope | None:
-    """The envelope in a message's text; None for a plain item; DecodeError if it is malformed."""
-    value = _reserved_value(content)
+def parse_envelope(
+    content: str, *, max_json_depth: int = DEFAULT_LIMITS.max_json_depth
+) -> Envelope | None:
+    """The envelope in a message's text; None for a plain item; DecodeError if it is malformed
+    (LimitExceededError if it nests deeper than ``max_json_depth``)."""
+    value = _reserved_value(content, max_json_depth)
     if value is _NOT_RESERVED:
         return None
     if not isinstance(value, dict):
@@ -200,28 +221,66 @@ def without_attempts(content: str) -> str:
     return _dump(fields)
 
 
-def open_message(content: str, store: PayloadStore | None) -> MessageContents:
-    """The item texts in a message, fetching a stored payload if it refers to one.
+def open_message(
+    content: str,
+    store: PayloadStore | None,
+    *,
+    limits: DecodingLimits = DEFAULT_LIMITS,
+    queue_name: str | None = None,
+) -> MessageContents:
+    """The item texts in a message, fetching a stored payload if it refers to one (see
+    ``open_envelope``)."""
+    envelope = parse_envelope(content, max_json_depth=limits.max_json_depth)
+    return open_envelope(content, envelope, store, limits=limits, queue_name=queue_name)
 
-    Raises DecodeError (malformed, or stored payload but no store), PayloadNotFoundError (the
+
+def open_envelope(
+    content: str,
+    envelope: Envelope | None,
+    store: PayloadStore | None,
+    *,
+    limits: DecodingLimits = DEFAULT_LIMITS,
+    queue_name: str | None = None,
+) -> MessageContents:
+    """The item texts of a message whose envelope (None: a plain item) is already parsed.
+
+    ``queue_name`` is the queue the message was read from: a stored payload written for another
+    queue raises ForeignPayloadError before the store is asked. Raises DecodeError (malformed, or
+    stored payload but no store), LimitExceededError (over ``limits``), PayloadNotFoundError (the
     payload is gone), or another StorageError from the store.
     """
-    envelope = parse_envelope(content)
     if envelope is None:
         return MessageContents([content])
+    if envelope.count > limits.max_items_per_message:
+        what = f"the message announces {envelope.count:,} items"
+        raise over_limit(what, "max_items_per_message", limits.max_items_per_message)
     if envelope.packed is not None:
-        return MessageContents(unpack(envelope.packed), attempts=envelope.attempts)
+        texts = unpack(envelope.packed, max_bytes=limits.max_inflated_bytes_per_message)
+        return MessageContents(texts, attempts=envelope.attempts)
     name = str(envelope.payload_name)
+    if queue_name is not None:
+        check_payload_owner(name, queue_name)
     if store is None:
         raise DecodeError(
             f"the message refers to stored payload {name!r}, but the listener has no payload "
             "store (pass payload_store=...)"
         )
-    data = store.get(name)
+    data = _fetch(store, name, limits.max_blob_payload_bytes)
     if data == TOMBSTONE:
         return MessageContents([], payload_name=name, handled=True)
-    texts = unpack(Packed(envelope.inner, envelope.count, data))
+    packed = Packed(envelope.inner, envelope.count, data)
+    texts = unpack(
+        packed, max_bytes=limits.max_blob_payload_bytes, limit_name="max_blob_payload_bytes"
+    )
     return MessageContents(texts, payload_name=name, attempts=envelope.attempts)
+
+
+def _fetch(store: PayloadStore, name: str, max_bytes: int) -> bytes:
+    """The stored payload, read no further than one byte past ``max_bytes``."""
+    data = store.get(name, max_bytes=max_bytes)
+    if len(data) > max_bytes:  # a store that read it whole after all
+        raise over_limit(f"stored payload {name!r} is larger", "max_blob_payload_bytes", max_bytes)
+    return data
 
 
 def retire_payload(store: PayloadStore, name: str) -> None:
@@ -245,23 +304,28 @@ def _canonical_base64(text: str) -> bytes | None:
     return raw if base64.b64encode(raw).decode("ascii") == text else None
 
 
-def _gunzip(data: bytes) -> bytes:
+def _gunzip(data: bytes, max_bytes: int, limit_name: str) -> bytes:
+    """The inflated data; inflating stops one byte past ``max_bytes``, so a bomb costs no more."""
     inflater = zlib.decompressobj(wbits=31)  # 31: expect a gzip header and trailer
     try:
-        frames = inflater.decompress(data, MAX_UNPACKED_BYTES + 1)
+        frames = inflater.decompress(data, max_bytes + 1)
     except zlib.error as error:
         raise DecodeError(f"the envelope's data is not valid gzip: {error}") from None
-    if len(frames) > MAX_UNPACKED_BYTES:
-        raise DecodeError(f"the envelope's data inflates past {MAX_UNPACKED_BYTES} bytes")
+    if len(frames) > max_bytes:
+        raise over_limit("the message's data inflates further", limit_name, max_bytes)
     if not inflater.eof:
         raise DecodeError("the envelope's gzip data is truncated")
     return frames
 
 
 def _split_frames(frames: bytes, count: int) -> list[bytes]:
+    """The items in the frames; stops as soon as there are more than the ``count`` announced
+    (which is within the item limit), so a lying count costs no more than a true one."""
     chunks: list[bytes] = []
     offset = 0
     while offset < len(frames):
+        if len(chunks) == count:
+            raise DecodeError(f"the envelope announces {count} item(s) but holds more")
         start = offset + _LENGTH_BYTES
         end = start + int.from_bytes(frames[offset:start], "big")
         if end > len(frames):
@@ -273,11 +337,13 @@ def _split_frames(frames: bytes, count: int) -> list[bytes]:
     return chunks
 
 
-def _reserved_value(text: str) -> Any:
+def _reserved_value(text: str, max_json_depth: int) -> Any:
     if not _RESERVED.match(text):
         return _NOT_RESERVED  # the cheap test: most messages are not JSON objects at all
     try:
-        value = json.loads(text)
+        value = bounded_json.loads(text, max_json_depth)
+    except LimitExceededError:
+        raise
     except ValueError:
         return _NOT_RESERVED
     if isinstance(value, dict) and list(value) == [ENVELOPE_KEY]:
@@ -297,16 +363,23 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
     kind, inner, count = fields["kind"], fields["inner"], fields["count"]
     if kind not in ("gzip", "batch", "blob") or inner not in ("base64", "text"):
         raise ValueError(f"unknown kind {kind!r} or inner encoding {inner!r}")
-    if not isinstance(count, int) or count < 1:
+    if not _is_count(count) or count < 1:
         raise ValueError(f"count must be a positive integer, got {count!r}")
     attempts = fields.get("attempts", 0)
-    if not isinstance(attempts, int) or attempts < 0:
+    if not _is_count(attempts) or attempts < 0:
         raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
+    carrier = {key: value for key in TRACE_FIELDS if isinstance(value := fields.get(key), str)}
     if kind == "blob":
         name = validate_payload_name(str(fields["blob"]))
-        return Envelope(kind, inner, count, payload_name=name, attempts=attempts)
+        return Envelope(kind, inner, count, payload_name=name, attempts=attempts, carrier=carrier)
     data = base64.b64decode(str(fields["data"]), validate=True)
-    return Envelope(kind, inner, count, packed=Packed(inner, count, data), attempts=attempts)
+    packed = Packed(inner, count, data)
+    return Envelope(kind, inner, count, packed=packed, attempts=attempts, carrier=carrier)
+
+
+def _is_count(value: object) -> bool:
+    """A whole number that is not a boolean (``True`` is an int in Python, but not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 __all__ = [
@@ -320,6 +393,7 @@ __all__ = [
     "frame",
     "inline_envelope",
     "is_reserved",
+    "open_envelope",
     "open_message",
     "pack",
     "pack_frames",

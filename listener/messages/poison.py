@@ -7,69 +7,84 @@ base64) so an operator can read it with any tool; it carries the original conten
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
 import socket
-from collections.abc import Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Literal
 
 import structlog
 
-from listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
+from listener.errors import (
+    MessageTooLargeError,
+    QueueNotFoundError,
+    StorageError,
+    UnreadableRecordError,
+)
 from listener.messages.payload import without_attempts
+from listener.messages.poison_queue import (
+    POISON_SUFFIX,
+    SCAN_VISIBILITY_S,
+    browse_poisoned,
+    find_poisoned,
+    poison_queue_name,
+    release,
+    take_pages,
+    take_poisoned,
+)
+from listener.messages.poison_record import PoisonRecord, parse_record, read_record
 from listener.stores.partition_names import partition_of_queue
 from listener.stores.partitioned import split_message_id
 from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
 
-POISON_SUFFIX = "-poison"
+PoisonReason = Literal[
+    "undecodable",
+    "over_limit",
+    "payload_missing",
+    "payload_foreign",
+    "permanent_failure",
+    "max_dequeue_count_exceeded",
+]
+"""Why a message was given up on: the ``reason`` of its poison record."""
+
+POISON_REASONS: dict[PoisonReason, str] = {
+    "undecodable": "the text cannot become an item of the worker's type (bad base64 or JSON, "
+    "an item the model rejects, an empty message): poisoned on its first delivery",
+    "over_limit": "the message is over a decoding limit (items, inflated bytes, stored payload "
+    "bytes or JSON depth; the error names the limit and its [decoding] setting): poisoned on its "
+    "first delivery, before its items are built",
+    "payload_missing": "the message refers to a stored payload (a large item's blob) that is "
+    "gone: deleted, expired or never written",
+    "payload_foreign": "the message refers to a stored payload written for another queue: "
+    "poisoned on its first delivery, and the payload is left alone for its own message",
+    "permanent_failure": "a handler raised PermanentFailure: retrying is pointless",
+    "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
+    "the handler kept raising, or workers crashed on it",
+}
+"""Every poison reason and what it means (the reference pages are generated from this)."""
 
 log = structlog.get_logger(__name__)
-
-
-def poison_queue_name(queue_name: str) -> str:
-    """The queue that receives a queue's poison messages (named as Azure Functions names it)."""
-    return f"{queue_name}{POISON_SUFFIX}"
-
-
-@dataclass(frozen=True, slots=True)
-class PoisonRecord:
-    """What the poison queue keeps about a message that was given up on."""
-
-    queue: str
-    original_id: str
-    dequeue_count: int
-    inserted_on: str
-    poisoned_on: str
-    reason: str
-    error: str
-    """The error that decided it (the last one)."""
-    first_error: str
-    """The first error this worker saw for the message (equal to ``error`` if only one)."""
-    worker: str
-    content: str
-    partition: str | None = None
-    """The physical queue of a partitioned queue the message came from (``orders-p2``)."""
-
-    def to_json(self) -> str:
-        fields = asdict(self)
-        if self.partition is None:
-            del fields["partition"]  # a plain queue's record stays as it always was
-        return json.dumps(fields, ensure_ascii=False)
-
-    @classmethod
-    def from_json(cls, text: str) -> PoisonRecord:
-        fields = json.loads(text)
-        fields.setdefault("first_error", fields.get("error", ""))
-        return cls(**fields)
 
 
 def _worker_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def _put_record(storage: QueueStorage, target: str, record: PoisonRecord) -> None:
+def _put_record(
+    storage: QueueStorage, target: str, record: PoisonRecord, *, create_queue: bool
+) -> None:
+    try:
+        _put(storage, target, record)
+    except QueueNotFoundError:
+        if not create_queue:
+            raise
+        # Deleted while the worker runs: a message must not loop for ever for want of it.
+        storage.create_queue(target)
+        log.warning("poison_queue_recreated", poison_queue=target)
+        _put(storage, target, record)
+
+
+def _put(storage: QueueStorage, target: str, record: PoisonRecord) -> None:
     try:
         storage.put_message(target, record.to_json(), time_to_live_s=NEVER_EXPIRES)
     except MessageTooLargeError:
@@ -88,10 +103,13 @@ def poison_message(
     now: datetime,
     first_error: str | None = None,
     pop_receipt: str | None = None,
+    create_queue: bool = False,
 ) -> bool:
-    """Copy the message to the poison queue, then delete it; False if it stays in its queue.
+    """Copy the message to the poison queue, then delete it; True when this call deleted it.
 
-    ``pop_receipt`` is the newest receipt when visibility was renewed since the get.
+    Raises StorageError when the copy could not be written: the original then stays in its queue.
+    ``create_queue`` re-creates a missing poison queue first. ``pop_receipt`` is the newest
+    receipt when visibility was renewed since the get.
     """
     record = PoisonRecord(
         queue=queue_name,
@@ -107,13 +125,7 @@ def poison_message(
         partition=split_message_id(message.id)[1],
     )
     target = poison_queue_name(queue_name)
-    try:
-        _put_record(storage, target, record)
-    except StorageError as failure:
-        # The original stays in its queue and comes back after its visibility timeout.
-        log.error("poison_failed", queue=queue_name, reason=reason, error=str(failure))
-        return False
-    storage.delete_message(queue_name, message.id, pop_receipt or message.pop_receipt)
+    _put_record(storage, target, record, create_queue=create_queue)
     log.warning(
         "message_poisoned",
         queue=queue_name,
@@ -123,35 +135,78 @@ def poison_message(
         reason=reason,
         error=error,
     )
-    return True
+    try:
+        return storage.delete_message(queue_name, message.id, pop_receipt or message.pop_receipt)
+    except StorageError as failure:
+        # The copy is made: the original comes back and is poisoned again (a duplicate record).
+        log.warning("poison_delete_failed", queue=queue_name, error=str(failure))
+        return False
+
+
+# -- Requeuing ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Requeued:
+    """What a requeue did: how many went back, and the poison ids of those it left (unreadable)."""
+
+    moved: int = 0
+    skipped: list[str] = field(default_factory=list)
 
 
 def requeue_poisoned(storage: QueueStorage, queue_name: str, *, limit: int | None = None) -> int:
-    """Move poisoned messages back to their queue with their original content; return how many.
+    """Move poisoned messages back to their queue (see ``requeue_all``); return how many."""
+    return requeue_all(storage, queue_name, limit=limit).moved
+
+
+def requeue_all(storage: QueueStorage, queue_name: str, *, limit: int | None = None) -> Requeued:
+    """Move poisoned messages back to their queue with their original content.
 
     Each is put back first and deleted from the poison queue second, so a failure in between
-    leaves a duplicate rather than a loss. A record that is not JSON (a near-64 KiB message kept
-    unwrapped) is requeued as it is.
+    leaves a duplicate rather than a loss. A message that is not a record (a near-64 KiB message
+    kept unwrapped) is requeued as it is; one that claims to be a record but is not (forged or
+    damaged) is skipped and stays in the poison queue. Whatever is taken and not moved -- skipped,
+    over the limit, or left by a storage error, which is raised -- is made visible again at once.
     """
-    moved = 0
     source = poison_queue_name(queue_name)
-    while limit is None or moved < limit:
-        batch = storage.get_messages(
-            source, max_messages=min(32, (limit - moved) if limit else 32), visibility_timeout_s=60
-        )
-        if not batch:
-            break
-        for message in batch:
-            storage.put_message(_home(queue_name, message), _original_content(message.content))
-            storage.delete_message(source, message.id, message.pop_receipt)
-            moved += 1
-    log.info("poison_requeued", queue=queue_name, count=moved)
-    return moved
+    done = Requeued()
+    taken: list[QueueMessage] = []
+    moved: set[str] = set()
+
+    def wanted() -> int:
+        return MAX_BATCH_SIZE if limit is None else limit - len(moved)
+
+    try:
+        for page in take_pages(storage, source, wanted=wanted):
+            taken.extend(page)
+            for message in page[: wanted()]:
+                if _requeue(storage, queue_name, message):
+                    moved.add(message.id)
+                else:
+                    done.skipped.append(message.id)
+    finally:
+        release(storage, source, [message for message in taken if message.id not in moved])
+    done.moved = len(moved)
+    log.info("poison_requeued", queue=queue_name, count=done.moved, skipped=len(done.skipped))
+    return done
 
 
-def _home(queue_name: str, message: QueueMessage) -> str:
+def _requeue(storage: QueueStorage, queue_name: str, message: QueueMessage) -> bool:
+    """Put one poison message's original back and delete it; False (and a log event) when it
+    claims to be a record and is not one. Storage errors are raised."""
+    try:
+        home, content = _home(queue_name, message.content), _original_content(message.content)
+    except UnreadableRecordError as unreadable:
+        log.warning("poison_requeue_skipped", poison_id=message.id, problem=unreadable.problem)
+        return False
+    storage.put_message(home, content)
+    storage.delete_message(poison_queue_name(queue_name), message.id, message.pop_receipt)
+    return True
+
+
+def _home(queue_name: str, poison_text: str) -> str:
     """Where a poison message goes back to: its own partition, or the queue itself."""
-    record = read_record(message.content)
+    record = _record_or_original(poison_text)
     if record is None or record.partition is None:
         return queue_name
     owner = partition_of_queue(record.partition)
@@ -161,141 +216,58 @@ def _home(queue_name: str, message: QueueMessage) -> str:
 
 def _original_content(poison_text: str) -> str:
     """The content to requeue: the original's, its earlier attempts forgotten (a fresh start)."""
+    record = _record_or_original(poison_text)
+    content = poison_text if record is None else record.content
     try:
-        content = PoisonRecord.from_json(poison_text).content
-    except (ValueError, TypeError, AttributeError):
-        content = poison_text  # not a record: the original content itself
-    return without_attempts(content)
+        return without_attempts(content)
+    except RecursionError:  # JSON too deep to rewrite: it goes back as it came
+        return content
 
 
-# -- Inspecting the poison queue (the `cloudqueue poison` commands) -----------------------------
-#
-# A peek sees at most 32 messages. Reading further takes messages page by page, each hidden for
-# SCAN_VISIBILITY_S so the next page holds new ones, and makes every one visible again at the end.
-
-SCAN_VISIBILITY_S = 60
-"""How long a scan hides each poison message it reads: longer than a scan takes, so none is read
-twice, and short enough that they reappear soon if the scanning process dies."""
-
-
-def read_record(poison_text: str) -> PoisonRecord | None:
-    """The record a poison message carries; None when it is the original content, kept unwrapped."""
+def _record_or_original(poison_text: str) -> PoisonRecord | None:
+    """The record; None when the text is an original kept unwrapped; raises UnreadableRecordError
+    when it claims to be a record and is not one."""
     try:
-        return PoisonRecord.from_json(poison_text)
-    except (ValueError, TypeError, AttributeError):
+        return parse_record(poison_text)
+    except UnreadableRecordError as unreadable:
+        if unreadable.claims_record:
+            raise
         return None
 
 
-def browse_poisoned(storage: QueueStorage, queue_name: str, *, limit: int) -> list[QueueMessage]:
-    """Up to ``limit`` poison messages of the queue, left in place (their pop receipts are stale).
-
-    Up to 32 are peeked, which changes nothing; more are read by a scan, which hides them for a
-    moment: a requeue or a poison-queue listener running meanwhile may miss them.
-    """
-    source = poison_queue_name(queue_name)
-    if limit <= MAX_BATCH_SIZE:
-        return storage.peek_messages(source, max_messages=limit)
-    taken: list[QueueMessage] = []
-    try:
-        for page in _take_pages(storage, source, limit=limit):
-            taken.extend(page)
-    finally:
-        _release(storage, source, taken)
-    return list({message.id: message for message in taken}.values())
-
-
-def find_poisoned(storage: QueueStorage, queue_name: str, wanted_id: str) -> QueueMessage | None:
-    """The poison message for ``wanted_id``, left in place; None if there is none.
-
-    ``wanted_id`` is the original message's id, or the poison message's own id (the only one an
-    unwrapped message has). The first 32 are peeked; a scan looks further only when needed.
-    """
-    peeked = storage.peek_messages(poison_queue_name(queue_name), max_messages=MAX_BATCH_SIZE)
-    found = next((message for message in peeked if _matches(message, wanted_id)), None)
-    if found is not None or len(peeked) < MAX_BATCH_SIZE:
-        return found
-    taken = take_poisoned(storage, queue_name, wanted_id)
-    if taken is not None:
-        _release(storage, poison_queue_name(queue_name), [taken])
-    return taken
-
-
-def take_poisoned(
-    storage: QueueStorage,
-    queue_name: str,
-    wanted_id: str,
-    *,
-    visibility_timeout_s: int = SCAN_VISIBILITY_S,
-) -> QueueMessage | None:
-    """The poison message for ``wanted_id`` (as ``find_poisoned``), hidden with a fresh pop
-    receipt so the caller can delete it; None if there is none. The others read are released."""
-    source = poison_queue_name(queue_name)
-    passed: list[QueueMessage] = []
-    try:
-        for page in _take_pages(storage, source, visibility_timeout_s=visibility_timeout_s):
-            found = next((message for message in page if _matches(message, wanted_id)), None)
-            passed.extend(message for message in page if message is not found)
-            if found is not None:
-                return found
-    finally:
-        _release(storage, source, passed)
-    return None
-
-
 def requeue_poisoned_by_id(storage: QueueStorage, queue_name: str, wanted_id: str) -> bool:
-    """Move the poison message for ``wanted_id`` back to its queue with its original content.
+    """Move the poison message for ``wanted_id`` (in full) back to its queue, as ``requeue_all``.
 
-    False when there is none. Put back first, deleted second, as ``requeue_poisoned``; if the put
-    fails the poison message is made visible again at once.
+    False when there is none. Raises UnreadableRecordError when it claims to be a record and is
+    not one, and StorageError when the put fails; either way it is made visible again at once.
     """
     source = poison_queue_name(queue_name)
     message = take_poisoned(storage, queue_name, wanted_id)
     if message is None:
         return False
     try:
-        storage.put_message(_home(queue_name, message), _original_content(message.content))
-    except StorageError:
-        _release(storage, source, [message])
+        home, content = _home(queue_name, message.content), _original_content(message.content)
+        storage.put_message(home, content)
+    except (StorageError, UnreadableRecordError):
+        release(storage, source, [message])
         raise
     storage.delete_message(source, message.id, message.pop_receipt)
     log.info("poison_requeued", queue=queue_name, count=1, wanted_id=wanted_id)
     return True
 
 
-def _matches(message: QueueMessage, wanted_id: str) -> bool:
-    record = read_record(message.content)
-    return message.id == wanted_id or (record is not None and record.original_id == wanted_id)
-
-
-def _take_pages(
-    storage: QueueStorage,
-    source: str,
-    *,
-    limit: int | None = None,
-    visibility_timeout_s: int = SCAN_VISIBILITY_S,
-) -> Iterator[list[QueueMessage]]:
-    """Pages of visible messages, each hidden as it is taken; the caller releases them.
-
-    Ends when no visible message is left, ``limit`` are taken, or one comes round a second time
-    (the scan outlasted the visibility timeout: everything has been seen).
-    """
-    seen: set[str] = set()
-    while limit is None or len(seen) < limit:
-        wanted = MAX_BATCH_SIZE if limit is None else min(MAX_BATCH_SIZE, limit - len(seen))
-        page = storage.get_messages(
-            source, max_messages=wanted, visibility_timeout_s=visibility_timeout_s
-        )
-        if not page:
-            return
-        repeated = any(message.id in seen for message in page)
-        seen.update(message.id for message in page)
-        yield page
-        if repeated:
-            return
-
-
-def _release(storage: QueueStorage, source: str, messages: list[QueueMessage]) -> None:
-    """Make taken messages visible again; one re-taken since, or gone, is no longer ours."""
-    for message in messages:
-        with contextlib.suppress(MessageNotFoundError):
-            storage.update_visibility(source, message.id, message.pop_receipt, 0)
+__all__ = [
+    "POISON_SUFFIX",
+    "SCAN_VISIBILITY_S",
+    "PoisonRecord",
+    "Requeued",
+    "browse_poisoned",
+    "find_poisoned",
+    "poison_message",
+    "poison_queue_name",
+    "read_record",
+    "requeue_all",
+    "requeue_poisoned",
+    "requeue_poisoned_by_id",
+    "take_poisoned",
+]

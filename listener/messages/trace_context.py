@@ -18,24 +18,48 @@ expect extra fields:
   sent as a one-item gzip envelope, which every cloudqueue listener reads and Functions does not.
 
 A context that would push a message past the 64 KiB limit is left out rather than failing the put.
+
+Reading, a message's context is only a hint: anyone who may add messages writes it. So it is
+checked strictly against the W3C Trace Context format (version ``00``, lower-case hex, ids not all
+zero; a ``tracestate`` of at most 32 well-formed members in 512 characters), and what does not
+match is ignored -- a malformed ``tracestate`` alone is dropped, the ``traceparent`` kept. Its
+sampled flag is not obeyed either (``listener.messages.tracing``): a message cannot switch off
+the consumer's tracing.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import re
 from typing import Any
 
 from listener.errors import DecodeError
-from listener.messages import encodings
+from listener.messages import bounded_json, encodings
 from listener.messages.packing import message_bytes
-from listener.messages.payload import ENVELOPE_KEY, inline_envelope, is_reserved, pack
+from listener.messages.payload import (
+    ENVELOPE_KEY,
+    Envelope,
+    inline_envelope,
+    is_reserved,
+    pack,
+    parse_envelope,
+)
 from listener.stores.storage import MAX_MESSAGE_BYTES
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
 MAX_TRACESTATE_CHARS = 512
 """W3C asks vendors to pass on at least 512 characters; a longer state is left out."""
+
+MAX_TRACESTATE_MEMBERS = 32
+"""W3C's limit on ``tracestate`` list members."""
+
+_TRACEPARENT = re.compile(r"00-(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}")
+_SIMPLE_KEY = r"[a-z0-9][_0-9a-z\-*/]{0,255}"
+_TENANT_KEY = r"[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13}"
+_VALUE = r"[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+_MEMBER = re.compile(rf"({_SIMPLE_KEY}|{_TENANT_KEY})=({_VALUE})")
 
 _BASE64_JSON_OBJECT = "eyJ"
 """How base64 of ``{"`` begins: the only base64 messages that can be CloudEvents."""
@@ -44,17 +68,61 @@ Carrier = dict[str, str]
 
 
 def read_carrier(content: str) -> Carrier:
-    """The trace context fields a message's text carries; empty when it carries none."""
-    document = _envelope_fields(content)
-    if document is None:
+    """The valid trace context a message's text carries; empty when it carries none. Never
+    raises: a message that cannot be read carries no context."""
+    try:
+        envelope = parse_envelope(content)
+    except DecodeError:
+        return {}
+    return carrier_of(content, envelope)
+
+
+def carrier_of(content: str, envelope: Envelope | None) -> Carrier:
+    """The valid trace context of a message whose envelope (None: a plain item) is parsed.
+
+    A ``traceparent`` that is not W3C's version 00 form is ignored with its ``tracestate``; a
+    malformed ``tracestate`` alone is dropped."""
+    if envelope is not None:
+        document: dict[str, Any] | None = envelope.carrier
+    else:
         document, _ = _cloud_event(content)
     if document is None:
         return {}
-    return {
-        key: value
-        for key in (TRACEPARENT, TRACESTATE)
-        if isinstance(value := document.get(key), str)
-    }
+    return valid_carrier(
+        {
+            key: value
+            for key in (TRACEPARENT, TRACESTATE)
+            if isinstance(value := document.get(key), str)
+        }
+    )
+
+
+def valid_carrier(carrier: Carrier) -> Carrier:
+    """The fields of ``carrier`` that are well-formed W3C trace context (see the module)."""
+    parent = carrier.get(TRACEPARENT, "")
+    if not _TRACEPARENT.fullmatch(parent):
+        return {}
+    state = carrier.get(TRACESTATE, "")
+    return (
+        {TRACEPARENT: parent, TRACESTATE: state}
+        if valid_tracestate(state)
+        else {TRACEPARENT: parent}
+    )
+
+
+def valid_tracestate(state: str) -> bool:
+    """True for a non-empty W3C ``tracestate`` within this module's size limits."""
+    if not state or len(state) > MAX_TRACESTATE_CHARS:
+        return False
+    members = [member.strip(" \t") for member in state.split(",")]
+    present = [member for member in members if member]
+    if not present or len(present) > MAX_TRACESTATE_MEMBERS:
+        return False
+    matches = [_MEMBER.fullmatch(member) for member in present]
+    if not all(matches):
+        return False
+    keys = [match.group(1) for match in matches if match is not None]
+    return len(set(keys)) == len(keys)
 
 
 def with_carrier(content: str, carrier: Carrier, *, wrap_plain: bool = False) -> str:
@@ -83,19 +151,16 @@ def _stamped(content: str, fields: Carrier, *, wrap_plain: bool) -> str:
 
 
 def _kept(carrier: Carrier) -> Carrier:
-    if not carrier.get(TRACEPARENT):
-        return {}
-    kept = {TRACEPARENT: carrier[TRACEPARENT]}
-    state = carrier.get(TRACESTATE)
-    if state and len(state) <= MAX_TRACESTATE_CHARS:
-        kept[TRACESTATE] = state
-    return kept
+    return valid_carrier(carrier)
 
 
 def _envelope_fields(content: str) -> dict[str, Any] | None:
     if not is_reserved(content):
         return None
-    fields = json.loads(content)[ENVELOPE_KEY]
+    try:
+        fields = bounded_json.loads(content)[ENVELOPE_KEY]
+    except (ValueError, DecodeError, KeyError, TypeError):
+        return None
     return fields if isinstance(fields, dict) else None
 
 
@@ -121,12 +186,21 @@ def _event_document(text: str) -> dict[str, Any] | None:
     if '"specversion"' not in text:
         return None
     try:
-        document = json.loads(text)
-    except ValueError:
+        document = bounded_json.loads(text)
+    except (ValueError, DecodeError):
         return None
     if isinstance(document, dict) and "specversion" in document:
         return document
     return None
 
 
-__all__ = ["TRACEPARENT", "TRACESTATE", "Carrier", "read_carrier", "with_carrier"]
+__all__ = [
+    "TRACEPARENT",
+    "TRACESTATE",
+    "Carrier",
+    "carrier_of",
+    "read_carrier",
+    "valid_carrier",
+    "valid_tracestate",
+    "with_carrier",
+]

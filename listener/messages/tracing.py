@@ -8,7 +8,10 @@
 * The listener handles each message inside a CONSUMER span ``process <queue>``: a child of the
   producer's context when the message carries one, with a link to it as well (the messaging
   conventions' way to relate the two), so spans the handler starts join the producer's trace.
-  A handler's exception marks that span failed (``record_failure``).
+  A handler's exception marks that span failed (``record_failure``). A producer context whose
+  sampled flag is off is linked but not made the parent: the span starts a trace of its own and
+  the consumer's sampler decides, so a message (whoever wrote it) cannot switch off the
+  consumer's tracing. Malformed context is ignored (``listener.messages.trace_context``).
 
 Attributes follow the OpenTelemetry messaging semantic conventions: ``messaging.system``
 (``azure_queue``: the conventions list no value for Azure Storage Queues), ``messaging.operation
@@ -33,7 +36,16 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from listener.messages.trace_context import TRACEPARENT, TRACESTATE, read_carrier, with_carrier
+from listener.imports import extra_installed
+from listener.messages.payload import Envelope
+from listener.messages.trace_context import (
+    TRACEPARENT,
+    TRACESTATE,
+    Carrier,
+    carrier_of,
+    read_carrier,
+    with_carrier,
+)
 from listener.redaction import redact
 from listener.stores.storage import QueueMessage
 
@@ -44,19 +56,17 @@ SYSTEM = "azure_queue"
 TRACER_NAME = "cloudqueue"
 DEQUEUE_COUNT = "messaging.azure_queue.message.dequeue_count"
 
+UNPARSED = object()
+"""``consumer_span``'s default: the caller has not parsed the message's envelope."""
+
 SentCounter = Callable[[int], None]
 """Told how many messages a publish call put, for the producer span's batch count."""
 
 
 @functools.cache
-@functools.cache
 def enabled() -> bool:
     """True when opentelemetry-api can be imported (checked once)."""
-    try:
-        import opentelemetry.trace  # noqa: F401
-    except ImportError:
-        return False
-    return True
+    return extra_installed("opentelemetry.trace")
 
 
 def _not_counted(_messages: int) -> None:
@@ -84,12 +94,20 @@ def stamp(content: str, *, wrap_plain: bool = False) -> str:
     return with_carrier(content, carrier, wrap_plain=wrap_plain)
 
 
-def consumer_span(queue_name: str, message: QueueMessage) -> AbstractContextManager[object]:
-    """The CONSUMER span one message is handled in, continuing the producer's trace."""
+def consumer_span(
+    queue_name: str, message: QueueMessage, envelope: Envelope | object | None = UNPARSED
+) -> AbstractContextManager[object]:
+    """The CONSUMER span one message is handled in, continuing the producer's trace. The
+    listener passes the ``envelope`` it parsed (None for a plain item), within its limits;
+    without one, the message is parsed here (never raising)."""
     tracer = _tracer()
     if tracer is None:
         return nullcontext()
-    return _consumer_span(tracer, queue_name, message)
+    if isinstance(envelope, Envelope) or envelope is None:
+        carrier = carrier_of(message.content, envelope)
+    else:
+        carrier = read_carrier(message.content)
+    return _consumer_span(tracer, queue_name, message, carrier)
 
 
 def record_failure(error: Exception) -> None:
@@ -174,17 +192,21 @@ def _producer_span(tracer: Tracer, queue_name: str) -> Iterator[SentCounter]:
 
 
 @contextmanager
-def _consumer_span(tracer: Tracer, queue_name: str, message: QueueMessage) -> Iterator[object]:
+def _consumer_span(
+    tracer: Tracer, queue_name: str, message: QueueMessage, carrier: Carrier
+) -> Iterator[object]:
     from opentelemetry import trace
+    from opentelemetry.context import Context
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    carrier = read_carrier(message.content)
     producer = TraceContextTextMapPropagator().extract(carrier) if carrier else None
     links = []
     if producer is not None:
         producer_span_context = trace.get_current_span(producer).get_span_context()
         if producer_span_context.is_valid:
             links.append(trace.Link(producer_span_context))
+        if not producer_span_context.trace_flags.sampled:
+            producer = Context()  # linked, not the parent: the consumer's own sampler decides
     attributes = {
         **_attributes(queue_name, "process"),
         "messaging.message.id": message.id,

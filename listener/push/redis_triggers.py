@@ -6,6 +6,13 @@ delivers events to ``events`` observers, and re-establishes a dropped connection
 exponential back-off. Pub/sub keeps nothing for absent subscribers, so after every reconnect the
 channel emits a wildcard event (``ANY`` account and queue): listeners then check their queue once
 instead of trusting that no trigger was missed.
+
+Whoever can publish on the channel may send anything, so every trigger is parsed defensively
+(``listener.push.wire``); a bad one -- and, unless ``accept_wildcard``, one naming ``*`` -- is
+dropped, counted and logged at most once a minute (``trigger_rejected``). The receiver never dies
+of what it receives: an unexpected failure is logged and the channel resubscribes, and should the
+thread end anyway (something raised past every guard) a new one takes its place and, as after a
+reconnect, re-announces with a wildcard.
 """
 
 from __future__ import annotations
@@ -18,6 +25,9 @@ import structlog
 from reactivex import Observable
 from reactivex.subject import Subject
 
+from listener.clock import SYSTEM_CLOCK, Clock
+from listener.errors import MalformedTriggerError
+from listener.log_throttle import ThrottledWarning
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.push.triggers import ANY, WorkDetected
 from listener.redaction import redact
@@ -39,8 +49,12 @@ class RedisTriggerChannel:
         channel: str = DEFAULT_CHANNEL,
         rng: RandomSource | None = None,
         max_reconnect_delay_s: float = MAX_RECONNECT_DELAY_S,
+        accept_wildcard: bool = False,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
+        """``accept_wildcard``: let a received ``*`` trigger wake every listener (off: dropped)."""
         self.channel = channel
+        self.accept_wildcard = accept_wildcard
         self.rng = rng or default_rng()
         self.max_reconnect_delay_s = max_reconnect_delay_s
         self._client: redis.Redis = redis.Redis.from_url(
@@ -55,7 +69,16 @@ class RedisTriggerChannel:
         self._connected = threading.Event()
         self._thread: threading.Thread | None = None
         self._start_lock = threading.Lock()
+        self._subscribed_before = False
         self.reconnects = 0
+        self.restarts = 0
+        """Receiver threads that ended unexpectedly and were replaced."""
+        self._rejections = ThrottledWarning("trigger_rejected", clock=clock)
+
+    @property
+    def rejected(self) -> int:
+        """Triggers received and dropped: malformed, or wildcards not accepted."""
+        return self._rejections.total
 
     @property
     def events(self) -> Observable[WorkDetected]:
@@ -87,56 +110,83 @@ class RedisTriggerChannel:
     def _ensure_receiver(self) -> None:
         with self._start_lock:
             if self._thread is None:
-                self._thread = threading.Thread(
-                    target=self._receive_forever, name="cloudqueue:triggers", daemon=True
-                )
-                self._thread.start()
+                self._start_receiver()
+
+    def _start_receiver(self) -> None:
+        self._thread = threading.Thread(
+            target=self._run_receiver, name="cloudqueue:triggers", daemon=True
+        )
+        self._thread.start()
+
+    def _run_receiver(self) -> None:
+        try:
+            self._receive_forever()
+        finally:
+            self._connected.clear()
+            if not self._stop.is_set():
+                # Something raised past every guard (a SystemExit in an observer, say): wake-up
+                # must not depend on this thread, so another one takes its place.
+                self._replace_receiver()
+
+    def _replace_receiver(self) -> None:
+        with self._start_lock:
+            self.restarts += 1
+            log.error("trigger_receiver_restarted", restarts=self.restarts)
+            self._start_receiver()
 
     def _receive_forever(self) -> None:
         failures = 0
         while not self._stop.is_set():
             try:
-                self._receive(first=failures == 0 and self.reconnects == 0)
-                failures = 0
+                self._receive()  # returns only when the channel closes
+                continue
             except (redis.RedisError, OSError) as failure:
-                self._connected.clear()
                 failures += 1
-                delay = randomized_exponential_backoff(
-                    failures,
-                    delta_s=0.2,
-                    min_s=0.0,
-                    max_s=self.max_reconnect_delay_s,
-                    rng=self.rng,
-                )
+                delay = self._reconnect_delay_s(failures)
                 log.warning(
                     "trigger_channel_down", error=redact(str(failure)), retry_in_s=round(delay, 2)
                 )
-                if self._stop.wait(delay):
-                    return
+            except Exception:
+                failures += 1
+                delay = self._reconnect_delay_s(failures)
+                # A bug, not bad input (that is rejected in _deliver): log it, resubscribe.
+                log.error("trigger_receiver_failed", retry_in_s=round(delay, 2), exc_info=True)
+            if self._stop.wait(delay):
+                return
 
-    def _receive(self, *, first: bool) -> None:
+    def _reconnect_delay_s(self, failures: int) -> float:
+        return randomized_exponential_backoff(
+            failures, delta_s=0.2, min_s=0.0, max_s=self.max_reconnect_delay_s, rng=self.rng
+        )
+
+    def _receive(self) -> None:
         """Subscribe and deliver until the connection drops (raises) or the channel closes."""
         pubsub = self._client.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
         try:
             pubsub.subscribe(self.channel)
             self._connected.set()
-            if not first:
+            if self._subscribed_before:
                 self.reconnects += 1
                 log.info("trigger_channel_reconnected", reconnects=self.reconnects)
                 self._emit(WorkDetected(account=ANY, queue_name=ANY))
+            self._subscribed_before = True
             while not self._stop.is_set():
                 message = pubsub.get_message(timeout=1.0)
                 if message is not None:
                     self._deliver(message)
+                self._rejections.flush()  # a burst of bad triggers that stopped is summarised
         finally:
             self._connected.clear()
             pubsub.close()
 
     def _deliver(self, message: dict[str, Any]) -> None:
         try:
-            event = WorkDetected.from_json(message["data"])
-        except (ValueError, KeyError, TypeError):
-            log.warning("trigger_ignored", reason="malformed event")
+            event = WorkDetected.from_json(message.get("data", b""))
+        except MalformedTriggerError as malformed:
+            self._rejections.record(reason=malformed.reason)
+            return
+        if event.is_wildcard and not self.accept_wildcard:
+            self._rejections.record(reason="wildcard not accepted (triggers.accept_wildcard)")
             return
         self._emit(event)
 

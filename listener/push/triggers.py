@@ -21,6 +21,7 @@ from reactivex import Observable
 from reactivex.subject import Subject
 
 from listener.errors import ConfigurationError
+from listener.push.wire import parse_trigger
 from listener.stores.connection import parse_connection_string
 
 log = structlog.get_logger(__name__)
@@ -45,15 +46,15 @@ class WorkDetected:
     def to_json(self) -> str:
         return json.dumps(asdict(self))
 
+    @property
+    def is_wildcard(self) -> bool:
+        """Does it name every account or every queue?"""
+        return ANY in (self.account, self.queue_name)
+
     @classmethod
     def from_json(cls, text: str | bytes) -> WorkDetected:
-        fields = json.loads(text)
-        return cls(
-            account=str(fields["account"]),
-            queue_name=str(fields["queue_name"]),
-            payload_size=int(fields.get("payload_size", 0)),
-            message_count=int(fields.get("message_count", 1)),
-        )
+        """Parse a trigger from the wire; ``MalformedTriggerError`` when it is not a valid one."""
+        return cls(**parse_trigger(text))
 
 
 class TriggerChannel(Protocol):

@@ -9,6 +9,9 @@
   grows at once when the backlog grows and shrinks (between batches, never abandoning a message)
   only after the target has stayed below the pool for ``scale_in_delay_s`` -- the hysteresis that
   keeps the count from flapping.
+* **CPU-bound**: a scale-up is refused while the process uses ``cpu_saturation_cores`` or more
+  (``scaling_capped``), and looked at again after ``rescale_interval_s`` on a timer of its own:
+  slow messages that finish rarely must not hold the pool small.
 
 The decisions are pure functions (``idle_delay_s``, ``should_stop_idle``, ``decide``); the
 ``ElasticScaler`` only measures, applies and logs them, through the listener's ``PoolControl``
@@ -23,7 +26,7 @@ from typing import Any
 
 import structlog
 
-from listener.clock import SYSTEM_CLOCK, Clock
+from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.errors import ConfigurationError, StorageError
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.rate_limit import capped_by_limit
@@ -76,6 +79,18 @@ def idle_delay_s(idle_count: int, policy: ScalingPolicy, rng: RandomSource) -> f
         max_s=policy.max_idle_s,
         rng=rng,
     )
+
+
+class _LowestJitter:
+    """A random source that always draws the low end: the curve's shortest delays."""
+
+    def uniform(self, a: float, b: float) -> float:
+        return a
+
+
+def idle_delay_floor_s(policy: ScalingPolicy) -> float:
+    """The shortest idle wait the policy ever uses: the first, with the jitter at its lowest."""
+    return idle_delay_s(1, policy, _LowestJitter())
 
 
 def should_stop_idle(delay_s: float, active_threads: int, policy: ScalingPolicy) -> bool:
@@ -150,8 +165,10 @@ class ElasticScaler:
         clock: Clock = SYSTEM_CLOCK,
         cpu_meter: CpuMeter | None = None,
         logger: Any = None,
+        sleeper: Sleeper = EVENT_SLEEPER,
     ) -> None:
-        """``logger`` receives the scaling events (default: this module's structlog logger)."""
+        """``logger`` receives the scaling events (default: this module's structlog logger);
+        ``sleeper`` waits out the re-check of a capped scale-up."""
         self.policy = policy or ScalingPolicy()
         self._log = log if logger is None else logger
         self.rng = rng or default_rng()
@@ -162,8 +179,15 @@ class ElasticScaler:
         self._poll_lock = threading.Lock()
         self._poll_requested = False
         self._last_rescale = clock.monotonic()
+        self.sleeper = sleeper
+        self._closed = threading.Event()
+        self._recheck_pending = False
         self.pool = pool
         pool.bind(self)
+
+    def close(self) -> None:
+        """Cancel a pending re-check (the listener is stopping)."""
+        self._closed.set()
 
     def on_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
         delay = idle_delay_s(idle_count, self.policy, self.rng)
@@ -258,7 +282,7 @@ class ElasticScaler:
 
     def _grow(self, load: ListenerLoad, active: int, change: int, trigger: str) -> None:
         cores = self.cpu_meter.cores_used()
-        if cores >= self.policy.cpu_saturation_cores:
+        if cores is not None and cores >= self.policy.cpu_saturation_cores:
             self._log.warning(
                 "scaling_capped",
                 queue=self.pool.queue_name,
@@ -269,6 +293,7 @@ class ElasticScaler:
                 reason="cpu_saturated",
                 cpu_cores_used=round(cores, 2),
             )
+            self._recheck_later()
             if active > 0:
                 return
             change = 1  # never none at all: with no thread, nobody would look at the queue
@@ -279,6 +304,24 @@ class ElasticScaler:
             target=active + change,
             reason=f"{trigger}:backlog_above_pool",
         )
+
+    def _recheck_later(self) -> None:
+        """Look at a capped scale-up again after ``rescale_interval_s``, whether or not a
+        message finishes by then (one re-check pending at a time)."""
+        with self._poll_lock:
+            if self._recheck_pending or self._closed.is_set():
+                return
+            self._recheck_pending = True
+        threading.Thread(
+            target=self._recheck, name=f"cloudqueue:{self.pool.queue_name}:recheck", daemon=True
+        ).start()
+
+    def _recheck(self) -> None:
+        closed = self.sleeper.wait(self._closed, self.policy.rescale_interval_s)
+        with self._poll_lock:
+            self._recheck_pending = False  # before rescaling: a decision capped again re-arms
+        if not closed and self.pool.active_threads > 0:
+            self.rescale(trigger="cpu_recheck", wait=True)  # never skipped: nothing else re-arms it
 
     def _log_scaled(self, event: str, *, depth: int, target: int, reason: str) -> None:
         self._log.info(

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from listener.errors import ConfigurationError
+from listener.imports import import_extra
 from listener.simulation.report import PolicyResult
 
 if TYPE_CHECKING:
@@ -20,14 +20,10 @@ SERIES = ("queue depth", "threads", "cumulative transactions")
 
 
 def _pyplot_free_figure() -> Figure:
-    try:
-        from matplotlib.figure import Figure
-    except ModuleNotFoundError as error:
-        raise ConfigurationError(
-            "--plot needs matplotlib: pip install 'cloudqueue[plot]'"
-        ) from error
+    figures = import_extra("matplotlib.figure", extra="plot", needed_by="--plot")
     # A Figure without pyplot: no GUI backend, no global state, safe in any thread.
-    return Figure(figsize=(10, 8), layout="constrained")
+    figure: Figure = figures.Figure(figsize=(10, 8), layout="constrained")
+    return figure
 
 
 def comparison_figure(results: Sequence[PolicyResult]) -> Figure:

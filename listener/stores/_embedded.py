@@ -7,7 +7,9 @@ state changes. The Azure backend may call them too, to fail before a request is 
 
 from __future__ import annotations
 
+import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
@@ -56,6 +58,20 @@ def check_put_arguments(
             f"message of {size} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
         )
     return check_put_times(time_to_live_s, visibility_delay_s)
+
+
+_METADATA_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")
+
+
+def check_metadata(metadata: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``metadata``; ValueError unless every name is a lowercase identifier (Azure
+    takes C# identifiers, case-insensitively) and every value a string."""
+    for name, value in metadata.items():
+        if not isinstance(name, str) or not _METADATA_NAME.match(name):
+            raise ValueError(f"metadata name {name!r} is not a lowercase identifier")
+        if not isinstance(value, str):
+            raise ValueError(f"metadata value of {name!r} must be a string, got {value!r}")
+    return dict(metadata)
 
 
 def new_pop_receipt() -> str:

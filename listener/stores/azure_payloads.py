@@ -15,7 +15,12 @@ from typing import Any
 
 import structlog
 from azure.core.credentials import TokenCredential
-from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
+from azure.core.exceptions import (
+    AzureError,
+    HttpResponseError,
+    ResourceExistsError,
+    ResourceNotFoundError,
+)
 from azure.storage.blob import ContainerClient
 
 from listener import errors
@@ -106,10 +111,19 @@ class AzureBlobPayloadStore:
             self._create_container()
             self._upload(name, data)
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         validate_payload_name(name)
+        if max_bytes is None:
+            with _translated("get", name):
+                return self._container.download_blob(name).readall()
+        # A ranged read: a blob larger than the caller's limit costs one byte past the limit.
         with _translated("get", name):
-            return self._container.download_blob(name).readall()
+            try:
+                return self._container.download_blob(name, offset=0, length=max_bytes + 1).readall()
+            except HttpResponseError as err:
+                if err.status_code == 416:  # InvalidRange
+                    return b""  # only an empty blob (a tombstone) has no byte 0 to start at
+                raise
 
     def delete(self, name: str) -> None:
         validate_payload_name(name)

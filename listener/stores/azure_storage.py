@@ -12,7 +12,7 @@ from __future__ import annotations
 import itertools
 import random
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from enum import Enum
@@ -37,6 +37,7 @@ from listener.redaction import redact
 from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
+    check_metadata,
     check_put_arguments,
     check_update_arguments,
 )
@@ -359,6 +360,17 @@ class AzureQueueStorage:
         with _translated("peek_messages", queue_name):
             found = self._client(queue_name).peek_messages(max_messages=max_messages)
         return [_to_message(m, peeked=True) for m in found]
+
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        with _translated("get_queue_metadata", queue_name):
+            properties = self._client(queue_name).get_queue_properties()
+        metadata = properties.metadata or {}
+        return {str(name).lower(): str(value) for name, value in metadata.items()}
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        checked = check_metadata(metadata)  # refused here, as the embedded stores refuse it
+        with _translated("set_queue_metadata", queue_name):
+            self._client(queue_name).set_queue_metadata(metadata=checked)
 
     def list_queues(self, prefix: str = "") -> list[str]:
         # The pager asks again (one request per 5,000 queues) until the listing is complete.

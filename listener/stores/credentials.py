@@ -18,7 +18,6 @@ the reason (never a traceback, never a token): ``NamedCredential``.
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from typing import Any
 
@@ -26,13 +25,12 @@ from azure.core.credentials import AccessToken, TokenCredential
 from azure.core.exceptions import ClientAuthenticationError
 
 from listener.errors import ConfigurationError
-from listener.imports import import_object
+from listener.imports import import_extra, import_object
 from listener.redaction import redact
 
 __all__ = ["BUILT_IN_CREDENTIALS", "NamedCredential", "open_credential"]
 
 BUILT_IN_CREDENTIALS = ("default", "managed_identity", "workload_identity", "azure_cli")
-INSTALL_HINT = "pip install 'cloudqueue[identity]'"
 
 
 class NamedCredential:
@@ -77,12 +75,7 @@ def open_credential(spec: str) -> NamedCredential:
 
 
 def _built_in(kind: str, client_id: str | None) -> TokenCredential:
-    try:
-        identity = importlib.import_module("azure.identity")
-    except ImportError:
-        raise ConfigurationError(
-            f"credential {kind!r} needs the azure-identity package: {INSTALL_HINT}"
-        ) from None
+    identity = import_extra("azure.identity", extra="identity", needed_by=f"credential {kind!r}")
     factories: dict[str, Callable[[], TokenCredential]] = {
         "default": identity.DefaultAzureCredential,
         "managed_identity": lambda: identity.ManagedIdentityCredential(client_id=client_id),

@@ -8,7 +8,7 @@ the queue, the operation's name and the call itself.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TypeVar
 
 from listener.stores.storage import QueueMessage, QueueStorage
@@ -89,6 +89,18 @@ class ForwardingStorage:
             queue_name,
             "peek_messages",
             lambda: self.inner.peek_messages(queue_name, max_messages=max_messages),
+        )
+
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        return self._call(
+            queue_name, "get_queue_metadata", lambda: self.inner.get_queue_metadata(queue_name)
+        )
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        self._call(
+            queue_name,
+            "set_queue_metadata",
+            lambda: self.inner.set_queue_metadata(queue_name, metadata),
         )
 
     def list_queues(self, prefix: str = "") -> list[str]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
@@ -17,6 +18,7 @@ from listener.errors import MessageNotFoundError, PopReceiptMismatchError
 from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
+    check_metadata,
     check_put_arguments,
     check_update_arguments,
     new_message,
@@ -49,6 +51,7 @@ class InMemoryQueueStorage:
         self._lock = threading.Lock()
         # Dicts keep insertion order, which is the order gets hand messages out in.
         self._queues: dict[str, dict[str, _Stored]] = {}
+        self._metadata: dict[str, dict[str, str]] = {}
 
     def create_queue(self, queue_name: str) -> None:
         validate_queue_name(queue_name)
@@ -150,6 +153,17 @@ class InMemoryQueueStorage:
             visible = (stored.message for stored in queue.values() if stored.visible(now))
             return [peeked(message) for message in itertools.islice(visible, max_messages)]
 
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        with self._lock:
+            self._queue(queue_name)
+            return dict(self._metadata.get(queue_name, {}))
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        checked = check_metadata(metadata)
+        with self._lock:
+            self._queue(queue_name)
+            self._metadata[queue_name] = checked
+
     def list_queues(self, prefix: str = "") -> list[str]:
         with self._lock:
             return sorted(name for name in self._queues if name.startswith(prefix))
@@ -163,6 +177,7 @@ class InMemoryQueueStorage:
         with self._lock:
             self._queue(queue_name)
             del self._queues[queue_name]
+            self._metadata.pop(queue_name, None)
 
     def close(self) -> None:
         """Nothing to release: the queues live as long as the instance."""

@@ -95,9 +95,9 @@ class MeteredPayloadStore:
         self._tick(name)
         self.inner.put(name, data)
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         self._tick(name)
-        return self.inner.get(name)
+        return self.inner.get(name, max_bytes=max_bytes)
 
     def delete(self, name: str) -> None:
         self._tick(name)

@@ -19,6 +19,8 @@ Partition ``i`` lives on account ``i % len(accounts)``.
   partitions that are not new ones are read (and counted) but never written, until they are empty
   and the setting is removed.
 * Any other queue name (``orders-poison``) goes to the first account unchanged.
+* **metadata** belongs to physical queues: it is read and written on the queue of that very name
+  on the account that holds it (the logical name is the plain queue of that name, on account 0).
 """
 
 from __future__ import annotations
@@ -237,14 +239,28 @@ class PartitionedQueueStorage:
     def peek_messages(self, queue_name: str, *, max_messages: int) -> list[QueueMessage]:
         check_max_messages(max_messages)  # refused before any call, as on a plain queue
         peeked: list[QueueMessage] = []
-        for partition in self._targets(queue_name):
+        missing: list[QueueNotFoundError] = []
+        targets = self._targets(queue_name)
+        for partition in targets:
             if len(peeked) == max_messages:
                 break
-            page = partition.storage.peek_messages(
-                partition.queue_name, max_messages=max_messages - len(peeked)
-            )
+            try:
+                page = partition.storage.peek_messages(
+                    partition.queue_name, max_messages=max_messages - len(peeked)
+                )
+            except QueueNotFoundError as error:  # not created yet (as in _each): holds nothing
+                missing.append(error)
+                continue
             peeked.extend(self._as_read(queue_name, message, partition) for message in page)
+        if len(missing) == len(targets):
+            raise missing[0]
         return peeked
+
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        return self._plain(queue_name).get_queue_metadata(queue_name)
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        self._plain(queue_name).set_queue_metadata(queue_name, metadata)
 
     def list_queues(self, prefix: str = "") -> list[str]:
         names: set[str] = set()

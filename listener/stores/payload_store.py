@@ -14,6 +14,9 @@ tombstone tells the second copy that the work is done, so it is dropped rather t
 ``payload_missing`` (see ``listener.messages.payload``). Tombstones, and payloads of messages that
 expired unread, stay behind: give the container a lifecycle rule (or clean the folder) for
 anything older than the queue's time-to-live.
+
+Ownership: a payload belongs to the queue its name starts with (``check_payload_owner``); one
+container serves every queue, so a listener reads only its own queue's payloads.
 """
 
 from __future__ import annotations
@@ -25,9 +28,12 @@ import uuid
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from listener.errors import PayloadNotFoundError, StorageError
+from listener.errors import ForeignPayloadError, PayloadNotFoundError, StorageError
+from listener.stores.file_modes import PRIVATE_FILE, private_folder
+from listener.stores.partition_names import PARTITION_SEPARATOR
 
-_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}$")
+_NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}")
+"""Matched whole (``fullmatch``): ``$`` would also accept a name ending in a newline."""
 
 
 def new_payload_name(queue_name: str) -> str:
@@ -41,9 +47,35 @@ def validate_payload_name(name: str) -> str:
     Names arrive in queue messages, which anyone with queue access can write: a strict form keeps
     a crafted name from reaching outside the store (``../``) or touching other blobs.
     """
-    if not _NAME.match(name):
+    if not _NAME.fullmatch(name):
         raise ValueError(f"invalid payload name {name[:80]!r}: expected <queue>/<32 hex digits>")
     return name
+
+
+def payload_queue(name: str) -> str:
+    """The queue a payload was written for: the first part of its (validated) name."""
+    return validate_payload_name(name).partition("/")[0]
+
+
+def check_payload_owner(name: str, queue_name: str) -> None:
+    """Raise ForeignPayloadError unless the payload was written for ``queue_name`` (or for the
+    logical queue that ``queue_name`` is a partition of, or for one of its partitions).
+
+    Queue names compare case-insensitively, as Azure resolves them.
+    """
+    owner, queue = payload_queue(name).lower(), queue_name.lower()
+    if owner == queue or _logical(owner) == queue or owner == _logical(queue):
+        return
+    raise ForeignPayloadError(
+        f"the message refers to stored payload {name!r}, written for queue {owner!r}, but was "
+        f"read from queue {queue_name!r}: left alone for its own queue's message"
+    )
+
+
+def _logical(queue_name: str) -> str | None:
+    """The logical queue a partition's queue belongs to (``orders-p3``: ``orders``), else None."""
+    base, separator, index = queue_name.rpartition(PARTITION_SEPARATOR)
+    return base if separator and index.isdigit() else None
 
 
 @runtime_checkable
@@ -53,8 +85,11 @@ class PayloadStore(Protocol):
     def put(self, name: str, data: bytes) -> None:
         """Store ``data`` under ``name``, replacing what was there; visible whole or not at all."""
 
-    def get(self, name: str) -> bytes:
-        """The bytes stored under ``name``; raises PayloadNotFoundError when there are none."""
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
+        """The bytes stored under ``name``; raises PayloadNotFoundError when there are none.
+
+        With ``max_bytes``, at most one byte more than that is read (so the caller can tell that
+        the payload is larger without holding all of it)."""
 
     def delete(self, name: str) -> None:
         """Remove the payload; a name with nothing stored under it is not an error."""
@@ -75,12 +110,12 @@ class InMemoryPayloadStore:
         with self._lock:
             self._payloads[name] = bytes(data)
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         with self._lock:
             data = self._payloads.get(name)
         if data is None:
             raise PayloadNotFoundError(f"payload {name!r} not found")
-        return data
+        return data if max_bytes is None else data[: max_bytes + 1]
 
     def delete(self, name: str) -> None:
         with self._lock:
@@ -110,8 +145,11 @@ class FolderPayloadStore:
         # crash leaves either the old state or the new one.
         temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
         try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with temporary.open("wb") as file:
+            private_folder(self.root)  # payloads/ and payloads/<queue>/ are cloudqueue's own
+            private_folder(path.parent)
+            descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+            with os.fdopen(descriptor, "wb") as file:
+                os.fchmod(file.fileno(), PRIVATE_FILE)  # 0600 whatever the umask
                 file.write(data)
                 file.flush()
                 os.fsync(file.fileno())  # durable before the message that refers to it is put
@@ -120,9 +158,10 @@ class FolderPayloadStore:
             temporary.unlink(missing_ok=True)
             raise StorageError(f"storing payload {name!r} failed: {error.strerror}") from None
 
-    def get(self, name: str) -> bytes:
+    def get(self, name: str, *, max_bytes: int | None = None) -> bytes:
         try:
-            return self._path(name).read_bytes()
+            with self._path(name).open("rb") as file:
+                return file.read(-1 if max_bytes is None else max_bytes + 1)
         except FileNotFoundError:
             raise PayloadNotFoundError(f"payload {name!r} not found") from None
         except OSError as error:
@@ -139,7 +178,7 @@ class FolderPayloadStore:
         if not self.root.is_dir():
             return []
         found = (path.relative_to(self.root).as_posix() for path in self.root.glob("*/*"))
-        return sorted(name for name in found if _NAME.match(name))
+        return sorted(name for name in found if _NAME.fullmatch(name))
 
     def close(self) -> None:
         """Nothing to release."""
@@ -155,6 +194,8 @@ __all__ = [
     "FolderPayloadStore",
     "InMemoryPayloadStore",
     "PayloadStore",
+    "check_payload_owner",
     "new_payload_name",
+    "payload_queue",
     "validate_payload_name",
 ]

@@ -5,17 +5,21 @@ Several processes and threads on one machine may share the file. The database ru
 transaction (it takes the write lock up front, so two gets can never both read a message as
 visible and both take it), and within a process one connection is shared under a lock. Times are
 stored as float epoch seconds from the injected clock. Open one instance per process: a SQLite
-connection must not cross a ``fork``.
+connection must not cross a ``fork``. The file and its folder are private to their owner
+(``file_modes``).
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
+
+import structlog
 
 from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import (
@@ -27,12 +31,19 @@ from listener.errors import (
 from listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
+    check_metadata,
     check_put_arguments,
     check_update_arguments,
     new_message,
     new_pop_receipt,
     peeked,
     queue_not_found,
+)
+from listener.stores.file_modes import (
+    STATE_FOLDER_NAME,
+    private_file,
+    private_folder,
+    tighten_if_present,
 )
 from listener.stores.storage import QueueMessage, validate_queue_name
 
@@ -52,11 +63,22 @@ _SCHEMA = (
     "CREATE INDEX IF NOT EXISTS messages_by_visibility ON messages (queue, next_visible_on)",
     # Lets a get purge expired messages without walking the whole queue.
     "CREATE INDEX IF NOT EXISTS messages_by_expiry ON messages (queue, expires_on)",
+    # A table of its own, not a column of queues: files made before it get it on open.
+    """CREATE TABLE IF NOT EXISTS queue_metadata (
+        queue TEXT PRIMARY KEY REFERENCES queues (name),
+        metadata TEXT NOT NULL
+    ) WITHOUT ROWID""",
 )
 
 _MESSAGE_COLUMNS = (
     "id, pop_receipt, dequeue_count, inserted_on, expires_on, next_visible_on, content"
 )
+
+_SELECTED_COLUMNS = _MESSAGE_COLUMNS.replace("content", "CAST(content AS BLOB)")
+"""Content is read as bytes and decoded here: a row written around the API with bytes that are
+not UTF-8 would otherwise make sqlite3 fail every get of its queue."""
+
+log = structlog.get_logger(__name__)
 
 _UNEXPIRED = "(expires_on IS NULL OR expires_on > :now)"
 
@@ -68,7 +90,7 @@ class SqliteQueueStorage:
         self, path: str | Path, *, clock: Clock = SYSTEM_CLOCK, busy_timeout_s: float = 5.0
     ) -> None:
         self._path = Path(path)
-        self._path.parent.mkdir(parents=True, exist_ok=True)
+        _prepare_private_files(self._path)
         self._clock = clock
         self._lock = threading.Lock()
         with _translate_errors():
@@ -102,12 +124,12 @@ class SqliteQueueStorage:
             params = {"queue": queue_name, "now": now, "limit": max_messages}
             db.execute("DELETE FROM messages WHERE queue = :queue AND expires_on <= :now", params)
             rows = db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages"
+                f"SELECT {_SELECTED_COLUMNS} FROM messages"
                 " WHERE queue = :queue AND next_visible_on <= :now ORDER BY seq LIMIT :limit",
                 params,
             ).fetchall()
             hidden_until = now + visibility_timeout_s
-            taken = [_taken(row, hidden_until) for row in rows]
+            taken = [_taken(_decoded(row, queue_name), hidden_until) for row in rows]
             db.executemany(
                 "UPDATE messages SET pop_receipt = ?, dequeue_count = ?, next_visible_on = ?"
                 " WHERE id = ?",
@@ -195,11 +217,28 @@ class SqliteQueueStorage:
         with self._lock, _translate_errors():
             _require_queue(self._db, queue_name)
             rows = self._db.execute(
-                f"SELECT {_MESSAGE_COLUMNS} FROM messages WHERE queue = :queue"
+                f"SELECT {_SELECTED_COLUMNS} FROM messages WHERE queue = :queue"
                 f" AND next_visible_on <= :now AND {_UNEXPIRED} ORDER BY seq LIMIT :limit",
                 {"queue": queue_name, "now": self._now(), "limit": max_messages},
             ).fetchall()
-        return [peeked(_to_message(row)) for row in rows]
+        return [peeked(_to_message(_decoded(row, queue_name))) for row in rows]
+
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        with self._lock, _translate_errors():
+            _require_queue(self._db, queue_name)
+            row = self._db.execute(
+                "SELECT metadata FROM queue_metadata WHERE queue = ?", (queue_name,)
+            ).fetchone()
+        return {} if row is None else dict(json.loads(row[0]))
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        text = json.dumps(check_metadata(metadata))
+        with self._transaction() as db:
+            _require_queue(db, queue_name)
+            db.execute(
+                "INSERT OR REPLACE INTO queue_metadata (queue, metadata) VALUES (?, ?)",
+                (queue_name, text),
+            )
 
     def list_queues(self, prefix: str = "") -> list[str]:
         with self._lock, _translate_errors():
@@ -220,6 +259,7 @@ class SqliteQueueStorage:
         with self._transaction() as db:
             _require_queue(db, queue_name)
             db.execute("DELETE FROM messages WHERE queue = ?", (queue_name,))
+            db.execute("DELETE FROM queue_metadata WHERE queue = ?", (queue_name,))
             db.execute("DELETE FROM queues WHERE name = ?", (queue_name,))
 
     def close(self) -> None:
@@ -261,12 +301,25 @@ def _translate_errors() -> Iterator[None]:
         raise StorageError(f"queue database error: {error}") from error
 
 
+def _prepare_private_files(path: Path) -> None:
+    """The folder (0700 when created; the state folder tightened) and the database file (0600)
+    before SQLite opens it: SQLite gives the -wal and -shm files the database file's mode."""
+    try:
+        private_folder(path.parent, ours=path.parent.name == STATE_FOLDER_NAME)
+        private_file(path)
+        for suffix in ("-wal", "-shm"):
+            tighten_if_present(path.with_name(path.name + suffix))
+    except OSError as error:
+        raise StorageError(f"cannot prepare the queue database {path}: {error.strerror}") from None
+
+
 def _require_queue(db: sqlite3.Connection, queue_name: str) -> None:
     if db.execute("SELECT 1 FROM queues WHERE name = ?", (queue_name,)).fetchone() is None:
         raise queue_not_found(queue_name)
 
 
 _Row = tuple[str, str, int, float, float | None, float, str]
+_StoredRow = tuple[str, str, int, float, float | None, float, bytes]
 
 
 def _to_row(message: QueueMessage) -> _Row:
@@ -293,6 +346,20 @@ def _to_message(row: _Row) -> QueueMessage:
         next_visible_on=_to_datetime(next_visible_on),
         content=content,
     )
+
+
+def _decoded(row: _StoredRow, queue_name: str) -> _Row:
+    """The row with its content as text: UTF-8, or -- written around the API -- with each invalid
+    byte replaced by U+FFFD (a base64 or JSON codec then finds it undecodable and poisons it)."""
+    content = row[6]
+    try:
+        text = content.decode("utf-8")
+    except UnicodeDecodeError as error:
+        text = content.decode("utf-8", errors="replace")
+        log.warning(
+            "message_not_utf8", queue=queue_name, message_id=row[0], byte_offset=error.start
+        )
+    return (*row[:6], text)
 
 
 def _taken(row: _Row, hidden_until: float) -> QueueMessage:

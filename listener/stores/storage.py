@@ -10,12 +10,14 @@ in-memory store) and one contract test suite proves it. The semantics are Azure'
 
 Beside the message operations the listener uses, it carries the queue administration and
 inspection that the command line and the poison tooling need: list, delete and clear queues, and
-peek at messages without taking them.
+peek at messages without taking them; and, as Azure has it, a few name-value pairs of metadata
+per queue (where a partitioned queue records its layout: ``listener.stores.layouts``).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
@@ -130,6 +132,14 @@ class QueueStorage(Protocol):
         ``next_visible_on`` is a time not after the peek: Azure does not say when a visible message
         became visible, so its backend reports the insertion time.
         """
+
+    def get_queue_metadata(self, queue_name: str) -> dict[str, str]:
+        """The queue's metadata (``{}`` when it has none); QueueNotFoundError if there is no
+        queue. Names are lowercase identifiers, as Azure requires of metadata names."""
+
+    def set_queue_metadata(self, queue_name: str, metadata: Mapping[str, str]) -> None:
+        """Replace the queue's metadata with ``metadata``; QueueNotFoundError if there is no
+        queue. Deleting the queue deletes its metadata."""
 
     def list_queues(self, prefix: str = "") -> list[str]:
         """The names of the queues that start with ``prefix`` (all of them by default), sorted."""

@@ -210,7 +210,8 @@ class AsyncNativeConsumer(Generic[T]):
             grow_target, _ = targets(load, self.policy)
             if grow_target <= self.active_tasks:
                 return
-            if self._cpu.cores_used() >= self.policy.cpu_saturation_cores:
+            cores = self._cpu.cores_used()  # None: the first reading, which only starts a window
+            if cores is not None and cores >= self.policy.cpu_saturation_cores:
                 log.warning("scaling_capped", active=self.active_tasks, target=grow_target)
                 return
             self._start_dequeuers(grow_target - self.active_tasks)

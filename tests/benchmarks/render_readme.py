@@ -1,9 +1,15 @@
-"""Rewrite the README's benchmark blocks from the committed results, so no figure is typed by hand.
+"""Benchmark blocks of the docs, rendered from the committed results: no figure is typed by hand.
 
-Run ``.venv/bin/python -m tests.benchmarks.render_readme`` after a benchmark wrote its results
-(``--write``); ``--check`` changes nothing and exits 1 when the README differs from what the
-results say. Each block ``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME -->`` holds
-``tests.benchmarks.NAME.render_markdown(results)`` of ``tests/benchmarks/results/NAME.json``.
+Each block ``<!-- bench:NAME -->`` ... ``<!-- /bench:NAME -->`` of a docs page (the Performance
+pages) holds ``tests.benchmarks.NAME.render_markdown(results)`` of
+``tests/benchmarks/results/NAME.json``. The page sources leave the blocks empty: the docs build
+(``docsite.hooks``) fills them with ``rendered`` at every build, so a page never shows figures
+other than the committed results'. After a benchmark wrote its results (``--write``), rebuild the
+docs (``mkdocs serve`` shows them at once).
+
+``python -m tests.benchmarks.render_readme --check`` exits 1 when a block names a benchmark
+without results or renderer, or a results file has no block on any page; ``NAME`` prints one
+benchmark's block.
 """
 
 from __future__ import annotations
@@ -15,9 +21,9 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from tests.benchmarks.results_file import load_results, results_path
+from tests.benchmarks.results_file import RESULTS_DIR, load_results, results_path
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+DOCS = Path(__file__).resolve().parents[2] / "docs"
 
 _BLOCK = re.compile(
     r"(?P<open><!-- bench:(?P<name>[a-z0-9_]+) -->\n)(?P<body>.*?)"
@@ -37,7 +43,7 @@ def block_names(text: str) -> list[str]:
 def render_block(name: str) -> str:
     """The markdown for one benchmark, from its results file."""
     if not results_path(name).is_file():
-        raise RenderError(f"README block bench:{name} has no results file {results_path(name)}")
+        raise RenderError(f"docs block bench:{name} has no results file {results_path(name)}")
     module = importlib.import_module(f"tests.benchmarks.{name}")
     render = getattr(module, "render_markdown", None)
     if render is None:
@@ -47,37 +53,57 @@ def render_block(name: str) -> str:
 
 
 def rendered(text: str) -> str:
-    """The README text with every benchmark block rewritten from its results."""
+    """The page text with every benchmark block filled from its results (whatever it held)."""
     return _BLOCK.sub(
         lambda match: match["open"] + render_block(match["name"]) + match["close"], text
     )
 
 
-def stale_blocks(readme: Path = README) -> list[str]:
-    """The names of the blocks whose text differs from what their results render to."""
-    text = readme.read_text()
-    fresh = rendered(text)
-    current = {m["name"]: m["body"] for m in _BLOCK.finditer(text)}
-    return [m["name"] for m in _BLOCK.finditer(fresh) if current.get(m["name"]) != m["body"]]
+def docs_blocks(docs: Path = DOCS) -> dict[str, list[Path]]:
+    """Every benchmark block of the docs pages, by benchmark, with the pages that show it."""
+    found: dict[str, list[Path]] = {}
+    for page in sorted(docs.rglob("*.md")):
+        for name in block_names(page.read_text(encoding="utf-8")):
+            found.setdefault(name, []).append(page)
+    return found
+
+
+def unpublished_results(docs: Path = DOCS, results_dir: Path = RESULTS_DIR) -> list[str]:
+    """Benchmarks with committed results that no docs page shows."""
+    shown = docs_blocks(docs)
+    return sorted(path.stem for path in results_dir.glob("*.json") if path.stem not in shown)
+
+
+def problems(docs: Path = DOCS, results_dir: Path = RESULTS_DIR) -> list[str]:
+    """What keeps the docs from showing every committed result: one line per problem."""
+    found = [
+        f"results of {name} are on no docs page" for name in unpublished_results(docs, results_dir)
+    ]
+    for name in docs_blocks(docs):
+        try:
+            render_block(name)
+        except RenderError as error:
+            found.append(str(error))
+    return found
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m tests.benchmarks.render_readme")
-    parser.add_argument("--check", action="store_true", help="exit 1 if the README is stale")
-    parser.add_argument("--readme", type=Path, default=README)
+    parser.add_argument("--check", action="store_true", help="exit 1 if a block cannot render")
+    parser.add_argument("name", nargs="?", help="print this benchmark's block")
     args = parser.parse_args(argv)
+    if args.check:
+        found = problems()
+        for line in found:
+            print(line, file=sys.stderr)
+        return 1 if found else 0
+    if args.name is None:
+        parser.error("give a benchmark NAME to print, or --check")
     try:
-        if args.check:
-            stale = stale_blocks(args.readme)
-            for name in stale:
-                print(f"README block bench:{name} is stale: run {parser.prog}", file=sys.stderr)
-            return 1 if stale else 0
-        text = args.readme.read_text()
-        args.readme.write_text(rendered(text))
+        print(render_block(args.name), end="")
     except RenderError as error:
         print(error, file=sys.stderr)
         return 1
-    print(f"rewrote {', '.join(block_names(text)) or 'no'} block(s) in {args.readme}")
     return 0
 
 

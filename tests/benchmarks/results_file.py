@@ -4,9 +4,9 @@ Convention for every benchmark module ``tests/benchmarks/<bench>.py`` that publi
 
 * ``--write`` saves its results to ``tests/benchmarks/results/<bench>.json`` (``write_results``),
   with the machine, the command and the date beside the figures (``run_header``);
-* the module exposes ``render_markdown(results: dict) -> str``, the README block for those results;
-* the README's Performance section holds ``<!-- bench:<bench> -->`` ... ``<!-- /bench:<bench> -->``,
-  rewritten from the JSON by ``python -m tests.benchmarks.render_readme``.
+* the module exposes ``render_markdown(results: dict) -> str``, the docs block for those results;
+* a Performance page of the docs holds ``<!-- bench:<bench> -->`` ``<!-- /bench:<bench> -->``,
+  filled from the JSON at every docs build (``tests.benchmarks.render_readme``).
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ def _version(package: str) -> str | None:
 
 
 def write_results(bench: str, results: dict[str, Any]) -> Path:
-    """Save the results (with the load average at the end added) where the README reads them."""
+    """Save the results (with the load average at the end added) where the docs read them."""
     results["machine"]["load_average_at_end"] = list(os.getloadavg())
     path = results_path(bench)
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -80,7 +80,7 @@ def write_results(bench: str, results: dict[str, Any]) -> Path:
 def report(
     bench: str, results: dict[str, Any], render: Callable[[dict[str, Any]], str], *, write: bool
 ) -> None:
-    """Print the README block for ``results``; with ``write`` also save them (said on stderr)."""
+    """Print the docs block for ``results``; with ``write`` also save them (said on stderr)."""
     print(render(results))
     if write:
         print(f"wrote {write_results(bench, results)}", file=sys.stderr)

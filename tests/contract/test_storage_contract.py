@@ -527,6 +527,32 @@ def test_administration_of_a_missing_queue_raises_queue_not_found(
         storage.delete_queue(queue_name)
 
 
+@pytest.mark.one_physical_queue
+def test_metadata_is_replaced_whole_and_read_back(storage: QueueStorage, queue: str) -> None:
+    """A new queue has no metadata; a set replaces all of it, and a get reads back what was set."""
+    assert storage.get_queue_metadata(queue) == {}
+    storage.set_queue_metadata(queue, {"cloudqueue_partitions": "4", "owner": "billing"})
+    storage.set_queue_metadata(queue, {"cloudqueue_partitions": "5"})
+    assert storage.get_queue_metadata(queue) == {"cloudqueue_partitions": "5"}
+
+
+@pytest.mark.one_physical_queue
+def test_metadata_goes_with_its_queue(storage: QueueStorage, queue_name: str) -> None:
+    """Metadata of a missing queue raises QueueNotFoundError; deleting a queue deletes its
+    metadata, and a name Azure would refuse is refused before any call."""
+    with pytest.raises(QueueNotFoundError):
+        storage.get_queue_metadata(queue_name)
+    with pytest.raises(QueueNotFoundError):
+        storage.set_queue_metadata(queue_name, {"a": "1"})
+    storage.create_queue(queue_name)
+    with pytest.raises(ValueError, match="lowercase identifier"):
+        storage.set_queue_metadata(queue_name, {"not-an-identifier": "1"})
+    storage.set_queue_metadata(queue_name, {"a": "1"})
+    storage.delete_queue(queue_name)
+    with pytest.raises(QueueNotFoundError):
+        storage.get_queue_metadata(queue_name)
+
+
 def test_deleting_an_invalid_queue_name_is_a_configuration_error(storage: QueueStorage) -> None:
     """A name Azure would reject fails with ConfigurationError on delete, as on create."""
     with pytest.raises(ConfigurationError):

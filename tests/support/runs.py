@@ -27,6 +27,16 @@ def run_environment(connection_string: str, tmp_path: Path) -> dict[str, str]:
     }
 
 
+def backend_environment(request: Any, tmp_path: Path) -> dict[str, str]:
+    """``run_environment`` on the backend a test is parametrised with: "sqlite" or "azure"
+    (Azurite, from the session's ``azurite_connection_string`` fixture)."""
+    if request.param == "sqlite":
+        connection_string = f"sqlite:///{tmp_path / 'queues.db'}"
+    else:
+        connection_string = request.getfixturevalue("azurite_connection_string")
+    return run_environment(connection_string, tmp_path)
+
+
 @dataclass
 class Run:
     """A running `cloudqueue run` whose JSON log lines go to a file."""

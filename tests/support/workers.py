@@ -18,17 +18,30 @@ from workers import QueueWorker
 log = structlog.get_logger("tests.workers")
 
 HANDLER_DELAY_S = float(os.environ.get("TEST_HANDLER_DELAY_S", "0"))
+START_CPU_S = float(os.environ.get("TEST_START_CPU_S", "0"))
+
+
+def busy_for(seconds: float) -> None:
+    """Keep one core busy, as a worker warming a cache or loading a model at start does."""
+    until = time.process_time() + seconds
+    while time.process_time() < until:
+        pass
 
 
 class RecordingWorker(QueueWorker[dict[str, Any]]):
-    """Logs `handled` with the item's number and its own pid, after an optional delay."""
+    """Logs `handled` with the item's number and its own pid, after an optional delay (the
+    environment's, or the item's own ``delay_s``)."""
 
     queue_name = os.environ.get("TEST_QUEUE", "work")
 
+    def on_start(self, listener: Any) -> None:
+        busy_for(START_CPU_S)
+
     def handle(self, item: dict[str, Any]) -> None:
         log.info("handling", n=item["n"], pid=os.getpid())
-        if HANDLER_DELAY_S:
-            time.sleep(HANDLER_DELAY_S)  # a slow handler, as the scenario needs
+        delay_s = float(item.get("delay_s", HANDLER_DELAY_S))  # an item may ask for its own
+        if delay_s:
+            time.sleep(delay_s)  # a slow handler, as the scenario needs
         log.info("handled", n=item["n"], pid=os.getpid())
 
 

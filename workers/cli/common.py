@@ -8,6 +8,7 @@ message passes ``redact``.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 from collections.abc import Iterator, Mapping
@@ -24,7 +25,7 @@ from listener.redaction import redact
 from listener.stores.connection import describe_storage, open_storage, outlives_process
 from listener.stores.storage import QueueStorage, validate_queue_name
 from workers.logging import configure_logging
-from workers.settings import CloudQueueSettings, ignored_environment_names, load_settings
+from workers.settings import CloudQueueSettings, load_settings
 from workers.settings_keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
@@ -91,8 +92,6 @@ def current_settings(overrides: Mapping[str, Any] | None = None) -> CloudQueueSe
     # Every command logs through the redacting pipeline to stderr: structlog's unconfigured
     # default would print to stdout, into the command's output, and unredacted.
     configure_logging(settings.logging)
-    for name in ignored_environment_names():
-        log.warning("unknown_environment_variable_ignored", variable=name)
     return settings
 
 
@@ -184,6 +183,22 @@ def configured_storage(*, announce: bool = False) -> Iterator[tuple[QueueStorage
         if announce:
             log.info("store_opened", storage=where)
         yield storage, where
+
+
+def printable(text: str, *, lines: bool = False) -> str:
+    """``text`` safe for a terminal: every non-printable character (escape sequences' ESC, C1
+    controls, bidi overrides, lone surrogates) as the backslash escape the console logs show
+    (``repr``'s, e.g. ``\\x1b``); line breaks kept only with ``lines``. Other text is unchanged."""
+    if text.isprintable():
+        return text
+    kept = "\n" if lines else ""
+    return "".join(c if c.isprintable() or c in kept else repr(c)[1:-1] for c in text)
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the JSON the commands print: every non-ASCII character escaped, as the JSON
+    logs have it, so no control character reaches a terminal raw and nothing is shortened."""
+    return json.dumps(value, ensure_ascii=True)
 
 
 def refuse_unattended(yes: bool, action: str) -> None:

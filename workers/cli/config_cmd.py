@@ -37,7 +37,9 @@ def show(target: str | None, as_json: bool, assignments: tuple[str, ...]) -> Non
 
     Sources: default, toml:PATH, .env, env:VARIABLE, override (--set), or "settings of
     MODULE:CLASS" when a worker class is given: then the settings that worker runs with.
-    Only secrets are masked (an account key, a SAS, a password in a URL).
+    Only secrets are masked (an account key, a SAS, a password in a URL). Nothing the
+    settings name is imported (a custom scaling rule is shown by name; `run` imports it); only
+    MODULE:CLASS, when given, is imported, from the working folder as `run` does.
 
     \b
     Examples:
@@ -46,11 +48,11 @@ def show(target: str | None, as_json: bool, assignments: tuple[str, ...]) -> Non
       CLOUDQUEUE_SCALING__MAX_THREADS=8 cloudqueue config show
       cloudqueue config show --config config/profiles/steps.toml --json
     """
-    import_from_working_directory()  # a worker or custom rule beside the config, as for `run`
     overrides = parse_overrides(assignments)
     settings = current_settings(overrides)  # invalid settings fail here: exit code 2
     worker = None
     if target is not None:
+        import_from_working_directory()  # the worker named on the command line, as `run` finds it
         worker_type = load_worker(target)
         worker_settings(settings, target, worker_type)  # exit code 2 naming worker and field
         worker = WorkerOverrides(target, worker_type.settings)

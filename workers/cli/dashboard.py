@@ -6,17 +6,19 @@ the command runs, so the rest of the command line works without them.
 
 from __future__ import annotations
 
+from contextlib import closing
+
 import click
 
+from listener.imports import import_extra
 from listener.stores.connection import describe_storage
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.partitioning import LayoutViews
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
-MISSING_EXTRA = (
-    "cloudqueue dashboard needs the dashboard extra: pip install 'cloudqueue[dashboard]' "
-    "(cannot import {name})"
-)
+EXTRA_MODULES = ("starlette", "uvicorn")
+"""What the ``dashboard`` extra installs: checked first, so a missing one exits 2 with the hint."""
 
 
 @click.command()
@@ -50,20 +52,20 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
     """
     for queue in queues:
         checked_queue(queue)
-    try:
-        import uvicorn
+    for module in EXTRA_MODULES:
+        import_extra(module, extra="dashboard", needed_by="cloudqueue dashboard")
+    import uvicorn
 
-        from workers.dashboard.access import Access, chosen_token, is_loopback
-        from workers.dashboard.app import create_app
-        from workers.dashboard.sampling import Sampler
-    except ImportError as error:
-        raise click.ClickException(MISSING_EXTRA.format(name=error.name)) from None
+    from workers.dashboard.access import Access, chosen_token, is_loopback
+    from workers.dashboard.app import create_app
+    from workers.dashboard.sampling import Sampler
+
     settings = current_settings()
     configured = settings.dashboard.token
     secret = None if configured is None else configured.get_secret_value()
     token, generated = chosen_token(secret, host)
     where = describe_storage(settings.connection_string_value(), credential=settings.credential)
-    with opened_storage(settings) as storage:
+    with opened_storage(settings) as storage, closing(LayoutViews(storage, settings)) as views:
         sampler = Sampler(
             storage,
             queues=queues,
@@ -71,6 +73,7 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
             where=where,
             policy=settings.scaling_policy(),
             interval_s=interval_s,
+            view_of=views.view,
         )
         app = create_app(sampler, Access(token=token, loopback_only=is_loopback(host)))
         address = f"http://{_url_host(host)}:{port}/"

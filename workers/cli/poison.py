@@ -3,7 +3,13 @@
 Every command takes the main queue's name (``invoices``) and works on its poison queue
 (``invoices-poison``). A poison message is a JSON record (``listener.poison.PoisonRecord``), or the
 original content itself when wrapping it would have exceeded 64 KiB; such an *unwrapped* message
-has no original id, so the commands also accept the poison message's own id.
+has no original id, so the commands also accept the poison message's own id. Any id may be given
+as a unique prefix (as git takes commits); an ambiguous one lists the candidates (exit code 2).
+
+Anyone who may add messages to the poison queue can write anything there: every command shows a
+message that holds no valid record as "not a readable poison record", with why and its start, and
+``requeue`` leaves such a record where it is. Text output escapes control characters (a terminal
+would act on them); JSON output escapes every non-ASCII character and is never shortened.
 
 ``list`` and ``show`` leave the poison queue as it is. ``requeue`` and ``purge`` change it, so they
 ask first on a terminal and refuse to run unattended (stdin not a terminal) without ``--yes``. A
@@ -12,41 +18,35 @@ missing queue or message is exit code 1; an invalid queue name or option is exit
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
-from dataclasses import asdict, fields
-from datetime import datetime
-from typing import Any
-
 import click
 
-from listener.errors import DecodeError, QueueNotFoundError
-from listener.messages.payload import ENVELOPE_KEY, parse_envelope
+from listener.errors import AmbiguousIdError, QueueNotFoundError, UnreadableRecordError
 from listener.messages.poison import (
-    PoisonRecord,
     browse_poisoned,
     find_poisoned,
     poison_queue_name,
     read_record,
-    requeue_poisoned,
+    requeue_all,
     requeue_poisoned_by_id,
 )
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from workers.cli.common import (
+    BadInput,
     checked_queue,
     configured_storage,
     current_settings,
+    json_text,
+    printable,
     refuse_unattended,
 )
+from workers.cli.poison_view import details, poison_summary, render, table_lines
 from workers.cli.queues import progress_spinner
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
-ERROR_WIDTH = 80
-"""The most characters of an error's first line that ``list`` shows."""
+MIN_PREFIX = 4
+"""The shortest id prefix taken (git's minimum): shorter ones too easily name the wrong message."""
 
-_UNWRAPPED = "(unwrapped: the original content, kept as it is)"
 _YES_HELP = "Do not ask (required when stdin is no terminal)."
 
 
@@ -77,7 +77,7 @@ def list_poisoned(queue: str, limit: int, as_json: bool) -> None:
     """List the poisoned messages of QUEUE.
 
     Each with its original id, reason, dequeue count, time and error: the first line of the last
-    one; `show` prints the whole record. Up to 32 messages
+    one (--json has all of it; `show` prints the whole record). Up to 32 messages
     are peeked, which changes nothing. A longer --limit reads further by taking messages and
     making them visible again at once, so a requeue running meanwhile may miss some for a moment.
 
@@ -93,11 +93,11 @@ def list_poisoned(queue: str, limit: int, as_json: bool) -> None:
         depth = _poison_depth(storage, queue, where)
         rows = [poison_summary(message) for message in browse_poisoned(storage, queue, limit=limit)]
     if as_json:
-        click.echo(json.dumps(rows, ensure_ascii=False))
+        click.echo(json_text(rows))
     elif not rows:
         click.echo(f"no poisoned messages in {source} on {where}")
     else:
-        _print_table(rows)
+        click.echo("\n".join(table_lines(rows)))
         if depth > len(rows):
             click.echo(f"showing {len(rows)} of about {depth} in {source}: use --limit for more")
 
@@ -109,7 +109,8 @@ def list_poisoned(queue: str, limit: int, as_json: bool) -> None:
 def show(queue: str, original_id: str, as_json: bool) -> None:
     """Show the whole poison record of one message of QUEUE.
 
-    ORIGINAL_ID is the id `list` shows. The record says where and when the message was poisoned,
+    ORIGINAL_ID is the id `list` shows, or a prefix of it no other id starts with (the 8
+    characters the demo prints will do). The record says where and when the message was poisoned,
     why, the first and the last error, and its content: decoded when it is base64 of UTF-8 JSON
     (what `enqueue` and the default codec send), summed up when it is a cloudqueue envelope
     (compressed, batched or stored items), else as it is. The JSON output also carries the
@@ -118,25 +119,21 @@ def show(queue: str, original_id: str, as_json: bool) -> None:
     \b
     Examples:
       cloudqueue poison show invoices 5f0c2a4e-0c1d-4d7e-9a55-2b1f0e6c9d10
+      cloudqueue poison show invoices 5f0c2a4e
       cloudqueue poison show invoices 5f0c2a4e-0c1d-4d7e-9a55-2b1f0e6c9d10 --json | jq .error
     """
     checked_queue(queue)
     with configured_storage(announce=True) as (storage, where):
         _poison_depth(storage, queue, where)
-        message = find_poisoned(storage, queue, original_id)
-    if message is None:
-        raise _not_found(queue, original_id, where)
-    details = _details(queue, message)
-    if as_json:
-        click.echo(json.dumps(details, ensure_ascii=False))
-    else:
-        click.echo(_render(details))
+        message = _found(storage, queue, original_id, where)
+    shown = details(queue, message)
+    click.echo(json_text(shown) if as_json else render(shown))
 
 
 @poison_group.command()
 @click.argument("queue")
 @click.option("--limit", type=click.IntRange(min=1), help="Requeue at most N (default: all).")
-@click.option("--id", "original_id", help="Requeue only the message with this id, as `list` shows.")
+@click.option("--id", "original_id", help="Requeue only the message with this id or id prefix.")
 @click.option("--yes", "-y", is_flag=True, help=_YES_HELP)
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
 def requeue(
@@ -147,6 +144,8 @@ def requeue(
     Do it once the cause is fixed: the messages are handled again from a dequeue count of 1. Each
     is put back before it leaves the poison queue, so an interruption leaves a duplicate, never a
     loss. QUEUE must exist. A partitioned queue's message goes back to the partition it came from.
+    A poison message that claims to be a record but is not one (forged or damaged) is skipped,
+    named on stderr, and stays in the poison queue.
 
     \b
     Examples:
@@ -175,8 +174,14 @@ def requeue(
                 f"Move {count} poisoned message(s) from {source} back to {queue} on {where}?",
                 abort=True,
             )
-        moved = requeue_poisoned(storage, queue, limit=limit)
-    click.echo(f"requeued {moved} message(s) from {source} to {queue} on {where}")
+        done = requeue_all(storage, queue, limit=limit)
+    click.echo(f"requeued {done.moved} message(s) from {source} to {queue} on {where}")
+    if done.skipped:
+        click.echo(
+            f"skipped {len(done.skipped)} unreadable poison record(s), left in {source}: "
+            f"{', '.join(done.skipped)} (see `cloudqueue poison show {queue} ID`)",
+            err=True,
+        )
 
 
 @poison_group.command()
@@ -209,17 +214,26 @@ def purge(queue: str, yes: bool) -> None:
 def _requeue_one(
     storage: QueueStorage, queue: str, wanted_id: str, *, where: str, yes: bool
 ) -> None:
-    message = find_poisoned(storage, queue, wanted_id)
-    if message is None:
-        raise _not_found(queue, wanted_id, where)
+    message = _found(storage, queue, wanted_id, where)
+    record = read_record(message.content)
+    full_id = message.id if record is None else record.original_id
     if not yes:
-        record = read_record(message.content)
-        reason = f" ({record.reason})" if record else ""
-        click.confirm(f"Move message {wanted_id}{reason} back to {queue} on {where}?", abort=True)
-    if not requeue_poisoned_by_id(storage, queue, wanted_id):
+        reason = f" ({printable(record.reason)})" if record else ""
+        click.confirm(
+            f"Move message {printable(full_id)}{reason} back to {queue} on {where}?", abort=True
+        )
+    try:
+        moved = requeue_poisoned_by_id(storage, queue, full_id)
+    except UnreadableRecordError as unreadable:
+        raise click.ClickException(
+            f"message {printable(full_id)} in {poison_queue_name(queue)} is not a readable "
+            f"poison record ({printable(unreadable.problem)}): it stays there; see `show`"
+        ) from None
+    if not moved:
         raise _not_found(queue, wanted_id, where)  # requeued or purged by someone else meanwhile
     click.echo(
-        f"requeued message {wanted_id} from {poison_queue_name(queue)} to {queue} on {where}"
+        f"requeued message {printable(full_id)} from {poison_queue_name(queue)} to {queue} "
+        f"on {where}"
     )
 
 
@@ -240,149 +254,25 @@ def _poison_depth(storage: QueueStorage, queue: str, where: str) -> int:
     return _depth(storage, poison_queue_name(queue), where, hint=hint)
 
 
+def _found(storage: QueueStorage, queue: str, wanted_id: str, where: str) -> QueueMessage:
+    """The poison message with this id or unique id prefix; exit 1 if none, 2 if ambiguous."""
+    try:
+        message = find_poisoned(storage, queue, wanted_id, min_prefix=MIN_PREFIX)
+    except AmbiguousIdError as ambiguous:
+        candidates = "\n".join(f"  {printable(candidate)}" for candidate in ambiguous.candidates)
+        raise BadInput(
+            f"id {printable(wanted_id)} is ambiguous in {poison_queue_name(queue)}: "
+            f"{len(ambiguous.candidates)} ids start with it; give more of one:\n{candidates}"
+        ) from None
+    if message is None and len(wanted_id) < MIN_PREFIX:
+        raise BadInput(f"an id prefix needs at least {MIN_PREFIX} characters, as in git")
+    if message is None:
+        raise _not_found(queue, wanted_id, where)
+    return message
+
+
 def _not_found(queue: str, wanted_id: str, where: str) -> click.ClickException:
     source = poison_queue_name(queue)
-    return click.ClickException(f"no poisoned message with id {wanted_id} in {source} on {where}")
-
-
-# -- What a poison message says -------------------------------------------------------------------
-
-
-def poison_summary(message: QueueMessage) -> dict[str, Any]:
-    """One ``list`` row: ids, reason, dequeue count, time and the first line of the last error."""
-    record = read_record(message.content)
-    if record is None:
-        return {
-            "original_id": None,
-            "poison_id": message.id,
-            "reason": None,
-            "dequeue_count": None,
-            "poisoned_on": None,
-            "error": _UNWRAPPED,
-        }
-    first_line = record.error.strip().partition("\n")[0]
-    if len(first_line) > ERROR_WIDTH:
-        first_line = first_line[: ERROR_WIDTH - 3] + "..."
-    return {
-        "original_id": record.original_id,
-        "poison_id": message.id,
-        "reason": record.reason,
-        "dequeue_count": record.dequeue_count,
-        "poisoned_on": record.poisoned_on,
-        "error": first_line,
-    }
-
-
-def _print_table(rows: list[dict[str, Any]]) -> None:
-    table = [
-        [
-            row["original_id"] or row["poison_id"],
-            row["reason"] or "-",
-            "-" if row["dequeue_count"] is None else str(row["dequeue_count"]),
-            _seconds(row["poisoned_on"]),
-            row["error"],
-        ]
-        for row in rows
-    ]
-    header = ["ORIGINAL ID", "REASON", "DEQUEUES", "POISONED ON", "ERROR"]
-    widths = [max(len(cells[column]) for cells in [header, *table]) for column in range(4)]
-    for cells in [header, *table]:
-        aligned = [cell.ljust(width) for cell, width in zip(cells, widths, strict=False)]
-        click.echo("  ".join([*aligned, cells[4]]))
-
-
-def _seconds(timestamp: str | None) -> str:
-    """An ISO time to the second (the record keeps microseconds); "-" when there is none."""
-    if timestamp is None:
-        return "-"
-    try:
-        return datetime.fromisoformat(timestamp).isoformat(sep=" ", timespec="seconds")
-    except ValueError:
-        return timestamp
-
-
-def _details(queue: str, message: QueueMessage) -> dict[str, Any]:
-    """The whole record (fields None when the message is unwrapped) and a view of its content."""
-    record = read_record(message.content)
-    if record is None:
-        values: dict[str, Any] = {field.name: None for field in fields(PoisonRecord)}
-        values.update(queue=queue, content=message.content)
-    else:
-        values = asdict(record)
-    return {
-        "poison_id": message.id,
-        "wrapped": record is not None,
-        **values,
-        "content_view": content_view(values["content"]),
-    }
-
-
-def content_view(content: str) -> dict[str, Any]:
-    """How to show a message's content: a cloudqueue envelope's header, decoded base64 JSON, or raw.
-
-    ``{"format": "envelope", "kind", "count", "inner", "bytes", "blob"}`` (or ``"error"`` when the
-    envelope is malformed), ``{"format": "base64-json", "value"}``, or ``{"format": "raw"}``.
-    """
-    try:
-        envelope = parse_envelope(content)
-    except DecodeError as error:
-        return {"format": "envelope", "error": str(error)}
-    if envelope is not None:
-        if envelope.packed is not None:
-            size = len(envelope.packed.data)
-        else:
-            size = json.loads(content)[ENVELOPE_KEY].get("bytes")
-        return {
-            "format": "envelope",
-            "kind": envelope.kind,
-            "count": envelope.count,
-            "inner": envelope.inner,
-            "bytes": size,
-            "blob": envelope.payload_name,
-        }
-    try:
-        value = json.loads(base64.b64decode(content, validate=True).decode("utf-8"))
-    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        return {"format": "raw"}
-    return {"format": "base64-json", "value": value}
-
-
-def _render(details: dict[str, Any]) -> str:
-    """``show``'s text: one labelled line a field, multi-line values indented below their label."""
-    lines = [("poison id", details["poison_id"])]
-    if details["wrapped"]:
-        lines += [
-            ("original id", details["original_id"]),
-            ("queue", details["queue"]),
-            ("reason", details["reason"]),
-            ("dequeue count", str(details["dequeue_count"])),
-            ("inserted on", details["inserted_on"]),
-            ("poisoned on", details["poisoned_on"]),
-            ("worker", details["worker"]),
-            ("first error", details["first_error"]),
-            ("last error", details["error"]),
-        ]
-    else:
-        lines.append(("record", _UNWRAPPED + ": wrapping it would have exceeded 64 KiB"))
-    lines.append(("content", _content_text(details["content"], details["content_view"])))
-    return "\n".join(_labelled(label, value) for label, value in lines)
-
-
-def _content_text(content: str, view: dict[str, Any]) -> str:
-    if view["format"] == "envelope":
-        if "error" in view:
-            return f"malformed cloudqueue envelope, {len(content)} characters: {view['error']}"
-        where = f", stored as {view['blob']}" if view["blob"] else ""
-        return (
-            f"cloudqueue envelope: {view['kind']}, {view['count']} item(s), "
-            f"{view['bytes']} bytes compressed ({view['inner']} items){where}"
-        )
-    if view["format"] == "base64-json":
-        decoded = json.dumps(view["value"], indent=2, ensure_ascii=False)
-        return f"base64 of JSON, decoded:\n{decoded}"
-    return "(empty)" if content == "" else f"raw text:\n{content}"
-
-
-def _labelled(label: str, value: str) -> str:
-    first, *rest = value.splitlines() or [""]
-    return "\n".join([f"{label + ':':<15} {first}", *(f"{'':16}{line}" for line in rest)])
+    return click.ClickException(
+        f"no poisoned message with id {printable(wanted_id)} in {source} on {where}"
+    )

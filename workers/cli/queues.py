@@ -19,16 +19,27 @@ from typing import TextIO
 import click
 
 from listener.errors import QueueNotFoundError
+from listener.stores.layouts import QueueLayout, read_layout, record_layout
 from listener.stores.partition_names import MAX_PARTITIONS, partition_of_queue
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import (
+    BadInput,
     checked_queue,
     configured_storage,
     current_settings,
     refuse_unattended,
 )
-from workers.partitioning import PARTITIONS_HELP, partitioned_view
+from workers.live_state import utc_now
+from workers.partitioning import (
+    PARTITIONS_HELP,
+    command_layout,
+    partitioned_view,
+    plain_queue_depth,
+    plain_queue_warning,
+    viewed_as,
+)
+from workers.plain_queue import merge_plain_queue
 
 PARTITIONS_OPTION = click.option(
     "--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP
@@ -73,7 +84,12 @@ def list_queues(prefix: str, as_json: bool) -> None:
     rows: list[dict[str, object]] = [
         {"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None
     ]
-    rows = sorted(rows + _partition_totals(depths), key=lambda row: str(row["queue"]))
+    totals = _partition_totals(depths)
+    for row in rows:
+        if any(total["queue"] == row["queue"] for total in totals):
+            row["beside_partitions"] = True
+    # A plain queue and its partitions' total share a name: the plain one first.
+    rows = sorted(rows + totals, key=lambda row: (str(row["queue"]), "partitions" in row))
     if as_json:
         click.echo(json.dumps(rows))
     elif not rows:
@@ -83,8 +99,7 @@ def list_queues(prefix: str, as_json: bool) -> None:
         width = max(len("QUEUE"), *(len(name) for name in depths))
         click.echo(f"{'QUEUE':<{width}}  DEPTH")
         for row in rows:
-            total = f"  (total of {row['partitions']} partitions)" if "partitions" in row else ""
-            click.echo(f"{row['queue']:<{width}}  {row['depth']}{total}")
+            click.echo(f"{row['queue']:<{width}}  {row['depth']}{_note(row)}")
 
 
 @queues_group.command()
@@ -103,12 +118,20 @@ def create(queue: str, partitions: int | None) -> None:
       cloudqueue queues create orders --partitions 4
     """
     checked_queue(queue)
-    with _partitioned(queue, partitions) as (storage, where):
-        existed = _exists(storage, queue)
-        storage.create_queue(queue)
+    with configured_storage() as (account, where):
+        settings = current_settings()
+        layout = command_layout(account, settings, queue, partitions)
+        with viewed_as(account, settings, queue, layout) as storage:
+            existed = _exists(storage, queue)
+            storage.create_queue(queue)
+            _record(account, queue, layout)
+            stray = plain_queue_depth(storage, queue)
+    shown = queue if layout.plain else f"{queue} as {layout}"
     click.echo(
-        f"queue {queue} already exists on {where}" if existed else f"created {queue} on {where}"
+        f"queue {shown} already exists on {where}" if existed else f"created {shown} on {where}"
     )
+    if stray:
+        click.echo(plain_queue_warning(queue, stray), err=True)
 
 
 @queues_group.command()
@@ -162,6 +185,46 @@ def delete(queue: str, yes: bool, partitions: int | None) -> None:
     click.echo(f"deleted {queue} on {where}")
 
 
+@queues_group.command("merge-plain")
+@click.argument("queue")
+@click.option("--yes", "-y", is_flag=True, help="Do not ask (required when stdin is no terminal).")
+def merge_plain(queue: str, yes: bool) -> None:
+    """Move the messages of a plain QUEUE onto QUEUE's partitions, where its workers read them.
+
+    A producer that did not know QUEUE is partitioned (an old enqueue, another SDK, a Functions
+    binding) put them on the plain queue of that name, which partitioned workers never read.
+    Each message goes to a partition round-robin with its content and remaining time-to-live,
+    put there first and deleted from the plain queue second (an interruption leaves a
+    duplicate, never a loss). Messages invisible just now (delayed, or taken) stay: run it
+    again later. The plain queue itself stays.
+
+    \b
+    Examples:
+      cloudqueue queues merge-plain orders
+      cloudqueue queues merge-plain orders --yes
+    """
+    checked_queue(queue)
+    refuse_unattended(yes, f"move the messages of the plain queue {queue}")
+    with _partitioned(queue, None) as (storage, where):
+        depth = plain_queue_depth(storage, queue)
+        if depth is None:
+            raise BadInput(
+                f"queue {queue} is not partitioned on {where}: its workers read the plain "
+                "queue itself, so there is nothing to merge"
+            )
+        if not yes:
+            click.confirm(
+                f"Move {depth} message(s) from the plain queue {queue} to its partitions on "
+                f"{where}?",
+                abort=True,
+            )
+        moved = merge_plain_queue(storage, queue, now=utc_now())
+        left = plain_queue_depth(storage, queue) or 0
+    click.echo(f"moved {moved} message(s) from the plain queue {queue} to its partitions ({where})")
+    if left:
+        click.echo(f"{left} message(s) stay on the plain queue (invisible now): run it again later")
+
+
 @contextmanager
 def _partitioned(queue: str, partitions: int | None) -> Iterator[tuple[QueueStorage, str]]:
     """The configured storage, seeing QUEUE as its partitions when it is partitioned."""
@@ -170,6 +233,13 @@ def _partitioned(queue: str, partitions: int | None) -> Iterator[tuple[QueueStor
         partitioned_view(storage, current_settings(), queue, partitions) as view,
     ):
         yield view, where
+
+
+def _record(storage: QueueStorage, queue: str, layout: QueueLayout) -> None:
+    """Record a partitioned queue's layout on account 0, where every command and worker finds
+    it (a plain queue needs no record)."""
+    if not layout.plain and read_layout(storage, queue) != layout:
+        record_layout(storage, queue, layout)
 
 
 def _exists(storage: QueueStorage, queue: str) -> bool:
@@ -199,8 +269,17 @@ def _partition_totals(depths: dict[str, int | None]) -> list[dict[str, object]]:
     return [
         {"queue": logical, "depth": sum(group), "partitions": len(group)}
         for logical, group in sorted(groups.items())
-        if len(group) > 1 and logical not in depths
+        if len(group) > 1
     ]
+
+
+def _note(row: dict[str, object]) -> str:
+    """What a row of ``queues list`` is, when it is not simply a queue."""
+    if "partitions" in row:
+        return f"  (total of {row['partitions']} partitions)"
+    if row.get("beside_partitions"):
+        return "  (plain queue beside the partitions below)"
+    return ""
 
 
 def _depth(storage: QueueStorage, queue: str) -> int | None:

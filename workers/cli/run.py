@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
 from pathlib import Path
 from typing import Any
 
 import click
 import pydantic
+import structlog
 from rich.console import Console
 
 from listener.errors import StorageError
@@ -23,10 +25,14 @@ from workers.cli.common import (
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
+from workers.partitioning import check_layouts
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
+from workers.reload import run_reloading, watched_folders
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
 from workers.worker import QueueWorker, load_worker
+
+log = structlog.get_logger(__name__)
 
 
 @click.command()
@@ -67,6 +73,12 @@ from workers.worker import QueueWorker, load_worker
     show_default=True,
     help="On a terminal, a live status line per queue: depth, threads, processed.",
 )
+@click.option(
+    "--reload",
+    is_flag=True,
+    help="For development only: restart the workers when a .py file in their package changes "
+    "(in-flight messages drain first). Needs cloudqueue[reload].",
+)
 def run(
     *,
     targets: tuple[str, ...],
@@ -75,6 +87,7 @@ def run(
     assignments: tuple[str, ...],
     record: Path | None,
     progress: bool,
+    reload: bool,
 ) -> None:
     """Run workers until SIGTERM/SIGINT, then drain in-flight items and exit.
 
@@ -88,24 +101,42 @@ def run(
       cloudqueue run app.workers:Renderer --processes 4
       cloudqueue run app.workers:Renderer --processes 4 --metrics-port 9464
       cloudqueue run app.workers:Renderer --record day.jsonl
+      cloudqueue run hello_worker:HelloWorker --reload     # development only
     """
     if metrics_port is not None:
         assignments = (*assignments, f"observability.metrics_port={metrics_port}")
     if record is not None:
         assignments = (*assignments, f"observability.record_path={record}")
-    # First: a custom scaling rule beside the worker module is imported while settings validate.
+    # The working folder on the import path: workers and custom rules beside them import.
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))
     worker_types = [load_worker(target) for target in targets]
-    for target, worker_type in zip(targets, worker_types, strict=True):
-        worker_settings(settings, target, worker_type)  # fail here, not in every child
-    if processes > 1:
-        sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
+    # Checked here, not in every child; a custom rule is imported here, the only command that
+    # runs code the settings name (docs/security/surfaces.md).
+    effective = [
+        worker_settings(settings, *pair) for pair in zip(targets, worker_types, strict=True)
+    ]
+    for options in effective:
+        options.scaling.build_rule()
+    queues = {
+        worker_type.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        for worker_type, options in zip(worker_types, effective, strict=True)
+    }
+    if reload:
+        # The children run without --reload (and may show their status line); this one watches.
+        command = _child_command(targets, assignments, progress=progress, processes=processes)
+        supervisor = Supervisor(command, 1, grace_s=settings.shutdown_grace_s)
+        sys.exit(run_reloading(supervisor, watched_folders(w.__module__ for w in worker_types)))
     try:
+        if processes > 1:
+            check_layouts(settings, queues)  # a recorded layout they disagree with, too
+            sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
         host = WorkerHost(worker_types, settings)
     except StorageError as error:  # the store it names cannot be opened
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
         raise BadInput(f"cannot start on {where}: {error}") from None
+    for target, worker_type, own in zip(targets, worker_types, effective, strict=True):
+        announce_concurrency(target, worker_type, own)
     console = Console(stderr=True)
     if not shows_progress(console, wanted=progress):
         sys.exit(host.run())
@@ -147,14 +178,41 @@ def worker_settings(
         raise BadInput(one_line(error, source)) from None
 
 
-def _child_command(targets: tuple[str, ...], assignments: tuple[str, ...]) -> list[str]:
-    """The same run, in one process, with the same config file and overrides."""
+def announce_concurrency(
+    target: str, worker_type: type[QueueWorker[Any]], settings: CloudQueueSettings
+) -> None:
+    """Say once that a plain ``def handle`` runs on several threads at once, and what sets it."""
+    if inspect.iscoroutinefunction(worker_type.handle):
+        return  # coroutines on one event loop: no two run Python code at the same moment
+    per_thread = settings.listener.concurrency
+    at_most = per_thread * settings.scaling.max_threads
+    if at_most > 1:
+        log.info(
+            "sync_handler_concurrency",
+            worker=target,
+            at_most=at_most,
+            per_dequeue_thread=per_thread,
+            max_threads=settings.scaling.max_threads,
+            hint=f"handle runs up to {at_most} at once on threads: keep it thread-safe; "
+            "listener.concurrency (per dequeue thread) and scaling.max_threads set how many",
+        )
+
+
+def _child_command(
+    targets: tuple[str, ...],
+    assignments: tuple[str, ...],
+    *,
+    progress: bool = False,
+    processes: int = 1,
+) -> list[str]:
+    """The same run with the same config file and overrides: in one process by default, and
+    without a status line (one terminal cannot show one per child)."""
     config = config_file()
     command = [sys.executable, "-m", "workers"]
     if config is not None:
         command += ["--config", str(config)]
-    # One terminal cannot show a status line per child: the children print their logs only.
-    command += ["run", "--no-progress", *targets]
+    command += ["run", "--progress" if progress else "--no-progress"]
+    command += ["--processes", str(processes), *targets]
     for assignment in assignments:
         command += ["--set", assignment]
     return command

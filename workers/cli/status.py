@@ -4,7 +4,10 @@ The workers' side comes from the live-state files running ``cloudqueue run`` pro
 (``workers.live_state``): reading them costs no storage transaction. The queue's facts cost three
 per refresh: its count, its poison queue's count, and one peek that splits the depth into visible
 and in-flight messages and dates the oldest waiting one (``workers.cli.queue_facts``); on a
-partitioned queue the count is one per partition, shown per partition.
+partitioned queue the count is one per partition, shown per partition, plus one count of a plain
+queue of the same name, whose messages no worker reads. Its layout is read once, at start, from
+the store (``listener.stores.layouts``). Without a queue it shows every queue
+(``workers.cli.status_overview``).
 ``--watch`` compares each refresh with the one before it to show rates: messages handled per
 second and storage transactions per hour.
 """
@@ -28,28 +31,22 @@ from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import checked_queue, current_settings, opened_storage
+from workers.cli.interrupts import ended_by_ctrl_c
 from workers.cli.queue_facts import QueueFacts, describe_facts, queue_facts
-from workers.live_state import LiveState, QueueLiveState, read_live_states, utc_now
-from workers.partitioning import PARTITIONS_HELP, partitioned_view
+from workers.cli.status_overview import print_overview
+from workers.cli.status_views import WorkerView, worker_report
+from workers.live_state import QueueLiveState, read_live_states, utc_now
+from workers.partitioning import (
+    PARTITIONS_HELP,
+    partitioned_view,
+    plain_queue_depth,
+    plain_queue_warning,
+)
 
 DEFAULT_INTERVAL_S = 2.0
 
 wait_s: Callable[[float], None] = time.sleep
 """How ``--watch`` waits between refreshes; tests replace it so that they never sleep."""
-
-
-@dataclass(frozen=True, slots=True)
-class WorkerView:
-    """One running process's listener on the queue, and its rates since the previous refresh."""
-
-    state: LiveState
-    listener: QueueLiveState
-    rate_per_s: float | None = None
-    transactions_per_hour: float | None = None
-
-    @property
-    def key(self) -> tuple[str, int]:
-        return (self.state.host, self.state.pid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,10 +61,13 @@ class Snapshot:
     facts: QueueFacts
     partitions: tuple[tuple[str, int], ...] = ()
     """A partitioned queue's physical queues and their depths (empty for a plain queue)."""
+    plain_depth: int | None = None
+    """Messages on a plain queue of the same name beside the partitions, which no worker reads
+    (None when the queue is not partitioned, or its workers read the plain queue too)."""
 
 
 @click.command()
-@click.argument("queue")
+@click.argument("queue", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (one object per refresh).")
 @click.option("--watch", is_flag=True, help="Refresh until Ctrl-C, with rates between refreshes.")
 @click.option(
@@ -87,7 +87,7 @@ class Snapshot:
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
 def status(
     *,
-    queue: str,
+    queue: str | None,
     as_json: bool,
     watch: bool,
     interval_s: float,
@@ -103,16 +103,42 @@ def status(
     counters, measured rate) in the state_dir setting's folder (.cloudqueue/run by default).
     With --watch it refreshes every --interval seconds and adds, per worker and in total, the
     messages handled per second and the storage transactions per hour since the last refresh.
-    A partitioned queue shows its total and a depth per partition (one count per partition).
+    A partitioned queue shows its total and a depth per partition (one count per partition),
+    found from its layout recorded in the store, and warns about messages on a plain queue of
+    the same name beside the partitions, which no worker reads (one more count).
+
+    Without QUEUE: every queue in the store, one row each, with its depth, poison depth,
+    partitions and the workers running on it.
 
     \b
     Examples:
+      cloudqueue status
       cloudqueue status invoices
       cloudqueue status invoices --json
       cloudqueue status invoices --watch --interval 5
     """
     _refuse_watch_options_without_watch(watch, count)
+    if not watch:
+        _status(queue, partitions, as_json=as_json)
+        return
+    with ended_by_ctrl_c():
+        _status(queue, partitions, as_json=as_json, watch=(interval_s, count))
+
+
+def _status(
+    queue: str | None,
+    partitions: int | None,
+    *,
+    as_json: bool,
+    watch: tuple[float, int | None] | None = None,
+) -> None:
+    """One report, or with ``watch`` (interval, count) the live view."""
     settings = current_settings()
+    if queue is None:
+        if watch or partitions is not None:
+            raise click.UsageError("--watch and --partitions need a QUEUE")
+        print_overview(settings, as_json=as_json)
+        return
     checked_queue(queue)
     with (
         opened_storage(settings) as opened,
@@ -123,9 +149,10 @@ def status(
         def look(previous: Snapshot | None) -> Snapshot:
             return take_snapshot(storage, queue, settings.state_dir, where, previous)
 
-        if not watch:
+        if watch is None:
             _show(look(None), as_json=as_json, rates=False)
             return
+        interval_s, count = watch
         _watch(look, as_json=as_json, interval_s=interval_s, count=count)
 
 
@@ -144,25 +171,22 @@ def _watch(
     interval_s: float,
     count: int | None,
 ) -> None:
-    """Refresh ``count`` times (forever by default); Ctrl-C ends it quietly with exit code 0."""
+    """Refresh ``count`` times (forever by default); Ctrl-C is ``ended_by_ctrl_c``'s to handle."""
     clear = not as_json and sys.stdout.isatty()
     previous: Snapshot | None = None
     shown = 0
-    try:
-        while True:
-            current = look(previous)
-            if clear:
-                click.clear()
-            elif shown and not as_json:
-                click.echo()
-            _show(current, as_json=as_json, rates=True)
-            shown += 1
-            if count is not None and shown >= count:
-                return
-            previous = current
-            wait_s(interval_s)
-    except KeyboardInterrupt:
-        click.echo(err=True)  # end the ^C line; no traceback, no "Aborted!"
+    while True:
+        current = look(previous)
+        if clear:
+            click.clear()
+        elif shown and not as_json:
+            click.echo()
+        _show(current, as_json=as_json, rates=True)
+        shown += 1
+        if count is not None and shown >= count:
+            return
+        previous = current
+        wait_s(interval_s)
 
 
 def take_snapshot(
@@ -181,7 +205,8 @@ def take_snapshot(
     ]
     held = sum(view.listener.in_flight for view in workers)
     facts = queue_facts(storage, queue, depth=depth, held_by_workers=held, now=utc_now())
-    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts, partitions)
+    plain_depth = plain_queue_depth(storage, queue)
+    return Snapshot(queue, depth, poison_depth, workers, state_dir, facts, partitions, plain_depth)
 
 
 def _partition_depths(storage: QueueStorage, queue: str) -> tuple[tuple[str, int], ...]:
@@ -191,9 +216,13 @@ def _partition_depths(storage: QueueStorage, queue: str) -> tuple[tuple[str, int
     parts = storage.partitions_of(queue)
     if len(parts) == 1 and parts[0].queue_name == queue:
         return ()
-    return tuple(
-        (part.queue_name, part.storage.approximate_message_count(part.queue_name)) for part in parts
+    depths = tuple(
+        (part.queue_name, _depth_or_none(part.storage, part.queue_name)) for part in parts
     )
+    if all(depth is None for _, depth in depths):
+        raise QueueNotFoundError(f"queue {queue} does not exist (none of its partitions does)")
+    # A partition not created yet (after K grew, before a worker wrote to it) holds nothing.
+    return tuple((name, depth or 0) for name, depth in depths)
 
 
 def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
@@ -219,10 +248,14 @@ def _with_rates(view: WorkerView, before: WorkerView | None) -> WorkerView:
 
 
 def _depth_or_zero(storage: QueueStorage, queue: str) -> int:
+    return _depth_or_none(storage, queue) or 0
+
+
+def _depth_or_none(storage: QueueStorage, queue: str) -> int | None:
     try:
         return storage.approximate_message_count(queue)
     except QueueNotFoundError:
-        return 0
+        return None
 
 
 def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
@@ -234,6 +267,8 @@ def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
     if snapshot.partitions:
         rows = " · ".join(f"{name} {depth}" for name, depth in snapshot.partitions)
         click.echo(f"  partitions: {rows}")
+    if snapshot.plain_depth:
+        click.echo(plain_queue_warning(snapshot.queue, snapshot.plain_depth))
     for view in snapshot.workers:
         click.echo(_worker_line(view, rates=rates))
     if not snapshot.workers:
@@ -246,29 +281,19 @@ def snapshot_report(snapshot: Snapshot, *, rates: bool) -> dict[str, object]:
         "depth": snapshot.depth,
         "poison_depth": snapshot.poison_depth,
         **asdict(snapshot.facts),
-        "workers": [_worker_report(view, rates=rates) for view in snapshot.workers],
+        "workers": [worker_report(view, rates=rates) for view in snapshot.workers],
     }
     if snapshot.partitions:
         report["partitions"] = [
             {"queue": name, "depth": depth} for name, depth in snapshot.partitions
         ]
+    if snapshot.plain_depth is not None:
+        report["plain_queue_depth"] = snapshot.plain_depth
     if rates:
         report["at"] = utc_now().isoformat()
         report["totals"] = _totals(snapshot.workers)
     else:
         report["totals"] = _estimated_totals(snapshot.workers)
-    return report
-
-
-def _worker_report(view: WorkerView, *, rates: bool) -> dict[str, object]:
-    """One running listener on the queue: its process, threads, counters and measured rate."""
-    measured = {key: value for key, value in asdict(view.listener).items() if key != "queue"}
-    state = view.state
-    process = {"pid": state.pid, "host": state.host, "worker": state.worker}
-    report = {**process, "updated_at": state.updated_at.isoformat(), **measured}
-    if rates:
-        report["rate_per_s"] = view.rate_per_s
-        report["transactions_per_hour"] = view.transactions_per_hour
     return report
 
 

@@ -9,29 +9,22 @@
 * A change (requeue) is a POST only, with a JSON body, and refused when its Origin is another
   site: a form on another site cannot send JSON without the browser asking first, and the
   dashboard grants no cross-site requests.
+* No page may frame the dashboard (``X-Frame-Options: DENY`` and ``frame-ancestors 'none'`` on
+  every response, see ``app.SECURITY_HEADERS``): a page on another port of this machine is
+  another origin, and could otherwise lay the dashboard under a decoy and steal a click.
 """
 
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from workers.host_names import host_name, is_loopback
+
 TOKEN_COOKIE = "cloudqueue_dashboard"  # noqa: S105 (the name of the cookie, not a token)
 TOKEN_QUERY = "token"  # noqa: S105 (the name of the query parameter)
-
-
-def is_loopback(host: str) -> bool:
-    """Whether ``host`` (a name or an address, IPv6 with or without brackets) is this machine."""
-    host = host.strip("[]")
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def new_token() -> str:
@@ -65,9 +58,7 @@ class Access:
         """On loopback, only requests addressed to a loopback name (no DNS rebinding)."""
         if not self.loopback_only:
             return True
-        if not host_header:
-            return False
-        return is_loopback(urlsplit(f"//{host_header}").hostname or "")
+        return is_loopback(host_name(host_header))
 
     def token_accepted(self, presented: str | None) -> bool:
         if self.token is None:

@@ -13,7 +13,9 @@ Routes (every one behind ``access.Access``):
   ``in_flight``, ``threads``, ``target_threads``, ``processed_per_s``, ``worker_threads`` by
   worker id); or just ``queue`` and ``error`` while the queue cannot be read.
 * ``POST /api/queues/{queue}/poison/requeue``: JSON ``{"id": ORIGINAL_ID}`` moves that message
-  back, ``{"limit": N}`` (or ``{}`` for all) the oldest N; answers ``{"moved": COUNT}``.
+  back, ``{"limit": N}`` (or ``{}`` for all) the oldest N; answers ``{"moved": COUNT, "skipped":
+  [POISON_ID, ...]}`` (records that are not readable stay in the poison queue), or 503 with
+  ``error`` when storage fails (whatever was taken and not moved is visible again at once).
 """
 
 from __future__ import annotations
@@ -33,7 +35,9 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from listener.messages.poison import requeue_poisoned, requeue_poisoned_by_id
+from listener.errors import StorageError, UnreadableRecordError
+from listener.messages.poison import Requeued, requeue_all, requeue_poisoned_by_id
+from listener.redaction import redact
 from workers.dashboard.access import TOKEN_COOKIE, TOKEN_QUERY, Access, presented_token
 from workers.dashboard.sampling import Sampler
 
@@ -77,6 +81,30 @@ async def _requeue(sampler: Sampler, request: Request) -> Response:
     queue = request.path_params["queue"]
     if not sampler.watches(queue):
         return _refused(404, f"the dashboard does not watch queue {queue}")
+    asked = await _requeue_request(request)
+    if isinstance(asked, Response):
+        return asked
+    wanted_id, limit = asked
+
+    def move() -> Requeued:
+        storage = sampler.view_of(queue)  # back to each message's own partition and account
+        if wanted_id is None:
+            return requeue_all(storage, queue, limit=limit)
+        try:
+            return Requeued(moved=int(requeue_poisoned_by_id(storage, queue, wanted_id)))
+        except UnreadableRecordError:
+            return Requeued(skipped=[wanted_id])
+
+    try:
+        done = await run_in_threadpool(move)
+    except StorageError as error:
+        return _refused(503, f"not requeued: {redact(str(error))}")
+    await run_in_threadpool(sampler.sample)  # the next page refresh shows the result
+    return JSONResponse({"moved": done.moved, "skipped": done.skipped})
+
+
+async def _requeue_request(request: Request) -> tuple[str | None, int | None] | Response:
+    """The id and limit a requeue asks for, or the refusal of a malformed body."""
     try:
         body = await request.json()
     except ValueError:
@@ -86,31 +114,42 @@ async def _requeue(sampler: Sampler, request: Request) -> Response:
     wanted_id, limit = body.get("id"), body.get("limit")
     if wanted_id is not None and not isinstance(wanted_id, str):
         return _refused(400, "id must be a string")
-    if limit is not None and (not isinstance(limit, int) or limit < 1):
+    if limit is not None and (type(limit) is not int or limit < 1):  # true is no limit
         return _refused(400, "limit must be a whole number of at least 1")
-
-    def move() -> int:
-        if wanted_id is not None:
-            return int(requeue_poisoned_by_id(sampler.storage, queue, wanted_id))
-        return requeue_poisoned(sampler.storage, queue, limit=limit)
-
-    moved = await run_in_threadpool(move)
-    await run_in_threadpool(sampler.sample)  # the next page refresh shows the result
-    return JSONResponse({"moved": moved})
+    return wanted_id, limit
 
 
 def _refused(status: int, reason: str) -> Response:
     return JSONResponse({"error": reason}, status_code=status)
 
 
+# On every answer, refusals included: no other page may frame the dashboard (a page on another
+# localhost port framed it and got a click-through "requeue"), browsers must not guess content
+# types, and no address (which may carry ?token=) leaks to another site as a referrer.
+SECURITY_HEADERS = {
+    "X-Frame-Options": "DENY",
+    "Content-Security-Policy": "frame-ancestors 'none'",
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+}
+
+
 class _Guard(BaseHTTPMiddleware):
-    """Applies ``Access`` to every request before any route sees it."""
+    """Applies ``Access`` to every request before any route sees it, and ``SECURITY_HEADERS`` to
+    every response."""
 
     def __init__(self, app: ASGIApp, access: Access) -> None:
         super().__init__(app)
         self.access = access
 
     async def dispatch(
+        self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
+    ) -> Response:
+        response = await self._checked(request, call_next)
+        response.headers.update(SECURITY_HEADERS)
+        return response
+
+    async def _checked(
         self, request: Request, call_next: Callable[[Request], Awaitable[Response]]
     ) -> Response:
         host = request.headers.get("host")
@@ -147,4 +186,4 @@ class _Guard(BaseHTTPMiddleware):
         return None
 
 
-__all__ = ["STATIC_DIR", "create_app"]
+__all__ = ["SECURITY_HEADERS", "STATIC_DIR", "create_app"]

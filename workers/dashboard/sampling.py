@@ -13,7 +13,6 @@ Queues watched: those named at start, and those any running worker publishes its
 
 from __future__ import annotations
 
-import json
 import threading
 from collections import deque
 from collections.abc import Callable, Iterable
@@ -30,9 +29,10 @@ from listener.pool_control import ListenerLoad
 from listener.redaction import redact
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.storage import QueueStorage
-from workers.cli.poison import poison_summary
-from workers.cli.status import Snapshot, WorkerView, snapshot_report, take_snapshot
-from workers.live_state import utc_now
+from workers.cli.poison_view import poison_summary
+from workers.cli.status import Snapshot, snapshot_report, take_snapshot
+from workers.cli.status_views import WorkerView
+from workers.live_state import running_queue_names, utc_now
 
 HISTORY_S = 300.0
 """How far back the charts reach: five minutes."""
@@ -68,8 +68,11 @@ class Sampler:
         policy: ScalingPolicy,
         interval_s: float = 1.0,
         now: Callable[[], datetime] = utc_now,
+        view_of: Callable[[str], QueueStorage] | None = None,
     ) -> None:
         self.storage = storage
+        # How a queue is read: as its partitions when it is partitioned (LayoutViews.view).
+        self.view_of = view_of or (lambda _: storage)
         self.named_queues = tuple(queues)
         self.state_dir = state_dir
         self.where = where
@@ -118,7 +121,11 @@ class Sampler:
             for queue in self.queues():
                 with self._lock:
                     watched = self._watched.setdefault(queue, _Watched())
-                state = self._sample_queue(queue, watched)
+                try:
+                    state = self._sample_queue(queue, watched)
+                except Exception as error:  # one queue's surprise must not stall the others
+                    log.exception("dashboard_sample_failed", queue=queue)
+                    state = {"queue": queue, "error": f"not sampled: {redact(str(error))}"}
                 with self._lock:
                     watched.state = state
 
@@ -126,7 +133,7 @@ class Sampler:
         at = self._now()
         try:
             snapshot = take_snapshot(
-                self.storage, queue, self.state_dir, self.where, watched.previous
+                self.view_of(queue), queue, self.state_dir, self.where, watched.previous
             )
         except QueueNotFoundError:
             return {"queue": queue, "error": f"queue {queue} does not exist on {self.where}"}
@@ -210,18 +217,6 @@ class Sampler:
             "history_s": HISTORY_S,
             "queues": queues,
         }
-
-
-def running_queue_names(state_dir: Path) -> set[str]:
-    """Queue names in the live-state files; ``read_live_states`` then keeps the running ones."""
-    names: set[str] = set()
-    for path in state_dir.glob("*.json"):
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            names.update(str(queue["queue"]) for queue in data["queues"])
-        except (OSError, ValueError, KeyError, TypeError):
-            continue  # removed meanwhile, or not a live-state file
-    return names
 
 
 def _worker_row(worker: dict[str, Any]) -> dict[str, Any]:

@@ -9,7 +9,9 @@ A healthy thread is never silent longer than its longest wait on purpose (``back
 idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call.
 
 Readiness asks "should it get work now?": started, its storage answering (the last storage call
-did not fail with an outage), and not draining. A shutdown signal turns it red before the drain.
+did not fail with an outage), its messages that must be poisoned reaching the poison queue (from
+a failed move until one succeeds: they wait in their queue meanwhile), and not draining. A
+shutdown signal turns it red before the drain.
 """
 
 from __future__ import annotations
@@ -101,11 +103,13 @@ class Reachability:
 
 @dataclass(frozen=True, slots=True)
 class WatchedPool:
-    """A listener's pool as liveness sees it: its name, live threads and floor."""
+    """A listener's pool as the probes see it: its name, live threads, floor, and whether its
+    moves to the poison queue fail."""
 
     queue_name: str
     threads_alive: Callable[[], int]
     min_threads: int
+    poisoning_failing: Callable[[], bool] = lambda: False
 
 
 @dataclass
@@ -138,4 +142,9 @@ class ProcessProbes:
         outage = self.reachability.outage
         if outage is not None:
             reasons.append(f"storage unreachable: {outage}")
+        reasons += [
+            f"poison queue unwritable: {pool.queue_name}"
+            for pool in self.pools
+            if pool.poisoning_failing()
+        ]
         return ProbeResult(not reasons, tuple(reasons))

@@ -74,7 +74,12 @@ class ProcessObservability:
         self._listeners.append(listener)
         self.probes.pools = [
             *self.probes.pools,
-            WatchedPool(queue, lambda: listener.threads_alive, min_threads),
+            WatchedPool(
+                queue,
+                lambda: listener.threads_alive,
+                min_threads,
+                lambda: listener.poisoning_failing,
+            ),
         ]
         return observed_handler(handler, queue, self.metrics, self.heartbeats)
 

@@ -186,7 +186,7 @@ function renderPoison(section, queue) {
         record.reason || "–",
         record.dequeue_count == null ? "–" : String(record.dequeue_count),
         record.poisoned_on ? new Date(record.poisoned_on).toLocaleString() : "–",
-        record.error,
+        record.error.split("\n")[0],
       ]);
       row.lastChild.className = "error-text";
       const button = el("button", { type: "button", "data-action": "requeue" }, "Requeue");

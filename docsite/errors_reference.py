@@ -1,0 +1,39 @@
+"""The errors reference: cloudqueue's exception hierarchy and the reasons a message is poisoned."""
+
+from __future__ import annotations
+
+import inspect
+
+import listener.errors
+from listener.errors import CloudQueueError
+from listener.messages.poison import POISON_REASONS
+
+
+def error_types() -> list[tuple[int, type[CloudQueueError]]]:
+    """Every error type of ``listener.errors`` with its depth below ``CloudQueueError``."""
+    ordered: list[tuple[int, type[CloudQueueError]]] = []
+
+    def walk(error: type[CloudQueueError], depth: int) -> None:
+        ordered.append((depth, error))
+        for child in error.__subclasses__():
+            if child.__module__ == listener.errors.__name__:
+                walk(child, depth + 1)
+
+    walk(CloudQueueError, 0)
+    return ordered
+
+
+def render_errors() -> str:
+    rows = ["| error | is a | meaning |", "|---|---|---|"]
+    for depth, error in error_types():
+        parent = error.__mro__[1].__name__
+        doc = " ".join((inspect.getdoc(error) or "").split())
+        indent = "&nbsp;&nbsp;&nbsp;" * depth
+        rows.append(f"| {indent}`{error.__name__}` | `{parent}` | {doc} |")
+    return "\n".join(rows) + "\n"
+
+
+def render_poison_reasons() -> str:
+    rows = ["| reason | when |", "|---|---|"]
+    rows.extend(f"| `{reason}` | {meaning} |" for reason, meaning in POISON_REASONS.items())
+    return "\n".join(rows) + "\n"
