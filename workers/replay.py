@@ -149,8 +149,9 @@ def replay(
     try:
         publisher = Publisher(storage, queue_name, dict, announcer=_announcer(settings))
         _produce(publisher, fast, fast_service, seed)
-        # The recorded idle tail costs polls too: run it whole, then let the last ones finish.
-        _until(started + fast.duration_s)
+        # The recorded idle tail costs polls too: run it whole, and a settling tail after it in
+        # which an idle poller surely wakes (on both sides, so the last ones are handled).
+        _until(started + fast.duration_s + _settle_s(settings))
         pickups.all_handled.wait(DRAIN_TIMEOUT_S)
     finally:
         host.stop()
@@ -161,7 +162,11 @@ def replay(
         if queue == queue_name and operation in CONSUMER_OPERATIONS
     }
     latency_s = statistics.median(timed.get_latencies_s) if timed.get_latencies_s else 0.0
-    predicted = _predict(fast, replace(fast_service, request_latency_s=latency_s), settings, seed)
+    # The same stretch on both sides: the run lasted until the last message was handled.
+    stretch = Workload(fast.arrivals_s, max(fast.duration_s, wall_s), days=1.0)
+    predicted = _predict(
+        stretch, replace(fast_service, request_latency_s=latency_s), settings, seed
+    )
     return ReplayReport(
         measured_transactions=dict(sorted(measured.items())),
         predicted_transactions=predicted.transactions,
@@ -172,6 +177,11 @@ def replay(
         request_latency_s=latency_s,
         wall_s=wall_s,
     )
+
+
+def _settle_s(settings: CloudQueueSettings) -> float:
+    """Time after the last arrival for the slowest idle poller to wake twice."""
+    return 2 * settings.backoff.max_idle_s + 1.0
 
 
 def _sped_up(workload: Workload, speedup: float) -> Workload:

@@ -215,9 +215,11 @@ def tune(
         trials = _idle_stage(
             pool, problem, min(DEFAULT_MAX_THREADS, max_threads_per_worker), allow_push=allow_push
         )
+        # Where no idle setting meets the pickup goal, a burst's backlog is what delays pickup:
+        # stage 2 sizes the pool from the cheapest ones all the same.
         picked = sorted(
-            (chain[-1] for chain in trials if chain and goals.pickup_met(chain[-1].result)),
-            key=_rank,
+            (chain[-1] for chain in trials if chain),
+            key=lambda trial: (not goals.pickup_met(trial.result), *_rank(trial)),
         )[:STAGE_TWO_STARTS]
         sized = _scaling_stage(pool, problem, picked, max_threads_per_worker, max_workers)
         tried = [trial for chain in [*trials, *sized] for trial in chain]

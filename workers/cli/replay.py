@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from listener.errors import ConfigurationError
 from listener.simulation.profile import load_profile
 from listener.stores.storage import validate_queue_name
 from workers.cli.common import BadInput, current_settings, opened_storage, parse_overrides
@@ -38,6 +39,18 @@ from workers.replay import CONSUMER_OPERATIONS, ReplayReport, replay
     show_default=True,
     help="Handler time per message, for a CSV profile (a recorded one carries its own).",
 )
+@click.option(
+    "--start-minute",
+    type=click.IntRange(min=0),
+    default=0,
+    show_default=True,
+    help="Replay from this minute of the profile (0: its first).",
+)
+@click.option(
+    "--minutes",
+    type=click.IntRange(min=1),
+    help="Replay this many recorded minutes (default: to the profile's end).",
+)
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
 def replay_command(
@@ -47,6 +60,8 @@ def replay_command(
     speedup: float,
     assignments: tuple[str, ...],
     service_s: float,
+    start_minute: int,
+    minutes: int | None,
     seed: int,
     as_json: bool,
 ) -> None:
@@ -61,6 +76,7 @@ def replay_command(
     Examples:
       cloudqueue tune hour.jsonl --pickup-p95 2s > tuned.txt
       cloudqueue --config tuned.toml replay hour.jsonl replay-test --speedup 60
+      cloudqueue replay day.csv replay-test --start-minute 480 --minutes 60
     """
     try:
         validate_queue_name(queue)
@@ -69,10 +85,15 @@ def replay_command(
     settings = current_settings(parse_overrides(assignments))
     loaded = load_profile(profile)
     service = service_for(loaded, service_s, request_latency_s=0.0)
-    with opened_storage(settings) as storage:
-        report = replay(
-            loaded.workload, service, settings, storage, queue, speedup=speedup, seed=seed
+    whole = loaded.workload
+    try:
+        workload = whole.window(
+            start_minute * 60.0, whole.duration_s if minutes is None else minutes * 60.0
         )
+    except ConfigurationError as error:
+        raise BadInput(str(error)) from None
+    with opened_storage(settings) as storage:
+        report = replay(workload, service, settings, storage, queue, speedup=speedup, seed=seed)
     click.echo(json.dumps(report.to_json(), indent=2) if as_json else _table(report))
 
 
