@@ -30,6 +30,8 @@ from pathlib import Path
 from tempfile import TemporaryDirectory
 from typing import Any
 
+from pydantic import SecretStr
+
 from listener.simulation import ServiceModel, constant, idle
 from listener.simulation.profile import ProfileRecorder, load_profile
 from listener.simulation.tuning import Goals, tune
@@ -107,7 +109,7 @@ def replay_runs(repetitions: int, seed: int) -> dict[str, Any]:
             with AzuriteProcess(REPO_ROOT) as azurite:  # a fresh one per run: see AZURE_FACTS
                 settings = CloudQueueSettings(
                     **tomllib.loads(block),
-                    connection_string=azurite.connection_string,
+                    connection_string=SecretStr(azurite.connection_string),
                     state_dir=Path(folder) / f"state{repetition}",
                 )
                 storage = open_storage(azurite.connection_string)
@@ -169,8 +171,8 @@ def render_markdown(results: dict[str, Any]) -> str:
         "",
         f"**Replay on Azurite** — a recorded bursty hour ({replayed['messages']:,} messages), "
         f"tuned for p95 pickup ≤ {PICKUP_P95_GOAL_S:g} s without push, replayed at "
-        f"{SPEEDUP:g}× with those settings, {len(replayed['runs'])} runs, each on a fresh "
-        "Azurite; measured / predicted for the same sped-up stretch, median (min–max):",
+        f"{SPEEDUP:g}x with those settings, {len(replayed['runs'])} runs, each on a fresh "
+        "Azurite; measured / predicted for the same sped-up stretch, median (min-max):",
         "",
         "| run | transactions measured | predicted | p95 pickup measured s | predicted s |",
         "|---|---|---|---|---|",
@@ -191,7 +193,7 @@ def render_markdown(results: dict[str, Any]) -> str:
 
 
 def _range(ratio: dict[str, float]) -> str:
-    return f"{ratio['median']:.2f} ({ratio['min']:.2f}–{ratio['max']:.2f})"
+    return f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
 
 
 def main(argv: Sequence[str] | None = None) -> int:
