@@ -121,6 +121,10 @@ class Candidate:
     def toml(self) -> str:
         """The settings as a block for ``config/cloudqueue.toml``."""
         lines = [
+            "[listener]",
+            "# one message per thread: what the search simulated (more in flight drains faster)",
+            "concurrency = 1",
+            "",
             "[backoff]",
             f"delta_backoff_s = {self.delta_backoff_s:g}",
             f"max_idle_s = {self.max_idle_s:g}",
