@@ -41,9 +41,9 @@ from listener.simulation.workload import Workload
 
 DELTAS_S = (0.05, 0.1, 0.25, 0.5)
 MAX_IDLE_GRID_S = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
-MESSAGES_PER_THREAD = (8, 16, 32, 64, 128)
+MESSAGES_PER_THREAD = (8, 32, 128)
 THREAD_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
-STAGE_TWO_STARTS = 3
+STAGE_TWO_STARTS = 2
 """Stage 1's cheapest candidates that stage 2 sizes the pool for."""
 
 DEFAULT_MAX_THREADS = ScalingPolicy().max_threads
