@@ -24,6 +24,7 @@ from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import TriggerChannel, account_of
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler
+from listener.simulation.profile import ProfileRecorder
 from listener.stores.connection import (
     describe_storage,
     open_payload_store_if_available,
@@ -41,6 +42,7 @@ from workers.observability.process import ProcessObservability
 from workers.partitioning import layout_of, partitioned_storage, settle_layout
 from workers.plain_queue import PlainQueueWatch
 from workers.rate_limits import open_rate_limiter
+from workers.recording import recorded_handler
 from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.worker import QueueWorker
 
@@ -104,6 +106,8 @@ class WorkerHost:
         if self.observability is not None:
             # Counted once, by the meter, under the names the listeners' calls use.
             self.observability.count_from(self.storage)
+        record_path = settings.observability.record_path
+        self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         queues = _queues(workers)
         listening = self.listening = partitioned_storage(self.storage, settings, queues)
@@ -119,7 +123,14 @@ class WorkerHost:
             raise
         self._plain_watches: list[PlainQueueWatch] = []
         self.hosted = [
-            _host(worker, worker_settings, listening, self.payloads, self.observability)
+            _host(
+                worker,
+                worker_settings,
+                listening,
+                self.payloads,
+                self.observability,
+                recorder=self.recorder,
+            )
             for worker, worker_settings in workers
         ]
         self.triggers = open_trigger_channel(settings)
@@ -173,6 +184,8 @@ class WorkerHost:
             self.observability.close()
         if self._owned_payload_store is not None:
             self._owned_payload_store.close()
+        if self.recorder is not None:
+            self.recorder.close()
         log.info("host_stopped", drained=all(drained))
         return all(drained)
 
@@ -235,6 +248,8 @@ def _host(
     storage: QueueStorage,
     payload_store: PayloadStore | None,
     observability: ProcessObservability | None = None,
+    *,
+    recorder: ProfileRecorder | None = None,
 ) -> HostedWorker:
     """Build a worker's listener with its scaler and its (possibly async) handler."""
     options = settings.listener
@@ -265,6 +280,8 @@ def _host(
         # A pool started below its floor grows only on work: liveness holds it to what it had.
         floor = min(policy.min_threads, options.threads)
         handler = observability.observe_handler(runner, listener, floor)
+    if recorder is not None:
+        handler = recorded_handler(handler, recorder)
     scaler = ElasticScaler(pool, policy)
     listener.subscribe(handler)
     depth = DepthRefresher(listener, pool, refresh_s=settings.scaling.depth_refresh_s)

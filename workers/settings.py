@@ -337,6 +337,11 @@ class ObservabilitySettings(_Section):
         gt=0,
         description="a dequeue thread silent this long (in one handler or storage call) is wedged",
     )
+    record_path: Path | None = Field(
+        default=None,
+        description="append the workload this worker sees (arrivals per minute, handling times, "
+        "failures, sizes) to this file, for `cloudqueue tune` (unset: no recording)",
+    )
 
 
 _config_file: ContextVar[Path | None] = ContextVar("cloudqueue_config_file", default=None)

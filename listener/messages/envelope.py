@@ -23,6 +23,8 @@ class MessageEnvelope:
     dequeue_count: int
     inserted_on: datetime
     expires_on: datetime | None
+    content_chars: int = 0
+    """The length of the message's text as stored (what a workload recording sizes)."""
 
     @classmethod
     def of(cls, queue_name: str, message: QueueMessage) -> MessageEnvelope:
@@ -32,6 +34,7 @@ class MessageEnvelope:
             dequeue_count=message.dequeue_count,
             inserted_on=message.inserted_on,
             expires_on=message.expires_on,
+            content_chars=len(message.content),
         )
 
 

@@ -28,7 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from datetime import UTC, datetime
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 
@@ -55,6 +56,12 @@ log = structlog.get_logger(__name__)
 PENDING_BYTES = 1024 * 1024
 """In batch mode, items are packed whenever this much encoded text is waiting, so a stream of
 items of any length is sent with bounded memory."""
+
+
+class ArrivalRecorder(Protocol):
+    """Told of each message put: a workload recording (``listener.simulation.ProfileRecorder``)."""
+
+    def arrived(self, at: datetime, count: int = 1) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,8 +105,10 @@ class Publisher(Generic[T]):
         trace_envelope: bool = False,
         partitions: int | None = None,
         partition_key: PartitionKey[T] | None = None,
+        recorder: ArrivalRecorder | None = None,
     ) -> None:
         self.storage = storage
+        self.recorder = recorder
         self.trace_envelope = trace_envelope
         self.announcer = announcer
         self.queue_name = validate_queue_name(queue_name)
@@ -243,6 +252,8 @@ class Publisher(Generic[T]):
         self._bytes_sent += len(content)
         if self.announcer is not None:
             self.announcer.message_put(self.queue_name, len(content))
+        if self.recorder is not None:
+            self.recorder.arrived(datetime.now(UTC))
 
     def __repr__(self) -> str:
         return (

@@ -8,7 +8,8 @@
 Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
 billed calls), ``policies`` (the contenders), ``simulator`` (the dequeue loop and the real scaler
 in virtual time), ``report`` (figures), ``cost`` (the price arithmetic), ``table`` and ``plot``
-(output), ``presets`` (named scenarios).
+(output), ``presets`` (named scenarios), ``profile`` (recorded workloads) and ``tuning`` (the
+cheapest settings for a goal: ``cloudqueue tune``).
 """
 
 from listener.simulation.compare import simulate
@@ -23,8 +24,10 @@ from listener.simulation.policies import (
     standard_contenders,
 )
 from listener.simulation.presets import PRESETS, Scenario
+from listener.simulation.profile import ProfileRecorder, RecordedProfile, load_profile, read_profile
 from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.table import format_table, table_notes
+from listener.simulation.tuning import Goals, Tuning, tune
 from listener.simulation.workload import (
     Workload,
     bursts,
@@ -37,10 +40,14 @@ from listener.simulation.workload import (
 __all__ = [
     "DEFAULT_PRICE_PER_10K_USD",
     "PRESETS",
+    "Goals",
     "PolicyResult",
     "PolicySpec",
+    "ProfileRecorder",
+    "RecordedProfile",
     "Scenario",
     "ServiceModel",
+    "Tuning",
     "Workload",
     "bursts",
     "cloudqueue_defaults",
@@ -52,10 +59,13 @@ __all__ = [
     "format_table",
     "functions_like",
     "idle",
+    "load_profile",
     "monthly_cost_usd",
     "naive_poller",
     "read_day_profile",
+    "read_profile",
     "simulate",
     "standard_contenders",
     "table_notes",
+    "tune",
 ]

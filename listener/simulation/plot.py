@@ -55,3 +55,16 @@ def save_plot(results: Sequence[PolicyResult], path: Path) -> Figure:
     figure = comparison_figure(results)
     figure.savefig(path, format="png", dpi=100)
     return figure
+
+
+def save_tradeoff(points: Sequence[tuple[float, float]], path: Path) -> Figure:
+    """Monthly cost against p95 pickup, one marker per setting on the trade-off curve (``tune``)."""
+    figure = _pyplot_free_figure()
+    axis = figure.subplots(1, 1)
+    axis.plot([p95 for p95, _ in points], [cost for _, cost in points], marker="o")
+    axis.set_xlabel("p95 pickup (s)")
+    axis.set_ylabel("cost per month (USD)")
+    axis.grid(visible=True, alpha=0.3)
+    figure.suptitle("cloudqueue tune: the cheapest settings for each pickup")
+    figure.savefig(path, format="png", dpi=100)
+    return figure

@@ -25,19 +25,26 @@ class ServiceModel:
     """How long a handler takes, and how long each storage call takes to answer."""
 
     service_s: float = 0.05
-    distribution: Literal["fixed", "exponential"] = "fixed"
+    distribution: Literal["fixed", "exponential", "empirical"] = "fixed"
     request_latency_s: float = 0.02
     failure_rate: float = 0.0
     """Chance that one delivery fails (the handler raises): retried, then poisoned."""
+    observed_s: tuple[float, ...] = ()
+    """Handling times seen by a recording worker: ``empirical`` draws one of them at random."""
 
     def __post_init__(self) -> None:
         if self.service_s < 0 or self.request_latency_s < 0:
             raise ConfigurationError("service_s and request_latency_s must be >= 0")
         if not 0 <= self.failure_rate <= 1:
             raise ConfigurationError(f"failure_rate must be in [0, 1], got {self.failure_rate}")
+        if self.distribution == "empirical" and not self.observed_s:
+            raise ConfigurationError("an empirical service model needs observed handling times")
 
     def draw_s(self, rng: RandomSource) -> float:
         """One message's handling time."""
+        if self.distribution == "empirical":
+            count = len(self.observed_s)
+            return self.observed_s[min(count - 1, int(rng.uniform(0.0, 1.0) * count))]
         if self.distribution == "fixed" or self.service_s == 0:
             return self.service_s
         # Inverse transform: -mean x ln(U), with U in (0, 1] so the log is finite.
@@ -61,23 +68,31 @@ class Latency:
     p50_s: float | None
     p90_s: float | None
     p99_s: float | None
+    p95_s: float | None = None
+    max_s: float | None = None
 
     @classmethod
     def of(cls, latencies_s: list[float]) -> Latency:
         ordered = sorted(latencies_s)
 
         def rank(percent: int) -> float | None:
-            if not ordered:
-                return None
-            return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]
+            return nearest_rank(ordered, percent)
 
-        return cls(rank(50), rank(90), rank(99))
+        return cls(rank(50), rank(90), rank(99), rank(95), ordered[-1] if ordered else None)
+
+
+def nearest_rank(ordered: list[float], percent: float) -> float | None:
+    """The nearest-rank percentile of sorted values (p90 of 15 values = the 14th smallest)."""
+    if not ordered:
+        return None
+    return ordered[max(0, math.ceil(percent / 100 * len(ordered)) - 1)]
 
 
 class RunStats(Protocol):
     """What the simulator measured while it ran."""
 
     latencies_s: list[float]
+    longest_to_done_s: float | None
     thread_seconds: float
     peak_threads: int
     handled: int
@@ -103,6 +118,9 @@ class PolicyResult:
     peak_threads: int
     thread_seconds: float
     samples: list[Sample] = field(default_factory=list)
+    longest_to_done_s: float | None = None
+    """The longest any handled message took from its put until it was deleted: how long a
+    burst takes to drain (None when nothing was handled)."""
 
     @classmethod
     def of(
@@ -126,6 +144,7 @@ class PolicyResult:
             peak_threads=stats.peak_threads,
             thread_seconds=stats.thread_seconds,
             samples=list(stats.samples),
+            longest_to_done_s=stats.longest_to_done_s,
         )
 
     @property
@@ -157,6 +176,9 @@ class PolicyResult:
             "latency_p50_s": self.latency.p50_s,
             "latency_p90_s": self.latency.p90_s,
             "latency_p99_s": self.latency.p99_s,
+            "latency_p95_s": self.latency.p95_s,
+            "latency_max_s": self.latency.max_s,
+            "longest_to_done_s": self.longest_to_done_s,
             "peak_threads": self.peak_threads,
             "thread_seconds": self.thread_seconds,
         }

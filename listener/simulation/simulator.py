@@ -72,6 +72,7 @@ class _Thread:
 @dataclass(slots=True)
 class _Stats:
     latencies_s: list[float] = field(default_factory=list)
+    longest_to_done_s: float | None = None
     thread_seconds: float = 0.0
     peak_threads: int = 0
     handled: int = 0
@@ -336,6 +337,9 @@ class PolicySimulation:
             self._after_failure(message, receipt)
         elif self.queue.delete(message, receipt):
             self.stats.handled += 1
+            to_done_s = self.clock.now_s - message.enqueued_s
+            if self.stats.longest_to_done_s is None or to_done_s > self.stats.longest_to_done_s:
+                self.stats.longest_to_done_s = to_done_s
         thread.stretch_handled += 1
         started = thread.stretch_started
         if started is not None and self.clock.now_s - started >= STRETCH_S:

@@ -43,6 +43,17 @@ class Workload:
         shifted = tuple(self.duration_s + t for t in other.arrivals_s)
         return Workload(self.arrivals_s + shifted, self.duration_s + other.duration_s)
 
+    def window(self, start_s: float, duration_s: float) -> Workload:
+        """The stretch from ``start_s`` lasting ``duration_s`` (cut at the end), from zero."""
+        end_s = min(self.duration_s, start_s + duration_s)
+        if not 0 <= start_s < end_s:
+            raise ConfigurationError(
+                f"a window from {start_s:g} s must start within the workload's "
+                f"{self.duration_s:g} s and last a while"
+            )
+        arrivals = tuple(t - start_s for t in self.arrivals_s if start_s <= t < end_s)
+        return Workload(arrivals, end_s - start_s)
+
     def as_day(self) -> Workload:
         """The same arrivals, counted as one whole day (per-day figures are not scaled)."""
         return Workload(self.arrivals_s, self.duration_s, days=1.0)

@@ -18,10 +18,12 @@ from workers.cli.demo import demo
 from workers.cli.messages import enqueue
 from workers.cli.poison import poison_group
 from workers.cli.queues import queues_group
+from workers.cli.replay import replay_command
 from workers.cli.run import run
 from workers.cli.simulate import simulate
 from workers.cli.status import status
 from workers.cli.trigger import trigger
+from workers.cli.tune import tune_command
 
 
 class CloudQueueGroup(click.Group):
@@ -59,7 +61,7 @@ def cli() -> None:
 
 cli.params.append(config_option())
 commands = (run, enqueue, status, dashboard, config_group, demo, queues_group, poison_group)
-for command in (*commands, trigger, simulate):
+for command in (*commands, trigger, simulate, tune_command, replay_command):
     cli.add_command(command)
 
 

@@ -27,6 +27,37 @@ def parse_duration_s(text: str) -> int:
     return int(match["amount"]) * UNIT_S[match["unit"] or "s"]
 
 
+_SECONDS = re.compile(r"^(?P<amount>\d+(\.\d+)?)(?P<unit>ms|[smhd]?)$")
+
+
+def parse_seconds(text: str) -> float:
+    """A goal's duration, fractions allowed: ``"500ms"``, ``"1.5s"``, ``"2"``, ``"10m"``."""
+    match = _SECONDS.match(text.strip().lower())
+    if match is None or float(match["amount"]) <= 0:
+        raise ValueError(
+            f"{text!r} is not a positive duration: use a number with ms, s, m, h or d "
+            "(500ms, 2s, 10m)"
+        )
+    unit = match["unit"] or "s"
+    return float(match["amount"]) * (0.001 if unit == "ms" else UNIT_S[unit])
+
+
+class Seconds(click.ParamType[float]):
+    """A click option type for ``parse_seconds``."""
+
+    name = "duration"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> float:
+        if isinstance(value, float):
+            return value
+        try:
+            return parse_seconds(str(value))
+        except ValueError as error:
+            self.fail(str(error), param, ctx)
+
+
 class Duration(click.ParamType[int]):
     """A click option type for ``parse_duration_s``; ``allow_never`` also takes never or -1."""
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -59,6 +60,14 @@ log = structlog.get_logger(__name__)
     help="Override a setting (highest priority), e.g. --set scaling.max_threads=8. Repeatable.",
 )
 @click.option(
+    "--record",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    metavar="FILE",
+    help="Append the workload this worker sees to FILE, for `cloudqueue tune` "
+    "(the same as --set observability.record_path=FILE).",
+)
+@click.option(
     "--progress/--no-progress",
     default=True,
     show_default=True,
@@ -76,6 +85,7 @@ def run(
     processes: int,
     metrics_port: int | None,
     assignments: tuple[str, ...],
+    record: Path | None,
     progress: bool,
     reload: bool,
 ) -> None:
@@ -90,10 +100,13 @@ def run(
       cloudqueue run app.workers:Processor app.workers:Controller --set scaling.max_threads=8
       cloudqueue run app.workers:Renderer --processes 4
       cloudqueue run app.workers:Renderer --processes 4 --metrics-port 9464
+      cloudqueue run app.workers:Renderer --record day.jsonl
       cloudqueue run hello_worker:HelloWorker --reload     # development only
     """
     if metrics_port is not None:
         assignments = (*assignments, f"observability.metrics_port={metrics_port}")
+    if record is not None:
+        assignments = (*assignments, f"observability.record_path={record}")
     # The working folder on the import path: workers and custom rules beside them import.
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))

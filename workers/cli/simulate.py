@@ -25,11 +25,11 @@ from listener.simulation import (
     functions_like,
     idle,
     naive_poller,
-    read_day_profile,
     table_notes,
 )
 from listener.simulation import simulate as run_simulation
 from listener.simulation.presets import Scenario
+from listener.simulation.profile import load_profile
 from listener.simulation.workload import DAY_S
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Duration
@@ -56,7 +56,8 @@ SEED_SLIP_NOTE = (
 @click.option(
     "--profile",
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
-    help="A day profile: CSV with the header minute,count.",
+    help="A profile recorded by `cloudqueue run --record`, or a CSV day profile with the "
+    "header minute,count.",
 )
 @click.option(
     "--duration",
@@ -230,7 +231,7 @@ def _workload(
     elif burst_size is not None:
         workload = bursts(burst_size, burst_period_s, duration_s)
     elif profile is not None:
-        workload = read_day_profile(profile)
+        workload = load_profile(profile).workload
     elif idle_s > 0:
         return idle(idle_s)
     else:

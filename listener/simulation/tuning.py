@@ -1,0 +1,375 @@
+"""The cheapest settings for a workload and a latency goal, found by simulating the real policies.
+
+``tune`` answers the question ``simulate`` leaves to the user: given what the traffic looks like
+and the pickup and drain times it must meet, which settings cost least? It searches a documented
+grid in two stages, each a set of independent binary searches run side by side:
+
+1. **Idle and pickup.** For poll mode (one poller at the floor) and push mode (zero, woken by
+   triggers), and each ``delta_backoff_s`` in ``DELTAS_S``, find the longest ``max_idle_s`` in
+   ``MAX_IDLE_GRID_S`` whose pickup still meets the goals. Idle polling is what an idle queue
+   costs, and the longest back-off that keeps pickup within the goal is the cheapest.
+2. **Scaling and drain.** For the cheapest few of those, and each ``messages_per_thread`` of the
+   proportional rule in ``MESSAGES_PER_THREAD``, find the fewest ``max_threads`` (up to the
+   per-worker limit) that drain a burst within the goal. Where one worker cannot, the same is
+   tried with more workers (up to ``max_workers``), each adding its own pollers.
+
+Pickup gets worse and cost falls as ``max_idle_s`` grows, and drain gets faster as threads are
+added: the binary searches rely on that. Every run is seeded, so a tuning is reproducible.
+A fleet of W workers is simulated as one pool with W times the floor and the ceiling of one.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from concurrent.futures import Executor, ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from functools import partial
+
+from listener.policies.scaling_rules import proportional
+from listener.scaling.scaler import ScalingPolicy
+from listener.simulation.compare import simulate
+from listener.simulation.cost import monthly_cost_usd
+from listener.simulation.policies import (
+    PolicySpec,
+    cloudqueue_defaults,
+    functions_like,
+    naive_poller,
+)
+from listener.simulation.report import PolicyResult, ServiceModel
+from listener.simulation.workload import Workload
+
+DELTAS_S = (0.05, 0.1, 0.25, 0.5)
+MAX_IDLE_GRID_S = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
+MESSAGES_PER_THREAD = (8, 32, 128)
+THREAD_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
+STAGE_TWO_STARTS = 2
+"""Stage 1's cheapest candidates that stage 2 sizes the pool for."""
+
+DEFAULT_MAX_THREADS = ScalingPolicy().max_threads
+DEFAULT_MESSAGES_PER_THREAD = 32
+
+
+@dataclass(frozen=True, slots=True)
+class Goals:
+    """What the tuned settings must meet; None: no goal on that figure."""
+
+    pickup_p95_s: float | None = None
+    pickup_max_s: float | None = None
+    drain_after_burst_s: float | None = None
+    """The longest any message may take from its put until it is handled and deleted."""
+
+    def misses(self, result: PolicyResult) -> list[str]:
+        """The goals this result misses, as short phrases (empty: it meets them all)."""
+        return [
+            f"{name} {_s(value)} > {_s(goal)}"
+            for name, value, goal in self._figures(result)
+            if goal is not None and (value is None or value > goal)
+        ]
+
+    def _figures(self, result: PolicyResult) -> list[tuple[str, float | None, float | None]]:
+        return [
+            ("pickup p95", result.latency.p95_s, self.pickup_p95_s),
+            ("pickup max", result.latency.max_s, self.pickup_max_s),
+            ("drain after a burst", result.longest_to_done_s, self.drain_after_burst_s),
+        ]
+
+    def pickup_met(self, result: PolicyResult) -> bool:
+        return not [m for m in self.misses(result) if m.startswith("pickup")]
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    """One point of the search: the settings that matter for cost and latency."""
+
+    push: bool
+    delta_backoff_s: float
+    max_idle_s: float
+    max_threads: int = DEFAULT_MAX_THREADS
+    messages_per_thread: int = DEFAULT_MESSAGES_PER_THREAD
+    workers: int = 1
+
+    @property
+    def min_threads(self) -> int:
+        return 0 if self.push else 1
+
+    def spec(self) -> PolicySpec:
+        """The policy a fleet of ``workers`` such workers runs, as one simulated pool."""
+        scaling = ScalingPolicy(
+            min_threads=self.min_threads * self.workers,
+            max_threads=self.max_threads * self.workers,
+            rule=proportional(self.messages_per_thread),
+            delta_backoff_s=self.delta_backoff_s,
+            max_idle_s=self.max_idle_s,
+        )
+        return PolicySpec(
+            self.name,
+            threads=max(1, self.min_threads) * self.workers,
+            scaling=scaling,
+            push=self.push,
+        )
+
+    @property
+    def name(self) -> str:
+        mode = "push" if self.push else "poll"
+        fleet = f", {self.workers} workers" if self.workers > 1 else ""
+        return (
+            f"{mode} idle {self.max_idle_s:g}s delta {self.delta_backoff_s:g}s "
+            f"threads {self.max_threads} per {self.messages_per_thread}{fleet}"
+        )
+
+    def toml(self) -> str:
+        """The settings as a block for ``config/cloudqueue.toml``."""
+        lines = [
+            "[listener]",
+            "# one message per thread: what the search simulated (more in flight drains faster)",
+            "concurrency = 1",
+            "",
+            "[backoff]",
+            f"delta_backoff_s = {self.delta_backoff_s:g}",
+            f"max_idle_s = {self.max_idle_s:g}",
+            "",
+            "[scaling]",
+            f"min_threads = {self.min_threads}",
+            f"max_threads = {self.max_threads}",
+            'rule = "proportional"',
+            f"messages_per_thread = {self.messages_per_thread}",
+        ]
+        if self.push:
+            lines += [
+                "",
+                "[triggers]",
+                "# push: producers announce work on Redis; set the URL of yours",
+                'url = "redis://localhost:6379/0"',
+            ]
+        if self.workers > 1:
+            lines.insert(0, f"# run {self.workers} workers (processes or pods) with these settings")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True, slots=True)
+class Trial:
+    candidate: Candidate
+    result: PolicyResult
+
+    @property
+    def cost_per_month_usd(self) -> float:
+        return monthly_cost_usd(self.result.transactions_per_day)
+
+
+@dataclass(frozen=True, slots=True)
+class Tuning:
+    """The outcome: the cheapest trial that meets the goals (or why none does), and context."""
+
+    goals: Goals
+    best: Trial | None
+    trials: list[Trial]
+    baselines: list[PolicyResult]
+    infeasible: str | None
+    """One line naming the goal that binds and the closest reachable value (None if met)."""
+
+    def curve(self) -> list[Trial]:
+        """Cost against p95 pickup: the trials no other trial beats on both."""
+        ranked = sorted(
+            (t for t in self.trials if t.result.latency.p95_s is not None),
+            key=lambda t: (t.cost_per_month_usd, t.result.latency.p95_s),
+        )
+        front: list[Trial] = []
+        for trial in ranked:
+            p95 = trial.result.latency.p95_s
+            if not front or (p95 is not None and p95 < (front[-1].result.latency.p95_s or 0)):
+                front.append(trial)
+        return front
+
+
+@dataclass(frozen=True, slots=True)
+class _Problem:
+    """What every trial of one tuning shares (sent to the worker processes once per task)."""
+
+    workload: Workload
+    service: ServiceModel
+    goals: Goals
+    seed: int
+
+    def evaluate(self, candidate: Candidate) -> Trial:
+        [result] = simulate(self.workload, [candidate.spec()], service=self.service, seed=self.seed)
+        return Trial(candidate, result)
+
+
+def tune(
+    workload: Workload,
+    service: ServiceModel,
+    goals: Goals,
+    *,
+    max_threads_per_worker: int = DEFAULT_MAX_THREADS,
+    max_workers: int = 1,
+    allow_push: bool = True,
+    seed: int = 1,
+    executor: Executor | None = None,
+) -> Tuning:
+    """Search the grid (module docstring) for the cheapest settings meeting ``goals``.
+
+    Trials run in ``executor`` (default: a process per core); results do not depend on it.
+    """
+    problem = _Problem(workload, service, goals, seed)
+    own = executor is None
+    pool = executor or ProcessPoolExecutor(max_workers=min(4, os.cpu_count() or 1))
+    try:
+        baselines = pool.submit(_baselines, problem)
+        trials = _idle_stage(
+            pool, problem, min(DEFAULT_MAX_THREADS, max_threads_per_worker), allow_push=allow_push
+        )
+        # Where no idle setting meets the pickup goal, a burst's backlog is what delays pickup:
+        # stage 2 sizes the pool from the cheapest ones all the same.
+        picked = sorted(
+            (chain[-1] for chain in trials if chain),
+            key=lambda trial: (not goals.pickup_met(trial.result), *_rank(trial)),
+        )[:STAGE_TWO_STARTS]
+        sized = _scaling_stage(pool, problem, picked, max_threads_per_worker, max_workers)
+        tried = [trial for chain in [*trials, *sized] for trial in chain]
+        peers = baselines.result()
+    finally:
+        if own:
+            pool.shutdown()
+    feasible = [t for t in tried if not goals.misses(t.result)]
+    best = min(feasible, key=_rank, default=None)
+    return Tuning(goals, best, tried, peers, None if best else _binding(goals, tried))
+
+
+PEERS = (
+    ("cloudqueue defaults", cloudqueue_defaults),
+    ("Functions queue trigger, defaults", functions_like),
+    ("1 poller, every 1 s", lambda: naive_poller(1, 1.0)),
+    ("fixed pool of 8 threads, every 1 s", lambda: naive_poller(8, 1.0)),
+)
+"""What the tuned settings are compared with: today's defaults and the peers' defaults."""
+
+
+def _baselines(problem: _Problem) -> list[PolicyResult]:
+    specs = [replace(build(), name=label) for label, build in PEERS]
+    return simulate(problem.workload, specs, service=problem.service, seed=problem.seed)
+
+
+def _rank(trial: Trial) -> tuple[float, float]:
+    return (trial.cost_per_month_usd, trial.result.latency.p95_s or 0.0)
+
+
+def _idle_stage(
+    pool: Executor, problem: _Problem, max_threads: int, *, allow_push: bool
+) -> list[list[Trial]]:
+    """Stage 1: one binary search over max_idle_s per mode and delta."""
+    starts = [
+        Candidate(push, delta, MAX_IDLE_GRID_S[0], max_threads=max_threads)
+        for push in ((False, True) if allow_push else (False,))
+        for delta in DELTAS_S
+    ]
+    return list(pool.map(partial(_idle_chain, problem), starts))
+
+
+def _scaling_stage(
+    pool: Executor,
+    problem: _Problem,
+    picked: list[Trial],
+    max_threads_per_worker: int,
+    max_workers: int,
+) -> list[list[Trial]]:
+    """Stage 2: one binary search over max_threads per start and rule; more workers only when
+    one cannot meet the goals."""
+    chains: list[list[Trial]] = []
+    for workers in range(1, max_workers + 1):
+        starts = [
+            replace(trial.candidate, messages_per_thread=per_thread, workers=workers)
+            for trial in picked
+            for per_thread in MESSAGES_PER_THREAD
+        ]
+        grown = list(pool.map(partial(_thread_chain, problem, max_threads_per_worker), starts))
+        chains += grown
+        if any(not problem.goals.misses(t.result) for chain in grown for t in chain):
+            break
+    return chains
+
+
+def _idle_chain(problem: _Problem, start: Candidate) -> list[Trial]:
+    """Binary search for the longest max_idle_s meeting the pickup goals; the trials run, the
+    one chosen last (the first grid point if none meets them)."""
+
+    def trial_at(index: int) -> Trial:
+        idle_s = MAX_IDLE_GRID_S[index]
+        delta_s = min(start.delta_backoff_s, idle_s)
+        return problem.evaluate(replace(start, max_idle_s=idle_s, delta_backoff_s=delta_s))
+
+    good = partial(_pickup_met, problem.goals)
+    return _bisect(len(MAX_IDLE_GRID_S), trial_at, good, longest=True)
+
+
+def _thread_chain(problem: _Problem, limit: int, start: Candidate) -> list[Trial]:
+    """Binary search for the fewest max_threads (up to ``limit``) meeting every goal."""
+    grid = [threads for threads in THREAD_GRID if threads <= limit] or [limit]
+
+    def trial_at(index: int) -> Trial:
+        return problem.evaluate(replace(start, max_threads=grid[index]))
+
+    good = partial(_meets_all, problem.goals)
+    return _bisect(len(grid), trial_at, good, longest=False)
+
+
+def _pickup_met(goals: Goals, trial: Trial) -> bool:
+    return goals.pickup_met(trial.result)
+
+
+def _meets_all(goals: Goals, trial: Trial) -> bool:
+    return not goals.misses(trial.result)
+
+
+def _bisect(
+    size: int, trial_at: Callable[[int], Trial], good: Callable[[Trial], bool], *, longest: bool
+) -> list[Trial]:
+    """Trials of a monotone binary search over ``size`` grid points; the chosen trial last.
+
+    ``longest``: good points form a prefix and the last good one is wanted (max_idle_s); else
+    they form a suffix and the first good one is wanted (max_threads).
+    """
+    low, high = 0, size - 1
+    tried: dict[int, Trial] = {}
+    chosen: int | None = None
+    while low <= high:
+        middle = (low + high) // 2
+        trial = tried[middle] = trial_at(middle)
+        if good(trial):
+            chosen = middle
+            low, high = (middle + 1, high) if longest else (low, middle - 1)
+        else:
+            low, high = (low, middle - 1) if longest else (middle + 1, high)
+    if chosen is None:
+        chosen = 0 if longest else size - 1
+        if chosen not in tried:
+            tried[chosen] = trial_at(chosen)
+    last = tried.pop(chosen)
+    return [*tried.values(), last]
+
+
+def _binding(goals: Goals, trials: list[Trial]) -> str:
+    """One line: the first goal no trial meets, with the closest value reached and where."""
+    for index, (name, _, goal) in enumerate(goals._figures(trials[0].result)):
+        if goal is None:
+            continue
+        reached = [
+            (value, trial)
+            for trial in trials
+            if (value := goals._figures(trial.result)[index][1]) is not None
+        ]
+        if not reached:
+            return f"{name} <= {_s(goal)} cannot be measured: no message was handled"
+        value, trial = min(reached, key=lambda pair: pair[0])
+        if value > goal:
+            return (
+                f"{name} <= {_s(goal)} cannot be met: the closest reachable is {_s(value)} "
+                f"({trial.candidate.name})"
+            )
+    return "the goals cannot be met together; relax one of them (each can be met alone)"
+
+
+def _s(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"
