@@ -38,7 +38,7 @@ from listener.simulation.tuning import Goals, tune
 from listener.stores.connection import open_storage
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from workers.cli.tune import service_for
+from workers.cli.profile_options import service_for
 from workers.replay import replay
 from workers.settings import CloudQueueSettings
 

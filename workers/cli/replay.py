@@ -11,7 +11,7 @@ from listener.errors import ConfigurationError
 from listener.simulation.profile import load_profile
 from listener.stores.storage import validate_queue_name
 from workers.cli.common import BadInput, current_settings, opened_storage, parse_overrides
-from workers.cli.tune import DEFAULT_SERVICE, service_for
+from workers.cli.profile_options import CSV_SERVICE_S, service_for
 from workers.replay import CONSUMER_OPERATIONS, ReplayReport, replay
 
 
@@ -32,13 +32,7 @@ from workers.replay import CONSUMER_OPERATIONS, ReplayReport, replay
     metavar="KEY=VALUE",
     help="A setting for the replaying worker, e.g. the tuned ones (or use --config FILE).",
 )
-@click.option(
-    "--service-s",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_SERVICE.service_s,
-    show_default=True,
-    help="Handler time per message, for a CSV profile (a recorded one carries its own).",
-)
+@CSV_SERVICE_S
 @click.option(
     "--start-minute",
     type=click.IntRange(min=0),

@@ -33,9 +33,7 @@ from listener.simulation.profile import load_profile
 from listener.simulation.workload import DAY_S
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Duration
-
-DEFAULT_SERVICE = ServiceModel()
-"""The simulator's own defaults are the command's: one place says what a handler takes."""
+from workers.cli.profile_options import DEFAULT_SERVICE, request_latency_option, service_s_option
 
 PLOT_SAMPLES = 500
 TABLE_SAMPLES = 1
@@ -89,26 +87,14 @@ SEED_SLIP_NOTE = (
     help="Seconds between the naive poller's idle polls.",
 )
 @click.option("--fixed-threads", type=click.IntRange(min=1), default=4, show_default=True)
-@click.option(
-    "--service-s",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_SERVICE.service_s,
-    show_default=True,
-    help="Handler time per message (mean, for --service-distribution exponential).",
-)
+@service_s_option("Handler time per message (mean, for --service-distribution exponential).")
 @click.option(
     "--service-distribution",
     type=click.Choice(["fixed", "exponential"]),
     default=DEFAULT_SERVICE.distribution,
     show_default=True,
 )
-@click.option(
-    "--request-latency-s",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_SERVICE.request_latency_s,
-    show_default=True,
-    help="Time each storage call takes to answer.",
-)
+@request_latency_option
 @click.option(
     "--failure-rate",
     type=click.FloatRange(min=0, max=1),

@@ -14,14 +14,14 @@ from typing import Any
 
 import click
 
-from listener.simulation import ServiceModel, format_table
+from listener.simulation import format_table
 from listener.simulation.cost import monthly_cost_usd
 from listener.simulation.profile import LoadedProfile, load_profile
 from listener.simulation.tuning import Goals, Trial, Tuning, tune
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Seconds
+from workers.cli.profile_options import CSV_SERVICE_S, request_latency_option, service_for
 
-DEFAULT_SERVICE = ServiceModel()
 INFEASIBLE_EXIT = 1
 
 
@@ -37,20 +37,8 @@ INFEASIBLE_EXIT = 1
 @click.option("--max-threads-per-worker", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-workers", type=click.IntRange(min=1), default=1, show_default=True)
 @click.option("--no-push", is_flag=True, help="Only settings that need no Redis trigger channel.")
-@click.option(
-    "--service-s",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_SERVICE.service_s,
-    show_default=True,
-    help="Handler time per message, for a CSV profile (a recorded one carries its own).",
-)
-@click.option(
-    "--request-latency-s",
-    type=click.FloatRange(min=0),
-    default=DEFAULT_SERVICE.request_latency_s,
-    show_default=True,
-    help="Time each storage call takes to answer.",
-)
+@CSV_SERVICE_S
+@request_latency_option
 @click.option("--price", type=click.FloatRange(min=0, min_open=True), help="USD per 10,000.")
 @click.option("--seed", type=int, default=1, show_default=True, help="Random seed (jitter).")
 @click.option("--json", "as_json", is_flag=True, help="Print JSON instead of tables.")
@@ -118,18 +106,6 @@ def tune_command(
     if tuning.best is None:
         click.echo(f"Error: {tuning.infeasible}", err=True)
         raise SystemExit(INFEASIBLE_EXIT)
-
-
-def service_for(
-    loaded: LoadedProfile, service_s: float, *, request_latency_s: float
-) -> ServiceModel:
-    """The handling times a recorded profile carries, else ``service_s`` for every message."""
-    recorded = (
-        None
-        if loaded.recorded is None
-        else loaded.recorded.service(request_latency_s=request_latency_s)
-    )
-    return recorded or ServiceModel(service_s=service_s, request_latency_s=request_latency_s)
 
 
 def _report(loaded: LoadedProfile, tuning: Tuning, price_usd: float) -> str:
