@@ -8,13 +8,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
+import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from azure.storage.blob import ContainerClient
 
+from listener.stores.azure_ticks import JOBS_CONTAINER, AzureTickLedger
+from listener.stores.tick_ledger import JobRecord
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.polling import eventually
 from tests.support.runs import Run, run_environment
@@ -95,3 +100,66 @@ def test_two_processes_fire_each_tick_once_and_a_killed_holder_hands_over(
     ticks = [tick for tick, _ in fired(fleet)]
     assert len(ticks) == len(set(ticks))  # no tick twice, in either process
     assert all(b - a == timedelta(seconds=2) for a, b in pairwise(ticks))  # and none lost
+
+
+def test_the_blob_ledger_claims_a_tick_once_and_holds_the_lease_until_released(
+    azurite_blobs: AzuriteProcess,
+) -> None:
+    """On Azure the record is blob metadata: one claim per tick, a live lease refuses the next
+    tick to others, renewal belongs to the holder, and release frees the job."""
+    ledger = AzureTickLedger.from_connection_string(azurite_blobs.connection_string)
+    job, tick = f"tests:Job{uuid.uuid4().hex[:8]}", datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        assert ledger.record(job) == JobRecord()
+        assert ledger.claim(job, tick, holder="a", lease_s=60).fired
+        assert not ledger.claim(job, tick, holder="b", lease_s=60).fired
+        later = tick + timedelta(seconds=2)
+        assert not ledger.claim(job, later, holder="b", lease_s=60).fired  # a's lease is live
+        assert (
+            ledger.renew(job, holder="b", lease_s=60),
+            ledger.renew(job, holder="a", lease_s=60),
+        ) == (False, True)
+        ledger.release(job, holder="a")
+        assert ledger.claim(job, later, holder="b", lease_s=60).fired
+        assert ledger.record(job).last_tick == later
+    finally:
+        ledger.close()
+
+
+class RecordingPause:
+    """A sleeper that pauses for real and says when a change had to wait for the blob lease."""
+
+    def __init__(self) -> None:
+        self.waited = threading.Event()
+
+    def wait(self, stop_event: threading.Event, delay_s: float) -> bool:
+        self.waited.set()
+        return stop_event.wait(delay_s)
+
+
+def test_a_blob_ledger_change_waits_while_another_process_holds_the_blob_lease(
+    azurite_blobs: AzuriteProcess,
+) -> None:
+    """The blob lease is the mutex: a claim made while another holds it waits, and goes through
+    once it is released."""
+    pause = RecordingPause()
+    connection_string = azurite_blobs.connection_string
+    ledger = AzureTickLedger.from_connection_string(connection_string, sleeper=pause)
+    job, tick = f"tests:Job{uuid.uuid4().hex[:8]}", datetime(2026, 1, 1, tzinfo=UTC)
+    container = ContainerClient.from_connection_string(connection_string, JOBS_CONTAINER)
+    try:
+        ledger.release(job, holder="nobody")  # creates the blob
+        other = container.get_blob_client(job).acquire_lease(lease_duration=15)
+        claims: list[bool] = []
+        claiming = threading.Thread(
+            target=lambda: claims.append(ledger.claim(job, tick, holder="a", lease_s=5).fired)
+        )
+        claiming.start()
+        assert pause.waited.wait(10)
+        assert claims == []
+        other.release()
+        claiming.join(10)
+        assert claims == [True]
+    finally:
+        container.close()
+        ledger.close()

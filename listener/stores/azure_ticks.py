@@ -26,8 +26,12 @@ from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFo
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from listener import errors
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.stores.azure_storage import client_options, translate_error
+from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from listener.stores.azure_payloads import (
+    container_from_account_url,
+    container_from_connection_string,
+)
+from listener.stores.azure_storage import translate_error
 from listener.stores.tick_ledger import Claim, JobRecord, claimed, released, renewed
 
 __all__ = ["JOBS_CONTAINER", "AzureTickLedger"]
@@ -45,33 +49,29 @@ R = TypeVar("R")
 class AzureTickLedger:
     """Job records as blob metadata, each change made under a blob lease."""
 
-    def __init__(self, container: ContainerClient, *, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(
+        self,
+        container: ContainerClient,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        sleeper: Sleeper = EVENT_SLEEPER,
+    ) -> None:
         self._container = container
         self._clock = clock
-        self._pause = threading.Event()  # never set: a wait on it is a pause between tries
+        self._sleeper = sleeper
+        self._never = threading.Event()  # a wait on it is a pause between tries
 
     @classmethod
-    def from_connection_string(cls, connection_string: str, **overrides: Any) -> AzureTickLedger:
-        try:
-            container = ContainerClient.from_connection_string(
-                connection_string, JOBS_CONTAINER, **client_options(**overrides)
-            )
-        except ValueError:
-            raise errors.ConfigurationError(
-                "the Azure Storage connection string is malformed or lacks the blob endpoint"
-            ) from None
-        return cls(container)
+    def from_connection_string(
+        cls, connection_string: str, *, sleeper: Sleeper = EVENT_SLEEPER, **overrides: Any
+    ) -> AzureTickLedger:
+        container = container_from_connection_string(connection_string, JOBS_CONTAINER, **overrides)
+        return cls(container, sleeper=sleeper)
 
     @classmethod
     def from_account_url(cls, account_url: str, credential: TokenCredential) -> AzureTickLedger:
         """Connect to a blob service URL with a token credential (Microsoft Entra ID)."""
-        try:
-            container = ContainerClient(
-                account_url, JOBS_CONTAINER, credential=credential, **client_options()
-            )
-        except ValueError:
-            raise errors.ConfigurationError("the blob service URL is invalid") from None
-        return cls(container)
+        return cls(container_from_account_url(account_url, JOBS_CONTAINER, credential))
 
     def claim(self, job: str, tick: datetime, *, holder: str, lease_s: float) -> Claim:
         def decide(record: JobRecord) -> tuple[JobRecord | None, Claim]:
@@ -129,8 +129,8 @@ class AzureTickLedger:
                 return blob.acquire_lease(lease_duration=_MUTEX_LEASE_S)
             except ResourceNotFoundError:
                 self._create(blob, job)
-            except ResourceExistsError:
-                self._pause.wait(_LEASE_RETRY_S)  # 409 LeaseAlreadyPresent: another claimer
+            except ResourceExistsError:  # 409 LeaseAlreadyPresent: another process changes it
+                self._sleeper.wait(self._never, _LEASE_RETRY_S)
             except AzureError as error:
                 raise translate_error(
                     error, operation=f"lease of job {job!r}", queue_name=""
