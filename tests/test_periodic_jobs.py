@@ -15,10 +15,13 @@ from typing import ClassVar
 import pytest
 from structlog.testing import capture_logs
 
+from listener import InMemoryQueueStorage
 from listener.errors import ConfigurationError
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.tick_ledger import InMemoryTickLedger, SqliteTickLedger, TickLedger
 from listener.testing import ManualClock
+from tests.support.polling import eventually
+from workers import CloudQueueSettings, WorkerHost
 from workers.job_scheduler import JobScheduler
 from workers.job_schedules import CronSchedule, EverySchedule
 from workers.periodic_job import PeriodicJob, job_spec
@@ -339,3 +342,41 @@ def test_the_lease_is_shorter_than_the_interval_and_bounded() -> None:
         ).lease_s
 
     assert (lease(0.5), lease(2), lease(60), lease(3600)) == (1.0, 1.5, 45.0, 300.0)
+
+
+def test_a_host_runs_its_jobs_and_lets_a_run_in_progress_finish_at_stop() -> None:
+    """WorkerHost hosts jobs beside (here: without) queue workers; stop stops firing, waits for
+    the run in progress within the grace period, then calls on_stop."""
+    started, release, stopped = threading.Event(), threading.Event(), threading.Event()
+
+    class Hosted(PeriodicJob):
+        every_s = 0.2
+
+        def run(self, tick: datetime) -> None:
+            started.set()
+            release.wait(10)
+
+        def on_stop(self) -> None:
+            stopped.set()
+
+    ledger = InMemoryTickLedger()
+    host = WorkerHost(
+        [],
+        CloudQueueSettings(shutdown_grace_s=10),
+        storage=InMemoryQueueStorage(),
+        jobs=[Hosted],
+        tick_ledger=ledger,
+    )
+    host.start()
+    assert started.wait(10)
+    drained: list[bool] = []
+    stopping = threading.Thread(target=lambda: drained.append(host.stop()))
+    stopping.start()
+    eventually(lambda: host.jobs.schedulers[0].stopping, timeout_s=5)
+    assert drained == []  # the run goes on
+    assert not stopped.is_set()
+    release.set()
+    stopping.join(10)
+    assert drained == [True]
+    assert stopped.is_set()
+    assert ledger.record(job_spec(Hosted).name).holder is None  # the lease was released

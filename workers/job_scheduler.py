@@ -80,6 +80,11 @@ class JobScheduler:
     def running(self) -> bool:
         return self._run is not None
 
+    @property
+    def stopping(self) -> bool:
+        """Whether stop was requested: no further tick fires."""
+        return self._stop.is_set()
+
     def start(self) -> None:
         self._thread.start()
 
