@@ -16,7 +16,9 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import ContainerClient
+from structlog.testing import capture_logs
 
 from listener.stores.azure_ticks import JOBS_CONTAINER, AzureTickLedger
 from listener.stores.tick_ledger import JobRecord
@@ -160,6 +162,32 @@ def test_a_blob_ledger_change_waits_while_another_process_holds_the_blob_lease(
         other.release()
         claiming.join(10)
         assert claims == [True]
+    finally:
+        container.close()
+        ledger.close()
+
+
+def test_a_blob_lease_held_past_any_change_is_broken_and_the_claim_goes_through(
+    azurite_blobs: AzuriteProcess,
+) -> None:
+    """A holder killed inside a change leaves the blob leased for 15 s: after two seconds of
+    retries the lease is broken (logged), and the stale holder's own write would fail."""
+    connection_string = azurite_blobs.connection_string
+    ledger = AzureTickLedger.from_connection_string(connection_string)
+    job, tick = f"tests:Job{uuid.uuid4().hex[:8]}", datetime(2026, 1, 1, tzinfo=UTC)
+    container = ContainerClient.from_connection_string(connection_string, JOBS_CONTAINER)
+    try:
+        ledger.release(job, holder="nobody")  # creates the blob
+        blob = container.get_blob_client(job)
+        dead = blob.acquire_lease(lease_duration=15)  # and never released
+        with capture_logs() as logs:
+            assert ledger.claim(job, tick, holder="a", lease_s=5).fired
+        assert [e["event"] for e in logs if e["log_level"] == "warning"] == [
+            "job_ledger_lease_broken"
+        ]
+        with pytest.raises(HttpResponseError):
+            blob.set_blob_metadata({"last_tick": "stale"}, lease=dead)
+        assert ledger.record(job).last_tick == tick
     finally:
         container.close()
         ledger.close()

@@ -90,7 +90,7 @@ class CronSchedule:
 
     @property
     def interval_s(self) -> float:
-        ticks = list(islice(CronSim(self.expression, datetime.now(UTC)), _GAPS_MEASURED))
+        ticks = list(islice(CronSim(self.expression, _EPOCH), _GAPS_MEASURED))
         return min((b - a).total_seconds() for a, b in pairwise(ticks))
 
     def next_after(self, moment: datetime) -> datetime:

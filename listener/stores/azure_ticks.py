@@ -7,9 +7,9 @@ nothing: it releases the lease. The lease is the mutex that makes read-decide-wr
 across machines; the job's own lease (``lease_until`` in the record) may then be as short as its
 interval asks, which a blob lease (15-60 s or infinite) could not be.
 
-A process killed inside those few milliseconds leaves the blob leased: the others wait up to 15 s
-for it (one of ``_LEASE_TRIES`` quick retries each, then a TransientStorageError, logged and
-tried again at the next tick). Each claim costs four transactions (lease, read, write, release).
+A process killed inside those few milliseconds leaves the blob leased for 15 s: the others retry
+for two seconds, then break the lease (a write the holder might still make with it then fails,
+so nothing is decided twice). Each claim costs four transactions (lease, read, write, release).
 """
 
 from __future__ import annotations
@@ -123,7 +123,8 @@ class AzureTickLedger:
 
     def _lease(self, blob: BlobClient, job: str) -> BlobLeaseClient:
         """The blob's lease, creating the blob (and container) on first use; a short wait while
-        another process holds it."""
+        another process holds it, and then -- a change takes milliseconds, so its holder died
+        or stalls -- the lease is broken: a write the stalled holder still makes then fails."""
         for _ in range(_LEASE_TRIES):
             try:
                 return blob.acquire_lease(lease_duration=_MUTEX_LEASE_S)
@@ -135,7 +136,10 @@ class AzureTickLedger:
                 raise translate_error(
                     error, operation=f"lease of job {job!r}", queue_name=""
                 ) from None
-        raise errors.TransientStorageError(f"the ledger blob of job {job!r} stays leased")
+        log.warning("job_ledger_lease_broken", job=job, held_s=_LEASE_TRIES * _LEASE_RETRY_S)
+        with _translated("break the lease of", job):
+            BlobLeaseClient(blob).break_lease(lease_break_period=0)
+            return blob.acquire_lease(lease_duration=_MUTEX_LEASE_S)
 
     def _create(self, blob: BlobClient, job: str) -> None:
         with _translated("create the ledger of", job):
