@@ -12,7 +12,7 @@ from listener.stores.connection import open_tick_ledger
 from listener.stores.tick_ledger import TickLedger
 from workers.job_scheduler import JobScheduler
 from workers.live_state import JobLiveState
-from workers.periodic_job import PeriodicJob, job_name, job_spec
+from workers.periodic_job import PeriodicJob, job_spec
 from workers.settings import CloudQueueSettings
 
 
@@ -73,4 +73,4 @@ class HostedJobs:
         return f"HostedJobs({self.names})"
 
 
-__all__ = ["HostedJobs", "job_name"]
+__all__ = ["HostedJobs"]

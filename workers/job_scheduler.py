@@ -43,6 +43,9 @@ class _Run:
     reported_late: bool = False
     lease_lost: bool = False
     renew_at_s: float = 0.0
+    finished: bool = False
+    """Set before its lease is released, so that a renewal racing the release is not taken
+    for a lost lease."""
 
 
 class JobScheduler:
@@ -140,7 +143,9 @@ class JobScheduler:
     def step(self) -> float:
         """Renew and watch a run in progress, fire the tick when due; seconds until the next
         thing to do."""
-        assert self.next_tick is not None, "begin() first"
+        if self.next_tick is None:
+            self.begin()
+            assert self.next_tick is not None  # begin() always sets it
         self._watch_run()
         now = self.clock.now()
         if now >= self.next_tick:
@@ -236,7 +241,7 @@ class JobScheduler:
         except StorageError as error:
             log.warning("job_lease_not_renewed", job=self.spec.name, error=str(error))
             return
-        if not kept and not run.lease_lost:
+        if not kept and not run.lease_lost and not run.finished:
             run.lease_lost = True
             # Its tick is recorded: no one fires it again, but a later tick may now start
             # elsewhere while this run goes on.
@@ -269,6 +274,8 @@ class JobScheduler:
             self._finish(tick, outcome, run)
 
     def _finish(self, tick: datetime, outcome: str, run: _Run | None) -> None:
+        if run is not None:
+            run.finished = True
         try:
             self.ledger.release(self.spec.name, holder=self.holder)
         except StorageError as error:
