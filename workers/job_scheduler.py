@@ -77,7 +77,9 @@ class JobScheduler:
         self._run: _Run | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"cloudqueue:job:{spec.name}")
+        self._thread = threading.Thread(
+            target=self._loop, name=f"cloudqueue:job:{spec.name}", daemon=True
+        )
 
     @property
     def running(self) -> bool:
@@ -203,7 +205,10 @@ class JobScheduler:
             return
         self.last_fired_here = tick
         thread = threading.Thread(
-            target=self._execute, args=(tick,), name=f"cloudqueue:job-run:{self.spec.name}"
+            target=self._execute,
+            args=(tick,),
+            name=f"cloudqueue:job-run:{self.spec.name}",
+            daemon=True,  # a sync run still going when the grace period ends does not hold exit
         )
         started_s = self.clock.monotonic()
         self._run = _Run(tick, started_s, thread, renew_at_s=started_s + self._renew_every_s)
