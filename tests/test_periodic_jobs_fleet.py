@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from itertools import pairwise
 from pathlib import Path
+from typing import Any
 
 import pytest
 from azure.core.exceptions import HttpResponseError
@@ -191,3 +192,36 @@ def test_a_blob_lease_held_past_any_change_is_broken_and_the_claim_goes_through(
     finally:
         container.close()
         ledger.close()
+
+
+def test_a_tick_on_two_processes_costs_eleven_blob_transactions(
+    azurite_blobs: AzuriteProcess,
+) -> None:
+    """The figure on the periodic jobs page: the winner's claim (4) and release (4), the
+    loser's refused claim (3); a renewal by the holder 4 more."""
+    requests: list[str] = []
+
+    def count(response: Any) -> None:
+        requests.append(response.http_request.method)
+
+    connection_string = azurite_blobs.connection_string
+    one, other = (
+        AzureTickLedger.from_connection_string(connection_string, raw_response_hook=count)
+        for _ in range(2)
+    )
+    job, tick = f"tests:Job{uuid.uuid4().hex[:8]}", datetime(2026, 1, 1, tzinfo=UTC)
+    try:
+        one.release(job, holder="nobody")  # creates the blob: once in a job's life
+        requests.clear()
+        assert one.claim(job, tick, holder="one", lease_s=60).fired
+        assert not other.claim(job, tick, holder="other", lease_s=60).fired
+        one.release(job, holder="one")
+        assert len(requests) == 11
+        requests.clear()
+        assert other.claim(job, tick + timedelta(seconds=2), holder="other", lease_s=60).fired
+        requests.clear()
+        assert other.renew(job, holder="other", lease_s=60)
+        assert len(requests) == 4
+    finally:
+        one.close()
+        other.close()
