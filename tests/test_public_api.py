@@ -109,6 +109,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "CloudQueueSettings",
         "ListenerSettings",
         "LoggingSettings",
+        "PeriodicJob",
         "QueueWorker",
         "WorkerHost",
         "load_worker",

@@ -1,6 +1,8 @@
-"""cloudqueue's worker side: the entry point users subclass, its host process and settings."""
+"""cloudqueue's worker side: the entry points users subclass (queue workers, periodic jobs), their
+host process and settings."""
 
 from workers.host import WorkerHost
+from workers.periodic_job import PeriodicJob
 from workers.settings import CloudQueueSettings, ListenerSettings, LoggingSettings
 from workers.worker import QueueWorker, load_worker
 
@@ -8,6 +10,7 @@ __all__ = [
     "CloudQueueSettings",
     "ListenerSettings",
     "LoggingSettings",
+    "PeriodicJob",
     "QueueWorker",
     "WorkerHost",
     "load_worker",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -34,12 +34,15 @@ from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
+from listener.stores.tick_ledger import TickLedger
 from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
 from workers.depth_refresh import DepthRefresher
+from workers.hosted_jobs import HostedJobs
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
 from workers.partitioning import layout_of, partitioned_storage, settle_layout
+from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
 from workers.rate_limits import open_rate_limiter
 from workers.recording import recorded_handler
@@ -65,7 +68,7 @@ class HostedWorker:
 
 
 class WorkerHost:
-    """Runs one listener per worker on a shared storage connection."""
+    """Runs one listener per worker on a shared storage connection, and the periodic jobs."""
 
     def __init__(
         self,
@@ -74,8 +77,12 @@ class WorkerHost:
         *,
         storage: QueueStorage | None = None,
         payload_store: PayloadStore | None = None,
+        jobs: Sequence[type[PeriodicJob]] = (),
+        tick_ledger: TickLedger | None = None,
     ) -> None:
         self.settings = settings
+        # Jobs are checked (and their ledger opened) before any queue is touched.
+        self.jobs = HostedJobs(jobs, settings, ledger=tick_ledger)
         # Every worker's settings are validated before storage is opened or a queue touched.
         prepared = [
             (
@@ -106,6 +113,7 @@ class WorkerHost:
         if self.observability is not None:
             # Counted once, by the meter, under the names the listeners' calls use.
             self.observability.count_from(self.storage)
+            self.observability.watch_jobs(self.jobs.schedulers)
         record_path = settings.observability.record_path
         self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
@@ -155,9 +163,14 @@ class WorkerHost:
                 for queue in (hosted.listener.queue_name for hosted in self.hosted)
                 if queue not in (p.queue_name for p in self.listening.partitions_of(queue))
             ]
+        self.jobs.start()
         if self.observability is not None:
             self.observability.started()
-        log.info("host_started", queues=[hosted.listener.queue_name for hosted in self.hosted])
+        log.info(
+            "host_started",
+            queues=[hosted.listener.queue_name for hosted in self.hosted],
+            jobs=self.jobs.names,
+        )
 
     def stop(self) -> bool:
         """Stop all listeners against one deadline, then on_stop and close; True if drained."""
@@ -169,10 +182,12 @@ class WorkerHost:
                 part.close()
             hosted.scaler.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
+        self.jobs.request_stop()  # and firing
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
             for hosted in self.hosted
         ]
+        drained.append(self.jobs.stop(deadline))
         for hosted in self.hosted:
             _finish(hosted)
         if self.triggers is not None:
@@ -217,7 +232,9 @@ class WorkerHost:
         )
         live = self._live = LiveStatePublisher(
             self.settings.state_dir,
-            worker=" ".join(_name(type(hosted.worker)) for hosted in self.hosted),
+            worker=" ".join(
+                [*(_name(type(hosted.worker)) for hosted in self.hosted), *self.jobs.names]
+            ),
             storage=where,
         )
         log.info("store_opened", storage=where)
@@ -229,17 +246,25 @@ class WorkerHost:
             self.payloads,
             price_per_10k_usd=self.settings.cost.price_per_10k_transactions_usd,
         )
-        live.publish(self.listeners, transactions=self.storage.transactions, meter=meter)
+        self._publish(live, meter)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
             self.refresh_depths()
-            live.publish(self.listeners, transactions=self.storage.transactions, meter=meter)
+            self._publish(live, meter)
             if self.observability is not None:
                 self.observability.sample()
         drained = self.stop()
         live.remove()
         return 0 if drained else 1
+
+    def _publish(self, live: LiveStatePublisher, meter: CostMeter) -> None:
+        live.publish(
+            self.listeners,
+            transactions=self.storage.transactions,
+            meter=meter,
+            jobs=self.jobs.states(),
+        )
 
 
 def _host(

@@ -15,17 +15,20 @@ import json
 import os
 import socket
 import tempfile
-from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
 from listener.listener import CloudQueueListener
 from listener.stores.file_modes import private_folder
 from workers.cost_meter import UNKNOWN, CostMeter, QueueCost
+
+if TYPE_CHECKING:
+    from workers.job_scheduler import JobScheduler
 
 PUBLISH_INTERVAL_S = 2.0
 STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S
@@ -86,6 +89,37 @@ class QueueLiveState:
 
 
 @dataclass(frozen=True, slots=True)
+class JobLiveState:
+    """One periodic job of a running process: when it fired, when it fires next, its runs."""
+
+    job: str
+    schedule: str
+    last_fired: str | None
+    """The last tick fired by any process, as this one last saw the ledger (ISO 8601, UTC)."""
+    next_firing: str | None
+    last_fired_here: str | None = None
+    running: bool = False
+    runs: dict[str, int] = field(default_factory=dict)
+    """Counted ticks by outcome: succeeded, failed, timed_out, skipped."""
+
+    @classmethod
+    def of(cls, scheduler: JobScheduler) -> JobLiveState:
+        return cls(
+            job=scheduler.spec.name,
+            schedule=str(scheduler.spec.schedule),
+            last_fired=_iso(scheduler.last_fired),
+            next_firing=_iso(scheduler.next_tick),
+            last_fired_here=_iso(scheduler.last_fired_here),
+            running=scheduler.running,
+            runs=dict(scheduler.runs),
+        )
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+@dataclass(frozen=True, slots=True)
 class LiveState:
     """What one running host process last published."""
 
@@ -98,6 +132,7 @@ class LiveState:
     queues: tuple[QueueLiveState, ...]
     transactions: int | None = None
     """Storage transactions of the whole process since it started (None: not counted)."""
+    jobs: tuple[JobLiveState, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -108,6 +143,7 @@ class LiveState:
             "updated_at": self.updated_at.isoformat(),
             "queues": [asdict(queue) for queue in self.queues],
             "transactions": self.transactions,
+            "jobs": [asdict(job) for job in self.jobs],
         }
 
     @classmethod
@@ -125,6 +161,7 @@ class LiveState:
             queues=tuple(QueueLiveState(**queue) for queue in data["queues"]),
             # Absent in files of processes that do not count their transactions.
             transactions=None if data.get("transactions") is None else int(data["transactions"]),
+            jobs=tuple(JobLiveState(**job) for job in data.get("jobs", ())),
         )
 
     def listening_on(self, queue: str) -> list[QueueLiveState]:
@@ -159,6 +196,7 @@ class LiveStatePublisher:
         *,
         transactions: int | None = None,
         meter: CostMeter | None = None,
+        jobs: Sequence[JobLiveState] = (),
     ) -> None:
         """Replace the state file; a failure is logged (once while it lasts), never raised.
 
@@ -180,6 +218,7 @@ class LiveStatePublisher:
                 for listener in listeners
             ),
             transactions=transactions,
+            jobs=tuple(jobs),
         )
         try:
             self._write(json.dumps(state.to_json()))
@@ -225,12 +264,26 @@ def read_live_states(
     written on this host by a pid that no longer runs, or -- given ``storage`` -- published by a
     process that named another storage.
     """
-    now = now or utc_now()
+    running = _running_states(directory, storage, now or utc_now(), stale_after_s)
+    return [state for state in running if state.listening_on(queue)]
+
+
+def read_job_states(
+    directory: Path, *, storage: str | None = None, now: datetime | None = None
+) -> list[tuple[LiveState, JobLiveState]]:
+    """Each periodic job of each running process (skipped as ``read_live_states`` skips)."""
+    running = _running_states(directory, storage, now or utc_now(), STALE_AFTER_S)
+    return [(state, job) for state in running for job in state.jobs]
+
+
+def _running_states(
+    directory: Path, storage: str | None, now: datetime, stale_after_s: float
+) -> list[LiveState]:
     this_host = socket.gethostname()
     states = []
     for path in directory.glob("*.json"):
         state = _read(path)
-        if state is None or not state.listening_on(queue):
+        if state is None:
             continue
         if storage is not None and state.storage not in (None, storage):
             continue
@@ -278,9 +331,11 @@ def pid_is_alive(pid: int) -> bool:
 __all__ = [
     "PUBLISH_INTERVAL_S",
     "STALE_AFTER_S",
+    "JobLiveState",
     "LiveState",
     "LiveStatePublisher",
     "QueueLiveState",
+    "read_job_states",
     "read_live_states",
     "running_queue_names",
 ]

@@ -28,7 +28,12 @@ from listener.redaction import redact
 from listener.stores.azure_storage import client_options, translate_error
 from listener.stores.payload_store import validate_payload_name
 
-__all__ = ["DEFAULT_CONTAINER", "AzureBlobPayloadStore"]
+__all__ = [
+    "DEFAULT_CONTAINER",
+    "AzureBlobPayloadStore",
+    "container_from_account_url",
+    "container_from_connection_string",
+]
 
 log = structlog.get_logger(__name__)
 
@@ -58,6 +63,32 @@ def _error_code(err: AzureError) -> str:
     return str(getattr(err, "error_code", None) or "")
 
 
+def container_from_connection_string(
+    connection_string: str, container_name: str, **overrides: Any
+) -> ContainerClient:
+    """A container client with our SDK options; ConfigurationError for a malformed string."""
+    try:
+        return ContainerClient.from_connection_string(
+            connection_string, container_name, **client_options(**overrides)
+        )
+    except ValueError:
+        raise errors.ConfigurationError(
+            "the Azure Storage connection string is malformed or lacks the blob endpoint"
+        ) from None
+
+
+def container_from_account_url(
+    account_url: str, container_name: str, credential: TokenCredential, **overrides: Any
+) -> ContainerClient:
+    """A container client signed in with a token credential (Microsoft Entra ID)."""
+    try:
+        return ContainerClient(
+            account_url, container_name, credential=credential, **client_options(**overrides)
+        )
+    except ValueError:
+        raise errors.ConfigurationError("the blob service URL is invalid") from None
+
+
 class AzureBlobPayloadStore:
     """Payloads as block blobs in one container."""
 
@@ -70,15 +101,7 @@ class AzureBlobPayloadStore:
     ) -> AzureBlobPayloadStore:
         """Connect with a connection string naming the blob endpoint (or a standard account
         string, from which the SDK derives it); ``overrides`` replace our SDK client options."""
-        try:
-            container = ContainerClient.from_connection_string(
-                connection_string, container_name, **client_options(**overrides)
-            )
-        except ValueError:
-            raise errors.ConfigurationError(
-                "the Azure Storage connection string is malformed or lacks the blob endpoint"
-            ) from None
-        return cls(container)
+        return cls(container_from_connection_string(connection_string, container_name, **overrides))
 
     @classmethod
     def from_account_url(
@@ -90,13 +113,7 @@ class AzureBlobPayloadStore:
         **overrides: Any,
     ) -> AzureBlobPayloadStore:
         """Connect to a blob service URL with a token credential (Microsoft Entra ID)."""
-        try:
-            container = ContainerClient(
-                account_url, container_name, credential=credential, **client_options(**overrides)
-            )
-        except ValueError:
-            raise errors.ConfigurationError("the blob service URL is invalid") from None
-        return cls(container)
+        return cls(container_from_account_url(account_url, container_name, credential, **overrides))
 
     @property
     def container_name(self) -> str:

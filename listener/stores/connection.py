@@ -35,9 +35,11 @@ import structlog
 from listener.errors import ConfigurationError
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.stores.storage import QueueStorage
+from listener.stores.tick_ledger import TickLedger
 from listener.stores.token_connection import (
     open_token_payload_store,
     open_token_storage,
+    open_token_tick_ledger,
     token_target,
 )
 
@@ -52,6 +54,7 @@ __all__ = [
     "describe_storage",
     "open_payload_store",
     "open_storage",
+    "open_tick_ledger",
     "outlives_process",
     "parse_connection_string",
 ]
@@ -155,6 +158,36 @@ def open_payload_store(
     from listener.stores.azure_payloads import AzureBlobPayloadStore
 
     return AzureBlobPayloadStore.from_connection_string(target.connection_string)
+
+
+def open_tick_ledger(
+    connection_string: str | None,
+    *,
+    default_path: Path = DEFAULT_PATH,
+    credential: str | None = None,
+) -> TickLedger:
+    """The ledger of periodic jobs' ticks in the store the connection string names.
+
+    SQLite: a table in the same file. Memory: a new in-memory ledger (this process only). Azure:
+    the ``cloudqueue-jobs`` blob container of the same account.
+    """
+    token = token_target(connection_string, credential)
+    if token is not None:
+        return open_token_tick_ledger(token)
+    target = parse_connection_string(connection_string, default_path=default_path)
+    if isinstance(target, MemoryTarget):
+        from listener.stores.tick_ledger import InMemoryTickLedger
+
+        return InMemoryTickLedger()
+    if isinstance(target, SqliteTarget):
+        from listener.stores.sqlite_storage import SqliteQueueStorage
+        from listener.stores.tick_ledger import SqliteTickLedger
+
+        return SqliteTickLedger(SqliteQueueStorage(target.path))
+    _check_blob_endpoint(target.connection_string)
+    from listener.stores.azure_ticks import AzureTickLedger
+
+    return AzureTickLedger.from_connection_string(target.connection_string)
 
 
 def describe_storage(

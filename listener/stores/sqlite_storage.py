@@ -15,7 +15,7 @@ import json
 import sqlite3
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -265,6 +265,10 @@ class SqliteQueueStorage:
     def close(self) -> None:
         with self._lock:
             self._db.close()
+
+    def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
+        """One write transaction on this file, for tables beside the queues (the tick ledger's)."""
+        return self._transaction()
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 from listener.errors import ConfigurationError
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
+from listener.stores.tick_ledger import TickLedger
 
 __all__ = ["TokenTarget", "open_token_payload_store", "open_token_storage", "token_target"]
 
@@ -116,14 +117,29 @@ def open_token_storage(target: TokenTarget) -> QueueStorage:
 
 def open_token_payload_store(target: TokenTarget) -> PayloadStore:
     """The payload container at the target's blob URL; ConfigurationError if it has none."""
-    if target.blob_url is None:
-        raise ConfigurationError(
-            "the blob service URL cannot be derived from the queue service URL: use "
-            "QueueEndpoint=...;BlobEndpoint=... to keep large payloads in blob storage"
-        )
     from listener.stores.azure_payloads import AzureBlobPayloadStore
     from listener.stores.credentials import open_credential
 
     return AzureBlobPayloadStore.from_account_url(
-        target.blob_url, open_credential(target.credential)
+        _blob_url(target, "to keep large payloads in blob storage"),
+        open_credential(target.credential),
     )
+
+
+def open_token_tick_ledger(target: TokenTarget) -> TickLedger:
+    """The periodic jobs' ledger at the target's blob URL; ConfigurationError if it has none."""
+    from listener.stores.azure_ticks import AzureTickLedger
+    from listener.stores.credentials import open_credential
+
+    return AzureTickLedger.from_account_url(
+        _blob_url(target, "for periodic jobs"), open_credential(target.credential)
+    )
+
+
+def _blob_url(target: TokenTarget, purpose: str) -> str:
+    if target.blob_url is None:
+        raise ConfigurationError(
+            "the blob service URL cannot be derived from the queue service URL: use "
+            f"QueueEndpoint=...;BlobEndpoint=... {purpose}"
+        )
+    return target.blob_url

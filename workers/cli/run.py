@@ -26,11 +26,12 @@ from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
 from workers.partitioning import check_layouts
+from workers.periodic_job import PeriodicJob, load_target
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.reload import run_reloading, watched_folders
 from workers.settings import CloudQueueSettings
 from workers.supervisor import Supervisor
-from workers.worker import QueueWorker, load_worker
+from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 
@@ -89,7 +90,10 @@ def run(
     progress: bool,
     reload: bool,
 ) -> None:
-    """Run workers until SIGTERM/SIGINT, then drain in-flight items and exit.
+    """Run workers and periodic jobs until SIGTERM/SIGINT, then drain in-flight items and exit.
+
+    Each MODULE:CLASS is a QueueWorker or a PeriodicJob; however many processes run a job on one
+    store, each of its ticks fires once.
 
     A second SIGTERM/SIGINT exits at once; unfinished messages reappear after their
     visibility timeout, so nothing is lost.
@@ -102,6 +106,7 @@ def run(
       cloudqueue run app.workers:Renderer --processes 4 --metrics-port 9464
       cloudqueue run app.workers:Renderer --record day.jsonl
       cloudqueue run hello_worker:HelloWorker --reload     # development only
+      cloudqueue run app.jobs:NightlyReport app.workers:Processor   # a periodic job beside
     """
     if metrics_port is not None:
         assignments = (*assignments, f"observability.metrics_port={metrics_port}")
@@ -110,11 +115,14 @@ def run(
     # The working folder on the import path: workers and custom rules beside them import.
     import_from_working_directory()
     settings = current_settings(parse_overrides(assignments))
-    worker_types = [load_worker(target) for target in targets]
+    loaded = {target: load_target(target) for target in targets}
+    job_types = [found for found in loaded.values() if issubclass(found, PeriodicJob)]
+    workers = {t: found for t, found in loaded.items() if issubclass(found, QueueWorker)}
+    worker_targets, worker_types = list(workers), list(workers.values())
     # Checked here, not in every child; a custom rule is imported here, the only command that
     # runs code the settings name (docs/security/surfaces.md).
     effective = [
-        worker_settings(settings, *pair) for pair in zip(targets, worker_types, strict=True)
+        worker_settings(settings, *pair) for pair in zip(worker_targets, worker_types, strict=True)
     ]
     for options in effective:
         options.scaling.build_rule()
@@ -126,16 +134,16 @@ def run(
         # The children run without --reload (and may show their status line); this one watches.
         command = _child_command(targets, assignments, progress=progress, processes=processes)
         supervisor = Supervisor(command, 1, grace_s=settings.shutdown_grace_s)
-        sys.exit(run_reloading(supervisor, watched_folders(w.__module__ for w in worker_types)))
+        sys.exit(run_reloading(supervisor, watched_folders(t.__module__ for t in loaded.values())))
     try:
         if processes > 1:
             check_layouts(settings, queues)  # a recorded layout they disagree with, too
             sys.exit(_supervise(settings, _child_command(targets, assignments), processes))
-        host = WorkerHost(worker_types, settings)
+        host = WorkerHost(worker_types, settings, jobs=job_types)
     except StorageError as error:  # the store it names cannot be opened
         where = describe_storage(settings.connection_string_value(), credential=settings.credential)
         raise BadInput(f"cannot start on {where}: {error}") from None
-    for target, worker_type, own in zip(targets, worker_types, effective, strict=True):
+    for target, worker_type, own in zip(worker_targets, worker_types, effective, strict=True):
         announce_concurrency(target, worker_type, own)
     console = Console(stderr=True)
     if not shows_progress(console, wanted=progress):

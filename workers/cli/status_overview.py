@@ -4,7 +4,8 @@ Queues are those the store lists on account 0 (partitions ``orders-p0`` ... and 
 ``orders-poison`` fold into their queue's row) and those any running worker publishes its live
 state for. Per queue it costs one count per physical queue and one for its poison queue, and one
 metadata read for a partitioned queue's recorded layout; the workers' side comes from their
-live-state files, which cost nothing.
+live-state files, which cost nothing. Running periodic jobs follow, with their last and next
+firing (``status_jobs``, from the same files).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.partition_names import partition_of_queue
 from listener.stores.storage import QueueStorage
 from workers.cli.common import opened_storage
+from workers.cli.status_jobs import job_rows, show_jobs
 from workers.cli.status_views import WorkerView, worker_report
 from workers.live_state import read_live_states, running_queue_names
 from workers.partitioning import (
@@ -55,7 +57,16 @@ def print_overview(settings: CloudQueueSettings, *, as_json: bool) -> None:
     where = describe_storage(settings.connection_string_value(), credential=settings.credential)
     with opened_storage(settings) as storage, closing(LayoutViews(storage, settings)) as views:
         rows = overview(views.accounts, settings.state_dir, where)
-    show_overview(rows, where=where, state_dir=settings.state_dir, as_json=as_json)
+    jobs = job_rows(settings.state_dir, where)
+    if as_json:
+        report = {"storage": where, "queues": [_report(row) for row in rows]}
+        click.echo(json.dumps({**report, "jobs": [job.report() for job in jobs]}))
+        return
+    if rows or not jobs:
+        show_overview(rows, where=where, state_dir=settings.state_dir, as_json=False)
+    else:
+        click.echo(f"no queues on {where}")
+    show_jobs(jobs)
 
 
 def overview(accounts: Sequence[QueueStorage], state_dir: Path, where: str) -> list[QueueRow]:

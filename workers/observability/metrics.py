@@ -10,6 +10,7 @@ serves them all (``multiprocess``); the gauges' ``multiprocess_mode`` says how c
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -92,6 +93,13 @@ class WorkerMetrics:
             ["queue", "direction", "rule"],
             registry=r,
         )
+        self.job_runs = Counter(
+            "cloudqueue_job_runs",
+            "Ticks of periodic jobs this process fired, by how the run ended (skipped: a tick "
+            "that came while the previous run went on).",
+            ["job", "outcome"],
+            registry=r,
+        )
         self.live = Gauge(
             "cloudqueue_live",
             "1 while this process's /healthz is green (the supervisor reads its children's).",
@@ -107,6 +115,7 @@ class WorkerMetrics:
         self._sampled: dict[tuple[str, str], int] = {}
         """What each counter had reached at the last sample, by (queue, outcome)."""
         self._sampled_storage: dict[tuple[str, str], int] = {}
+        self._sampled_job_runs: dict[tuple[str, str], int] = {}
 
     def sample_counters(self, queue: str, counters: ListenerCounters) -> None:
         """Add what the listener's counters grew by since the last sample."""
@@ -125,6 +134,14 @@ class WorkerMetrics:
             if grew > 0:
                 self.storage_operations.labels(queue, operation).inc(grew)
                 self._sampled_storage[queue, operation] = now
+
+    def sample_job_runs(self, job: str, runs: Mapping[str, int]) -> None:
+        """Add what a job's run counts (by outcome) grew by since the last sample."""
+        for outcome, now in runs.items():
+            grew = now - self._sampled_job_runs.get((job, outcome), 0)
+            if grew > 0:
+                self.job_runs.labels(job, outcome).inc(grew)
+                self._sampled_job_runs[job, outcome] = now
 
     def declare(self, queue: str, rule: str) -> None:
         """Show a queue's series at zero from the start, so rates need no first event."""

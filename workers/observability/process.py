@@ -17,6 +17,7 @@ from listener.pool_control import PoolControl
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage
+from workers.job_scheduler import JobScheduler
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.observed import (
@@ -45,6 +46,7 @@ class ProcessObservability:
         )
         self._listeners: list[CloudQueueListener[Any]] = []
         self._policies: dict[str, ScalingPolicy] = {}
+        self._jobs: list[JobScheduler] = []
         self._metered: MeteredStorage | None = None
         self.server: ObservabilityServer | None = None
         if serve and self.settings.metrics_port is not None:
@@ -90,6 +92,12 @@ class ProcessObservability:
         ]
         return observed_handler(handler, queue, self.metrics, self.heartbeats)
 
+    def watch_jobs(self, schedulers: list[JobScheduler]) -> None:
+        """Count the periodic jobs' runs (``cloudqueue_job_runs_total``), each from zero."""
+        self._jobs = schedulers
+        for scheduler in schedulers:
+            self.metrics.job_runs.labels(scheduler.spec.name, "succeeded")
+
     def start(self) -> None:
         if self.server is not None:
             self.server.start()
@@ -111,6 +119,8 @@ class ProcessObservability:
                 listener.active_dequeue_tasks
             )
             self._sample_depth(listener)
+        for scheduler in self._jobs:
+            self.metrics.sample_job_runs(scheduler.spec.name, scheduler.runs)
         if self._metered is not None:
             self.metrics.sample_storage(self._metered.counts_by_queue_and_operation())
         self.metrics.live.set(1 if self.probes.liveness().ok else 0)
