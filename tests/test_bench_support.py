@@ -1,4 +1,4 @@
-"""The benchmarks' instruments: the latency proxy and the per-process CPU meter."""
+"""The benchmarks' instruments: the latency proxy, the CPU meter, the client profile's summary."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import time
 from azure.storage.queue import QueueClient
 
 from tests.benchmarks.drain_support import tree_cpu_s
+from tests.benchmarks.profile_client import parse, summarize
 from tests.support.azurite import AzuriteProcess
 from tests.support.latency_proxy import latency_proxy_process
 
@@ -54,3 +55,27 @@ def test_the_cpu_of_a_process_tree_leaves_out_the_subtrees_excluded() -> None:
     assert without_child_s is not None
     # Read one after the other, so this process's own CPU may have grown in between.
     assert with_child_s - without_child_s >= child_s - 0.05
+
+
+def test_the_client_profile_counts_each_busy_sample_for_its_innermost_known_layer() -> None:
+    """A stdlib leaf counts for the layer that called it, waits and the harness count apart."""
+    thread = "Thread._bootstrap (threading.py:1002);Thread.run (threading.py:982)"
+    send = f"{thread};RequestsTransport.send (core/pipeline/transport/_requests_basic.py:381)"
+    raw = [
+        f"{send};StorageHeadersPolicy.on_request (queue/_shared/policies.py:9);uuid4 (uuid.py:1) 3",
+        f"{send};HTTPResponse.begin (http/client.py:325);SocketIO.readinto (socket.py:706) 5",
+        f"{thread};HandlerPool._work (listener/in_flight.py:104) 2",
+        f"{thread};put (tests/benchmarks/drain_support.py:80);QueueClient.send_message (x.py:1) 7",
+        "<module> (tests/benchmarks/profile_drain.py:1);<module> (aiohttp/client.py:1) 4",
+        f"{thread};_Adapter.send (listener/stores/http_session.py:79) 1",
+    ]
+    summary = summarize(parse(raw))
+    assert summary["busy_samples"] == 4
+    assert summary["waiting_samples"] == 7
+    assert [(layer["layer"], layer["samples"]) for layer in summary["layers"]] == [
+        ("azure-core pipeline policies (incl. the storage SDK's)", 3),
+        ("cloudqueue (listener, workers)", 1),
+    ]
+    assert summary["layers"][0]["top_frames"] == [
+        {"frame": "StorageHeadersPolicy.on_request (_shared/policies.py)", "samples": 3}
+    ]

@@ -36,7 +36,8 @@ from tests.support.azurite import REPO_ROOT
 
 BENCH = "profile_client"
 RATE_PER_S = 250
-TOP_FRAMES = 15
+TOP_FRAMES = 3
+"""Frames shown per layer."""
 WAITING_LEAVES = (
     "SocketIO.readinto",
     "Condition.wait",
@@ -57,10 +58,14 @@ LAYERS = (
     ("benchmark harness (the loop's own code)", ("tests/benchmarks/",)),
     (
         "azure-core pipeline policies (incl. the storage SDK's)",
-        ("pipeline/policies/", "_shared/policies", "_shared/authentication", "_shared/base_client"),
+        ("pipeline/policies/", "_shared/policies", "_shared/authentication"),
     ),
-    ("azure-core pipeline and transport", ("core/pipeline/", "core/")),
-    ("azure-storage-queue (models, XML)", ("storage/queue/", "xml/", "isodate/", "dateutil/")),
+    ("azure-core pipeline, transport, tracing decorator", ("core/",)),
+    # py-spy names the SDK's files from below site-packages/azure/storage/ (queue/_generated/...).
+    (
+        "azure-storage-queue (models, XML, dates)",
+        ("queue/_", "xml/", "email/", "_strptime.py", "isodate/", "dateutil/"),
+    ),
     ("requests", ("requests/",)),
     ("urllib3, http.client, socket", ("urllib3/", "http/client.py", "socket.py", "ssl.py")),
     ("pydantic", ("pydantic",)),
@@ -133,10 +138,17 @@ def summarize(stacks: Sequence[tuple[list[str], int]]) -> dict[str, Any]:
         "busy_samples": sum(layers.values()),
         "waiting_samples": waiting,
         "frameless_samples": frameless,
-        "layers": dict(layers.most_common()),
-        "top_frames": [
-            {"layer": layer, "frame": frame, "samples": n}
-            for (layer, frame), n in frames.most_common(TOP_FRAMES)
+        "layers": [
+            {
+                "layer": layer,
+                "samples": n,
+                "top_frames": [
+                    {"frame": frame, "samples": m}
+                    for (owner, frame), m in frames.most_common()
+                    if owner == layer
+                ][:TOP_FRAMES],
+            }
+            for layer, n in layers.most_common()
         ],
     }
 
@@ -155,7 +167,7 @@ def record(consumer: str, threads: int, messages: int) -> tuple[list[str], str]:
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """The docs block: each layer's share of the busy samples, then the top frames."""
+    """The docs block: each layer's share of the samples, with its top frames."""
     busy = results["busy_samples"] or 1
     lines = [
         f"**Where the client's Python time goes** — {results['consumer']}, no-op handler, "
@@ -165,16 +177,15 @@ def render_markdown(results: dict[str, Any]) -> str:
         "that called them). Under the profiler the drain ran slower "
         f"({results.get('drain_under_profiler') or 'not recorded'}): shares, not speeds.",
         "",
-        "| layer | share of busy samples |",
-        "|---|---|",
+        "| layer | share of samples | its top frames (own time, stdlib callees included) |",
+        "|---|---|---|",
     ]
-    for layer, n in results["layers"].items():
-        lines.append(f"| {layer} | {100 * n / busy:.0f} % |")
-    lines += ["", "| top frames (own time, stdlib callees included) | layer | share |"]
-    lines.append("|---|---|---|")
-    for entry in results["top_frames"]:
-        share = 100 * entry["samples"] / busy
-        lines.append(f"| `{entry['frame']}` | {entry['layer']} | {share:.1f} % |")
+    for layer in results["layers"]:
+        top = ", ".join(
+            f"`{entry['frame']}` {100 * entry['samples'] / busy:.1f} %"
+            for entry in layer["top_frames"]
+        )
+        lines.append(f"| {layer['layer']} | {100 * layer['samples'] / busy:.0f} % | {top} |")
     lines += [
         "",
         f"Besides {results['busy_samples']:,} busy samples, the consumer's threads spent "
@@ -195,6 +206,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--messages", "-n", type=int, default=4000)
     parser.add_argument("--samples", type=Path, help="summarize this py-spy raw file instead")
+    parser.add_argument("--keep", type=Path, help="also save the raw samples recorded here")
     parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(arguments)
     results = run_header(BENCH, arguments)
@@ -202,6 +214,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         lines, drain = args.samples.read_text().splitlines(), None
     else:
         lines, drain = record(args.consumer, args.threads, args.messages)
+        if args.keep:
+            args.keep.write_text("\n".join(lines) + "\n")
     results.update(consumer=args.consumer, threads=args.threads, messages=args.messages)
     results["drain_under_profiler"] = drain
     results.update(summarize(parse(lines)))
