@@ -48,11 +48,9 @@ from tests.benchmarks.bench_io import (
     drain_asyncio_loop,
     drain_cloudqueue,
     fill_queue,
-    format_spread,
     queue_depth,
-    spread,
 )
-from tests.benchmarks.drain_support import Stopwatch
+from tests.benchmarks.drain_support import Stopwatch, cpu_ms_per_message, format_spread, spread
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from workers.settings import CloudQueueSettings
@@ -193,10 +191,7 @@ def _ms_per_message(
     runs: Sequence[Drain], cpu_s: Callable[[Drain], float | None]
 ) -> dict[str, float] | None:
     """CPU milliseconds per message of each run, summarized; None when a figure is missing."""
-    per_message = [(cpu_s(run), run.messages) for run in runs]
-    if any(seconds is None for seconds, _ in per_message):
-        return None  # Azurite's /proc entry was unreadable
-    return spread([1000 * (seconds or 0.0) / messages for seconds, messages in per_message])
+    return cpu_ms_per_message([cpu_s(run) for run in runs], [run.messages for run in runs])
 
 
 def render_markdown(results: dict[str, Any]) -> str:

@@ -59,8 +59,12 @@ from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
 from tests.benchmarks.drain_support import (
     BenchmarkError,
     Stopwatch,
+    cpu_ms_per_message,
+    drain_endpoint,
     fill_queue,
+    format_spread,
     queue_depth,
+    spread,
     wait_for,
     wait_until,
 )
@@ -81,6 +85,8 @@ TARGET_RATIO = 1.0
 TARGET_RATIO_MULTI = 1.2
 """The issue's targets: cloudqueue/loop >= 1.0 in every cell, >= 1.2 at 4 and 8 threads."""
 TARGET_OVERHEAD_US = 10.0
+TARGET_CPU_RATIO = 0.7
+"""Issue 32: cloudqueue's client CPU per message at 4 threads <= 0.7x the loop's."""
 LOOP, CLOUDQUEUE = "loop", "cloudqueue"
 CONSUMERS = (LOOP, CLOUDQUEUE)
 
@@ -108,14 +114,17 @@ def message_texts(count: int) -> list[str]:
 
 @dataclass(frozen=True)
 class Cell:
-    """Thread count T; ``scaling``: cloudqueue starts at 1 thread and may scale to T."""
+    """Thread count T; ``scaling``: cloudqueue starts at 1 thread and may scale to T;
+    ``latency_ms``: every request delayed that much by a proxy (0: straight to Azurite)."""
 
     threads: int
     scaling: bool = False
+    latency_ms: int = 0
 
     @property
     def label(self) -> str:
-        return f"{self.threads} (scaling)" if self.scaling else str(self.threads)
+        threads = f"{self.threads} (scaling)" if self.scaling else str(self.threads)
+        return f"{threads} +{self.latency_ms} ms" if self.latency_ms else threads
 
 
 # -- the plain SDK loop ------------------------------------------------------------------------
@@ -261,6 +270,7 @@ class DrainRun:
     requests: int
     client_cpu_s: float
     azurite_cpu_s: float | None
+    proxy_cpu_s: float | None = None
 
     @property
     def msgs_per_s(self) -> float:
@@ -270,15 +280,18 @@ class DrainRun:
 def measure_drain(
     consumer: str, cell: Cell, repetition: int, texts: Sequence[str], timeout_s: float
 ) -> DrainRun:
-    """Start a fresh Azurite, fill the queue (not timed), drain it (timed), stop Azurite."""
+    """Start a fresh Azurite, fill the queue (not timed), drain it (timed), stop Azurite.
+
+    With a latency the drain goes through the proxy (started after the fill, metered apart).
+    """
     with AzuriteProcess(REPO_ROOT) as azurite:
-        connection_string = azurite.connection_string
-        count = fill_queue(connection_string, QUEUE, texts)
+        count = fill_queue(azurite.connection_string, QUEUE, texts)
         process = azurite.queue.process
-        clock = Stopwatch(process.pid if process is not None else None)
-        deadline = time.monotonic() + timeout_s
-        requests = DRAINS[consumer](connection_string, count, cell, deadline, clock)
-        remaining = queue_depth(connection_string, QUEUE)
+        with drain_endpoint(azurite, cell.latency_ms) as (connection_string, proxy_pid):
+            clock = Stopwatch(process.pid if process is not None else None, proxy_pid)
+            deadline = time.monotonic() + timeout_s
+            requests = DRAINS[consumer](connection_string, count, cell, deadline, clock)
+        remaining = queue_depth(azurite.connection_string, QUEUE)
     if remaining != 0:
         raise BenchmarkError(f"{consumer} drain left {remaining} messages in the queue")
     return DrainRun(
@@ -290,6 +303,7 @@ def measure_drain(
         requests=requests,
         client_cpu_s=clock.cpu_s,
         azurite_cpu_s=clock.azurite_cpu_s,
+        proxy_cpu_s=clock.proxy_cpu_s,
     )
 
 
@@ -318,39 +332,49 @@ def summarize_azure(runs: Sequence[DrainRun], cells: Sequence[Cell]) -> list[dic
     """Per cell: each consumer's msg/s, requests and CPU per message; the paired ratios."""
     rows: list[dict[str, Any]] = []
     for cell in cells:
-        row: dict[str, Any] = {"cell": cell.label, "threads": cell.threads, "scaling": cell.scaling}
+        row: dict[str, Any] = {
+            "cell": cell.label,
+            "threads": cell.threads,
+            "scaling": cell.scaling,
+            "latency_ms": cell.latency_ms,
+        }
         for consumer in CONSUMERS:
             mine = [r for r in runs if r.cell == cell.label and r.consumer == consumer]
             rates = [r.msgs_per_s for r in mine]
+            messages = [r.messages for r in mine]
             row[consumer] = {
                 "msgs_per_s_median": statistics.median(rates),
                 "msgs_per_s_min": min(rates),
                 "msgs_per_s_max": max(rates),
                 "requests_per_msg": statistics.median(r.requests / r.messages for r in mine),
-                "client_cpu_ms_per_msg": statistics.median(
-                    1000 * r.client_cpu_s / r.messages for r in mine
+                "client_cpu_ms_per_msg": cpu_ms_per_message(
+                    [r.client_cpu_s for r in mine], messages
                 ),
-                "azurite_cpu_ms_per_msg": _median_known(
-                    [1000 * r.azurite_cpu_s / r.messages for r in mine if r.azurite_cpu_s]
+                "azurite_cpu_ms_per_msg": cpu_ms_per_message(
+                    [r.azurite_cpu_s for r in mine], messages
                 ),
+                "proxy_cpu_ms_per_msg": cpu_ms_per_message([r.proxy_cpu_s for r in mine], messages)
+                if cell.latency_ms
+                else None,
             }
-        ratios = paired_ratios(runs, cell)
+        ratios = paired_ratios(runs, cell, lambda r: r.msgs_per_s)
         row["paired_ratios"] = ratios
         row["ratio_median"] = statistics.median(ratios)
         row["ratio_min"], row["ratio_max"] = min(ratios), max(ratios)
+        row["client_cpu_ratio"] = spread(
+            paired_ratios(runs, cell, lambda r: r.client_cpu_s / r.messages)
+        )
         rows.append(row)
     return rows
 
 
-def paired_ratios(runs: Sequence[DrainRun], cell: Cell) -> list[float]:
-    """cloudqueue/loop per repetition: the two runs were back to back, under similar load."""
-    rates = {(r.consumer, r.repetition): r.msgs_per_s for r in runs if r.cell == cell.label}
-    repetitions = sorted({repetition for _, repetition in rates})
-    return [rates[CLOUDQUEUE, rep] / rates[LOOP, rep] for rep in repetitions]
-
-
-def _median_known(values: list[float]) -> float | None:
-    return statistics.median(values) if values else None
+def paired_ratios(
+    runs: Sequence[DrainRun], cell: Cell, figure: Callable[[DrainRun], float]
+) -> list[float]:
+    """cloudqueue/loop of ``figure`` per repetition: the two runs were back to back."""
+    values = {(r.consumer, r.repetition): figure(r) for r in runs if r.cell == cell.label}
+    repetitions = sorted({repetition for _, repetition in values})
+    return [values[CLOUDQUEUE, rep] / values[LOOP, rep] for rep in repetitions]
 
 
 # -- part 2: in memory -------------------------------------------------------------------------
@@ -484,6 +508,11 @@ def parse_args(argv: Sequence[str]) -> Config:
     parser.add_argument(
         "--scaling-threads", default="16", help="thread counts with scaling on ('' for none)"
     )
+    parser.add_argument(
+        "--latency-ms",
+        default="0",
+        help="comma-separated delays per request, each a set of cells (0: straight to Azurite)",
+    )
     parser.add_argument("--repetitions", "-r", type=int, default=5, help="runs per consumer")
     parser.add_argument("--memory-messages", type=int, default=20_000, help="M in memory")
     parser.add_argument("--memory-repetitions", type=int, default=5, help="in-memory runs")
@@ -494,8 +523,12 @@ def parse_args(argv: Sequence[str]) -> Config:
     parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(argv)
     quick = bool(args.quick)
-    cells = tuple(Cell(t) for t in _ints(parser, args.threads)) + tuple(
-        Cell(t, scaling=True) for t in _ints(parser, args.scaling_threads)
+    latencies = _ints(parser, args.latency_ms)
+    cells = tuple(
+        Cell(threads, scaling, latency_ms)
+        for latency_ms in latencies
+        for scaling, threads_text in ((False, args.threads), (True, args.scaling_threads))
+        for threads in _ints(parser, threads_text)
     )
     config = Config(
         messages=300 if quick else args.messages,
@@ -512,6 +545,8 @@ def parse_args(argv: Sequence[str]) -> Config:
         parser.error(f"--messages must be 1..{MAX_AZURE_MESSAGES} (Azurite's GC stalls beyond)")
     if not cells or min(c.threads for c in cells) < 1 or config.repetitions < 1:
         parser.error("thread counts and repetitions must be positive")
+    if min(latencies, default=0) < 0:
+        parser.error("--latency-ms: delays are 0 or more")
     if config.memory_messages < 1 or config.memory_repetitions < 1 or config.drain_timeout_s <= 0:
         parser.error("--memory-messages, --memory-repetitions, --drain-timeout-s: positive")
     return config
@@ -521,7 +556,7 @@ def _ints(parser: argparse.ArgumentParser, text: str) -> list[int]:
     try:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
-        parser.error(f"thread counts are comma-separated integers, got {text!r}")
+        parser.error(f"expected comma-separated integers, got {text!r}")
 
 
 def progress(line: str) -> None:
@@ -540,12 +575,16 @@ def azure_markdown(azure: dict[str, Any]) -> list[str]:
         "`QueueClient`, `receive_messages(messages_per_page=32, max_messages=32)`, `json.loads`, "
         "`delete_message` each; "
         "*cloudqueue*: a no-op `QueueWorker[dict]` in the worker host, fixed pool of T threads "
-        "(or default scaling from 1 thread up to T). Both base64.",
+        "(or default scaling from 1 thread up to T). Both base64. *+10 ms*: every request "
+        "through a proxy process that delays it 10 ms, as a region's distance would. CPU: user + "
+        "system of each process tree over the drain, per message, median (min-max) of the runs; "
+        "the CPU ratio is paired within a repetition.",
         "",
         "| threads | loop msg/s, median (min-max) | cloudqueue msg/s | cloudqueue / loop, "
         "median of paired runs (min-max) | target | requests/msg loop · cq | client CPU ms/msg "
+        "loop | client CPU ms/msg cloudqueue | client CPU cq / loop | Azurite CPU ms/msg "
         "loop · cq |",
-        "|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in azure["summary"]:
         loop, ours = row[LOOP], row[CLOUDQUEUE]
@@ -555,9 +594,43 @@ def azure_markdown(azure: dict[str, Any]) -> list[str]:
             f"| {row['cell']} | {_rate(loop)} | {_rate(ours)} | **{row['ratio_median']:.2f}** "
             f"({row['ratio_min']:.2f}-{row['ratio_max']:.2f}) | ≥ {target:.1f}: {met} | "
             f"{loop['requests_per_msg']:.2f} · {ours['requests_per_msg']:.2f} | "
-            f"{loop['client_cpu_ms_per_msg']:.2f} · {ours['client_cpu_ms_per_msg']:.2f} |"
+            f"{format_spread(loop['client_cpu_ms_per_msg'], 2)} | "
+            f"{format_spread(ours['client_cpu_ms_per_msg'], 2)} | "
+            f"**{format_spread(row['client_cpu_ratio'], 2)}** | "
+            f"{_median(loop['azurite_cpu_ms_per_msg'])} · "
+            f"{_median(ours['azurite_cpu_ms_per_msg'])} |"
         )
-    return lines
+    return [*lines, "", cpu_targets_line(azure["summary"])]
+
+
+def cpu_targets_line(summary: Sequence[dict[str, Any]]) -> str:
+    """Issue 32's CPU targets against these figures, in one sentence."""
+    at_four = [r for r in summary if r["threads"] == 4 and not r["scaling"] and not r["latency_ms"]]
+    parts = []
+    if at_four:
+        ratio = at_four[0]["client_cpu_ratio"]["median"]
+        met = "met" if ratio <= TARGET_CPU_RATIO else "**not met**"
+        parts.append(
+            f"at 4 threads cloudqueue's client CPU per message is **{ratio:.2f} times** the loop's "
+            f"(target ≤ {TARGET_CPU_RATIO}: {met})"
+        )
+    for row in (r for r in summary if r["scaling"] and not r["latency_ms"]):
+        best = min(_cpu(r[LOOP]) for r in summary if not r["latency_ms"])
+        ours = _cpu(row[CLOUDQUEUE])
+        met = "met" if ours <= best else "**not met**"
+        parts.append(
+            f"with default scaling up to {row['threads']} threads it is {ours:.2f} ms against "
+            f"the loop's best {best:.2f} ms (target ≤: {met})"
+        )
+    return f"CPU targets (issue 32): {'; '.join(parts)}." if parts else ""
+
+
+def _cpu(consumer: dict[str, Any]) -> float:
+    return float(consumer["client_cpu_ms_per_msg"]["median"])
+
+
+def _median(summary: dict[str, float] | None) -> str:
+    return "?" if summary is None else f"{summary['median']:.2f}"
 
 
 def _rate(cell: dict[str, Any]) -> str:

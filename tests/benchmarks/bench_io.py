@@ -28,7 +28,6 @@ import json
 import logging
 import os
 import platform
-import statistics
 import sys
 import threading
 import time
@@ -43,6 +42,13 @@ from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 
 from listener.messages.codec import MessageCodec
 from listener.messages.poison import poison_queue_name
+from tests.benchmarks.drain_support import (
+    Stopwatch,
+    cpu_ms_per_message,
+    drain_endpoint,
+    format_spread,
+    spread,
+)
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from workers.host import WorkerHost
 from workers.settings import CloudQueueSettings
@@ -77,6 +83,8 @@ class Cell:
     kind: str
     """``awaited`` (``await asyncio.sleep``) or ``blocking`` (``time.sleep``)."""
     wait_ms: int
+    latency_ms: int = 0
+    """Every request delayed this much by a proxy (0: straight to Azurite)."""
 
     @property
     def wait_s(self) -> float:
@@ -89,7 +97,8 @@ class Cell:
     @property
     def label(self) -> str:
         call = "await asyncio.sleep" if self.kind == "awaited" else "time.sleep"
-        return f"`{call}({self.wait_s:g})`"
+        latency = f" +{self.latency_ms} ms" if self.latency_ms else ""
+        return f"`{call}({self.wait_s:g})`{latency}"
 
 
 CELLS = (Cell("awaited", 50), Cell("awaited", 200), Cell("blocking", 50), Cell("blocking", 200))
@@ -102,6 +111,9 @@ class Drain:
     repetition: int
     messages: int
     seconds: float
+    client_cpu_s: float
+    azurite_cpu_s: float | None
+    proxy_cpu_s: float | None
 
     @property
     def rate_per_s(self) -> float:
@@ -286,15 +298,32 @@ def queue_depth(connection_string: str) -> int:
 
 
 def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
-    """Fresh Azurite, fill (not timed), drain (timed), check the queue is empty."""
+    """Fresh Azurite, fill (not timed), drain (timed, CPU metered), check the queue is empty.
+
+    The CPU window is the whole drain call (a host's start and stop, the loop's client opening
+    and closing included); with a latency the drain goes through the proxy.
+    """
     with AzuriteProcess(REPO_ROOT) as azurite:
-        connection_string = azurite.connection_string
-        fill_queue(connection_string, count)
-        seconds = DRAINS[variant](connection_string, cell, count, time.monotonic() + timeout_s)
-        remaining = queue_depth(connection_string)
+        fill_queue(azurite.connection_string, count)
+        process = azurite.queue.process
+        with drain_endpoint(azurite, cell.latency_ms) as (connection_string, proxy_pid):
+            clock = Stopwatch(process.pid if process is not None else None, proxy_pid)
+            clock.start()
+            seconds = DRAINS[variant](connection_string, cell, count, time.monotonic() + timeout_s)
+            clock.stop()
+        remaining = queue_depth(azurite.connection_string)
     if remaining != 0:
         raise BenchmarkError(f"{variant} left {remaining} messages in the queue")
-    return Drain(variant, cell, repetition, count, seconds)
+    return Drain(
+        variant,
+        cell,
+        repetition,
+        count,
+        seconds,
+        clock.cpu_s,
+        clock.azurite_cpu_s,
+        clock.proxy_cpu_s,
+    )
 
 
 # -- summary -----------------------------------------------------------------------------------
@@ -304,68 +333,85 @@ def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, 
     """Per cell: both variants' rates and the paired ratios' median, min and max."""
     summary = []
     for cell in cells:
-        ours = _rates(drains, cell, CLOUDQUEUE)
-        theirs = _rates(drains, cell, cell.baseline)
-        ratios = [mine / base for mine, base in zip(ours, theirs, strict=True)]
+        ours, theirs = _runs(drains, cell, CLOUDQUEUE), _runs(drains, cell, cell.baseline)
+        ratios = [
+            mine.rate_per_s / base.rate_per_s for mine, base in zip(ours, theirs, strict=True)
+        ]
+        cpu_ratios = [
+            (mine.client_cpu_s / mine.messages) / (base.client_cpu_s / base.messages)
+            for mine, base in zip(ours, theirs, strict=True)
+        ]
         summary.append(
             {
                 "handler": cell.kind,
                 "wait_ms": cell.wait_ms,
+                "latency_ms": cell.latency_ms,
                 "baseline": cell.baseline,
-                "cloudqueue_msg_per_s": spread(ours),
-                "baseline_msg_per_s": spread(theirs),
+                "cloudqueue_msg_per_s": spread([d.rate_per_s for d in ours]),
+                "baseline_msg_per_s": spread([d.rate_per_s for d in theirs]),
                 "ratio": spread(ratios),
                 "ratios": [round(ratio, 3) for ratio in ratios],
+                **{
+                    f"{figure}_cpu_ms_per_msg": {
+                        "cloudqueue": _cpu(ours, figure),
+                        "baseline": _cpu(theirs, figure),
+                    }
+                    for figure in ("client", "azurite", "proxy")
+                },
+                "client_cpu_ratio": spread(cpu_ratios),
             }
         )
     return summary
 
 
-def _rates(drains: Sequence[Drain], cell: Cell, variant: str) -> list[float]:
+def _runs(drains: Sequence[Drain], cell: Cell, variant: str) -> list[Drain]:
     chosen = [drain for drain in drains if drain.cell == cell and drain.variant == variant]
-    return [drain.rate_per_s for drain in sorted(chosen, key=lambda drain: drain.repetition)]
+    return sorted(chosen, key=lambda drain: drain.repetition)
 
 
-def spread(values: Sequence[float]) -> dict[str, float]:
-    """Median, min and max, rounded for the results file."""
-    return {
-        "median": round(statistics.median(values), 3),
-        "min": round(min(values), 3),
-        "max": round(max(values), 3),
-    }
+def _cpu(runs: Sequence[Drain], figure: str) -> dict[str, float] | None:
+    """CPU ms per message of one process (``client``, ``azurite``, ``proxy``) over the runs."""
+    seconds = [getattr(run, f"{figure}_cpu_s") for run in runs]
+    return cpu_ms_per_message(seconds, [run.messages for run in runs])
 
 
 def render_markdown(results: dict[str, Any]) -> str:
-    """The README's table for these results (the README generator calls this)."""
+    """The docs' table for these results (the docs build calls this)."""
     lines = [
         f"`{results['command']}`: {results['messages']} messages per drain, "
         f"{results['repetitions']} interleaved repetitions, fresh Azurite per drain, "
         f"{results['machine']['cpus']} CPUs (1-minute load average "
         f"{results['machine']['load_average_at_start']} at the start); cloudqueue with default "
-        "settings. "
-        "Ratio = cloudqueue / baseline of the same repetition: median (min-max).",
+        "settings. *+10 ms*: every request through a proxy process that delays it 10 ms. "
+        "Ratio = cloudqueue / baseline of the same repetition: median (min-max). Client CPU: "
+        "user + system of the consumer's process over the drain call (start and stop included), "
+        "per message.",
         "",
-        "| handler | baseline | baseline msg/s | cloudqueue msg/s | ratio |",
-        "|---|---|---|---|---|",
+        "| handler | baseline | baseline msg/s | cloudqueue msg/s | ratio "
+        "| client CPU ms/msg baseline | client CPU ms/msg cloudqueue | client CPU cq / baseline "
+        "| Azurite CPU ms/msg baseline · cq |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for cell in results["cells"]:
         call = "await asyncio.sleep" if cell["handler"] == "awaited" else "time.sleep"
+        latency = f" +{cell['latency_ms']} ms" if cell.get("latency_ms") else ""
+        client, azurite = cell.get("client_cpu_ms_per_msg"), cell.get("azurite_cpu_ms_per_msg")
         lines.append(
-            f"| `{call}({cell['wait_ms'] / 1000:g})` | {cell['baseline']} "
+            f"| `{call}({cell['wait_ms'] / 1000:g})`{latency} | {cell['baseline']} "
             f"| {format_spread(cell['baseline_msg_per_s'], 0)} "
             f"| {format_spread(cell['cloudqueue_msg_per_s'], 0)} "
-            f"| **{format_spread(cell['ratio'], 2)}** |"
+            f"| **{format_spread(cell['ratio'], 2)}** "
+            f"| {format_spread(client and client['baseline'], 2)} "
+            f"| {format_spread(client and client['cloudqueue'], 2)} "
+            f"| **{format_spread(cell.get('client_cpu_ratio'), 2)}** "
+            f"| {_median(azurite, 'baseline')} · {_median(azurite, 'cloudqueue')} |"
         )
     return "\n".join(lines) + "\n"
 
 
-def format_spread(summary: dict[str, float], digits: int) -> str:
-    """``median (min-max)`` of a ``spread`` summary."""
-
-    def number(value: float) -> str:
-        return f"{value:.{digits}f}"
-
-    return f"{number(summary['median'])} ({number(summary['min'])}-{number(summary['max'])})"
+def _median(per_variant: dict[str, dict[str, float] | None] | None, variant: str) -> str:
+    summary = None if per_variant is None else per_variant[variant]
+    return "?" if summary is None else f"{summary['median']:.2f}"
 
 
 # -- command line ------------------------------------------------------------------------------
@@ -380,6 +426,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--cells", default="awaited:50,awaited:200,blocking:50,blocking:200", help="kind:wait_ms"
     )
+    parser.add_argument(
+        "--latency-ms",
+        default="0",
+        help="comma-separated delays per request, each a set of cells (0: straight to Azurite)",
+    )
     parser.add_argument("--drain-timeout-s", type=float, default=120.0, help="per-drain deadline")
     parser.add_argument("--quick", action="store_true", help="smoke run: 300 messages, 1 rep")
     parser.add_argument("--json", type=Path, default=RESULTS_PATH, help="where to write results")
@@ -389,16 +440,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-def _cells(text: str) -> list[Cell]:
+def _cells(text: str, latencies: str) -> list[Cell]:
+    """Every ``kind:wait_ms`` of ``text`` at every latency of ``latencies`` (both comma lists)."""
     cells = []
-    for part in text.split(","):
-        kind, wait_ms = part.split(":")
-        cells.append(Cell(kind, int(wait_ms)))
+    for latency_ms in latencies.split(","):
+        for part in text.split(","):
+            kind, wait_ms = part.split(":")
+            cells.append(Cell(kind, int(wait_ms), int(latency_ms)))
     return cells
 
 
 def run(args: argparse.Namespace) -> dict[str, Any]:
-    cells = _cells(args.cells)
+    cells = _cells(args.cells, args.latency_ms)
     drains: list[Drain] = []
     started = time.monotonic()
     load_at_start = os.getloadavg()[0]
@@ -411,8 +464,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 drain = measure(variant, cell, repetition, args.messages, args.drain_timeout_s)
                 drains.append(drain)
                 print(
-                    f"rep {repetition} {cell.kind} {cell.wait_ms} ms {variant}: "
-                    f"{drain.rate_per_s:.0f} msg/s ({drain.seconds:.2f} s)",
+                    f"rep {repetition} {cell.label} {variant}: "
+                    f"{drain.rate_per_s:.0f} msg/s ({drain.seconds:.2f} s), client CPU "
+                    f"{1000 * drain.client_cpu_s / drain.messages:.2f} ms/msg",
                     flush=True,
                 )
     return {

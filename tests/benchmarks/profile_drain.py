@@ -1,8 +1,7 @@
 """One drain on a fresh Azurite, for a sampling profiler to watch.
 
-``py-spy record -r 250 -f raw -o /tmp/drain.txt -- .venv/bin/python -m
-tests.benchmarks.profile_drain --threads 4`` records the client's busy samples;
-``tests.benchmarks.profile_breakdown`` turns them into the README's breakdown.
+``tests.benchmarks.profile_client`` runs it under ``py-spy record -f raw`` and turns the samples
+into the docs' breakdown of the client's CPU.
 """
 
 from __future__ import annotations
