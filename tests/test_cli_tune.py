@@ -132,3 +132,4 @@ def test_replay_runs_a_profile_on_a_real_queue_beside_the_prediction(tmp_path: P
     assert report["predicted_transactions"]["delete_message"] == 20
     assert report["measured_pickup_p95_s"] is not None
     assert report["predicted_pickup_p95_s"] is not None
+    assert report["request_latency_s"] > 0

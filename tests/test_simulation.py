@@ -202,3 +202,18 @@ def test_a_simulation_keeps_its_scaler_quiet_without_touching_the_logging_setup(
     assert seen_during_run
     assert all(wrapper is before for wrapper in seen_during_run)
     assert "scaled_up" not in [entry["event"] for entry in captured]
+
+
+def test_a_storage_service_of_limited_rate_makes_a_burst_wait_for_it() -> None:
+    """With storage answering 100 calls a second, 200 messages put at once take at least two
+    seconds to delete, whatever the pool; without a limit the same burst drains far sooner."""
+    burst = bursts(200, 600.0, 600.0)
+    unlimited = ServiceModel(service_s=0.001, request_latency_s=0.005)
+    limited = ServiceModel(service_s=0.001, request_latency_s=0.005, storage_calls_per_s=100.0)
+    [fast] = simulate(burst, [cloudqueue_defaults()], service=unlimited)
+    [slow] = simulate(burst, [cloudqueue_defaults()], service=limited)
+    assert fast.handled == slow.handled == 200
+    assert slow.longest_to_done_s is not None
+    assert fast.longest_to_done_s is not None
+    assert slow.longest_to_done_s >= 2.0
+    assert fast.longest_to_done_s < 1.0

@@ -47,6 +47,8 @@ CONSUMER_OPERATIONS = (
 )
 """The billed calls a consumer makes per message or poll: what settings change."""
 DRAIN_TIMEOUT_S = 120.0
+CAPACITY_WINDOW_S = 0.25
+CAPACITY_MIN_CALLS = 50
 
 
 @dataclass
@@ -60,6 +62,7 @@ class ReplayReport:
     messages: int
     handled: int
     request_latency_s: float
+    storage_calls_per_s: float | None
     wall_s: float
 
     @property
@@ -76,6 +79,7 @@ class ReplayReport:
             "handled": self.handled,
             "wall_s": self.wall_s,
             "request_latency_s": self.request_latency_s,
+            "storage_calls_per_s": self.storage_calls_per_s,
             "measured_transactions": self.measured_transactions,
             "predicted_transactions": self.predicted_transactions,
             "measured_total": self.measured_total,
@@ -90,16 +94,19 @@ class ReplayReport:
 
 
 class _TimedStorage(ForwardingStorage):
-    """Times the deletes: the request latency the prediction is given.
+    """Times the deletes: what the prediction is told of the storage service.
 
-    The simulator has one latency for every call. Pickup is decided while work flows, when
-    storage is busiest (Azurite's deletes slow as it works), and deletes happen only then; idle
-    gets, most of the calls, would understate it.
+    The simulator has one latency for every call: the median delete's. Pickup is decided while
+    work flows, when storage is busiest, and deletes happen only then (idle gets, most of the
+    calls, would understate it). And a service answers so many calls a second: the most deletes
+    that ended within any ``CAPACITY_WINDOW_S`` is how many it answered when a burst kept it
+    busy (Azurite, alone on its core, about 300 a second; Azure 2,000 on one queue).
     """
 
     def __init__(self, inner: QueueStorage) -> None:
         super().__init__(inner)
         self.latencies_s: list[float] = []
+        self.ended_s: list[float] = []
 
     def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
         if operation != "delete_message":
@@ -108,7 +115,21 @@ class _TimedStorage(ForwardingStorage):
         try:
             return call()
         finally:
-            self.latencies_s.append(time.perf_counter() - started)
+            ended = time.perf_counter()
+            self.latencies_s.append(ended - started)
+            self.ended_s.append(ended)
+
+    def calls_per_s(self) -> float | None:
+        """The busiest stretch's rate of deletes (None with too few to tell)."""
+        ended = sorted(self.ended_s)
+        if len(ended) < CAPACITY_MIN_CALLS:
+            return None
+        most, first = 0, 0
+        for last, at in enumerate(ended):
+            while at - ended[first] > CAPACITY_WINDOW_S:
+                first += 1
+            most = max(most, last - first + 1)
+        return most / CAPACITY_WINDOW_S
 
 
 @dataclass
@@ -169,9 +190,10 @@ def replay(
     latency_s = statistics.median(timed.latencies_s) if timed.latencies_s else 0.0
     # The same stretch on both sides: the run lasted until the last message was handled.
     stretch = Workload(fast.arrivals_s, max(fast.duration_s, wall_s), days=1.0)
-    transactions, pickup = _predict(
-        stretch, replace(fast_service, request_latency_s=latency_s), settings, seed
+    measured_service = replace(
+        fast_service, request_latency_s=latency_s, storage_calls_per_s=timed.calls_per_s()
     )
+    transactions, pickup = _predict(stretch, measured_service, settings, seed)
     return ReplayReport(
         measured_transactions=dict(sorted(measured.items())),
         predicted_transactions=transactions,
@@ -180,6 +202,7 @@ def replay(
         messages=len(fast.arrivals_s),
         handled=len(pickups.seen),
         request_latency_s=latency_s,
+        storage_calls_per_s=measured_service.storage_calls_per_s,
         wall_s=wall_s,
     )
 

@@ -31,12 +31,18 @@ class ServiceModel:
     """Chance that one delivery fails (the handler raises): retried, then poisoned."""
     observed_s: tuple[float, ...] = ()
     """Handling times seen by a recording worker: ``empirical`` draws one of them at random."""
+    storage_calls_per_s: float | None = None
+    """The calls the storage service answers a second, one after another (None: as many as
+    come, each after ``request_latency_s``). Azure serves 2,000 messages/s on one queue; an
+    emulator on a shared machine serves a few hundred, and then a burst waits for storage."""
 
     def __post_init__(self) -> None:
         if self.service_s < 0 or self.request_latency_s < 0:
             raise ConfigurationError("service_s and request_latency_s must be >= 0")
         if not 0 <= self.failure_rate <= 1:
             raise ConfigurationError(f"failure_rate must be in [0, 1], got {self.failure_rate}")
+        if self.storage_calls_per_s is not None and self.storage_calls_per_s <= 0:
+            raise ConfigurationError("storage_calls_per_s must be positive")
         if self.distribution == "empirical" and not self.observed_s:
             raise ConfigurationError("an empirical service model needs observed handling times")
 

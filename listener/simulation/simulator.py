@@ -11,8 +11,14 @@ simulation changes with it.
 
 Failed deliveries (``ServiceModel.failure_rate``) follow the real delivery policy:
 ``retry_visibility_s`` hides them for the retry back-off, ``exhausted`` poisons them (a put to the
-poison queue and a delete). Not modelled: visibility renewals (handlers are assumed shorter than
-half the visibility timeout), batched messages, the rate limiter, and the producer's puts (they
+poison queue and a delete).
+
+Storage answers each call after ``ServiceModel.request_latency_s``; with ``storage_calls_per_s``
+set it answers one call at a time at that rate, so a burst's deletes wait for it (as on an
+emulator; Azure serves 2,000 messages/s on one queue).
+
+Not modelled: visibility renewals (handlers are assumed shorter than half the visibility
+timeout), batched messages, the rate limiter, and the producer's puts (they
 cost the same under every policy, so they are left out of the comparison).
 """
 
@@ -47,6 +53,8 @@ _ARRIVAL, _THREAD, _SAMPLE, _WATCHDOG = 0, 1, 2, 3
 """Event kinds, in the order they run at one instant: puts first, charts last."""
 
 SIMULATED_QUEUE = "simulated"
+_DELETE_DUE = "delete due"
+"""Marks a handled message whose delete has yet to be asked of a limited storage service."""
 
 
 QUIET_SCALER_LOG = structlog.wrap_logger(
@@ -144,6 +152,7 @@ class PolicySimulation:
         self._leaving: set[int] = set()
         self._scale_in_requests = 0
         self._handoff: deque[tuple[SimulatedMessage, int]] = deque()
+        self._storage_free_s = 0.0
         self._processing = 0
         self._found_work = False
         self._current: _Thread | None = None
@@ -256,6 +265,11 @@ class PolicySimulation:
                 if thread.retire_at_wake:
                     self._retire(thread)
                     return
+                if finished is not None and len(finished) == 3:
+                    message, receipt, _ = finished
+                    answered_s = self._storage_answers_s(self.clock.now_s)
+                    self._resume(thread, answered_s, (message, receipt))
+                    return
                 if finished is not None:
                     self._finish(thread, *finished)
                 self._step(thread)
@@ -308,7 +322,7 @@ class PolicySimulation:
                 visibility_timeout_s=self.spec.visibility_timeout_s,
             )
             if not messages:
-                self._idle(thread, now_s + self.service.request_latency_s)
+                self._idle(thread, self._storage_answers_s(now_s))
                 return
             self._handoff.extend((message, message.pop_receipt) for message in messages)
             if thread.idle_count > 0 or not self._found_work:
@@ -317,8 +331,9 @@ class PolicySimulation:
                 if self._hooks is not None:
                     self._current = thread
                     self._hooks.on_queue_work_detected()
-            if self.service.request_latency_s > 0:
-                self._resume(thread, now_s + self.service.request_latency_s)
+            answered_s = self._storage_answers_s(now_s)
+            if answered_s > now_s:
+                self._resume(thread, answered_s)
                 return
 
     def _handle(self, thread: _Thread, message: SimulatedMessage, receipt: int) -> None:
@@ -327,8 +342,22 @@ class PolicySimulation:
         if message.dequeue_count == 1:
             self.stats.latencies_s.append(now_s - message.enqueued_s)
         self._processing += 1
-        done_s = now_s + self.service.draw_s(self.rng) + self.service.request_latency_s
-        self._resume(thread, done_s, (message, receipt))
+        handled_s = now_s + self.service.draw_s(self.rng)
+        if self.service.storage_calls_per_s is None:
+            self._resume(thread, handled_s + self.service.request_latency_s, (message, receipt))
+        else:  # the delete waits its turn at storage: asked for when the handler returns
+            self._resume(thread, handled_s, (message, receipt, _DELETE_DUE))
+
+    def _storage_answers_s(self, asked_s: float) -> float:
+        """When a storage call asked for at ``asked_s`` returns: after its latency, and with a
+        limited service after the calls ahead of it (one at a time, in the order asked)."""
+        latency_s = self.service.request_latency_s
+        rate = self.service.storage_calls_per_s
+        if rate is None:
+            return asked_s + latency_s
+        starts_s = max(asked_s, self._storage_free_s)
+        self._storage_free_s = starts_s + 1.0 / rate
+        return max(asked_s + latency_s, self._storage_free_s)
 
     def _finish(self, thread: _Thread, message: SimulatedMessage, receipt: int) -> None:
         """The handler returned: settle, count the stretch (as ``_handle_one``), go on."""
@@ -454,7 +483,7 @@ class PolicySimulation:
         self,
         thread: _Thread,
         at_s: float,
-        finished: tuple[SimulatedMessage, int] | None = None,
+        finished: tuple[SimulatedMessage, int] | tuple[SimulatedMessage, int, str] | None = None,
     ) -> None:
         self._schedule(at_s, _THREAD, (thread, thread.wake_generation, finished))
 

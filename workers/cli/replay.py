@@ -111,12 +111,17 @@ def _table(report: ReplayReport) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [
         f"{report.handled:,} of {report.messages:,} messages handled in {report.wall_s:.1f} s; "
-        f"median get {report.request_latency_s * 1000:.1f} ms (the prediction uses it)"
+        f"median delete {report.request_latency_s * 1000:.1f} ms, "
+        f"storage at its busiest {_rate(report.storage_calls_per_s)} (the prediction uses both)"
     ]
     lines += [
         f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}" for row in rows
     ]
     return "\n".join(lines)
+
+
+def _rate(calls_per_s: float | None) -> str:
+    return "unmeasured" if calls_per_s is None else f"{calls_per_s:,.0f} calls/s"
 
 
 def _s(value: float | None) -> str:
