@@ -28,10 +28,13 @@ from rich.table import Table
 
 from examples.billing import Invoice, InvoiceLine, InvoiceWorker
 from examples.narration import Narrator
-from listener.listener import CloudQueueListener
-from listener.messages.codec import MessageCodec
-from listener.messages.poison import poison_queue_name
-from listener.scaling.scaler import ScalingPolicy
+from listener import (
+    CloudQueueListener,
+    MessageCodec,
+    QueueStorage,
+    ScalingPolicy,
+    poison_queue_name,
+)
 from listener.simulation import (
     DEFAULT_PRICE_PER_10K_USD,
     ServiceModel,
@@ -42,11 +45,15 @@ from listener.simulation import (
     naive_poller,
     simulate,
 )
-from listener.stores.storage import QueueStorage
-from workers.host import WorkerHost
-from workers.logging import configure_logging
-from workers.progress import ConsoleStream, LiveProgress
-from workers.settings import CloudQueueSettings, ListenerSettings, ScalingSettings
+from workers import (
+    CloudQueueSettings,
+    ConsoleStream,
+    ListenerSettings,
+    LiveProgress,
+    ScalingSettings,
+    WorkerHost,
+    configure_logging,
+)
 
 BURST = 400
 MALFORMED = 1

@@ -1,6 +1,7 @@
 """cloudqueue's listener: an auto-scaling, observable consumer of Azure Storage Queues.
 
-The public surface is what ``__all__`` names; everything else is internal.
+The public surface is what ``__all__`` names, with ``listener.testing`` (test clocks) and
+``listener.simulation`` (the cost simulator); everything else is internal.
 """
 
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
@@ -45,7 +46,12 @@ from listener.policies.scaling_rules import (
 from listener.pool_control import ListenerLoad, QueueEmptyDecision
 from listener.push.announce import WorkAnnouncer
 from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from listener.push.triggers import (
+    InProcessTriggerChannel,
+    TriggerChannel,
+    WorkDetected,
+    account_of,
+)
 from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.connection import open_payload_store, open_storage
@@ -113,6 +119,7 @@ __all__ = [
     "Watchdog",
     "WorkAnnouncer",
     "WorkDetected",
+    "account_of",
     "current_envelope",
     "drain_time",
     "open_payload_store",

@@ -95,6 +95,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "Watchdog",
         "WorkAnnouncer",
         "WorkDetected",
+        "account_of",
         "current_envelope",
         "drain_time",
         "open_payload_store",
@@ -107,10 +108,15 @@ def test_the_public_surface_is_exactly_this() -> None:
     ]
     assert list(workers.__all__) == [
         "CloudQueueSettings",
+        "ConsoleStream",
         "ListenerSettings",
+        "LiveProgress",
         "LoggingSettings",
         "PeriodicJob",
         "QueueWorker",
+        "ScalingSettings",
         "WorkerHost",
+        "configure_logging",
+        "load_settings",
         "load_worker",
     ]

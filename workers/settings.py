@@ -180,7 +180,14 @@ class BackoffSettings(_Section):
 
 
 class ScalingSettings(_Section):
-    """Thread bounds and the rule that turns queue depth into a thread count."""
+    """Thread bounds and the rule that turns queue depth into a thread count (``[scaling]``).
+
+    The ``scaling`` section of ``CloudQueueSettings``; in code, e.g.
+    ``CloudQueueSettings(scaling=ScalingSettings(max_threads=8, rule="drain_time"))``.
+    ``rule`` picks the scaling rule: ``proportional`` (one thread per ``messages_per_thread``
+    waiting), ``steps`` (the ``steps`` table of depth and threads), ``drain_time`` (enough threads
+    to drain within ``target_drain_s``) or a ``package.module:callable`` of your own.
+    """
 
     min_threads: int = Field(default=1, ge=0)
     max_threads: int = Field(default=16, ge=1)
@@ -226,6 +233,7 @@ class ScalingSettings(_Section):
         return self
 
     def build_rule(self) -> ScalingRule:
+        """The ``ScalingRule`` these settings name (a custom rule's module is imported here)."""
         if self.rule == "steps":
             return steps(self.steps)
         if self.rule == "proportional":
@@ -541,7 +549,15 @@ def _toml_label() -> str:
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:
-    """Read settings from every source; ``overrides`` (e.g. CLI flags) win over all of them."""
+    """Read settings from every source, as ``cloudqueue run`` does; ``overrides`` win over all.
+
+    The sources, from strongest to weakest: ``overrides`` (keyword arguments, as the command
+    line's flags are: ``load_settings(scaling={"max_threads": 4})``), ``CLOUDQUEUE_*`` environment
+    variables, a ``.env`` file, and the TOML file: ``config_file``, else ``$CLOUDQUEUE_CONFIG``,
+    else ``config/cloudqueue.toml`` when present. ``CloudQueueSettings()`` alone reads no TOML file.
+    Bad settings raise ``ConfigurationError`` (a missing ``config_file`` included), or pydantic's
+    ``ValidationError`` naming each bad field and the source it came from.
+    """
     path = config_file_path(config_file)
     check_found_dotenv()
     if path is not None and not path.is_file():
