@@ -47,7 +47,7 @@ from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.storage import QueueStorage
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
-from workers.cli.poison_view import content_view
+from workers.views.poison import content_view
 
 QUEUE = "invoices"
 POISON = poison_queue_name(QUEUE)
