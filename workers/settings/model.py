@@ -213,7 +213,15 @@ class CloudQueueSettings(BaseSettings):
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:
-    """Read settings from every source; ``overrides`` (e.g. CLI flags) win over all of them."""
+    """Read settings from every source, as ``cloudqueue run`` does; ``overrides`` win over all.
+
+    The sources, from strongest to weakest: ``overrides`` (keyword arguments, as the command
+    line's flags are: ``load_settings(scaling={"max_threads": 4})``), ``CLOUDQUEUE_*`` environment
+    variables, a ``.env`` file, and the TOML file: ``config_file``, else ``$CLOUDQUEUE_CONFIG``,
+    else ``config/cloudqueue.toml`` when present. ``CloudQueueSettings()`` alone reads no TOML file.
+    Bad settings raise ``ConfigurationError`` (a missing ``config_file`` included), or pydantic's
+    ``ValidationError`` naming each bad field and the source it came from.
+    """
     path = config_file_path(config_file)
     check_found_dotenv()
     if path is not None and not path.is_file():

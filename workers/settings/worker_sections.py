@@ -149,7 +149,14 @@ class BackoffSettings(Section):
 
 
 class ScalingSettings(Section):
-    """Thread bounds and the rule that turns queue depth into a thread count."""
+    """Thread bounds and the rule that turns queue depth into a thread count (``[scaling]``).
+
+    The ``scaling`` section of ``CloudQueueSettings``; in code, e.g.
+    ``CloudQueueSettings(scaling=ScalingSettings(max_threads=8, rule="drain_time"))``.
+    ``rule`` picks the scaling rule: ``proportional`` (one thread per ``messages_per_thread``
+    waiting), ``steps`` (the ``steps`` table of depth and threads), ``drain_time`` (enough threads
+    to drain within ``target_drain_s``) or a ``package.module:callable`` of your own.
+    """
 
     min_threads: int = Field(default=1, ge=0)
     max_threads: int = Field(default=16, ge=1)
@@ -195,6 +202,7 @@ class ScalingSettings(Section):
         return self
 
     def build_rule(self) -> ScalingRule:
+        """The ``ScalingRule`` these settings name (a custom rule's module is imported here)."""
         if self.rule == "steps":
             return steps(self.steps)
         if self.rule == "proportional":
