@@ -28,9 +28,8 @@ from rich.table import Table
 
 from examples.billing import Invoice, InvoiceLine, InvoiceWorker
 from examples.narration import Narrator
-from listener.listener import CloudQueueListener
-from listener.messages.codec import MessageCodec
-from listener.messages.poison import poison_queue_name
+from listener.consumer.listener import CloudQueueListener
+from listener.poison.admin import poison_queue_name
 from listener.scaling.scaler import ScalingPolicy
 from listener.simulation import (
     DEFAULT_PRICE_PER_10K_USD,
@@ -43,6 +42,7 @@ from listener.simulation import (
     simulate,
 )
 from listener.stores.storage import QueueStorage
+from listener.wire.codec import MessageCodec
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.progress import ConsoleStream, LiveProgress

@@ -4,6 +4,14 @@ The public surface is what ``__all__`` names; everything else is internal.
 """
 
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
+from listener.consumer.current import MessageEnvelope, current_envelope
+from listener.consumer.listener import (
+    CloudQueueListener,
+    CloudQueueListenerInfo,
+    QueueEmptyHandler,
+    QueueWorkDetectedHandler,
+)
+from listener.consumer.pool_control import ListenerLoad, QueueEmptyDecision
 from listener.errors import (
     CloudQueueError,
     ConfigurationError,
@@ -21,18 +29,8 @@ from listener.errors import (
 )
 from listener.limits.limiter import LocalRateLimiter, RateLimiter
 from listener.limits.redis_limiter import RedisRateLimiter
-from listener.listener import (
-    CloudQueueListener,
-    CloudQueueListenerInfo,
-    QueueEmptyHandler,
-    QueueWorkDetectedHandler,
-)
 from listener.location import CloudQueueLocation
-from listener.messages.codec import Codec, MessageCodec
-from listener.messages.envelope import MessageEnvelope, current_envelope
-from listener.messages.limits import DecodingLimits
-from listener.messages.poison import PoisonRecord, poison_queue_name
-from listener.messages.publisher import Publisher
+from listener.poison.admin import PoisonRecord, poison_queue_name
 from listener.policies.backoff import randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
@@ -42,12 +40,12 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
-from listener.pool_control import ListenerLoad, QueueEmptyDecision
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.publisher import Publisher
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
-from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.stores.connection import open_payload_store, open_storage
 from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.memory_storage import InMemoryQueueStorage
@@ -55,6 +53,8 @@ from listener.stores.metered import MeteredStorage
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
+from listener.wire.codec import Codec, MessageCodec
+from listener.wire.limits import DecodingLimits
 
 __all__ = [
     "MAX_BATCH_SIZE",

@@ -2,8 +2,8 @@
 
 A handler runs beneath reactivex's observer wrappers, the async runner's event loop and
 cloudqueue's fan-out; a raw traceback is mostly their frames. The one-line account of each failure
-(type, message, what happens next) is logged by ``listener.handling``; this module adds the
-traceback, trimmed to the frames that are not the framework's:
+(type, message, what happens next) is logged by ``listener.consumer.processing``; this module
+adds the traceback, trimmed to the frames that are not the framework's:
 
 * at **warning**, the first time an error is raised at a given place (its type and the line that
   raised it), as ``handler_traceback``, so a bug hit by every message, or a message retried five
@@ -11,12 +11,13 @@ traceback, trimmed to the frames that are not the framework's:
 * after that, a ``handler_error_repeated`` line without traceback at the 10th, 100th, 1000th...
   time, so a flood of one error is summarised, not repeated;
 * at **error**, when a message is poisoned because its handler kept failing, the last failure's
-  traceback as ``poisoned_handler_traceback`` (``poisoned``, called by ``listener.handling``).
+  traceback as ``poisoned_handler_traceback`` (``poisoned``, called by
+  ``listener.consumer.processing``).
 
 A ``PermanentFailure`` is a handler's deliberate verdict, not a bug: its traceback stays at debug.
 The text goes under the ``exception`` key, which structlog's console renderer prints as a block
 and the JSON renderer keeps as one string. ``FailureMemory`` is the one bounded memory of failures
-(places here, each message's first error in ``listener.handling``).
+(places here, each message's first error in ``listener.consumer.processing``).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ log = structlog.get_logger(__name__)
 FRAMEWORK_MODULES = ("reactivex", "asyncio", "concurrent.futures")
 """Packages whose frames never help to find a handler's bug."""
 
-OWN_MODULES = ("listener.subscribers", "workers.async_handler")
+OWN_MODULES = ("listener.consumer.subscribers", "workers.async_handler")
 """cloudqueue's modules between the dequeue thread and the handler."""
 
 REMEMBERED_PLACES = 1_000

@@ -33,8 +33,7 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.payload import blob_envelope, inline_envelope, pack
-from listener.messages.poison import (
+from listener.poison.admin import (
     browse_poisoned,
     find_poisoned,
     poison_message,
@@ -45,6 +44,7 @@ from listener.messages.poison import (
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.storage import QueueStorage
+from listener.wire.payload import blob_envelope, inline_envelope, pack
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
 from workers.cli.poison_view import content_view

@@ -30,9 +30,12 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import ForeignPayloadError, LimitExceededError
-from listener.messages import bounded_json
-from listener.messages.limits import MIB, DecodingLimits
-from listener.messages.payload import (
+from listener.stores.payload_store import new_payload_name, validate_payload_name
+from listener.stores.storage import QueueStorage
+from listener.testing import VirtualClock
+from listener.wire import bounded_json
+from listener.wire.limits import MIB, DecodingLimits
+from listener.wire.payload import (
     ENVELOPE_KEY,
     Packed,
     blob_envelope,
@@ -41,9 +44,6 @@ from listener.messages.payload import (
     pack,
     parse_envelope,
 )
-from listener.stores.payload_store import new_payload_name, validate_payload_name
-from listener.stores.storage import QueueStorage
-from listener.testing import VirtualClock
 from tests.support.polling import eventually
 from workers.settings import CloudQueueSettings
 from workers.testing import run_until_drained

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
-from listener.in_flight import (
+from listener.consumer.in_flight import (
     FAST_HANDLER_SLOTS,
     WAITING_HANDLER_S,
     HandlerPool,

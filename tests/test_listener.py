@@ -29,7 +29,7 @@ from listener import (
     current_envelope,
     poison_queue_name,
 )
-from listener.handoff import fetch_size
+from listener.consumer.handoff import fetch_size
 from listener.testing import ManualClock, VirtualClock
 from tests.support.polling import eventually
 from workers.testing import run_until_drained

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientStorageError
-from listener.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage

@@ -15,16 +15,14 @@ from datetime import UTC, datetime
 import pytest
 
 from listener.errors import ConfigurationError, MessageNotFoundError
-from listener.messages.codec import MessageCodec
-from listener.messages.payload import open_message
-from listener.messages.poison import (
+from listener.poison.admin import (
     PoisonRecord,
     poison_message,
     poison_queue_name,
     requeue_poisoned,
     requeue_poisoned_by_id,
 )
-from listener.messages.publisher import Publisher
+from listener.producer.publisher import Publisher
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.partition_names import (
@@ -34,6 +32,8 @@ from listener.stores.partition_names import (
 )
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueMessage, QueueStorage
+from listener.wire.codec import MessageCodec
+from listener.wire.payload import open_message
 
 QUEUE = "orders"
 

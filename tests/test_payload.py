@@ -21,14 +21,16 @@ from listener import (
     PayloadStore,
     open_payload_store,
 )
-from listener.messages import payload as wire
-from listener.messages.packing import (
+from listener.stores.payload_store import new_payload_name
+from listener.stores.storage import MAX_MESSAGE_BYTES
+from listener.wire import payload as wire
+from listener.wire.packing import (
     MAX_ENVELOPE_BYTES,
     message_bytes,
     plan_batches,
     single_message,
 )
-from listener.messages.payload import (
+from listener.wire.payload import (
     ENVELOPE_KEY,
     Packed,
     blob_envelope,
@@ -40,8 +42,6 @@ from listener.messages.payload import (
     unpack,
     without_attempts,
 )
-from listener.stores.payload_store import new_payload_name
-from listener.stores.storage import MAX_MESSAGE_BYTES
 from tests.support.azurite import ACCOUNT_KEY
 
 NAME = "orders/" + "0123456789abcdef" * 2

@@ -12,6 +12,7 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import ConfigurationError
 from listener.limits.limiter import LocalRateLimiter
 from listener.limits.redis_limiter import RedisRateLimiter
@@ -21,7 +22,6 @@ from listener.policies.rate_limit import (
     reserve,
     threads_for_limit,
 )
-from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.testing import ManualClock
 from tests.support.polling import eventually

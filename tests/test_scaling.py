@@ -18,6 +18,7 @@ from listener import (
     MessageCodec,
     QueueEmptyDecision,
 )
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import ConfigurationError
 from listener.policies.scaling_rules import (
     ScalingInput,
@@ -27,7 +28,6 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
-from listener.pool_control import ListenerLoad
 from listener.scaling.cpu import ProcessCpuMeter
 from listener.scaling.scaler import (
     ElasticScaler,
@@ -317,7 +317,10 @@ def test_a_saturated_cpu_caps_growth_and_says_why(
     fill(storage, queue_name, 300)
     listener = make_listener(storage, queue_name, clock, listeners)
     scaler = ElasticScaler(
-        listener.pool_control, ScalingPolicy(max_threads=8), clock=clock, cpu_meter=FixedCpu(0.97)
+        listener.pool_control,
+        ScalingPolicy(max_threads=8),
+        clock=clock,
+        cpu_meter=FixedCpu(0.97),
     )
     with capture_logs() as logs:
         scaler.rescale(trigger="work_detected")

@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.pool_control import PoolControl
 from listener.errors import StorageError
-from listener.listener import CloudQueueListener
-from listener.pool_control import PoolControl
 
 DEFAULT_REFRESH_S = 5.0
 

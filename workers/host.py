@@ -18,12 +18,11 @@ from typing import Any
 import structlog
 
 from listener.clock import SYSTEM_CLOCK
-from listener.listener import CloudQueueListener
-from listener.messages.codec import reading_codec
+from listener.consumer.listener import CloudQueueListener
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import TriggerChannel, account_of
-from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler
+from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.simulation.profile import ProfileRecorder
 from listener.stores.connection import (
     describe_storage,
@@ -35,6 +34,7 @@ from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.stores.tick_ledger import TickLedger
+from listener.wire.codec import reading_codec
 from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
 from workers.depth_refresh import DepthRefresher

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.stores.file_modes import private_folder
 from workers.cost_meter import UNKNOWN, CostMeter, QueueCost
 

@@ -13,7 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable
 from typing import Any
 
-from listener.messages.envelope import current_envelope
+from listener.consumer.current import current_envelope
 from listener.simulation.profile import ProfileRecorder
 
 SEEN_MESSAGES = 4_096

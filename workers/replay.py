@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from listener.messages.publisher import Publisher
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.publisher import Publisher
 from listener.push.triggers import account_of
 from listener.simulation.compare import simulate
 from listener.simulation.policies import PolicySpec

@@ -29,11 +29,9 @@ from pydantic_settings import (
     TomlConfigSettingsSource,
 )
 
+from listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.errors import ConfigurationError
 from listener.imports import check_object_path
-from listener.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
-from listener.messages.codec import Encoding
-from listener.messages.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
     ScalingRule,
@@ -47,6 +45,8 @@ from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
 from listener.stores.connection import describe_storage
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from listener.wire.codec import Encoding
+from listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 from workers.settings_files import check_found_dotenv, found_file
 from workers.settings_keys import (
     ENV_NESTED_DELIMITER,

@@ -13,7 +13,7 @@ from listener.location import CloudQueueLocation
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from listener.listener import CloudQueueListener
+    from listener.consumer.listener import CloudQueueListener
 
 T = TypeVar("T")
 

@@ -7,7 +7,7 @@ at their next poll; without it, this returns None and the workers poll.
 
 from __future__ import annotations
 
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
 from listener.push.triggers import account_of
 from workers import CloudQueueSettings
 from workers.host import open_trigger_channel

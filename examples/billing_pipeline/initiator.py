@@ -11,7 +11,7 @@ from examples.billing_pipeline.config import RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import Transaction, WorkItem, split
 from listener import Publisher, QueueStorage
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
 
 log = structlog.get_logger(__name__)
 

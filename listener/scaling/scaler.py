@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from listener.consumer.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision
 from listener.errors import ConfigurationError, StorageError
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.rate_limit import capped_by_limit
@@ -37,7 +38,6 @@ from listener.policies.scaling_rules import (
     proportional,
     thread_capacity_per_s,
 )
-from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision
 from listener.scaling.cpu import CpuMeter, ProcessCpuMeter
 
 log = structlog.get_logger(__name__)

@@ -11,7 +11,7 @@ handled and deleted, the listener overwrites the payload with an empty *tombston
 poisoned message: the poison record still refers to it, so a requeue works). Two messages refer to
 one payload only if the SDK repeated a put that had in fact succeeded (a 500 after the write); the
 tombstone tells the second copy that the work is done, so it is dropped rather than poisoned as
-``payload_missing`` (see ``listener.messages.payload``). Tombstones, and payloads of messages that
+``payload_missing`` (see ``listener.wire.payload``). Tombstones, and payloads of messages that
 expired unread, stay behind: give the container a lifecycle rule (or clean the folder) for
 anything older than the queue's time-to-live.
 

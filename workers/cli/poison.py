@@ -21,7 +21,7 @@ from __future__ import annotations
 import click
 
 from listener.errors import AmbiguousIdError, QueueNotFoundError, UnreadableRecordError
-from listener.messages.poison import (
+from listener.poison.admin import (
     browse_poisoned,
     find_poisoned,
     poison_queue_name,

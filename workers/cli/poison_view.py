@@ -1,6 +1,6 @@
 """What a poison message says, for ``cloudqueue poison`` and the dashboard: rows, details, text.
 
-A poison message is a record (``listener.messages.poison_record``), the original content kept
+A poison message is a record (``listener.poison.record``), the original content kept
 unwrapped (wrapping would have exceeded 64 KiB), or whatever else someone wrote to the poison
 queue. Every one is shown for what it is, and never trusted: a message that holds no valid record
 has ``readable`` false, the ``problem`` and the start of its text. JSON keeps every value whole;
@@ -18,9 +18,9 @@ from datetime import datetime
 from typing import Any
 
 from listener.errors import DecodeError, UnreadableRecordError
-from listener.messages.payload import ENVELOPE_KEY, parse_envelope
-from listener.messages.poison_record import PoisonRecord, parse_record
+from listener.poison.record import PoisonRecord, parse_record
 from listener.stores.storage import QueueMessage
+from listener.wire.payload import ENVELOPE_KEY, parse_envelope
 from workers.logging import printable
 
 ERROR_WIDTH = 80

@@ -11,8 +11,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from listener.messages.envelope import current_envelope
-from listener.pool_control import ListenerLoad, PoolControl, ScalingHooks
+from listener.consumer.current import current_envelope
+from listener.consumer.pool_control import ListenerLoad, PoolControl, ScalingHooks
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.forwarding import ForwardingStorage
 from listener.stores.storage import QueueStorage

@@ -12,8 +12,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from listener.listener import CloudQueueListener
-from listener.pool_control import PoolControl
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.pool_control import PoolControl
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage

@@ -1,4 +1,5 @@
-"""Re-publishing the failed items of a batch as a message of their own (see ``listener.handling``).
+"""Re-publishing the failed items of a batch as a message of their own (see
+``listener.consumer.processing``).
 
 The new message carries how often its items were tried (the envelope's ``attempts``), keeps the
 original's remaining time-to-live, and becomes visible after the retry back-off, as the original
@@ -12,9 +13,9 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
-from listener.messages.packing import MAX_ENVELOPE_BYTES, message_bytes
-from listener.messages.payload import inline_envelope, pack
 from listener.stores.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
+from listener.wire.packing import MAX_ENVELOPE_BYTES, message_bytes
+from listener.wire.payload import inline_envelope, pack
 
 
 def remainder_content(texts: Sequence[str], *, attempts: int) -> str | None:

@@ -17,8 +17,8 @@ import structlog
 from reactivex.abc import DisposableBase
 
 from listener.clock import EVENT_SLEEPER, Clock, Sleeper
+from listener.consumer.listener import CloudQueueListener
 from listener.errors import StorageError
-from listener.listener import CloudQueueListener
 from listener.periodic import PeriodicThread
 from listener.push.triggers import TriggerChannel, WorkDetected
 from listener.scaling.scaler import ElasticScaler, idle_delay_floor_s

@@ -3,7 +3,7 @@
 
 * A ``Publisher`` call (and so ``cloudqueue enqueue``) runs in a PRODUCER span ``send <queue>``
   and writes that span's W3C trace context into each message it puts, where the message has room
-  for it (``listener.messages.trace_context``). ``cloudqueue enqueue`` continues the trace named
+  for it (``listener.wire.trace_context``). ``cloudqueue enqueue`` continues the trace named
   by the ``TRACEPARENT`` / ``TRACESTATE`` environment variables, when set.
 * The listener handles each message inside a CONSUMER span ``process <queue>``: a child of the
   producer's context when the message carries one, with a link to it as well (the messaging
@@ -11,7 +11,7 @@
   A handler's exception marks that span failed (``record_failure``). A producer context whose
   sampled flag is off is linked but not made the parent: the span starts a trace of its own and
   the consumer's sampler decides, so a message (whoever wrote it) cannot switch off the
-  consumer's tracing. Malformed context is ignored (``listener.messages.trace_context``).
+  consumer's tracing. Malformed context is ignored (``listener.wire.trace_context``).
 
 Attributes follow the OpenTelemetry messaging semantic conventions: ``messaging.system``
 (``azure_queue``: the conventions list no value for Azure Storage Queues), ``messaging.operation
@@ -37,8 +37,10 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 from listener.imports import extra_installed
-from listener.messages.payload import Envelope
-from listener.messages.trace_context import (
+from listener.redaction import redact
+from listener.stores.storage import QueueMessage
+from listener.wire.payload import Envelope
+from listener.wire.trace_context import (
     TRACEPARENT,
     TRACESTATE,
     Carrier,
@@ -46,8 +48,6 @@ from listener.messages.trace_context import (
     read_carrier,
     with_carrier,
 )
-from listener.redaction import redact
-from listener.stores.storage import QueueMessage
 
 if TYPE_CHECKING:
     from opentelemetry.trace import Tracer, TracerProvider
@@ -84,7 +84,7 @@ def producer_span(queue_name: str) -> AbstractContextManager[SentCounter]:
 
 def stamp(content: str, *, wrap_plain: bool = False) -> str:
     """The message text carrying the current trace context where it can (see
-    ``listener.messages.trace_context``); unchanged without a valid context or the package."""
+    ``listener.wire.trace_context``); unchanged without a valid context or the package."""
     if not enabled():
         return content
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator

@@ -4,7 +4,7 @@ or kept in a payload store (the wire format is in ``listener.payload``).
 Each message is one storage transaction to put and two to take (get + delete), so packing a
 hundred small items into one message makes them a hundred times cheaper to move; a listener hands
 them to its observers one by one. A batch item that fails is retried alone, in a new message,
-while the items that succeeded are done (see ``listener.handling``).
+while the items that succeeded are done (see ``listener.consumer.processing``).
 
 Delivery is at-least-once from this end too. A put that fails with ``TransientStorageError`` (a
 timeout, a 500 or 503) may have happened all the same. The publisher does not retry it itself: it
@@ -33,13 +33,10 @@ from typing import Generic, Protocol, TypeVar
 
 import structlog
 
+from listener import tracing
 from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
-from listener.messages import tracing
-from listener.messages.codec import Codec, MessageCodec
-from listener.messages.packing import PlannedMessage, message_bytes, plan_batches, single_message
-from listener.messages.payload import Packed, blob_envelope
-from listener.messages.routing import PartitionKey, PartitionRouter
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.routing import PartitionKey, PartitionRouter
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore, new_payload_name
 from listener.stores.storage import (
@@ -48,6 +45,9 @@ from listener.stores.storage import (
     check_put_times,
     validate_queue_name,
 )
+from listener.wire.codec import Codec, MessageCodec
+from listener.wire.packing import PlannedMessage, message_bytes, plan_batches, single_message
+from listener.wire.payload import Packed, blob_envelope
 
 T = TypeVar("T")
 
@@ -82,7 +82,7 @@ class Publisher(Generic[T]):
     the queue; without a store that raises MessageTooLargeError. The queue must exist.
 
     With opentelemetry installed, each call runs in a producer span whose trace context goes
-    into envelopes and CloudEvents (``listener.messages.tracing``); ``trace_envelope=True`` sends
+    into envelopes and CloudEvents (``listener.tracing``); ``trace_envelope=True`` sends
     single items in a one-item envelope too, so they carry it -- for queues only cloudqueue
     listeners read.
 

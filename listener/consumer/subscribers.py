@@ -10,7 +10,7 @@ import structlog
 from reactivex import abc
 
 from listener.failure_log import TracebackLog
-from listener.messages.tracing import record_failure
+from listener.tracing import record_failure
 
 T = TypeVar("T")
 

@@ -5,7 +5,7 @@ Text and bytes travel as they are; everything else travels as JSON. Published te
 base64-encoded by default, as Azure Functions and WebJobs consumers expect; ``plain`` publishes the
 text as it is, for consumers using an SDK's defaults.
 
-Reading, the ``encoding`` says what the content may be (see ``listener.messages.encodings``):
+Reading, the ``encoding`` says what the content may be (see ``listener.wire.encodings``):
 ``base64`` and ``plain`` accept only that form; ``auto`` (the default) reads what producers not
 written here put in a queue, plain or base64, message by message. JSON nested deeper than
 ``max_json_depth`` is refused before it is parsed (``LimitExceededError``).
@@ -20,9 +20,9 @@ import pydantic
 import structlog
 
 from listener.errors import ConfigurationError, DecodeError, LimitExceededError
-from listener.messages import bounded_json, encodings
-from listener.messages.events import CloudEventAdapter, is_cloud_event_type
-from listener.messages.limits import DEFAULT_LIMITS
+from listener.wire import bounded_json, encodings
+from listener.wire.cloud_events import CloudEventAdapter, is_cloud_event_type
+from listener.wire.limits import DEFAULT_LIMITS
 
 T = TypeVar("T")
 

@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Callable, Iterator
 
 from listener.errors import AmbiguousIdError, MessageNotFoundError
-from listener.messages.poison_record import read_record
+from listener.poison.record import read_record
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"

@@ -13,7 +13,7 @@ import re
 from itertools import accumulate
 from typing import Any
 
-from listener.messages.limits import DEFAULT_LIMITS, over_limit
+from listener.wire.limits import DEFAULT_LIMITS, over_limit
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 """A JSON string literal (brackets inside one do not nest); unrolled, so it scans at C speed."""

@@ -21,8 +21,7 @@ from listener.errors import (
     StorageError,
     UnreadableRecordError,
 )
-from listener.messages.payload import without_attempts
-from listener.messages.poison_queue import (
+from listener.poison.queue import (
     POISON_SUFFIX,
     SCAN_VISIBILITY_S,
     browse_poisoned,
@@ -32,10 +31,11 @@ from listener.messages.poison_queue import (
     take_pages,
     take_poisoned,
 )
-from listener.messages.poison_record import PoisonRecord, parse_record, read_record
+from listener.poison.record import PoisonRecord, parse_record, read_record
 from listener.stores.partition_names import partition_of_queue
 from listener.stores.partitioned import split_message_id
 from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
+from listener.wire.payload import without_attempts
 
 PoisonReason = Literal[
     "undecodable",

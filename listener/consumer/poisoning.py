@@ -19,10 +19,10 @@ from dataclasses import dataclass, replace
 import structlog
 
 from listener.clock import Clock
+from listener.consumer.leases import Lease
+from listener.consumer.stats import ListenerCounters
 from listener.errors import StorageError
-from listener.leases import Lease
-from listener.messages.poison import PoisonReason, poison_message
-from listener.stats import ListenerCounters
+from listener.poison.admin import PoisonReason, poison_message
 from listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)

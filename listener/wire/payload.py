@@ -12,8 +12,8 @@ JSON object whose only key is ``$cloudqueue``::
   payload store under the name ``blob`` (``bytes`` long, for operators).
 * ``attempts`` (optional, 0 when absent): how many times these items were delivered before they
   were put in this message. The listener writes it when it re-publishes the failed items of a
-  batch (see ``listener.handling``), so their poison decision counts every attempt. A listener
-  that does not know the key ignores it and merely retries them longer.
+  batch (see ``listener.consumer.processing``), so their poison decision counts every attempt.
+  A listener that does not know the key ignores it and merely retries them longer.
 * ``data`` (base64), or the stored payload, is gzip of the *frames*: for each item in order, its
   length as 4 bytes big-endian, then its bytes.
 * ``inner`` says how each item's codec text became those bytes. ``base64``: every text was
@@ -36,7 +36,7 @@ duplicate of done work, while a payload that is simply gone still means ``payloa
 Tombstones live in the store itself, so every worker process sees them; they are removed by the
 same clean-up as orphaned payloads (anything older than the queue's time-to-live).
 
-Reading is bounded (``listener.messages.limits``): the announced ``count`` is checked before the
+Reading is bounded (``listener.wire.limits``): the announced ``count`` is checked before the
 data is inflated, inflating stops at the cap, splitting stops at the announced count, and JSON is
 parsed only within the depth limit. A stored payload belongs to the queue its name starts with
 (``<queue>/<32 hex digits>``, written by the publisher of that queue): a listener reads only its
@@ -57,9 +57,9 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from listener.errors import DecodeError, LimitExceededError
-from listener.messages import bounded_json
-from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits, over_limit
 from listener.stores.payload_store import PayloadStore, check_payload_owner, validate_payload_name
+from listener.wire import bounded_json
+from listener.wire.limits import DEFAULT_LIMITS, DecodingLimits, over_limit
 
 ENVELOPE_KEY = "$cloudqueue"
 VERSION = 1

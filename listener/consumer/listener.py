@@ -24,26 +24,31 @@ from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.depth import KnownDepth
+from listener.consumer.depth import KnownDepth
+from listener.consumer.handoff import HandOff, fetch_size
+from listener.consumer.in_flight import HandlerPool, InFlight, slots_per_loop
+from listener.consumer.leases import Lease, LeaseKeeper
+from listener.consumer.pool import DequeuePool
+from listener.consumer.pool_control import (
+    ListenerLoad,
+    PoolControl,
+    QueueEmptyDecision,
+    ScalingHooks,
+)
+from listener.consumer.processing import MessageProcessor
+from listener.consumer.stats import ListenerCounters
+from listener.consumer.subscribers import Subscribers
+from listener.consumer.throughput import ThroughputMeter
 from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
-from listener.handling import MessageProcessor
-from listener.handoff import HandOff, fetch_size
-from listener.in_flight import HandlerPool, InFlight, slots_per_loop
-from listener.leases import Lease, LeaseKeeper
 from listener.limits.limiter import RateLimiter
 from listener.location import CloudQueueLocation
-from listener.messages.codec import Codec, MessageCodec
-from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits
-from listener.messages.poison import poison_queue_name
+from listener.poison.admin import poison_queue_name
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
-from listener.pool import DequeuePool
-from listener.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision, ScalingHooks
-from listener.stats import ListenerCounters
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
-from listener.subscribers import Subscribers
-from listener.throughput import ThroughputMeter
+from listener.wire.codec import Codec, MessageCodec
+from listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
 
 T = TypeVar("T")
 
@@ -100,7 +105,7 @@ class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
 
     Threading: ``on_next`` is called on the dequeue thread that took the message -- on a handler
-    thread when ``concurrency`` > 1 (messages each thread keeps in flight: ``listener.in_flight``)
+    thread when ``concurrency`` > 1 (``listener.consumer.in_flight``)
     -- so one observer receives items *concurrently* from several threads, and in no guaranteed
     order (queues do not guarantee order either). Observers must be thread-safe; stateful Rx
     operators (``scan``, ``buffer``, ``distinct``...) should be placed after
@@ -114,9 +119,9 @@ class CloudQueueListener(Observable[T]):
     Messages sent by a ``Publisher`` may be compressed, batched or kept in a payload store; the
     listener unpacks them transparently. ``payload_store`` is where it fetches stored payloads
     (and deletes them once their message is deleted); without one such messages are poisoned as
-    undecodable. A batched message retries only its failed items: see ``listener.handling``.
+    undecodable. A batched message retries only its failed items.
     ``decoding`` bounds the work one message may cost before its items are built (a message
-    over a limit is poisoned as ``over_limit``: ``listener.messages.limits``).
+    over a limit is poisoned as ``over_limit``: ``listener.wire.limits``).
     """
 
     def __init__(
@@ -168,7 +173,7 @@ class CloudQueueListener(Observable[T]):
         self.rate_limiter = rate_limiter
         self.create_queues = create_queues
         self.concurrency = concurrency
-        """Messages each dequeue thread keeps in handling at once (``listener.in_flight``)."""
+        """Messages each dequeue thread keeps in handling at once ."""
         """False: the queue and its -poison queue exist already, and the credential (a SAS or
         role without the create permission) may not create them, so never try."""
         self.counters = ListenerCounters()
@@ -178,7 +183,7 @@ class CloudQueueListener(Observable[T]):
         per thread (the scaler's rules size in-flight capacity from it)."""
         self.handler_time = ThroughputMeter()
         """Seconds the observers take on one message, settlement excluded: how many messages a
-        thread keeps in flight follows from it (``listener.in_flight.slots_per_loop``)."""
+        thread keeps in flight follows from it (``listener.consumer.in_flight.slots_per_loop``)."""
         self.known_depth = KnownDepth(clock)
         """The visible depth last counted, or 0 after an empty get: the figures read it."""
         self._subscribers: Subscribers[T] = Subscribers()
@@ -280,7 +285,7 @@ class CloudQueueListener(Observable[T]):
 
     def slots_per_thread(self) -> int:
         """Messages each dequeue thread keeps in flight now: ``concurrency`` while handlers wait,
-        fewer while they return at once (``listener.in_flight.slots_per_loop``)."""
+        fewer while they return at once (``listener.consumer.in_flight.slots_per_loop``)."""
         return slots_per_loop(self.concurrency, self.handler_time.seconds_per_message)
 
     @property

@@ -1,11 +1,11 @@
 """Handling one fetched message: decode, fan out, then settle it.
 
-A message carries one item, or -- when a publisher batched them (``listener.messages.payload``)
+A message carries one item, or -- when a publisher batched them (``listener.wire.payload``)
 -- several, inline or in a stored payload that is fetched first. Each item goes to every observer
 in turn, in the order published, and the next item is delivered even when an earlier one failed,
 so one bad item does not hold its neighbours back. The *item* is the unit of retry: when some
 items of a batch failed and others succeeded, the failed ones are re-published as a new message
-(``listener.messages.republish``) and the original is deleted, so the items that succeeded are not
+(``listener.producer.republish``) and the original is deleted, so the items that succeeded are not
 run again. The new message records how often its items were tried (the envelope's ``attempts``):
 ``max_dequeue_count`` counts every delivery of an item, in whichever message. It is put before the
 original is deleted, so a crash in between duplicates items and loses none; that, and the fact
@@ -18,7 +18,7 @@ Every message ends in exactly one place:
   is replaced by a tombstone (a failure there is logged and leaves the payload, never an error);
 * **dropped** (deleted with a ``duplicate_dropped`` info event, not handled) when its stored
   payload is a tombstone: it is a second copy, left by a repeated put, of a message whose work is
-  done (see ``listener.messages.payload``);
+  done (see ``listener.wire.payload``);
 * **retried**: an observer raised. A message of one item, or whose items all failed, is hidden for
   a short back-off that grows with its deliveries (not for the whole visibility timeout) and comes
   back; the failed items of a partly successful batch come back after that back-off in a new
@@ -34,7 +34,7 @@ Every message ends in exactly one place:
   that refers to it, so a requeue works; a requeued message starts its count afresh;
 * **left** where it is when storage fails while settling: it reappears after its timeout. When
   the copy to the poison queue failed, it is moved there when it comes back, with the reason it
-  was given up for, and not handled again (``listener.messages.poison_moves``).
+  was given up for, and not handled again (``listener.consumer.poisoning``).
 
 A message's text is parsed once, first, inside the guard that settles it: what the consumer span
 reads (its trace context) comes from that parse, so no message can raise outside the guard.
@@ -49,6 +49,18 @@ from typing import Generic, TypeVar
 import structlog
 
 from listener.clock import Clock
+from listener.consumer.current import MessageEnvelope, set_current_envelope
+from listener.consumer.item_failures import (
+    ItemFailure,
+    describe_errors,
+    describe_items,
+    is_permanent,
+    label,
+)
+from listener.consumer.leases import Lease
+from listener.consumer.poisoning import PoisonDecision, PoisonMover
+from listener.consumer.stats import ListenerCounters
+from listener.consumer.subscribers import Subscribers
 from listener.errors import (
     DecodeError,
     ForeignPayloadError,
@@ -57,34 +69,22 @@ from listener.errors import (
     StorageError,
 )
 from listener.failure_log import FailureMemory, poisoned
-from listener.leases import Lease
-from listener.messages.codec import Codec
-from listener.messages.envelope import MessageEnvelope, set_current_envelope
-from listener.messages.item_failures import (
-    ItemFailure,
-    describe_errors,
-    describe_items,
-    is_permanent,
-    label,
-)
-from listener.messages.limits import DEFAULT_LIMITS, DecodingLimits
-from listener.messages.payload import (
+from listener.poison.admin import PoisonReason
+from listener.policies.backoff import RandomSource
+from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
+from listener.producer.republish import remainder_content, republish
+from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import QueueMessage, QueueStorage
+from listener.tracing import consumer_span
+from listener.wire.codec import Codec
+from listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
+from listener.wire.payload import (
     Envelope,
     MessageContents,
     open_envelope,
     parse_envelope,
     retire_payload,
 )
-from listener.messages.poison import PoisonReason
-from listener.messages.poison_moves import PoisonDecision, PoisonMover
-from listener.messages.republish import remainder_content, republish
-from listener.messages.tracing import consumer_span
-from listener.policies.backoff import RandomSource
-from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from listener.stats import ListenerCounters
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueMessage, QueueStorage
-from listener.subscribers import Subscribers
 
 T = TypeVar("T")
 

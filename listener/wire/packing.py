@@ -5,7 +5,7 @@ may use all of it, as it always could. An envelope stops ``POISON_HEADROOM_BYTES
 if it is ever poisoned, the poison record (its content plus reason, worker and two errors of up to
 2,000 characters each) still fits in one message and keeps those details.
 
-Messages stay within the listener's default decoding limits (``listener.messages.limits``): a batch
+Messages stay within the listener's default decoding limits (``listener.wire.limits``): a batch
 holds at most ``max_items_per_message`` items and inflates to at most
 ``max_inflated_bytes_per_message``, and a single item that would inflate past that goes to the
 payload store rather than inline.
@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from listener.messages.limits import DEFAULT_LIMITS
-from listener.messages.payload import (
+from listener.stores.storage import MAX_MESSAGE_BYTES
+from listener.wire.limits import DEFAULT_LIMITS
+from listener.wire.payload import (
     Framed,
     Packed,
     frame,
@@ -27,7 +28,6 @@ from listener.messages.payload import (
     pack,
     pack_frames,
 )
-from listener.stores.storage import MAX_MESSAGE_BYTES
 
 POISON_HEADROOM_BYTES = 6 * 1024
 MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES - POISON_HEADROOM_BYTES
