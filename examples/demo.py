@@ -29,7 +29,7 @@ from rich.table import Table
 from examples.billing import Invoice, InvoiceLine, InvoiceWorker
 from examples.narration import Narrator
 from listener.consumer.listener import CloudQueueListener
-from listener.poison.admin import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.scaling.scaler import ScalingPolicy
 from listener.simulation import (
     DEFAULT_PRICE_PER_10K_USD,

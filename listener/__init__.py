@@ -5,13 +5,18 @@ The public surface is what ``__all__`` names; everything else is internal.
 
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
 from listener.consumer.current import MessageEnvelope, current_envelope
-from listener.consumer.listener import (
-    CloudQueueListener,
-    CloudQueueListenerInfo,
-    QueueEmptyHandler,
-    QueueWorkDetectedHandler,
+from listener.consumer.events import (
+    BatchProcessed,
+    ListenerStarted,
+    ListenerStopped,
+    QueueEmpty,
+    QueueEmptyDecision,
+    QueueWorkDetected,
+    Scaled,
 )
-from listener.consumer.pool_control import ListenerLoad, QueueEmptyDecision
+from listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
+from listener.consumer.middleware import Decision, MessageContext, Middleware, Outcome
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import (
     CloudQueueError,
     ConfigurationError,
@@ -30,7 +35,9 @@ from listener.errors import (
 from listener.limits.limiter import LocalRateLimiter, RateLimiter
 from listener.limits.redis_limiter import RedisRateLimiter
 from listener.location import CloudQueueLocation
-from listener.poison.admin import PoisonRecord, poison_queue_name
+from listener.middleware.rate_limit import RateLimit
+from listener.poison.queue import poison_queue_name
+from listener.poison.record import PoisonRecord
 from listener.policies.backoff import randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
@@ -59,6 +66,7 @@ from listener.wire.limits import DecodingLimits
 __all__ = [
     "MAX_BATCH_SIZE",
     "MAX_MESSAGE_BYTES",
+    "BatchProcessed",
     "Clock",
     "CloudQueueError",
     "CloudQueueListener",
@@ -66,6 +74,7 @@ __all__ = [
     "CloudQueueLocation",
     "Codec",
     "ConfigurationError",
+    "Decision",
     "DecodeError",
     "DecodingLimits",
     "DeliveryPolicy",
@@ -78,28 +87,35 @@ __all__ = [
     "InProcessTriggerChannel",
     "LimitExceededError",
     "ListenerLoad",
+    "ListenerStarted",
+    "ListenerStopped",
     "LocalRateLimiter",
     "MessageCodec",
+    "MessageContext",
     "MessageEnvelope",
     "MessageNotFoundError",
     "MessageTooLargeError",
     "MeteredStorage",
+    "Middleware",
+    "Outcome",
     "PayloadNotFoundError",
     "PayloadStore",
     "PermanentFailure",
     "PoisonRecord",
     "PopReceiptMismatchError",
     "Publisher",
+    "QueueEmpty",
     "QueueEmptyDecision",
-    "QueueEmptyHandler",
     "QueueLayout",
     "QueueMessage",
     "QueueNotFoundError",
     "QueueStorage",
-    "QueueWorkDetectedHandler",
+    "QueueWorkDetected",
+    "RateLimit",
     "RateLimiter",
     "RedisRateLimiter",
     "RedisTriggerChannel",
+    "Scaled",
     "ScalingInput",
     "ScalingPolicy",
     "ScalingRule",

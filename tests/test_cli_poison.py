@@ -33,14 +33,10 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.poison.admin import (
-    browse_poisoned,
-    find_poisoned,
-    poison_message,
-    read_record,
-    requeue_poisoned_by_id,
-    take_poisoned,
-)
+from listener.poison.move import poison_message
+from listener.poison.queue import browse_poisoned, find_poisoned, take_poisoned
+from listener.poison.record import read_record
+from listener.poison.requeue import requeue_poisoned_by_id
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.storage import QueueStorage

@@ -21,7 +21,7 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.poison.admin import requeue_poisoned
+from listener.poison.requeue import requeue_poisoned
 from listener.stores.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.payload_store import new_payload_name

@@ -15,13 +15,10 @@ from datetime import UTC, datetime
 import pytest
 
 from listener.errors import ConfigurationError, MessageNotFoundError
-from listener.poison.admin import (
-    PoisonRecord,
-    poison_message,
-    poison_queue_name,
-    requeue_poisoned,
-    requeue_poisoned_by_id,
-)
+from listener.poison.move import poison_message
+from listener.poison.queue import poison_queue_name
+from listener.poison.record import PoisonRecord
+from listener.poison.requeue import requeue_poisoned, requeue_poisoned_by_id
 from listener.producer.publisher import Publisher
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage

@@ -14,7 +14,8 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
-from listener.poison.admin import poison_queue_name, read_record
+from listener.poison.queue import poison_queue_name
+from listener.poison.record import read_record
 from listener.policies.delivery import DeliveryPolicy
 from listener.producer.publisher import Publisher
 from listener.stores.partitioned import PartitionedQueueStorage

@@ -33,7 +33,7 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.poison.admin import requeue_poisoned
+from listener.poison.requeue import requeue_poisoned
 from listener.producer.publisher import PENDING_BYTES
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
 from listener.testing import ManualClock

@@ -47,7 +47,7 @@ class DepthRefresher:
         settled = self._settled_now()
         flowing = settled != self._settled or self.listener.counters.in_flight > 0
         self._settled = settled
-        age_s = self.listener.known_depth.age_s()
+        age_s = self.listener.meters.known_depth.age_s()
         if not flowing or (age_s is not None and age_s < self.refresh_s):
             return False
         try:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from types import FrameType
 from typing import Any
@@ -19,6 +19,8 @@ import structlog
 
 from listener.clock import SYSTEM_CLOCK
 from listener.consumer.listener import CloudQueueListener
+from listener.consumer.middleware import Middleware
+from listener.middleware.rate_limit import RateLimit
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import TriggerChannel, account_of
 from listener.scaling.scaler import ElasticScaler
@@ -45,7 +47,7 @@ from workers.partitioning import layout_of, partitioned_storage, settle_layout
 from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
 from workers.rate_limits import open_rate_limiter
-from workers.recording import recorded_handler
+from workers.recording import Recording
 from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.worker import QueueWorker
 
@@ -276,40 +278,48 @@ def _host(
     *,
     recorder: ProfileRecorder | None = None,
 ) -> HostedWorker:
-    """Build a worker's listener with its scaler and its (possibly async) handler."""
+    """Build a worker's listener with its middleware, its scaler and its (possibly async)
+    handler."""
     options = settings.listener
+    location = worker.location(options.visibility_timeout_s)
+    policy = settings.scaling_policy()
+    middleware: list[Middleware] = []
+    if observability is not None:
+        middleware.append(observability.middleware(location.queue_name, policy))
+    if recorder is not None:
+        middleware.append(Recording(recorder))
+    limiter = open_rate_limiter(settings, location)
+    if limiter is not None:
+        middleware.append(RateLimit(limiter))
+    middleware += [*worker.own_middleware(), *options.build_middleware()]
+    runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(
         storage if observability is None else observability.observe_storage(storage),
-        worker.location(options.visibility_timeout_s),
+        location,
         worker.item_type,
         codec=reading_codec(
             worker.item_type,
             options.encoding,
             max_json_depth=settings.decoding.max_json_depth,
         ),
+        middleware=middleware,
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=settings.delivery_policy(),
         payload_store=payload_store,
-        rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
         create_queues=options.create_queues,
         concurrency=options.concurrency,
         decoding=settings.decoding.limits(),
+        loop=runner.loop,
     )
-    policy = settings.scaling_policy()
-    pool = listener.pool_control
-    runner = AsyncHandlerRunner(worker.handle)
-    handler: Callable[[Any], None] = runner
     if observability is not None:
-        pool = observability.observe_pool(pool, policy)
         # A pool started below its floor grows only on work: liveness holds it to what it had.
-        floor = min(policy.min_threads, options.threads)
-        handler = observability.observe_handler(runner, listener, floor)
-    if recorder is not None:
-        handler = recorded_handler(handler, recorder)
-    scaler = ElasticScaler(pool, policy)
-    listener.subscribe(handler)
-    depth = DepthRefresher(listener, pool, refresh_s=settings.scaling.depth_refresh_s)
+        observability.watch(listener, min(policy.min_threads, options.threads))
+    scaler = ElasticScaler(listener.pool_control, policy)
+    listener.subscribe(runner)
+    depth = DepthRefresher(
+        listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
+    )
     return HostedWorker(
         worker=worker,
         listener=listener,
@@ -369,8 +379,6 @@ def _name(worker_type: type[QueueWorker[Any]]) -> str:
 def _finish(hosted: HostedWorker) -> None:
     """Close the worker's event loops and call its on_stop (its errors are logged, not raised)."""
     hosted.runner.close()
-    if hosted.listener.rate_limiter is not None:
-        hosted.listener.rate_limiter.close()
     try:
         hosted.worker.on_stop()
     except Exception:

@@ -56,7 +56,7 @@ class QueueProgress:
     @classmethod
     def of(cls, listener: CloudQueueListener[Any]) -> QueueProgress:
         counters = listener.counters.snapshot()
-        reading = listener.known_depth.reading()
+        reading = listener.meters.known_depth.reading()
         return cls(
             queue=listener.queue_name,
             threads=listener.active_dequeue_tasks,
@@ -64,7 +64,7 @@ class QueueProgress:
             processed=counters["processed"],
             poisoned=counters["poisoned"],
             depth=None if reading is None else reading.visible,
-            depth_age_s=listener.known_depth.age_s(),
+            depth_age_s=listener.meters.known_depth.age_s(),
             items_processed=counters["items_processed"],
         )
 

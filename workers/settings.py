@@ -30,8 +30,9 @@ from pydantic_settings import (
 )
 
 from listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from listener.consumer.middleware import Middleware, make_middleware
 from listener.errors import ConfigurationError
-from listener.imports import check_object_path
+from listener.imports import check_object_path, import_object
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
     ScalingRule,
@@ -113,6 +114,24 @@ class ListenerSettings(_Section):
         le=MAX_PARTITIONS,
         description="while repartitioning: the old partition count, read until its queues empty",
     )
+    middleware: list[str] = Field(
+        default_factory=list,
+        description="middleware around each message, 'package.module:Class' (made with no "
+        "arguments), after the worker's own; imported by 'cloudqueue run'",
+    )
+
+    @field_validator("middleware")
+    @classmethod
+    def _middleware_paths(cls, paths: list[str]) -> list[str]:
+        # The form only: the modules are imported by `cloudqueue run` (build_middleware).
+        return [check_object_path(path, what="middleware") for path in paths]
+
+    def build_middleware(self) -> list[Middleware]:
+        """The middleware the settings name, imported and made (ConfigurationError if not)."""
+        return [
+            make_middleware(import_object(path, what="middleware"), path)
+            for path in self.middleware
+        ]
 
     @model_validator(mode="before")
     @classmethod

@@ -26,7 +26,8 @@ from typing import Any, Generic, TypeVar, cast
 
 from listener.consumer.listener import CloudQueueListener
 from listener.errors import CloudQueueError, ConfigurationError, DecodeError, QueueNotFoundError
-from listener.poison.admin import browse_poisoned, poison_queue_name, read_record
+from listener.poison.queue import browse_poisoned, poison_queue_name
+from listener.poison.record import read_record
 from listener.producer.publisher import Publisher
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.testing import ManualClock, VirtualClock

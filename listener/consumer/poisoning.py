@@ -22,7 +22,7 @@ from listener.clock import Clock
 from listener.consumer.leases import Lease
 from listener.consumer.stats import ListenerCounters
 from listener.errors import StorageError
-from listener.poison.admin import PoisonReason, poison_message
+from listener.poison.move import poison_message
 from listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
@@ -36,7 +36,7 @@ is then handled afresh when it comes back, and poisoned again if it still fails)
 class PoisonDecision:
     """Why a message goes to the poison queue, and what its record holds."""
 
-    reason: PoisonReason
+    reason: str
     error: str
     first_error: str | None
     recorded: QueueMessage

@@ -1,9 +1,13 @@
-"""A listener's running counters, safe to bump from any dequeue thread."""
+"""A listener's running counters and meters, safe to bump from any dequeue thread."""
 
 from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field, fields
+
+from listener.clock import Clock
+from listener.consumer.depth import KnownDepth
+from listener.consumer.throughput import ThroughputMeter
 
 
 @dataclass
@@ -40,3 +44,30 @@ class ListenerCounters:
     def snapshot(self) -> dict[str, int]:
         with self._lock:
             return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "_lock"}
+
+
+@dataclass(frozen=True)
+class ListenerMeters:
+    """Everything a listener measures as it runs, shared by its loop, scaler and figures."""
+
+    counters: ListenerCounters
+    throughput: ThroughputMeter
+    """Messages per second one thread gets through (the scaler's rate)."""
+    latency: ThroughputMeter
+    """Seconds from a message's start to its settlement, measured when several are in flight
+    per thread (the scaler's rules size in-flight capacity from it)."""
+    handler_time: ThroughputMeter
+    """Seconds the observers take on one message, settlement excluded: how many messages a
+    thread keeps in flight follows from it (``listener.consumer.in_flight.slots_per_loop``)."""
+    known_depth: KnownDepth
+    """The visible depth last counted, or 0 after an empty get: the figures read it."""
+
+    @classmethod
+    def new(cls, clock: Clock) -> ListenerMeters:
+        return cls(
+            ListenerCounters(),
+            ThroughputMeter(),
+            ThroughputMeter(),
+            ThroughputMeter(),
+            KnownDepth(clock),
+        )

@@ -9,9 +9,6 @@ from typing import Generic, TypeVar
 import structlog
 from reactivex import abc
 
-from listener.failure_log import TracebackLog
-from listener.tracing import record_failure
-
 T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
@@ -23,7 +20,6 @@ class Subscribers(Generic[T]):
     def __init__(self) -> None:
         self._observers: list[abc.ObserverBase[T]] = []
         self._lock = threading.Lock()
-        self._tracebacks = TracebackLog()
         self.completed = False
 
     def add(self, observer: abc.ObserverBase[T]) -> Callable[[], None] | None:
@@ -47,9 +43,8 @@ class Subscribers(Generic[T]):
     def deliver(self, item: T) -> list[Exception]:
         """Give the item to every observer; return the failures (one never stops the rest).
 
-        The caller logs each failure with what happens next; here only its traceback is kept, at
-        debug level, once per distinct error.
-        """
+        The caller settles the message by them; the ``FailureLogs`` and tracing middleware log
+        them and mark the consumer span."""
         with self._lock:
             observers = list(self._observers)
         failures: list[Exception] = []
@@ -57,8 +52,6 @@ class Subscribers(Generic[T]):
             try:
                 observer.on_next(item)
             except Exception as failure:
-                self._tracebacks.record(failure)
-                record_failure(failure)  # on the consumer span; a no-op without opentelemetry
                 failures.append(failure)
         return failures
 

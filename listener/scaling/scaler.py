@@ -27,7 +27,8 @@ from typing import Any
 import structlog
 
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.consumer.pool_control import ListenerLoad, PoolControl, QueueEmptyDecision
+from listener.consumer.events import QueueEmptyDecision
+from listener.consumer.pool_control import ListenerLoad, PoolControl
 from listener.errors import ConfigurationError, StorageError
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.policies.rate_limit import capped_by_limit

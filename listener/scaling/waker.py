@@ -11,21 +11,38 @@ sends none, or a message reappearing after a crash or a retry delay waits at mos
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Protocol
 
 import structlog
 from reactivex.abc import DisposableBase
 
 from listener.clock import EVENT_SLEEPER, Clock, Sleeper
-from listener.consumer.listener import CloudQueueListener
 from listener.errors import StorageError
 from listener.periodic import PeriodicThread
 from listener.push.triggers import TriggerChannel, WorkDetected
 from listener.scaling.scaler import ElasticScaler, idle_delay_floor_s
+from listener.stores.storage import QueueStorage
 
 log = structlog.get_logger(__name__)
 
 DEFAULT_WATCHDOG_INTERVAL_S = 300.0
+
+
+class Wakeable(Protocol):
+    """What waking needs of a listener (``CloudQueueListener`` is one): its queue, whether it
+    stopped, its threads, and its storage for the watchdog's depth check."""
+
+    @property
+    def queue_name(self) -> str: ...
+
+    @property
+    def stopped(self) -> bool: ...
+
+    @property
+    def active_dequeue_tasks(self) -> int: ...
+
+    @property
+    def storage(self) -> QueueStorage: ...
 
 
 class TriggerWaker:
@@ -39,7 +56,7 @@ class TriggerWaker:
 
     def __init__(
         self,
-        listener: CloudQueueListener[Any],
+        listener: Wakeable,
         scaler: ElasticScaler,
         channel: TriggerChannel,
         *,
@@ -131,7 +148,7 @@ class Watchdog(PeriodicThread):
 
     def __init__(
         self,
-        listener: CloudQueueListener[Any],
+        listener: Wakeable,
         scaler: ElasticScaler,
         *,
         interval_s: float = DEFAULT_WATCHDOG_INTERVAL_S,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from listener.consumer.pool_control import QueueEmptyDecision
+from listener.consumer.events import QueueEmptyDecision
 from listener.policies.backoff import RandomSource, randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.scaling.scaler import ScalingPolicy

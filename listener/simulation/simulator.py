@@ -35,9 +35,10 @@ from typing import Any, cast
 
 import structlog
 
+from listener.consumer.dequeue import STRETCH_S
+from listener.consumer.events import QueueEmptyDecision
 from listener.consumer.handoff import fetch_size
-from listener.consumer.listener import STRETCH_S
-from listener.consumer.pool_control import ListenerLoad, QueueEmptyDecision, ScalingHooks
+from listener.consumer.pool_control import ListenerLoad, ScalingHooks
 from listener.consumer.throughput import ThroughputMeter
 from listener.errors import ConfigurationError
 from listener.policies.delivery import exhausted, retry_visibility_s

@@ -52,7 +52,7 @@ from azure.storage.queue import QueueClient, TextBase64DecodePolicy
 
 from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.poison.admin import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
 from listener.wire.codec import MessageCodec

@@ -36,7 +36,7 @@ import structlog
 
 from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.poison.admin import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.policies.scaling_rules import drain_time
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage

@@ -40,7 +40,7 @@ import structlog
 from azure.storage.queue import QueueClient
 from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 
-from listener.poison.admin import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.wire.codec import MessageCodec
 from tests.benchmarks.drain_support import (
     Stopwatch,

@@ -50,8 +50,8 @@ from typing import Any
 
 import structlog
 
+from listener.consumer.events import QueueEmptyDecision
 from listener.consumer.listener import CloudQueueListener
-from listener.consumer.pool_control import QueueEmptyDecision
 from listener.location import CloudQueueLocation
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import WorkDetected, account_of

@@ -21,14 +21,9 @@ from __future__ import annotations
 import click
 
 from listener.errors import AmbiguousIdError, QueueNotFoundError, UnreadableRecordError
-from listener.poison.admin import (
-    browse_poisoned,
-    find_poisoned,
-    poison_queue_name,
-    read_record,
-    requeue_all,
-    requeue_poisoned_by_id,
-)
+from listener.poison.queue import browse_poisoned, find_poisoned, poison_queue_name
+from listener.poison.record import read_record
+from listener.poison.requeue import requeue_all, requeue_poisoned_by_id
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from workers.cli.common import (

@@ -25,7 +25,7 @@ import click
 from click.core import ParameterSource
 
 from listener.errors import QueueNotFoundError
-from listener.poison.admin import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.connection import describe_storage
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.partitioned import PartitionedQueueStorage

@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 
 from listener.errors import QueueNotFoundError
-from listener.poison.admin import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.connection import describe_storage
 from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.partition_names import partition_of_queue

@@ -25,7 +25,7 @@ import structlog
 
 from listener.consumer.pool_control import ListenerLoad
 from listener.errors import QueueNotFoundError, StorageError
-from listener.poison.admin import browse_poisoned
+from listener.poison.queue import browse_poisoned
 from listener.redaction import redact
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.storage import QueueStorage

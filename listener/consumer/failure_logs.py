@@ -11,8 +11,10 @@ adds the traceback, trimmed to the frames that are not the framework's:
 * after that, a ``handler_error_repeated`` line without traceback at the 10th, 100th, 1000th...
   time, so a flood of one error is summarised, not repeated;
 * at **error**, when a message is poisoned because its handler kept failing, the last failure's
-  traceback as ``poisoned_handler_traceback`` (``poisoned``, called by
-  ``listener.consumer.processing``).
+  traceback as ``poisoned_handler_traceback``.
+
+Both come from the ``FailureLogs`` middleware, which every listener has first in its list: it
+reads each settled message's failures (``MessageContext.failures``) and outcome.
 
 A ``PermanentFailure`` is a handler's deliberate verdict, not a bug: its traceback stays at debug.
 The text goes under the ``exception`` key, which structlog's console renderer prints as a block
@@ -27,10 +29,11 @@ import traceback
 from collections import OrderedDict
 from collections.abc import Callable
 from types import TracebackType
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import structlog
 
+from listener.consumer.middleware import MessageContext, Middleware
 from listener.errors import PermanentFailure
 
 K = TypeVar("K")
@@ -41,7 +44,11 @@ log = structlog.get_logger(__name__)
 FRAMEWORK_MODULES = ("reactivex", "asyncio", "concurrent.futures")
 """Packages whose frames never help to find a handler's bug."""
 
-OWN_MODULES = ("listener.consumer.subscribers", "workers.async_handler")
+OWN_MODULES = (
+    "listener.consumer.subscribers",
+    "listener.consumer.coroutines",
+    "workers.async_handler",
+)
 """cloudqueue's modules between the dequeue thread and the handler."""
 
 REMEMBERED_PLACES = 1_000
@@ -118,6 +125,24 @@ def poisoned(failure: BaseException) -> None:
     )
 
 
+class FailureLogs(Middleware):
+    """Logs handler failures for people: each distinct one's traceback once, repeats counted,
+    and the last failure's traceback at error when its message is poisoned."""
+
+    def __init__(self) -> None:
+        self._tracebacks = TracebackLog()
+
+    def after_settle(self, context: MessageContext[Any]) -> None:
+        last: Exception | None = None
+        for item in context.failures:
+            for failure in item.failures:
+                self._tracebacks.record(failure)
+                last = failure
+        outcome = context.outcome
+        if last is not None and outcome is not None and outcome.kind == "poisoned":
+            poisoned(last)
+
+
 def _is_power_of(number: int, base: int) -> bool:
     while number % base == 0 and number > 1:
         number //= base
@@ -163,4 +188,4 @@ def _is_framework(entry: TracebackType) -> bool:
     )
 
 
-__all__ = ["FailureMemory", "TracebackLog", "handler_traceback", "poisoned"]
+__all__ = ["FailureLogs", "FailureMemory", "TracebackLog", "handler_traceback", "poisoned"]
