@@ -28,6 +28,9 @@ class Recording(Middleware):
         self._lock = threading.Lock()
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        if not context.deliverable:  # settled without a handler call: not the workload
+            call_next()
+            return
         message = context.message
         if message.dequeue_count == 1 and self._first_time(message.id):
             self.recorder.arrived(message.inserted_on)

@@ -80,6 +80,9 @@ class ObservedHandling(Middleware):
         self._beat = heartbeats.beat
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        if not context.deliverable:  # settled without a handler call: nothing to time
+            call_next()
+            return
         self._beat()
         inserted_s = context.message.inserted_on.timestamp()
         self._pickup_seconds.observe(max(0.0, time.time() - inserted_s))
