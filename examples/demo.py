@@ -28,9 +28,13 @@ from rich.table import Table
 
 from examples.billing import Invoice, InvoiceLine, InvoiceWorker
 from examples.narration import Narrator
-from listener.consumer.listener import CloudQueueListener
-from listener.poison.queue import poison_queue_name
-from listener.scaling.scaler import ScalingPolicy
+from listener import (
+    CloudQueueListener,
+    MessageCodec,
+    QueueStorage,
+    ScalingPolicy,
+    poison_queue_name,
+)
 from listener.simulation import (
     DEFAULT_PRICE_PER_10K_USD,
     ServiceModel,
@@ -41,12 +45,15 @@ from listener.simulation import (
     naive_poller,
     simulate,
 )
-from listener.stores.storage import QueueStorage
-from listener.wire.codec import MessageCodec
-from workers.host import WorkerHost
-from workers.logging import configure_logging
-from workers.progress import ConsoleStream, LiveProgress
-from workers.settings import CloudQueueSettings, ListenerSettings, ScalingSettings
+from workers import (
+    CloudQueueSettings,
+    ConsoleStream,
+    ListenerSettings,
+    LiveProgress,
+    ScalingSettings,
+    WorkerHost,
+    configure_logging,
+)
 
 BURST = 400
 MALFORMED = 1

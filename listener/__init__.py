@@ -1,6 +1,7 @@
 """cloudqueue's listener: an auto-scaling, observable consumer of Azure Storage Queues.
 
-The public surface is what ``__all__`` names; everything else is internal.
+The public surface is what ``__all__`` names, with ``listener.testing`` (test clocks) and
+``listener.simulation`` (the cost simulator); everything else is internal.
 """
 
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
@@ -50,7 +51,12 @@ from listener.policies.scaling_rules import (
 from listener.producer.announce import WorkAnnouncer
 from listener.producer.publisher import Publisher
 from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from listener.push.triggers import (
+    InProcessTriggerChannel,
+    TriggerChannel,
+    WorkDetected,
+    account_of,
+)
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.stores.connection import open_payload_store, open_storage
@@ -129,6 +135,7 @@ __all__ = [
     "Watchdog",
     "WorkAnnouncer",
     "WorkDetected",
+    "account_of",
     "current_envelope",
     "drain_time",
     "open_payload_store",

@@ -239,9 +239,9 @@ def test_the_dashboard_samples_a_partitioned_queue_by_its_record(
 ) -> None:
     """The dashboard's sampler reads a recorded partitioned queue's total, not 'does not exist'."""
     from listener.scaling.scaler import ScalingPolicy
-    from workers.dashboard.sampling import Sampler
     from workers.partitioning import LayoutViews
     from workers.settings import CloudQueueSettings
+    from workers.views.sampler import Sampler
 
     run(unset, "queues", "create", QUEUE, "--partitions", "3")
     run(unset, "enqueue", QUEUE, "a", "b")

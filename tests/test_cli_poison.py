@@ -43,7 +43,7 @@ from listener.stores.storage import QueueStorage
 from listener.wire.payload import blob_envelope, inline_envelope, pack
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
-from workers.cli.poison_view import content_view
+from workers.views.poison import content_view
 
 QUEUE = "invoices"
 POISON = poison_queue_name(QUEUE)

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.testing import ManualClock
 from workers.cli import cli
-from workers.cli.queue_facts import describe_age
+from workers.cli.status_text import describe_age
 from workers.live_state import LiveState, QueueLiveState
 
 QUEUE = "invoices"

@@ -32,7 +32,7 @@ from tests.support.polling import eventually
 from workers.cli import cli
 from workers.dashboard.access import Access, chosen_token
 from workers.dashboard.app import create_app
-from workers.dashboard.sampling import Sampler, _counters
+from workers.views.sampler import Sampler, _counters
 
 with warnings.catch_warnings():
     # Starlette 1.x asks for the httpx2 fork under its TestClient; httpx works as well.

@@ -24,7 +24,7 @@ from docsite.metrics_reference import metrics
 from listener.poison.reasons import POISON_REASONS
 from tests.benchmarks.render_readme import docs_blocks, render_block
 from workers.settings import CloudQueueSettings
-from workers.settings_keys import env_name, known_keys
+from workers.settings.keys import env_name, known_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

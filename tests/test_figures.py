@@ -14,10 +14,10 @@ from listener.stores.metered import MeteredStorage
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.dashboard.sampling import Sampler
 from workers.depth_refresh import DepthRefresher
 from workers.live_state import QueueLiveState
 from workers.progress import QueueProgress
+from workers.views.sampler import Sampler
 
 QUEUE = "figures"
 BACKLOG = 351

@@ -30,7 +30,7 @@ from listener.stores.storage import QueueStorage
 from workers.cli import cli
 from workers.dashboard.access import Access
 from workers.dashboard.app import create_app
-from workers.dashboard.sampling import Sampler
+from workers.views.sampler import Sampler
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)

@@ -17,7 +17,7 @@ from listener.policies.scaling_rules import ScalingInput
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 from workers.settings import CloudQueueSettings, ScalingSettings, load_settings
-from workers.settings_keys import known_keys
+from workers.settings.keys import known_keys
 
 ROOT = Path(__file__).resolve().parents[1]
 

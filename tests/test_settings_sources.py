@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from workers.cli import cli
 from workers.settings import ScalingSettings
-from workers.settings_sources import SettingValue, explain_settings
+from workers.settings.sources import SettingValue, explain_settings
 
 ACCOUNT_KEY = "c2VjcmV0LWtleS10aGF0LW11c3Qtbm90LWxlYWs="
 CONNECTION_STRING = f"AccountName=acme;AccountKey={ACCOUNT_KEY};"

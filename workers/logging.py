@@ -62,8 +62,16 @@ def configure_logging(
 ) -> None:
     """Configure structlog for a worker process writing to ``stream`` (stderr by default).
 
+    What ``cloudqueue run`` does at start; call it once when you run a ``WorkerHost`` (or a
+    listener) in your own process. ``settings`` is the ``logging`` section: JSON lines when
+    ``format`` is ``json``, or ``auto`` and ``stream`` is not a terminal; readable console lines
+    otherwise. Either way secrets are masked (a connection string or SAS token that slips into an
+    event or exception text), and console lines show text from messages escaped, so that it cannot
+    drive the terminal. The Azure SDK's per-request logging is kept to warnings.
+
     ``console_renderer`` replaces structlog's console renderer on a terminal (the demo narrates);
-    JSON output is never replaced: machines keep every event.
+    JSON output is never replaced: machines keep every event. Under a ``LiveProgress`` status
+    line, pass ``stream=ConsoleStream(console)`` so that log lines print above it.
     """
     output = stream or sys.stderr
     use_json = settings.format == "json" or (settings.format == "auto" and not output.isatty())

@@ -98,6 +98,17 @@ def processed_text(items: int | None, messages: int) -> str:
 class LiveProgress:
     """The status lines of several listeners, redrawn until the context exits.
 
+    The line ``cloudqueue run`` shows on a terminal, one per queue: depth, dequeue threads, in
+    flight, processed and poisoned, redrawn a few times a second from in-memory counters (drawing
+    costs no storage transaction). To show it around a ``WorkerHost`` in your own process, send
+    the log lines through the same console so that they print above it::
+
+        console = rich.console.Console(stderr=True)
+        configure_logging(settings.logging, stream=ConsoleStream(console))
+        host = WorkerHost([InvoiceWorker], settings)
+        with LiveProgress(host.listeners, console=console):
+            host.run()
+
     ``expected`` (per queue) turns a line into a progress bar towards a known number of messages,
     as in the demo; without it the bar pulses and the figures carry the news.
     """
@@ -164,7 +175,11 @@ class LiveProgress:
 
 
 class ConsoleStream(io.TextIOBase):
-    """A text stream for structlog that prints through a rich console, above its live lines."""
+    """A text stream for structlog that prints through a rich console, above its live lines.
+
+    Give it to ``configure_logging(settings.logging, stream=ConsoleStream(console))`` while a
+    ``LiveProgress`` draws on the same ``console``: log lines then never tear the status lines.
+    """
 
     def __init__(self, console: Console) -> None:
         super().__init__()

@@ -20,7 +20,6 @@ from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import expected_totals, sample_transactions
 from examples.processes import spawn_worker, stop_worker
 from listener import open_storage
-from listener.stores.connection import describe_storage
 from workers import CloudQueueSettings
 
 PROGRESS_INTERVAL_S = 1.0
@@ -40,10 +39,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = CloudQueueSettings()
-    connection = settings.connection_string_value()
-    print(f"queues: {describe_storage(connection)}; ledger: {ledger_path().resolve()}")
     transactions = sample_transactions(args.transactions, customers=args.customers, seed=args.seed)
-    storage = open_storage(connection, credential=settings.credential)
+    storage = open_storage(settings.connection_string_value(), credential=settings.credential)
+    print(f"queues: {storage!r}; ledger: {ledger_path().resolve()}")  # the repr holds no secret
     ledger = BillingLedger(ledger_path())
     try:
         prepare_queues(storage)

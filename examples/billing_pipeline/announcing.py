@@ -7,15 +7,15 @@ at their next poll; without it, this returns None and the workers poll.
 
 from __future__ import annotations
 
-from listener.producer.announce import WorkAnnouncer
-from listener.push.triggers import account_of
+from listener import RedisTriggerChannel, WorkAnnouncer, account_of
 from workers import CloudQueueSettings
-from workers.host import open_trigger_channel
 
 
 def announcer_from(settings: CloudQueueSettings) -> WorkAnnouncer | None:
-    channel = open_trigger_channel(settings)
-    if channel is None:
+    url = settings.triggers.url_value()
+    if url is None:
         return None
+    # The channel and the account the workers listen on, from the same settings.
+    channel = RedisTriggerChannel(url, channel=settings.triggers.channel)
     account = account_of(settings.connection_string_value())
     return WorkAnnouncer(channel, account=account, mode=settings.triggers.publish)

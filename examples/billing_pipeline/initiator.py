@@ -10,8 +10,7 @@ import structlog
 from examples.billing_pipeline.config import RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import Transaction, WorkItem, split
-from listener import Publisher, QueueStorage
-from listener.producer.announce import WorkAnnouncer
+from listener import Publisher, QueueStorage, WorkAnnouncer
 
 log = structlog.get_logger(__name__)
 

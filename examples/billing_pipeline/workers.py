@@ -22,8 +22,7 @@ from examples.billing_pipeline.config import (
 )
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import PricedItem, WorkItem, price
-from listener import CloudQueueListener, Publisher, current_envelope
-from listener.producer.announce import WorkAnnouncer
+from listener import CloudQueueListener, Publisher, WorkAnnouncer, current_envelope
 from workers import CloudQueueSettings, QueueWorker
 
 log = structlog.get_logger(__name__)

@@ -23,7 +23,6 @@ from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path, ope
 from examples.resumable.intent import STEPS, CloseAccount
 from examples.resumable.state import StateStore
 from listener import Publisher, QueueStorage, open_storage
-from listener.stores.connection import describe_storage
 from workers import CloudQueueSettings
 
 WORKER = "examples.resumable.worker:CloseAccountWorker"
@@ -46,8 +45,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = CloudQueueSettings()
     connection = settings.connection_string_value()
-    print(f"queue: {describe_storage(connection)}; accounts: {accounts_path().resolve()}")
     storage = open_storage(connection, credential=settings.credential)
+    print(f"queue: {storage!r}; accounts: {accounts_path().resolve()}")  # the repr holds no secret
     states = open_state_store(connection)
     accounts = AccountsDb(accounts_path())
     try:

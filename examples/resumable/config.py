@@ -14,7 +14,6 @@ from pathlib import Path
 from examples.resumable.sqlite_state import SqliteStateStore
 from examples.resumable.state import StateStore
 from listener import ConfigurationError
-from listener.stores.connection import AzureTarget, parse_connection_string
 
 QUEUE = "close-account"
 ACCOUNTS_ENV = "RESUMABLE_ACCOUNTS_DB"
@@ -25,6 +24,9 @@ CRASH_AFTER_ENV = "RESUMABLE_CRASH_AFTER_STEP"
 recording this step as done -- a crash *between* two steps, at a known place."""
 
 DEFAULT_STEP_DELAY_S = 0.2
+
+EMBEDDED_STORES = ("sqlite:", "memory:")
+"""Connection strings of cloudqueue's own stores; empty means the default SQLite file too."""
 
 
 def accounts_path() -> Path:
@@ -42,12 +44,15 @@ def crash_after_step() -> str | None:
 
 def open_state_store(connection_string: str | None) -> StateStore:
     """Azure Table storage beside Azure queues, SQLite beside the embedded store."""
-    target = parse_connection_string(connection_string)
-    if not isinstance(target, AzureTarget):
+    text = (connection_string or "").strip()
+    if not text or text.lower().startswith(EMBEDDED_STORES):
         return SqliteStateStore(Path(os.environ.get(STATE_ENV) or ".cloudqueue/job-state.db"))
-    if "tableendpoint=" not in target.connection_string.lower() and (
-        "queueendpoint=" in target.connection_string.lower()
-    ):
+    if "=" not in text:
+        # A queue service URL signs in with Entra ID; this example's table takes a key or SAS.
+        raise ConfigurationError(
+            "the job state table needs an Azure Storage connection string with a key or SAS"
+        )
+    if "tableendpoint=" not in text.lower() and "queueendpoint=" in text.lower():
         # The SDK would otherwise derive a public-cloud table host, not where the queues are.
         raise ConfigurationError(
             "the connection string names a QueueEndpoint but no TableEndpoint: add "
@@ -55,4 +60,4 @@ def open_state_store(connection_string: str | None) -> StateStore:
         )
     from examples.resumable.table_state import TableStateStore
 
-    return TableStateStore.from_connection_string(target.connection_string)
+    return TableStateStore.from_connection_string(text)

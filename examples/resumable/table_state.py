@@ -11,7 +11,7 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from examples.resumable.state import ConflictError, JobState, Versioned
-from listener.imports import import_extra
+from listener import ConfigurationError
 
 if TYPE_CHECKING:
     from azure.data.tables import TableClient
@@ -33,10 +33,13 @@ class TableStateStore:
         """Open (and create if missing) the table in the connection string's account."""
         from azure.core.exceptions import ResourceExistsError
 
-        tables = import_extra("azure.data.tables", extra="tables", needed_by="TableStateStore")
-        table: TableClient = tables.TableClient.from_connection_string(
-            connection_string, table_name
-        )
+        try:
+            from azure.data.tables import TableClient
+        except ImportError:
+            raise ConfigurationError(
+                "the job state table needs azure-data-tables: pip install 'cloudqueue[tables]'"
+            ) from None
+        table = TableClient.from_connection_string(connection_string, table_name)
         with contextlib.suppress(ResourceExistsError):  # made by an earlier run or worker
             table.create_table()
         return cls(table)

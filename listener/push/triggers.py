@@ -96,7 +96,16 @@ class InProcessTriggerChannel:
 
 
 def account_of(connection_string: str | None) -> str:
-    """The identity triggers use for a store: Azure's account name, or the embedded file's path."""
+    """The identity triggers use for a store: Azure's account name, or the embedded file's path.
+
+    A trigger names the store and the queue that has work, and a worker wakes only for its own
+    store. A producer that announces work therefore gives its ``WorkAnnouncer`` the account the
+    workers use: ``WorkAnnouncer(channel, account=account_of(connection_string))``, with the
+    connection string the workers have (the ``connection_string`` setting). The result holds no
+    secret: for a key or shared access signature it is the account name (``azure`` when the
+    string names none), for a Microsoft Entra ID sign-in the account in the queue service URL,
+    for the embedded store ``sqlite:`` and the file's absolute path, and ``memory`` in memory.
+    """
     text = (connection_string or "").strip()
     if text.lower().startswith(("https://", "http://")):
         # A token sign-in's queue service URL: https://ACCOUNT.queue.core.windows.net/...

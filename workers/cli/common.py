@@ -26,7 +26,7 @@ from listener.stores.connection import describe_storage, open_storage, outlives_
 from listener.stores.storage import QueueStorage, validate_queue_name
 from workers.logging import configure_logging
 from workers.settings import CloudQueueSettings, load_settings
-from workers.settings_keys import closest, known_keys
+from workers.settings.keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
 SECRET_FIELDS = frozenset({"connection_string", "triggers.url", "dashboard.token"})

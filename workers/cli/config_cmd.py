@@ -13,7 +13,7 @@ from workers.cli.common import (
     parse_overrides,
 )
 from workers.cli.run import worker_settings
-from workers.settings_sources import SettingValue, WorkerOverrides, explain_settings
+from workers.settings.sources import SettingValue, WorkerOverrides, explain_settings
 from workers.worker import load_worker
 
 

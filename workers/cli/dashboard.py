@@ -58,7 +58,7 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
 
     from workers.dashboard.access import Access, chosen_token, is_loopback
     from workers.dashboard.app import create_app
-    from workers.dashboard.sampling import Sampler
+    from workers.views.sampler import Sampler
 
     settings = current_settings()
     configured = settings.dashboard.token

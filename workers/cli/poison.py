@@ -34,10 +34,11 @@ from workers.cli.common import (
     json_text,
     refuse_unattended,
 )
-from workers.cli.poison_view import details, poison_summary, render, table_lines
+from workers.cli.poison_text import render, table_lines
 from workers.cli.queues import progress_spinner
 from workers.logging import printable
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
+from workers.views.poison import details, poison_summary
 
 MIN_PREFIX = 4
 """The shortest id prefix taken (git's minimum): shorter ones too easily name the wrong message."""

@@ -20,7 +20,7 @@ import click
 
 from listener.errors import QueueNotFoundError
 from listener.stores.layouts import QueueLayout, read_layout, record_layout
-from listener.stores.partition_names import MAX_PARTITIONS, partition_of_queue
+from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.cli.common import (
@@ -40,6 +40,7 @@ from workers.partitioning import (
     viewed_as,
 )
 from workers.plain_queue import merge_plain_queue
+from workers.views.queue_list import listed_depths, listing_rows
 
 PARTITIONS_OPTION = click.option(
     "--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP
@@ -80,16 +81,8 @@ def list_queues(prefix: str, as_json: bool) -> None:
       cloudqueue queues list --json | jq '.[] | select(.depth > 0)'
     """
     with configured_storage(announce=True) as (storage, where):
-        depths = {name: _depth(storage, name) for name in storage.list_queues(prefix)}
-    rows: list[dict[str, object]] = [
-        {"queue": name, "depth": depth} for name, depth in depths.items() if depth is not None
-    ]
-    totals = _partition_totals(depths)
-    for row in rows:
-        if any(total["queue"] == row["queue"] for total in totals):
-            row["beside_partitions"] = True
-    # A plain queue and its partitions' total share a name: the plain one first.
-    rows = sorted(rows + totals, key=lambda row: (str(row["queue"]), "partitions" in row))
+        depths = listed_depths(storage, prefix)
+    rows = listing_rows(depths)
     if as_json:
         click.echo(json.dumps(rows))
     elif not rows:
@@ -259,20 +252,6 @@ def _existing(queue: str, where: str) -> Iterator[None]:
         raise click.ClickException(f"queue {queue} does not exist on {where}") from None
 
 
-def _partition_totals(depths: dict[str, int | None]) -> list[dict[str, object]]:
-    """One row per partitioned logical queue: its partitions' count and summed depth."""
-    groups: dict[str, list[int]] = {}
-    for name, depth in depths.items():
-        owner = partition_of_queue(name)
-        if owner is not None and depth is not None:
-            groups.setdefault(owner[0], []).append(depth)
-    return [
-        {"queue": logical, "depth": sum(group), "partitions": len(group)}
-        for logical, group in sorted(groups.items())
-        if len(group) > 1
-    ]
-
-
 def _note(row: dict[str, object]) -> str:
     """What a row of ``queues list`` is, when it is not simply a queue."""
     if "partitions" in row:
@@ -280,14 +259,6 @@ def _note(row: dict[str, object]) -> str:
     if row.get("beside_partitions"):
         return "  (plain queue beside the partitions below)"
     return ""
-
-
-def _depth(storage: QueueStorage, queue: str) -> int | None:
-    """The queue's approximate depth; None when it was deleted after it was listed."""
-    try:
-        return storage.approximate_message_count(queue)
-    except QueueNotFoundError:
-        return None
 
 
 @contextmanager

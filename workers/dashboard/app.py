@@ -40,7 +40,7 @@ from listener.errors import StorageError, UnreadableRecordError
 from listener.poison.requeue import Requeued, requeue_all, requeue_poisoned_by_id
 from listener.redaction import redact
 from workers.dashboard.access import TOKEN_COOKIE, TOKEN_QUERY, Access, presented_token
-from workers.dashboard.sampling import Sampler
+from workers.views.sampler import Sampler
 
 STATIC_DIR = Path(str(files("workers.dashboard") / "static"))
 

@@ -1,11 +1,10 @@
-"""What a poison message says, for ``cloudqueue poison`` and the dashboard: rows, details, text.
+"""What a poison message says, for ``cloudqueue poison`` and the dashboard: rows and details.
 
 A poison message is a record (``listener.poison.record``), the original content kept
 unwrapped (wrapping would have exceeded 64 KiB), or whatever else someone wrote to the poison
 queue. Every one is shown for what it is, and never trusted: a message that holds no valid record
-has ``readable`` false, the ``problem`` and the start of its text. JSON keeps every value whole;
-the text output shortens the listing's errors and escapes what a terminal would act on
-(``printable``).
+has ``readable`` false, the ``problem`` and the start of its text. Every value is kept whole here
+(as JSON shows it); the command line's text (``workers.cli.poison_text``) shortens and escapes.
 """
 
 from __future__ import annotations
@@ -14,17 +13,12 @@ import base64
 import binascii
 import json
 from dataclasses import asdict, fields
-from datetime import datetime
 from typing import Any
 
 from listener.errors import DecodeError, UnreadableRecordError
 from listener.poison.record import PoisonRecord, parse_record
 from listener.stores.storage import QueueMessage
 from listener.wire.payload import ENVELOPE_KEY, parse_envelope
-from workers.logging import printable
-
-ERROR_WIDTH = 80
-"""The most characters of an error's first line that the text listing shows."""
 
 START_CHARS = 80
 """How much of a message that holds no record its summary quotes."""
@@ -69,44 +63,6 @@ def _kind(unreadable: UnreadableRecordError) -> str:
     if unreadable.claims_record:
         return unreadable.problem
     return f"{unreadable.problem}: {UNWRAPPED}, or written by something else"
-
-
-def table_lines(rows: list[dict[str, Any]]) -> list[str]:
-    """The text listing: a header and one aligned line a row, errors cut to their first line."""
-    table = [
-        [
-            printable(row["original_id"] or row["poison_id"]),
-            printable(row["reason"] or "-"),
-            "-" if row["dequeue_count"] is None else str(row["dequeue_count"]),
-            printable(_seconds(row["poisoned_on"])),
-            printable(_first_line(row["error"])),
-        ]
-        for row in rows
-    ]
-    header = ["ORIGINAL ID", "REASON", "DEQUEUES", "POISONED ON", "ERROR"]
-    widths = [max(len(cells[column]) for cells in [header, *table]) for column in range(4)]
-    aligned = [
-        [*(cell.ljust(width) for cell, width in zip(cells, widths, strict=False)), cells[4]]
-        for cells in [header, *table]
-    ]
-    return ["  ".join(cells) for cells in aligned]
-
-
-def _first_line(error: str) -> str:
-    first_line = error.strip().partition("\n")[0]
-    if len(first_line) > ERROR_WIDTH:
-        return first_line[: ERROR_WIDTH - 3] + "..."
-    return first_line
-
-
-def _seconds(timestamp: str | None) -> str:
-    """An ISO time to the second (the record keeps microseconds); "-" when there is none."""
-    if timestamp is None:
-        return "-"
-    try:
-        return datetime.fromisoformat(timestamp).isoformat(sep=" ", timespec="seconds")
-    except ValueError:
-        return timestamp
 
 
 def details(queue: str, message: QueueMessage) -> dict[str, Any]:
@@ -188,47 +144,4 @@ def _deeper_than(value: Any, depth: int) -> bool:
     return any(isinstance(item, dict | list) for item in level)
 
 
-def render(shown: dict[str, Any]) -> str:
-    """``show``'s text: one labelled line a field, multi-line values indented below their label,
-    everything escaped for the terminal."""
-    lines = [("poison id", shown["poison_id"])]
-    if shown["wrapped"]:
-        lines += [
-            ("original id", shown["original_id"]),
-            ("queue", shown["queue"]),
-            ("reason", shown["reason"]),
-            ("dequeue count", str(shown["dequeue_count"])),
-            ("inserted on", shown["inserted_on"]),
-            ("poisoned on", shown["poisoned_on"]),
-            ("worker", shown["worker"]),
-            ("first error", shown["first_error"]),
-            ("last error", shown["error"]),
-        ]
-    else:
-        lines.append(("record", f"{UNREADABLE}: {shown['problem']}"))
-    lines.append(("content", _content_text(shown["content"], shown["content_view"])))
-    return "\n".join(_labelled(label, printable(value, lines=True)) for label, value in lines)
-
-
-def _content_text(content: str, view: dict[str, Any]) -> str:
-    if view["format"] == "envelope":
-        if "error" in view:
-            return f"malformed cloudqueue envelope, {len(content)} characters: {view['error']}"
-        where = f", stored as {view['blob']}" if view["blob"] else ""
-        return (
-            f"cloudqueue envelope: {view['kind']}, {view['count']} item(s), "
-            f"{view['bytes']} bytes compressed ({view['inner']} items){where}"
-        )
-    if view["format"] == "base64-json":
-        decoded = json.dumps(view["value"], indent=2, ensure_ascii=False)
-        return f"base64 of JSON, decoded:\n{decoded}"
-    note = f" ({view['note']})" if "note" in view else ""
-    return "(empty)" if content == "" else f"raw text{note}:\n{content}"
-
-
-def _labelled(label: str, value: str) -> str:
-    first, *rest = value.splitlines() or [""]
-    return "\n".join([f"{label + ':':<15} {first}", *(f"{'':16}{line}" for line in rest)])
-
-
-__all__ = ["content_view", "details", "poison_summary", "render", "table_lines"]
+__all__ = ["content_view", "details", "poison_summary"]

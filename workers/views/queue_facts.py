@@ -1,5 +1,5 @@
-"""What ``cloudqueue status`` says about a queue itself: how much of its depth is waiting, and
-how long the oldest waiting message has waited.
+"""What ``cloudqueue status`` and the dashboard say about a queue itself: its depth, how much of
+it is waiting, and how long the oldest waiting message has waited.
 
 Azure's approximate count includes invisible messages: held by a consumer (in flight) or put
 with a delay. One peek -- one storage transaction, up to 32 messages, visible ones only -- tells
@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from listener.errors import QueueNotFoundError
 from listener.stores.storage import QueueStorage
 
 PEEK_MAX = 32
@@ -47,23 +48,9 @@ def queue_facts(
     return QueueFacts(visible, exact, max(0, depth - visible), age_s)
 
 
-def describe_facts(facts: QueueFacts) -> str:
-    """One line for people: ``  3 visible, 1 in flight or delayed; oldest waiting 12 s``."""
-    visible = str(facts.visible) if facts.visible_exact else f"~{facts.visible}"
-    waiting = (
-        "none waiting"
-        if facts.oldest_age_s is None
-        else f"oldest waiting {describe_age(facts.oldest_age_s)}"
-    )
-    return f"  {visible} visible, {facts.in_flight} in flight or delayed; {waiting}"
-
-
-def describe_age(seconds: float) -> str:
-    """A duration at the precision a person reads: 45 s, 12 min, 5 h, 3 d."""
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 2 * 3600:
-        return f"{seconds / 60:.0f} min"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.0f} h"
-    return f"{seconds / 86400:.0f} d"
+def depth_or_none(storage: QueueStorage, queue: str) -> int | None:
+    """The queue's approximate depth; None when it does not exist (or was deleted meanwhile)."""
+    try:
+        return storage.approximate_message_count(queue)
+    except QueueNotFoundError:
+        return None

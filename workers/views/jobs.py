@@ -1,4 +1,4 @@
-"""The periodic jobs part of ``cloudqueue status``: each job's last and next firing.
+"""The periodic jobs of ``cloudqueue status``: each job's last and next firing.
 
 It comes from the live-state files of the running processes (no storage transaction). Every
 process that runs a job shows the last tick fired anywhere as it last saw the ledger, so the
@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import click
 
 from workers.live_state import read_job_states
 
@@ -58,17 +56,3 @@ def job_rows(state_dir: Path, where: str) -> list[JobRow]:
 def _latest(one: str | None, other: str | None) -> str | None:
     # ISO 8601 times in UTC with one offset compare as text.
     return max((t for t in (one, other) if t is not None), default=None)
-
-
-def show_jobs(rows: list[JobRow]) -> None:
-    """Print the jobs as a table (nothing when no running process hosts one)."""
-    if not rows:
-        return
-    width = max(len("JOB"), *(len(row.job) for row in rows))
-    click.echo(f"\n{'JOB':<{width}}  {'SCHEDULE':<20}  {'LAST FIRED':<25}  {'NEXT':<25}  PROCESSES")
-    for row in rows:
-        running = f", running in {', '.join(row.running_in)}" if row.running_in else ""
-        click.echo(
-            f"{row.job:<{width}}  {row.schedule:<20}  {row.last_fired or 'never':<25}  "
-            f"{row.next_firing or '-':<25}  {len(row.processes)}{running}"
-        )

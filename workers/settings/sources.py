@@ -19,13 +19,13 @@ from typing import Any
 from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource, TomlConfigSettingsSource
 
 from listener.redaction import redact
-from workers.settings import CloudQueueSettings, config_file_path, load_settings
+from workers.settings.files import config_file_path
+from workers.settings.keys import ENV_NESTED_DELIMITER, ENV_PREFIX
+from workers.settings.model import CloudQueueSettings, load_settings
 
 DEFAULT = "default"
 OVERRIDE = "override"
 DOTENV = ".env"
-ENV_PREFIX = "CLOUDQUEUE_"
-ENV_NESTED_DELIMITER = "__"
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,8 +1,9 @@
 """What the dashboard shows: each watched queue sampled every second or two, with its history.
 
 A ``Sampler`` refreshes every ``interval_s`` on its own thread, so that the history (the chart's
-last minutes) keeps growing while no page is open and every page sees the same numbers. A refresh
-is ``cloudqueue status``'s snapshot (depths, and the workers' published live state with their
+last minutes) keeps growing while no page is open and every page sees the same numbers; the web
+app (``workers.dashboard.app``) serves its ``state()``. A refresh is ``cloudqueue status``'s
+snapshot (``workers.views.snapshot``: depths, and the workers' published live state with their
 rates since the previous refresh, and one peek for the visible / in-flight split and the oldest
 message's age) plus what a dashboard adds: the target thread count and the poison queue's latest
 records. It costs three storage transactions a queue (two counts and the peek), and one more
@@ -29,10 +30,10 @@ from listener.poison.queue import browse_poisoned
 from listener.redaction import redact
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.storage import QueueStorage
-from workers.cli.poison_view import poison_summary
-from workers.cli.status import Snapshot, snapshot_report, take_snapshot
-from workers.cli.status_views import WorkerView
 from workers.live_state import running_queue_names, utc_now
+from workers.views.fleet import WorkerView
+from workers.views.poison import poison_summary
+from workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
 
 HISTORY_S = 300.0
 """How far back the charts reach: five minutes."""

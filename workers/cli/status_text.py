@@ -1,0 +1,85 @@
+"""How ``cloudqueue status QUEUE`` reads on a terminal: the headline, the queue's facts and a line
+per worker. What the lines say is computed in ``workers.views`` (``snapshot``, ``fleet``,
+``queue_facts``); this module only words it.
+"""
+
+from __future__ import annotations
+
+from workers.live_state import QueueLiveState, utc_now
+from workers.progress import processed_text
+from workers.views.fleet import WorkerView, totals
+from workers.views.queue_facts import QueueFacts
+from workers.views.snapshot import Snapshot
+
+
+def headline(snapshot: Snapshot, *, rates: bool) -> str:
+    """The queue's depths; with ``rates``, the time and the fleet's totals too."""
+    line = f"{snapshot.queue}: {snapshot.depth} message(s), poison: {snapshot.poison_depth}"
+    if not rates:
+        return line
+    fleet = totals(snapshot.workers)
+    at = utc_now().strftime("%H:%M:%S")
+    return (
+        f"{line} ({at} UTC); {len(snapshot.workers)} worker(s), {fleet['threads']} thread(s), "
+        f"{_rate(fleet['rate_per_s'])}, {_per_hour(fleet['transactions_per_hour'])}"
+    )
+
+
+def describe_facts(facts: QueueFacts) -> str:
+    """One line for people: ``  3 visible, 1 in flight or delayed; oldest waiting 12 s``."""
+    visible = str(facts.visible) if facts.visible_exact else f"~{facts.visible}"
+    waiting = (
+        "none waiting"
+        if facts.oldest_age_s is None
+        else f"oldest waiting {describe_age(facts.oldest_age_s)}"
+    )
+    return f"  {visible} visible, {facts.in_flight} in flight or delayed; {waiting}"
+
+
+def describe_age(seconds: float) -> str:
+    """A duration at the precision a person reads: 45 s, 12 min, 5 h, 3 d."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 2 * 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.0f} h"
+    return f"{seconds / 86400:.0f} d"
+
+
+def worker_line(view: WorkerView, *, rates: bool) -> str:
+    """One worker: its threads, counters, speed and estimates; with ``rates``, its measured rate."""
+    state, listener = view.state, view.listener
+    rate = listener.per_thread_rate_per_s
+    speed = "no rate measured yet" if rate is None else f"{rate:.1f} msg/s per thread"
+    age_s = (utc_now() - state.updated_at).total_seconds()
+    line = (
+        f"  {state.host}-{state.pid} ({state.worker}): {listener.active_threads} thread(s), "
+        f"peak {listener.peak_threads}; "
+        f"processed {processed_text(listener.items_processed, listener.processed)}, "
+        f"failed {listener.failed}, "
+        f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
+        f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
+    )
+    line += _estimates(listener)
+    if rates:
+        line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"
+    return line
+
+
+def _estimates(listener: QueueLiveState) -> str:
+    """The worker's own estimates of its storage transactions and their cost, when it made any."""
+    per_hour, cost = listener.storage_transactions_per_hour, listener.projected_cost_per_month_usd
+    if per_hour is None or cost is None:
+        return "; cost — (measured over its first 10 minutes)"
+    return f"; {per_hour:,.0f} transactions/h (its estimate); ${cost:,.2f}/month projected"
+
+
+def _rate(rate_per_s: object) -> str:
+    return "measuring msg/s" if rate_per_s is None else f"{rate_per_s:.1f} msg/s"
+
+
+def _per_hour(transactions_per_hour: object) -> str:
+    if transactions_per_hour is None:
+        return "measuring transactions/h"
+    return f"{transactions_per_hour:,.0f} transactions/h"
