@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any
 from listener.imports import extra_installed
 from listener.redaction import redact
 from listener.stores.storage import QueueMessage
-from listener.wire.payload import Envelope
+from listener.wire.envelope import Envelope
 from listener.wire.trace_context import (
     TRACEPARENT,
     TRACESTATE,

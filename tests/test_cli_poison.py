@@ -40,7 +40,8 @@ from listener.poison.requeue import requeue_poisoned_by_id
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.storage import QueueStorage
-from listener.wire.payload import blob_envelope, inline_envelope, pack
+from listener.wire.envelope import blob_envelope, inline_envelope
+from listener.wire.frames import pack
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
 from workers.views.poison import content_view

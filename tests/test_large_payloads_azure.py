@@ -25,7 +25,7 @@ from listener.poison.requeue import requeue_poisoned
 from listener.stores.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.payload_store import new_payload_name
-from listener.wire.payload import parse_envelope
+from listener.wire.envelope import parse_envelope
 from tests.support.azurite import AzuriteFactory
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually

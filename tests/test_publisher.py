@@ -37,8 +37,8 @@ from listener.poison.requeue import requeue_poisoned
 from listener.producer.publisher import PENDING_BYTES
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
 from listener.testing import ManualClock
+from listener.wire.envelope import ENVELOPE_KEY, parse_envelope
 from listener.wire.packing import message_bytes
-from listener.wire.payload import ENVELOPE_KEY, parse_envelope
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 

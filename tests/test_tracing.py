@@ -38,13 +38,9 @@ from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueStorage
 from listener.testing import VirtualClock
 from listener.tracing import consumer_span
-from listener.wire.payload import (
-    ENVELOPE_KEY,
-    inline_envelope,
-    open_message,
-    pack,
-    parse_envelope,
-)
+from listener.wire.envelope import ENVELOPE_KEY, inline_envelope, parse_envelope
+from listener.wire.frames import pack
+from listener.wire.payload import open_message
 from listener.wire.trace_context import read_carrier, with_carrier
 from tests.support.cli import ok
 from tests.support.polling import eventually

@@ -33,7 +33,8 @@ from listener.simulation.report import Latency, ServiceModel
 from listener.simulation.workload import Workload
 from listener.stores.forwarding import ForwardingStorage
 from listener.stores.storage import QueueStorage
-from workers.host import WorkerHost, open_trigger_channel
+from workers.host import WorkerHost
+from workers.hosted_worker import open_trigger_channel
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 

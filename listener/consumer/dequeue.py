@@ -12,10 +12,7 @@ failures are logged and backed off; only ``stop`` (or a scale-in) ends a thread.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import structlog
 
@@ -26,18 +23,11 @@ from listener.consumer.events import (
     QueueEmptyDecision,
     QueueWorkDetected,
 )
-from listener.consumer.handoff import HandOff, fetch_size
-from listener.consumer.in_flight import HandlerPool, InFlight
-from listener.consumer.leases import Lease, LeaseKeeper
-from listener.consumer.pool import DequeuePool
-from listener.consumer.processing import MessageProcessor
-from listener.consumer.queues import QueueCreator
-from listener.consumer.stack import MiddlewareStack
-from listener.consumer.stats import ListenerMeters
-from listener.errors import QueueNotFoundError, StorageError
-from listener.location import CloudQueueLocation
+from listener.consumer.in_flight import InFlight
+from listener.consumer.leases import Lease
+from listener.consumer.loop_parts import LoopParts, LoopSettings
 from listener.policies.backoff import RandomSource, randomized_exponential_backoff
-from listener.stores.storage import QueueMessage, QueueStorage
+from listener.stores.storage import QueueMessage
 
 log = structlog.get_logger(__name__)
 
@@ -45,25 +35,6 @@ STRETCH_S = 0.1
 """A thread reports its rate and raises batch_processed after at least this long of work -- after
 each message when handling is slower than that. Per-message reports would cost a lock per message,
 which stalls fast handlers on several threads."""
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    """How a listener's threads fetch and back off."""
-
-    batch_size: int
-    idle_wait_s: float
-    """The wait between empty gets when no middleware decides it (``dequeue_interval_s``)."""
-    max_error_delay_s: float
-    concurrency: int
-
-
-@dataclass(frozen=True)
-class Signals:
-    """What ends a listener's waits: ``stopping`` (for good), ``nudge`` (poll now)."""
-
-    stopping: threading.Event
-    nudge: threading.Event
 
 
 @dataclass(slots=True)
@@ -85,18 +56,15 @@ class DequeueLoop:
 
     def __init__(
         self,
+        queue_name: str,
         *,
-        storage: QueueStorage,
-        location: CloudQueueLocation,
         settings: LoopSettings,
         parts: LoopParts,
         clock: Clock,
         sleeper: Sleeper,
         rng: RandomSource,
     ) -> None:
-        self.storage = storage
-        self.location = location
-        self.queue_name = location.queue_name
+        self.queue_name = queue_name
         self.settings = settings
         self.parts = parts
         self.clock = clock
@@ -167,10 +135,10 @@ class DequeueLoop:
         if lease is not None:
             return self._handle_one(lease, state)
         try:
-            messages = self._get_batch()
+            messages = self.parts.fetcher.get_batch()
         except Exception as failure:
             self.parts.meters.counters.add("dequeue_errors")
-            self._log_get_failure(failure, state.error_count + 1)
+            self.parts.fetcher.log_failure(failure, state.error_count + 1)
             return self._error_wait(state)
         if not messages:
             return self._after_empty_get(state)
@@ -266,44 +234,6 @@ class DequeueLoop:
             signals.nudge.clear()
         return signals.stopping.is_set()
 
-    def _get_batch(self) -> list[QueueMessage]:
-        stack, meters = self.parts.stack, self.parts.meters
-        if stack.wants("before_fetch"):
-            stack.emit("before_fetch", self.queue_name)
-        timeout_s = self.location.visibility_timeout_s
-        try:
-            messages = self.storage.get_messages(
-                self.queue_name,
-                max_messages=fetch_size(
-                    batch_size=self.settings.batch_size,
-                    threads=self.parts.pool.active,
-                    per_thread_rate_per_s=meters.throughput.per_thread_rate_per_s,
-                    visibility_timeout_s=timeout_s,
-                ),
-                visibility_timeout_s=timeout_s,
-            )
-        except QueueNotFoundError:
-            # Someone deleted the queue (or an emulator restarted empty): recreate it next time.
-            self.parts.queues.forget()
-            self.parts.queues.ensure()
-            raise
-        if stack.wants("after_fetch"):
-            stack.emit("after_fetch", self.queue_name, messages)
-        return messages
-
-    def _log_get_failure(self, failure: Exception, error_count: int) -> None:
-        if isinstance(failure, StorageError):
-            self._log.warning(
-                "dequeue_failed",
-                error=str(failure),
-                kind=type(failure).__name__,
-                consecutive_errors=error_count,
-            )
-        else:
-            self._log.error(
-                "dequeue_failed_unexpectedly", consecutive_errors=error_count, exc_info=failure
-            )
-
     def _process(self, lease: Lease) -> bool:
         """Process one message; False when something raised that the processor did not expect.
 
@@ -348,22 +278,4 @@ class DequeueLoop:
             parts.on_last_thread_stopped()
 
 
-@dataclass(frozen=True)
-class LoopParts:
-    """The pieces of one listener that its dequeue threads share."""
-
-    pool: DequeuePool
-    handoff: HandOff
-    leases: LeaseKeeper
-    handlers: HandlerPool
-    meters: ListenerMeters
-    stack: MiddlewareStack
-    processor: MessageProcessor[Any]
-    queues: QueueCreator
-    signals: Signals
-    slots_per_thread: Callable[[], int]
-    """Messages each thread keeps in flight now (``listener.consumer.in_flight``)."""
-    on_last_thread_stopped: Callable[[], None]
-
-
-__all__ = ["STRETCH_S", "DequeueLoop", "LoopParts", "LoopSettings", "Signals"]
+__all__ = ["STRETCH_S", "DequeueLoop"]

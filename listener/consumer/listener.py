@@ -25,24 +25,13 @@ from reactivex.disposable import Disposable
 
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.consumer.coroutines import LoopThread
-from listener.consumer.dequeue import DequeueLoop, LoopParts, LoopSettings, Signals
+from listener.consumer.dequeue import DequeueLoop
 from listener.consumer.events import ListenerStarted, ListenerStopped
-from listener.consumer.failure_logs import FailureLogs
-from listener.consumer.handoff import HandOff
-from listener.consumer.in_flight import HandlerPool, slots_per_loop
-from listener.consumer.leases import LeaseKeeper
-from listener.consumer.load import LoadReader
+from listener.consumer.loop_parts import Inputs, LoopSettings, assemble
 from listener.consumer.middleware import Middleware
-from listener.consumer.pool import DequeuePool
-from listener.consumer.pool_control import ListenerLoad, ListenerPoolControl, PoolControl
-from listener.consumer.processing import MessageProcessor
-from listener.consumer.queues import QueueCreator
-from listener.consumer.settlement import Settlement
-from listener.consumer.stack import MiddlewareStack
+from listener.consumer.pool_control import ListenerLoad, PoolControl
 from listener.consumer.stats import ListenerCounters, ListenerMeters
 from listener.consumer.subscribers import Subscribers
-from listener.consumer.tracing import ConsumerTracing
-from listener.errors import ConfigurationError
 from listener.location import CloudQueueLocation
 from listener.policies.backoff import RandomSource, default_rng
 from listener.policies.delivery import DeliveryPolicy
@@ -116,95 +105,45 @@ class CloudQueueListener(Observable[T]):
         """``loop`` runs the coroutines of async middleware (by default one of its own)."""
         super().__init__()
         rng = rng or default_rng()
-        _check(dequeue_batch_size, dequeue_interval_s, max_error_delay_s, concurrency)
+        settings = LoopSettings(
+            dequeue_batch_size, dequeue_interval_s, max_error_delay_s, concurrency
+        )
         self.storage = storage
         self.location = location
         self.codec: Codec[T] = codec or MessageCodec(
             item_type, max_json_depth=decoding.max_json_depth
         )
-        self.clock = clock
-        self.sleeper = sleeper
+        self.clock, self.sleeper = clock, sleeper
         self.dequeue_batch_size = dequeue_batch_size
         self.payload_store = payload_store
         self.concurrency = concurrency
         """Messages each dequeue thread keeps in handling at once (see ``in_flight``)."""
         self.meters = ListenerMeters.new(clock)
         self._subscribers: Subscribers[T] = Subscribers()
-        self._stack = MiddlewareStack(
-            [FailureLogs(), ConsumerTracing(), *middleware], queue_name=self.queue_name, loop=loop
-        )
-        self._signals = Signals(threading.Event(), threading.Event())
-        self._pool = DequeuePool(f"cloudqueue:{self.queue_name}")
-        self._handoff = HandOff()
-        self._load = LoadReader(
-            storage,
-            self.queue_name,
-            meters=self.meters,
-            handoff=self._handoff,
-            pool=self._pool,
-            slots_per_thread=self.slots_per_thread,
-        )
-        self._control = ListenerPoolControl(
-            self.queue_name,
-            pool=self._pool,
-            stack=self._stack,
-            measure_load=self._load.measure,
-            start_threads=self.start_listener,
-            stopping=self._signals.stopping,
-            nudge=self._signals.nudge,
-        )
         delivery = delivery or DeliveryPolicy()
-        self._settlement = Settlement(
-            storage=storage,
-            queue_name=self.queue_name,
-            counters=self.counters,
-            clock=clock,
-            policy=delivery,
-            rng=rng,
-            payload_store=payload_store,
-            create_poison_queue=create_queues,
+        self._parts = assemble(
+            Inputs(
+                storage,
+                location,
+                self.codec,
+                settings,
+                delivery,
+                payload_store,
+                create_queues,
+                decoding,
+                clock,
+                rng,
+                middleware,
+                loop,
+            ),
+            meters=self.meters,
+            subscribers=self._subscribers,
+            start_threads=self.start_listener,
         )
-        self._leases = LeaseKeeper(
-            storage,
-            self.queue_name,
-            location.visibility_timeout_s,
-            clock=clock,
-            renew=delivery.renew_visibility,
-        )
-        self._handlers = HandlerPool(f"cloudqueue:{self.queue_name}")
         self._loop = DequeueLoop(
-            storage=storage,
-            location=location,
-            settings=LoopSettings(
-                dequeue_batch_size, dequeue_interval_s, max_error_delay_s, concurrency
-            ),
-            parts=LoopParts(
-                pool=self._pool,
-                handoff=self._handoff,
-                leases=self._leases,
-                handlers=self._handlers,
-                meters=self.meters,
-                stack=self._stack,
-                processor=MessageProcessor(
-                    queue_name=self.queue_name,
-                    codec=self.codec,
-                    subscribers=self._subscribers,
-                    settlement=self._settlement,
-                    stack=self._stack,
-                    clock=clock,
-                    max_dequeue_count=delivery.max_dequeue_count,
-                    payload_store=payload_store,
-                    limits=decoding,
-                    # Only a thread with several slots sizes them from the handlers' time.
-                    record_handler_time=(
-                        self.meters.handler_time.record if concurrency > 1 else None
-                    ),
-                ),
-                queues=QueueCreator(storage, self.queue_name, create=create_queues),
-                signals=self._signals,
-                slots_per_thread=self.slots_per_thread,
-                on_last_thread_stopped=self._subscribers.complete,
-            ),
+            self.queue_name,
+            settings=settings,
+            parts=self._parts,
             clock=clock,
             sleeper=sleeper,
             rng=rng,
@@ -223,7 +162,7 @@ class CloudQueueListener(Observable[T]):
     @property
     def middleware(self) -> tuple[Middleware, ...]:
         """The listener's middleware, outermost first (the scaler's events among them)."""
-        return self._stack.middleware
+        return self._parts.stack.middleware
 
     # -- the design's contract -----------------------------------------------------------------
 
@@ -233,12 +172,12 @@ class CloudQueueListener(Observable[T]):
             raise ValueError(f"thread_count must be positive, got {thread_count}")
         if self.stopped:
             raise RuntimeError("the listener has been stopped; create a new one")
-        self._loop.parts.queues.ensure()
+        self._parts.queues.ensure()
         if not self._started:
             self._started = True
-            started = ListenerStarted(self.queue_name, thread_count, self._signals.stopping)
-            self._stack.emit("on_start", started)
-        active = self._pool.start(thread_count, self._loop.run)
+            started = ListenerStarted(self.queue_name, thread_count, self._parts.signals.stopping)
+            self._parts.stack.emit("on_start", started)
+        active = self._parts.pool.start(thread_count, self._loop.run)
         self._log.info("dequeue_threads_started", started=thread_count, active=active)
 
     def query_state(self) -> CloudQueueListenerInfo:
@@ -249,8 +188,8 @@ class CloudQueueListener(Observable[T]):
         """
         return CloudQueueListenerInfo(
             current_queue_depth=self.storage.approximate_message_count(self.queue_name),
-            active_dequeue_tasks=self._pool.active,
-            total_dequeue_tasks=self._pool.peak,
+            active_dequeue_tasks=self._parts.pool.active,
+            total_dequeue_tasks=self._parts.pool.peak,
         )
 
     def stop(self, timeout_s: float = 30.0) -> bool:
@@ -261,7 +200,7 @@ class CloudQueueListener(Observable[T]):
         """
         self.request_stop()
         deadline = self.clock.monotonic() + timeout_s
-        threads = self._pool.threads()
+        threads = self._parts.pool.threads()
         for thread in threads:
             if thread is not threading.current_thread():
                 thread.join(max(0.0, deadline - self.clock.monotonic()))
@@ -269,58 +208,58 @@ class CloudQueueListener(Observable[T]):
         if stragglers:
             self._log.warning("dequeue_threads_still_running", threads=stragglers)
             return False
-        self._leases.close()
-        self._handlers.close()
+        self._parts.leases.close()
+        self._parts.handlers.close()
         self._subscribers.complete()
-        self._stack.emit("on_stop", ListenerStopped(self.queue_name, self.counters.processed))
-        self._stack.close()
+        self._parts.stack.emit("on_stop", ListenerStopped(self.queue_name, self.counters.processed))
+        self._parts.stack.close()
         self._log.info("listener_stopped", processed=self.counters.processed)
         return True
 
     def request_stop(self) -> None:
         """Stop fetching without waiting (``stop`` waits); threads finish their current item."""
-        self._signals.stopping.set()
-        self._signals.nudge.set()
+        self._parts.signals.stopping.set()
+        self._parts.signals.nudge.set()
 
     # -- what the scaler and the figures read --------------------------------------------------
 
     @property
     def pool_control(self) -> PoolControl:
         """The narrow interface a scaler is given to grow and shrink this listener's pool."""
-        return self._control
+        return self._parts.control
 
     def known_load(self) -> ListenerLoad | None:
         """The load now at the last known depth (``meters.known_depth``), no storage call."""
-        return self._load.known()
+        return self._parts.load.known()
 
     def slots_per_thread(self) -> int:
         """Messages each dequeue thread keeps in flight now: ``concurrency`` while handlers wait,
         fewer while they return at once (``listener.consumer.in_flight.slots_per_loop``)."""
-        return slots_per_loop(self.concurrency, self.meters.handler_time.seconds_per_message)
+        return self._parts.slots_per_thread()
 
     @property
     def active_dequeue_tasks(self) -> int:
         """Threads running and not committed to leave."""
-        return self._pool.active
+        return self._parts.pool.active
 
     @property
     def peak_dequeue_tasks(self) -> int:
         """The most dequeue threads active at once so far (no storage call, unlike query_state)."""
-        return self._pool.peak
+        return self._parts.pool.peak
 
     @property
     def threads_alive(self) -> int:
         """Dequeue threads still running, including any finishing their last batch."""
-        return len(self._pool.threads())
+        return len(self._parts.pool.threads())
 
     @property
     def visibility_renewals(self) -> int:
         """How many times a held message's visibility was extended so far."""
-        return self._leases.renewals
+        return self._parts.leases.renewals
 
     @property
     def stopped(self) -> bool:
-        return self._signals.stopping.is_set()
+        return self._parts.signals.stopping.is_set()
 
     @property
     def messages_processed(self) -> int:
@@ -346,7 +285,7 @@ class CloudQueueListener(Observable[T]):
     @property
     def poisoning_failing(self) -> bool:
         """True from a failed move to the poison queue until a move succeeds (readiness)."""
-        return self._settlement.poison_mover.failing
+        return self._parts.settlement.poison_mover.failing
 
     # -- Observable ----------------------------------------------------------------------------
 
@@ -364,15 +303,6 @@ class CloudQueueListener(Observable[T]):
             f"CloudQueueListener(queue={self.queue_name!r}, active={self.active_dequeue_tasks}, "
             f"counters={self.counters.snapshot()}, stopping={self.stopped})"
         )
-
-
-def _check(batch_size: int, interval_s: float, error_delay_s: float, concurrency: int) -> None:
-    if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ConfigurationError(f"dequeue_batch_size must be 1..32, got {batch_size}")
-    if interval_s < 0 or error_delay_s < 0:
-        raise ConfigurationError("dequeue_interval_s and max_error_delay_s must be >= 0")
-    if concurrency < 1:
-        raise ConfigurationError(f"concurrency must be >= 1, got {concurrency}")
 
 
 __all__ = ["CloudQueueListener", "CloudQueueListenerInfo"]

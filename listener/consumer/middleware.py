@@ -43,7 +43,7 @@ from listener.consumer.events import (
 from listener.consumer.item_failures import ItemFailure
 from listener.errors import ConfigurationError
 from listener.stores.storage import QueueMessage
-from listener.wire.payload import Envelope
+from listener.wire.envelope import Envelope
 
 T = TypeVar("T")
 

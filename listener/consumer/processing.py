@@ -41,8 +41,9 @@ from listener.errors import (
 )
 from listener.stores.payload_store import PayloadStore
 from listener.wire.codec import Codec
+from listener.wire.envelope import Envelope, parse_envelope
 from listener.wire.limits import DecodingLimits
-from listener.wire.payload import Envelope, MessageContents, open_envelope, parse_envelope
+from listener.wire.payload import MessageContents, open_envelope
 
 T = TypeVar("T")
 

@@ -27,6 +27,7 @@ from typing import Any
 import structlog
 
 from listener.clock import Clock
+from listener.consumer import lease_calls
 from listener.consumer.failure_logs import FailureMemory
 from listener.consumer.item_failures import describe_items, is_permanent
 from listener.consumer.leases import Lease
@@ -39,7 +40,6 @@ from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibili
 from listener.producer.republish import remainder_content, republish
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueMessage, QueueStorage
-from listener.wire.payload import retire_payload
 
 log = structlog.get_logger(__name__)
 
@@ -97,7 +97,7 @@ class Settlement:
             context.outcome = Outcome(kind, context.decision.reason if context.decision else None)
             payload = context.payload_name
             if payload is not None and kind == "deleted":
-                self._retire_payload(payload)
+                lease_calls.retire(self.payload_store, payload)
         else:
             context.outcome = Outcome("left", "delete_failed")
         self.counters.message_processed(items)
@@ -302,51 +302,13 @@ class Settlement:
         self._remove(lease)
         context.outcome = Outcome("retried", None, error, retry_in_s=delay_s)
 
-    # -- storage calls -----------------------------------------------------------------------
-
     def _remove(self, lease: Lease) -> bool:
         """Delete the message from its queue; True only when this call deleted it."""
-        deleted: list[bool] = []
-
-        def delete(pop_receipt: str) -> None:
-            try:
-                deleted.append(
-                    self.storage.delete_message(self.queue_name, lease.message.id, pop_receipt)
-                )
-            except StorageError as failure:
-                # Not deleted: it reappears and is handled again (at-least-once).
-                log.warning("delete_failed", error=str(failure))
-
-        lease.settle(delete)
         self._first_errors.forget(lease.message.id)
-        return any(deleted)
-
-    def _retire_payload(self, name: str) -> None:
-        """Replace the stored payload of a deleted message with a tombstone; log, never raise."""
-        # Only after a delete that succeeded: a message that was not deleted (stale receipt)
-        # is someone else's now, and they still need the payload. Should this fail, the payload
-        # stays, and a duplicate copy, if any, is handled once more (at-least-once).
-        store = self.payload_store
-        if store is None:  # pragma: no cover - a stored payload was read through this store
-            return
-        try:
-            retire_payload(store, name)
-        except StorageError as failure:
-            log.warning("payload_retire_failed", payload=name, error=str(failure))
-        except Exception:
-            log.exception("payload_retire_failed_unexpectedly", payload=name)
+        return lease_calls.delete(self.storage, self.queue_name, lease)
 
     def _set_visibility(self, lease: Lease, visibility_s: int) -> None:
-        def update(pop_receipt: str) -> None:
-            try:
-                self.storage.update_visibility(
-                    self.queue_name, lease.message.id, pop_receipt, visibility_s
-                )
-            except StorageError as failure:
-                # It reappears when its current visibility timeout ends instead.
-                log.warning("visibility_update_failed", error=str(failure))
-
-        lease.settle(update)
+        lease_calls.set_visibility(self.storage, self.queue_name, lease, visibility_s)
 
     def _remember(self, message_id: str, error: str) -> None:
         self._first_errors.change(message_id, lambda first: first or error)

@@ -15,7 +15,7 @@ from listener.poison.queue import poison_queue_name, release, take_pages, take_p
 from listener.poison.record import PoisonRecord, parse_record
 from listener.stores.partition_names import partition_of_queue
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
-from listener.wire.payload import without_attempts
+from listener.wire.envelope import without_attempts
 
 log = structlog.get_logger(__name__)
 

@@ -46,8 +46,9 @@ from listener.stores.storage import (
     validate_queue_name,
 )
 from listener.wire.codec import Codec, MessageCodec
+from listener.wire.envelope import blob_envelope
+from listener.wire.frames import Packed
 from listener.wire.packing import PlannedMessage, message_bytes, plan_batches, single_message
-from listener.wire.payload import Packed, blob_envelope
 
 T = TypeVar("T")
 

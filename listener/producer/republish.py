@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from listener.stores.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
+from listener.wire.envelope import inline_envelope
+from listener.wire.frames import pack
 from listener.wire.packing import MAX_ENVELOPE_BYTES, message_bytes
-from listener.wire.payload import inline_envelope, pack
 
 
 def remainder_content(texts: Sequence[str], *, attempts: int) -> str | None:

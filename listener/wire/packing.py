@@ -18,16 +18,9 @@ from dataclasses import dataclass
 from itertools import accumulate
 
 from listener.stores.storage import MAX_MESSAGE_BYTES
+from listener.wire.envelope import inline_envelope, is_reserved
+from listener.wire.frames import Framed, Packed, frame, pack, pack_frames
 from listener.wire.limits import DEFAULT_LIMITS
-from listener.wire.payload import (
-    Framed,
-    Packed,
-    frame,
-    inline_envelope,
-    is_reserved,
-    pack,
-    pack_frames,
-)
 
 POISON_HEADROOM_BYTES = 6 * 1024
 MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES - POISON_HEADROOM_BYTES

@@ -37,15 +37,15 @@ from typing import Any
 from listener.errors import DecodeError
 from listener.stores.storage import MAX_MESSAGE_BYTES
 from listener.wire import bounded_json, encodings
-from listener.wire.packing import message_bytes
-from listener.wire.payload import (
+from listener.wire.envelope import (
     ENVELOPE_KEY,
     Envelope,
     inline_envelope,
     is_reserved,
-    pack,
     parse_envelope,
 )
+from listener.wire.frames import pack
+from listener.wire.packing import message_bytes
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"

@@ -19,7 +19,7 @@ from listener.stores.storage import check_put_times
 from listener.wire.codec import MessageCodec
 from workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
 from workers.cli.durations import Duration
-from workers.host import open_trigger_channel
+from workers.hosted_worker import open_trigger_channel
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 

@@ -9,8 +9,6 @@ has ``readable`` false, the ``problem`` and the start of its text. Every value i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import asdict, fields
 from typing import Any
@@ -18,7 +16,8 @@ from typing import Any
 from listener.errors import DecodeError, UnreadableRecordError
 from listener.poison.record import PoisonRecord, parse_record
 from listener.stores.storage import QueueMessage
-from listener.wire.payload import ENVELOPE_KEY, parse_envelope
+from listener.wire.encodings import strict_base64
+from listener.wire.envelope import parse_envelope
 
 START_CHARS = 80
 """How much of a message that holds no record its summary quotes."""
@@ -97,8 +96,8 @@ def content_view(content: str) -> dict[str, Any]:
     if view is not None:
         return view
     try:
-        value = json.loads(base64.b64decode(content, validate=True).decode("utf-8"))
-    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        value = json.loads(strict_base64(content).decode("utf-8"))
+    except (DecodeError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return {"format": "raw"}
     except RecursionError:
         return {"format": "raw", "note": "base64 of JSON nested too deeply to decode"}
@@ -115,10 +114,9 @@ def _envelope_view(content: str) -> dict[str, Any] | None:
         return {"format": "envelope", "error": str(error)}
     if envelope is None:
         return None
+    size: object = envelope.fields.get("bytes")
     if envelope.packed is not None:
         size = len(envelope.packed.data)
-    else:
-        size = json.loads(content)[ENVELOPE_KEY].get("bytes")
     return {
         "format": "envelope",
         "kind": envelope.kind,
