@@ -110,6 +110,11 @@ def consumer_span(
     return _consumer_span(tracer, queue_name, message, carrier)
 
 
+def tracing_on() -> bool:
+    """True when consumer spans would be recorded now (the package, and a provider set)."""
+    return _tracer() is not None
+
+
 def record_failure(error: Exception) -> None:
     """Mark the current consumer span failed by a handler's exception: an ``exception`` event
     (type and message, secrets redacted as in the logs; no traceback) and an error status."""

@@ -179,7 +179,7 @@ class DequeueLoop:
     def _handle_one(self, lease: Lease, state: _LoopState) -> bool:
         """Process one message and count it in the thread's stretch; True when it should end."""
         parts = self.parts
-        if parts.stack.wants("before_handle"):
+        if parts.stack.gates:
             # A wait here (a rate limit) is the middleware's, not the thread's: it stays out of
             # the measured throughput; the message's lease is renewed meanwhile.
             waited_from = self.clock.monotonic()

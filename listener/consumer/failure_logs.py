@@ -133,6 +133,8 @@ class FailureLogs(Middleware):
         self._tracebacks = TracebackLog()
 
     def after_settle(self, context: MessageContext[Any]) -> None:
+        if not context.failures:
+            return
         last: Exception | None = None
         for item in context.failures:
             for failure in item.failures:

@@ -113,6 +113,8 @@ class MessageContext(Generic[T]):
     """The stored payload the message's items were read from, if any."""
     attempts: int = 0
     """Deliveries of these items in earlier messages (a re-published batch's)."""
+    reached: int = 0
+    """How deep the middleware chain went (the stack tells a middleware that went on)."""
 
     @property
     def message_id(self) -> str:

@@ -61,7 +61,7 @@ class ScalingHooks(Protocol):
         ...
 
     def on_batch_processed(self) -> None:
-        """A thread finished a stretch of work (see ``listener.STRETCH_S``)."""
+        """A thread finished a stretch of work (see ``listener.consumer.dequeue.STRETCH_S``)."""
         ...
 
 

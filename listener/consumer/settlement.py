@@ -43,6 +43,9 @@ from listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 
+DELETED = Outcome("deleted")
+"""The outcome of nearly every message: made once."""
+
 REMEMBERED_ERRORS = 10_000
 """First errors kept per listener for poison records (oldest forgotten first)."""
 
@@ -93,8 +96,11 @@ class Settlement:
         self, lease: Lease, context: MessageContext[Any], kind: OutcomeKind, *, items: int
     ) -> None:
         """Delete the message (of ``items`` items), then retire its stored payload, if any."""
-        if self._remove(lease):
-            context.outcome = Outcome(kind, context.decision.reason if context.decision else None)
+        self._first_errors.forget(lease.message.id)
+        if lease_calls.delete(self.storage, self.queue_name, lease):
+            decided = context.decision
+            reason = None if decided is None else decided.reason
+            context.outcome = DELETED if kind == "deleted" else Outcome(kind, reason)
             payload = context.payload_name
             if payload is not None and kind == "deleted":
                 lease_calls.retire(self.payload_store, payload)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
 from typing import Any
 
 import structlog
@@ -33,6 +34,8 @@ class MiddlewareStack:
         self._middleware: list[Middleware] = []
         self._hooks: dict[str, tuple[Middleware, ...]] = {}
         self._arounds: tuple[tuple[Middleware, bool], ...] = ()
+        self._calls: dict[str, tuple[tuple[Callable[..., Any], bool], ...]] = {}
+        self.wraps = self.watches_settlement = self.gates = False
         self._own_loop = loop is None
         self._loop = loop or LoopThread(f"cloudqueue:{queue_name}:middleware")
         for each in middleware:
@@ -66,11 +69,12 @@ class MiddlewareStack:
 
     def emit(self, hook: str, *args: Any) -> None:
         """Call ``hook(*args)`` on each middleware that has it; errors are logged, not raised."""
-        for middleware in self._hooks[hook]:
+        for call, is_async in self._calls[hook]:
             try:
-                result = getattr(middleware, hook)(*args)
-                if inspect.isawaitable(result):
-                    self._loop.run(result)
+                if is_async:
+                    self._loop.run(call(*args))
+                else:
+                    call(*args)
             except Exception:
                 log.exception("middleware_failed", queue=self.queue_name, hook=hook)
 
@@ -83,32 +87,22 @@ class MiddlewareStack:
                 log.exception("middleware_failed", queue=self.queue_name, hook="on_queue_empty")
         return None
 
-    def handle(self, context: MessageContext[Any], deliver: Callable[[], None]) -> None:
-        """Run the ``around_handle`` chain with ``deliver`` (the observers) innermost."""
-        if self._arounds:
-            self._around(0, context, deliver)
-        else:
-            deliver()
-
     def close(self) -> None:
         """Stop the event loop of async hooks, if this stack started it."""
         if self._own_loop:
             self._loop.close()
 
-    def _around(
-        self, index: int, context: MessageContext[Any], deliver: Callable[[], None]
+    def handle(
+        self, context: MessageContext[Any], deliver: Callable[[], None], index: int = 0
     ) -> None:
+        """Run the ``around_handle`` chain from ``index`` with ``deliver`` (the observers)
+        innermost."""
+        context.reached = index
         if index == len(self._arounds):
             deliver()
             return
         middleware, is_async = self._arounds[index]
-        called = False
-
-        def go_on() -> None:
-            nonlocal called
-            called = True
-            self._around(index + 1, context, deliver)
-
+        go_on = partial(self.handle, context, deliver, index + 1)
         try:
             if is_async:
                 self._loop.run(middleware.around_handle(context, _in_thread(go_on)))
@@ -118,7 +112,8 @@ class MiddlewareStack:
             log.exception("middleware_failed", queue=self.queue_name, hook="around_handle")
             context.middleware_error = context.middleware_error or failure
             return
-        if not called and context.decision is None and context.middleware_error is None:
+        went_on = context.reached > index
+        if not went_on and context.decision is None and context.middleware_error is None:
             context.middleware_error = RuntimeError(
                 f"middleware {type(middleware).__name__} neither went on nor decided"
             )
@@ -127,9 +122,20 @@ class MiddlewareStack:
         self._hooks = {
             hook: tuple(m for m in self._middleware if overrides(m, hook)) for hook in HOOKS
         }
+        # Bound once, with whether each is a coroutine function: emit is on the hot path.
+        self._calls = {
+            hook: tuple(
+                (getattr(m, hook), inspect.iscoroutinefunction(getattr(m, hook))) for m in chosen
+            )
+            for hook, chosen in self._hooks.items()
+        }
         self._arounds = tuple(
             (m, inspect.iscoroutinefunction(m.around_handle)) for m in self._hooks["around_handle"]
         )
+        # Read once per message, so attributes rather than ``wants`` calls.
+        self.wraps = bool(self._arounds)
+        self.watches_settlement = bool(self._hooks["after_settle"])
+        self.gates = bool(self._hooks["before_handle"])
 
     def __repr__(self) -> str:
         return f"MiddlewareStack({_names(self._middleware)})"

@@ -7,13 +7,16 @@ from __future__ import annotations
 from typing import Any
 
 from listener.consumer.middleware import CallNext, MessageContext, Middleware
-from listener.tracing import consumer_span, record_failure
+from listener.tracing import consumer_span, record_failure, tracing_on
 
 
 class ConsumerTracing(Middleware):
     """Wraps the handling of each message in its consumer span; a handler's failure marks it."""
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        if not tracing_on():  # asked per message: a provider may be set at any time
+            call_next()
+            return
         # The envelope the processor parsed carries the producer's context: no second parse.
         with consumer_span(context.queue_name, context.message, context.envelope):
             call_next()

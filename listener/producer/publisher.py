@@ -1,5 +1,5 @@
 """Publisher: puts items on a queue, one per message or packed into batches, large ones compressed
-or kept in a payload store (the wire format is in ``listener.payload``).
+or kept in a payload store (the wire format is in ``listener.wire.payload``).
 
 Each message is one storage transaction to put and two to take (get + delete), so packing a
 hundred small items into one message makes them a hundred times cheaper to move; a listener hands

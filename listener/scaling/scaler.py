@@ -15,7 +15,7 @@
 
 The decisions are pure functions (``idle_delay_s``, ``should_stop_idle``, ``decide``); the
 ``ElasticScaler`` only measures, applies and logs them, through the listener's ``PoolControl``
-(``listener.pool_control``), the one thing it is given.
+(``listener.consumer.pool_control``), the one thing it is given.
 """
 
 from __future__ import annotations
