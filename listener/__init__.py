@@ -5,6 +5,19 @@ The public surface is what ``__all__`` names, with ``listener.testing`` (test cl
 """
 
 from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
+from listener.consumer.current import MessageEnvelope, current_envelope
+from listener.consumer.events import (
+    BatchProcessed,
+    ListenerStarted,
+    ListenerStopped,
+    QueueEmpty,
+    QueueEmptyDecision,
+    QueueWorkDetected,
+    Scaled,
+)
+from listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
+from listener.consumer.middleware import Decision, MessageContext, Middleware, Outcome
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import (
     CloudQueueError,
     ConfigurationError,
@@ -22,18 +35,10 @@ from listener.errors import (
 )
 from listener.limits.limiter import LocalRateLimiter, RateLimiter
 from listener.limits.redis_limiter import RedisRateLimiter
-from listener.listener import (
-    CloudQueueListener,
-    CloudQueueListenerInfo,
-    QueueEmptyHandler,
-    QueueWorkDetectedHandler,
-)
 from listener.location import CloudQueueLocation
-from listener.messages.codec import Codec, MessageCodec
-from listener.messages.envelope import MessageEnvelope, current_envelope
-from listener.messages.limits import DecodingLimits
-from listener.messages.poison import PoisonRecord, poison_queue_name
-from listener.messages.publisher import Publisher
+from listener.middleware.rate_limit import RateLimit
+from listener.poison.queue import poison_queue_name
+from listener.poison.record import PoisonRecord
 from listener.policies.backoff import randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.scaling_rules import (
@@ -43,8 +48,8 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
-from listener.pool_control import ListenerLoad, QueueEmptyDecision
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.publisher import Publisher
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import (
     InProcessTriggerChannel,
@@ -52,8 +57,8 @@ from listener.push.triggers import (
     WorkDetected,
     account_of,
 )
-from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.stores.connection import open_payload_store, open_storage
 from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.memory_storage import InMemoryQueueStorage
@@ -61,10 +66,13 @@ from listener.stores.metered import MeteredStorage
 from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
+from listener.wire.codec import Codec, MessageCodec
+from listener.wire.limits import DecodingLimits
 
 __all__ = [
     "MAX_BATCH_SIZE",
     "MAX_MESSAGE_BYTES",
+    "BatchProcessed",
     "Clock",
     "CloudQueueError",
     "CloudQueueListener",
@@ -72,6 +80,7 @@ __all__ = [
     "CloudQueueLocation",
     "Codec",
     "ConfigurationError",
+    "Decision",
     "DecodeError",
     "DecodingLimits",
     "DeliveryPolicy",
@@ -84,28 +93,35 @@ __all__ = [
     "InProcessTriggerChannel",
     "LimitExceededError",
     "ListenerLoad",
+    "ListenerStarted",
+    "ListenerStopped",
     "LocalRateLimiter",
     "MessageCodec",
+    "MessageContext",
     "MessageEnvelope",
     "MessageNotFoundError",
     "MessageTooLargeError",
     "MeteredStorage",
+    "Middleware",
+    "Outcome",
     "PayloadNotFoundError",
     "PayloadStore",
     "PermanentFailure",
     "PoisonRecord",
     "PopReceiptMismatchError",
     "Publisher",
+    "QueueEmpty",
     "QueueEmptyDecision",
-    "QueueEmptyHandler",
     "QueueLayout",
     "QueueMessage",
     "QueueNotFoundError",
     "QueueStorage",
-    "QueueWorkDetectedHandler",
+    "QueueWorkDetected",
+    "RateLimit",
     "RateLimiter",
     "RedisRateLimiter",
     "RedisTriggerChannel",
+    "Scaled",
     "ScalingInput",
     "ScalingPolicy",
     "ScalingRule",

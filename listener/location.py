@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from listener.errors import ConfigurationError
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S, validate_queue_name
 
 

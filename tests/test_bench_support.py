@@ -64,7 +64,7 @@ def test_the_client_profile_counts_each_busy_sample_for_its_innermost_known_laye
     raw = [
         f"{send};StorageHeadersPolicy.on_request (queue/_shared/policies.py:9);uuid4 (uuid.py:1) 3",
         f"{send};HTTPResponse.begin (http/client.py:325);SocketIO.readinto (socket.py:706) 5",
-        f"{thread};HandlerPool._work (listener/in_flight.py:104) 2",
+        f"{thread};HandlerPool._work (listener/consumer/in_flight.py:104) 2",
         f"{thread};put (tests/benchmarks/drain_support.py:80);QueueClient.send_message (x.py:1) 7",
         "<module> (tests/benchmarks/profile_drain.py:1);<module> (aiohttp/client.py:1) 4",
         f"{thread};_Adapter.send (listener/stores/http_session.py:79) 1",

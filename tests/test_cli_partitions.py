@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from listener.messages.poison import poison_message, poison_queue_name
+from listener.poison.move import poison_message
+from listener.poison.queue import poison_queue_name
 from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.partition_names import partition_for_key
 from listener.stores.partitioned import PartitionedQueueStorage

@@ -33,18 +33,15 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.payload import blob_envelope, inline_envelope, pack
-from listener.messages.poison import (
-    browse_poisoned,
-    find_poisoned,
-    poison_message,
-    read_record,
-    requeue_poisoned_by_id,
-    take_poisoned,
-)
+from listener.poison.move import poison_message
+from listener.poison.queue import browse_poisoned, find_poisoned, take_poisoned
+from listener.poison.record import read_record
+from listener.poison.requeue import requeue_poisoned_by_id
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.storage import QueueStorage
+from listener.wire.envelope import blob_envelope, inline_envelope
+from listener.wire.frames import pack
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
 from workers.views.poison import content_view

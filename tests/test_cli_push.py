@@ -10,8 +10,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from listener.messages.publisher import Publisher
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.publisher import Publisher
 from listener.push.redis_triggers import DEFAULT_CHANNEL, RedisTriggerChannel
 from listener.push.triggers import account_of
 from listener.stores.sqlite_storage import SqliteQueueStorage

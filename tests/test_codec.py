@@ -11,7 +11,7 @@ from pydantic import BaseModel
 from structlog.testing import capture_logs
 
 from listener import ConfigurationError, DecodeError, MessageCodec
-from listener.messages.codec import Encoding, reading_codec
+from listener.wire.codec import Encoding, reading_codec
 
 
 class Reading(BaseModel):

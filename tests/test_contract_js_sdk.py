@@ -17,8 +17,8 @@ import pytest
 from azure.storage.queue import QueueClient
 
 from listener import MessageCodec, Publisher
-from listener.messages.codec import Encoding
 from listener.stores.azure_storage import AzureQueueStorage
+from listener.wire.codec import Encoding
 from tests.support.js_sdk import JsQueueClient
 
 ITEMS: list[dict[str, Any]] = [

@@ -21,7 +21,8 @@ import pytest
 from click.testing import CliRunner
 from starlette.exceptions import StarletteDeprecationWarning
 
-from listener.messages.poison import poison_message, poison_queue_name
+from listener.poison.move import poison_message
+from listener.poison.queue import poison_queue_name
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.connection import describe_storage, open_storage
 from listener.stores.sqlite_storage import SqliteQueueStorage

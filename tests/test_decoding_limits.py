@@ -30,20 +30,14 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import ForeignPayloadError, LimitExceededError
-from listener.messages import bounded_json
-from listener.messages.limits import MIB, DecodingLimits
-from listener.messages.payload import (
-    ENVELOPE_KEY,
-    Packed,
-    blob_envelope,
-    inline_envelope,
-    open_message,
-    pack,
-    parse_envelope,
-)
 from listener.stores.payload_store import new_payload_name, validate_payload_name
 from listener.stores.storage import QueueStorage
 from listener.testing import VirtualClock
+from listener.wire import bounded_json
+from listener.wire.envelope import ENVELOPE_KEY, blob_envelope, inline_envelope, parse_envelope
+from listener.wire.frames import Packed, pack
+from listener.wire.limits import MIB, DecodingLimits
+from listener.wire.payload import open_message
 from tests.support.polling import eventually
 from workers.settings import CloudQueueSettings
 from workers.testing import run_until_drained

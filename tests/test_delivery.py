@@ -18,7 +18,7 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.poison import requeue_poisoned
+from listener.poison.requeue import requeue_poisoned
 from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from listener.testing import VirtualClock
 from tests.support.polling import eventually

@@ -21,7 +21,7 @@ from docsite.cli_reference import command_paths
 from docsite.errors_reference import error_types
 from docsite.metrics_reference import metrics
 
-from listener.messages.poison import POISON_REASONS
+from listener.poison.reasons import POISON_REASONS
 from tests.benchmarks.render_readme import docs_blocks, render_block
 from workers.settings import CloudQueueSettings
 from workers.settings.keys import env_name, known_keys

@@ -17,7 +17,7 @@ from structlog.testing import capture_logs
 
 from examples.uploaded_blobs import UploadedBlobWorker
 from listener import DecodeError, MessageCodec
-from listener.messages.events import EventGridEvent, is_cloud_event_type
+from listener.wire.cloud_events import EventGridEvent, is_cloud_event_type
 from tests.support.events import (
     BLOB_CREATED_CLOUD_EVENT,
     BLOB_CREATED_EVENT_GRID,

@@ -69,7 +69,7 @@ def test_after_a_drain_the_status_line_and_metrics_read_depth_zero(host: WorkerH
     """Once the backlog is done, depth reads 0 in the status line and /metrics, not 351."""
     (listener,) = host.listeners
     eventually(lambda: listener.messages_processed == BACKLOG)
-    eventually(lambda: listener.known_depth.reading() is not None)
+    eventually(lambda: listener.meters.known_depth.reading() is not None)
 
     def all_read_zero() -> bool:
         host.refresh_depths()  # what the host's one-second loop does
@@ -129,7 +129,7 @@ def test_a_stale_depth_is_counted_again_while_work_flows_and_never_while_idle() 
     clock.advance(0.1)
     assert refresher.tick()
     assert storage.counts()["approximate_message_count"] == counts + 1
-    assert listener.known_depth.age_s() == 0
+    assert listener.meters.known_depth.age_s() == 0
     listener.counters.add("in_flight", -1)  # it settled (as failed: left for a retry)
     listener.counters.add("failed")
     clock.advance(5)

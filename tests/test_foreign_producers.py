@@ -20,10 +20,10 @@ from azure.core.messaging import CloudEvent
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
 from listener import CloudQueueListener, CloudQueueLocation, Publisher, poison_queue_name
-from listener.messages.events import EventGridEvent
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage
+from listener.wire.cloud_events import EventGridEvent
 from tests.support.events import CUSTOM_CLOUD_EVENT, CUSTOM_EVENT_GRID
 from tests.support.js_sdk import JsQueueClient
 from tests.support.polling import eventually

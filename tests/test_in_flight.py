@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
-from listener.in_flight import (
+from listener.consumer.in_flight import (
     FAST_HANDLER_SLOTS,
     WAITING_HANDLER_S,
     HandlerPool,
@@ -395,6 +395,6 @@ def test_a_listener_sizes_each_thread_s_slots_by_its_handlers_own_time(
     put(recording, queue_name, 3)
     listener.start_listener(1)
     eventually(lambda: listener.messages_processed == 3, timeout_s=WAIT_S)
-    assert listener.handler_time.seconds_per_message == pytest.approx(handler_s)
+    assert listener.meters.handler_time.seconds_per_message == pytest.approx(handler_s)
     assert listener.slots_per_thread() == slots
     assert listener.pool_control.measure_load().concurrency == slots

@@ -7,8 +7,8 @@ flight needed = backlog / target time x latency); the bounds and the rate limit 
 
 from __future__ import annotations
 
+from listener.consumer.pool_control import ListenerLoad
 from listener.policies.scaling_rules import ScalingInput, drain_time, thread_capacity_per_s
-from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy, targets
 
 

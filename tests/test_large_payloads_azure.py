@@ -21,11 +21,11 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.payload import parse_envelope
-from listener.messages.poison import requeue_poisoned
+from listener.poison.requeue import requeue_poisoned
 from listener.stores.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.payload_store import new_payload_name
+from listener.wire.envelope import parse_envelope
 from tests.support.azurite import AzuriteFactory
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually

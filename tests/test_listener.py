@@ -16,20 +16,24 @@ from reactivex import Observer
 from structlog.testing import capture_logs
 
 from listener import (
+    BatchProcessed,
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryQueueStorage,
     MessageCodec,
     MessageEnvelope,
+    Middleware,
     PoisonRecord,
+    QueueEmpty,
     QueueEmptyDecision,
     QueueMessage,
     QueueStorage,
+    QueueWorkDetected,
     TransientStorageError,
     current_envelope,
     poison_queue_name,
 )
-from listener.handoff import fetch_size
+from listener.consumer.handoff import fetch_size
 from listener.testing import ManualClock, VirtualClock
 from tests.support.polling import eventually
 from workers.testing import run_until_drained
@@ -210,15 +214,17 @@ def test_undecodable_messages_go_to_the_poison_queue_while_good_ones_flow(
 def test_an_empty_get_raises_queue_empty_with_a_growing_idle_count(
     storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
 ) -> None:
-    """The queue_empty handler sees 1, 2, 3…; its delay is waited; stop=True ends the thread."""
+    """A middleware answering QueueEmpty sees 1, 2, 3…; its delay is waited; stop=True ends the
+    thread."""
     storage.create_queue(queue_name)
     idle_counts: list[int] = []
 
-    def on_empty(_: Any, idle_count: int) -> QueueEmptyDecision:
-        idle_counts.append(idle_count)
-        return QueueEmptyDecision(stop=idle_count >= 3, delay_s=idle_count * 0.5)
+    class IdleWaits(Middleware):
+        def on_queue_empty(self, event: QueueEmpty) -> QueueEmptyDecision:
+            idle_counts.append(event.idle_count)
+            return QueueEmptyDecision(stop=event.idle_count >= 3, delay_s=event.idle_count * 0.5)
 
-    listener = make_listener(queue_empty=on_empty)
+    listener = make_listener(middleware=[IdleWaits()])
     listener.start_listener(1)
     eventually(lambda: listener.active_dequeue_tasks == 0)
     assert idle_counts == [1, 2, 3]
@@ -228,16 +234,21 @@ def test_an_empty_get_raises_queue_empty_with_a_growing_idle_count(
 def test_an_idle_thread_that_finds_work_raises_queue_work_detected(
     storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
 ) -> None:
-    """queue_work_detected fires when a thread that saw an empty queue gets messages again."""
+    """QueueWorkDetected reaches the middleware when a thread that saw an empty queue gets
+    messages again."""
     storage.create_queue(queue_name)
     detected = threading.Event()
     went_idle = threading.Event()
 
-    def on_empty(_: Any, idle_count: int) -> QueueEmptyDecision:
-        went_idle.set()
-        return QueueEmptyDecision(stop=False, delay_s=0.1)
+    class Watch(Middleware):
+        def on_queue_empty(self, event: QueueEmpty) -> QueueEmptyDecision:
+            went_idle.set()
+            return QueueEmptyDecision(stop=False, delay_s=0.1)
 
-    listener = make_listener(queue_empty=on_empty, queue_work_detected=lambda _: detected.set())
+        def on_queue_work_detected(self, event: QueueWorkDetected) -> None:
+            detected.set()
+
+    listener = make_listener(middleware=[Watch()])
     listener.subscribe(lambda _: None)
     listener.start_listener(1)
     assert went_idle.wait(10)
@@ -408,21 +419,24 @@ def test_a_settlement_that_raises_unexpectedly_does_not_end_the_only_thread(
 def test_hooks_that_raise_do_not_end_the_thread(
     storage: InMemoryQueueStorage, queue_name: str, make_listener: Callable[..., Any]
 ) -> None:
-    """queue_empty, queue_work_detected and batch_processed raising: logged, the loop goes on."""
+    """A middleware raising on QueueEmpty, QueueWorkDetected and BatchProcessed: logged, the
+    loop goes on."""
     storage.create_queue(queue_name)
     handled: list[int] = []
     empties: list[int] = []
 
-    def broken_hook(_: Any) -> None:
-        raise ValueError("a bug in a hook")
+    class Broken(Middleware):
+        def on_queue_empty(self, event: QueueEmpty) -> QueueEmptyDecision:
+            empties.append(event.idle_count)
+            raise ValueError("a bug in on_queue_empty")
 
-    def broken_empty(_: Any, idle_count: int) -> QueueEmptyDecision:
-        empties.append(idle_count)
-        raise ValueError("a bug in queue_empty")
+        def on_queue_work_detected(self, event: QueueWorkDetected) -> None:
+            raise ValueError("a bug in a hook")
 
-    listener = make_listener(
-        queue_empty=broken_empty, queue_work_detected=broken_hook, batch_processed=broken_hook
-    )
+        def on_batch_processed(self, event: BatchProcessed) -> None:
+            raise ValueError("a bug in a hook")
+
+    listener = make_listener(middleware=[Broken()])
     listener.subscribe(lambda order: handled.append(order.order_id))
     listener.start_listener(1)
     eventually(lambda: len(empties) >= 2)

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientStorageError
-from listener.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage
@@ -20,7 +20,7 @@ from tests.support.polling import eventually
 from tests.support.scrape import get
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 from workers.observability.metrics import WorkerMetrics
-from workers.observability.observed import ObservedStorage, observed_handler, rule_target
+from workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
 from workers.observability.server import ObservabilityServer, observability_app
 
 
@@ -139,8 +139,9 @@ def test_a_listener_run_fills_the_handle_and_pickup_histograms_and_the_counters(
     for n in range(3):
         storage.put_message("work", str(n))
     metrics = WorkerMetrics()
-    listener = CloudQueueListener(storage, CloudQueueLocation("work", 30), int)
-    listener.subscribe(observed_handler(lambda item: None, "work", metrics, Heartbeats(clock)))
+    timing = ObservedHandling("work", "proportional", metrics, Heartbeats(clock))
+    listener = CloudQueueListener(storage, CloudQueueLocation("work", 30), int, middleware=[timing])
+    listener.subscribe(lambda item: None)
     listener.start_listener(1)
     try:
         eventually(lambda: listener.messages_processed == 3)

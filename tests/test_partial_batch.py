@@ -22,9 +22,9 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.payload import open_message
-from listener.messages.poison import requeue_poisoned
+from listener.poison.requeue import requeue_poisoned
 from listener.policies.delivery import DeliveryPolicy
+from listener.wire.payload import open_message
 from tests.support.polling import eventually
 
 Listen = Callable[..., CloudQueueListener[str]]

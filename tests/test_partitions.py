@@ -15,16 +15,11 @@ from datetime import UTC, datetime
 import pytest
 
 from listener.errors import ConfigurationError, MessageNotFoundError
-from listener.messages.codec import MessageCodec
-from listener.messages.payload import open_message
-from listener.messages.poison import (
-    PoisonRecord,
-    poison_message,
-    poison_queue_name,
-    requeue_poisoned,
-    requeue_poisoned_by_id,
-)
-from listener.messages.publisher import Publisher
+from listener.poison.move import poison_message
+from listener.poison.queue import poison_queue_name
+from listener.poison.record import PoisonRecord
+from listener.poison.requeue import requeue_poisoned, requeue_poisoned_by_id
+from listener.producer.publisher import Publisher
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.partition_names import (
@@ -34,6 +29,8 @@ from listener.stores.partition_names import (
 )
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueMessage, QueueStorage
+from listener.wire.codec import MessageCodec
+from listener.wire.payload import open_message
 
 QUEUE = "orders"
 

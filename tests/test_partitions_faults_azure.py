@@ -8,9 +8,9 @@ import threading
 from pathlib import Path
 
 from listener import CloudQueueListener, CloudQueueLocation
-from listener.messages.codec import MessageCodec
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.partitioned import PartitionedQueueStorage
+from listener.wire.codec import MessageCodec
 from tests.support.azurite import AzuriteFactory
 from tests.support.polling import eventually
 

@@ -14,9 +14,10 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
-from listener.messages.poison import poison_queue_name, read_record
-from listener.messages.publisher import Publisher
+from listener.poison.queue import poison_queue_name
+from listener.poison.record import read_record
 from listener.policies.delivery import DeliveryPolicy
+from listener.producer.publisher import Publisher
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from tests.conftest import BACKENDS, make_storage

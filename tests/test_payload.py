@@ -21,27 +21,25 @@ from listener import (
     PayloadStore,
     open_payload_store,
 )
-from listener.messages import payload as wire
-from listener.messages.packing import (
+from listener.stores.payload_store import new_payload_name
+from listener.stores.storage import MAX_MESSAGE_BYTES
+from listener.wire import frames as wire
+from listener.wire.envelope import (
+    ENVELOPE_KEY,
+    blob_envelope,
+    inline_envelope,
+    is_reserved,
+    parse_envelope,
+    without_attempts,
+)
+from listener.wire.frames import Packed, pack, unpack
+from listener.wire.packing import (
     MAX_ENVELOPE_BYTES,
     message_bytes,
     plan_batches,
     single_message,
 )
-from listener.messages.payload import (
-    ENVELOPE_KEY,
-    Packed,
-    blob_envelope,
-    inline_envelope,
-    is_reserved,
-    open_message,
-    pack,
-    parse_envelope,
-    unpack,
-    without_attempts,
-)
-from listener.stores.payload_store import new_payload_name
-from listener.stores.storage import MAX_MESSAGE_BYTES
+from listener.wire.payload import open_message
 from tests.support.azurite import ACCOUNT_KEY
 
 NAME = "orders/" + "0123456789abcdef" * 2

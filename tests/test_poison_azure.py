@@ -13,7 +13,7 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.poison import requeue_poisoned
+from listener.poison.requeue import requeue_poisoned
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from tests.support.polling import eventually

@@ -22,7 +22,8 @@ from click.testing import CliRunner, Result
 from starlette.exceptions import StarletteDeprecationWarning
 
 from listener import InMemoryQueueStorage, PoisonRecord, QueueNotFoundError, poison_queue_name
-from listener.messages.poison import poison_message, requeue_poisoned
+from listener.poison.move import poison_message
+from listener.poison.requeue import requeue_poisoned
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import QueueStorage

@@ -10,7 +10,7 @@ import pytest
 
 from listener import InMemoryQueueStorage
 from listener.errors import ConfigurationError
-from listener.messages.publisher import Publisher
+from listener.producer.publisher import Publisher
 from listener.simulation.profile import (
     FLUSH_AFTER_S,
     ProfileRecorder,

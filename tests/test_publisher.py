@@ -33,12 +33,12 @@ from listener import (
     poison_queue_name,
 )
 from listener.errors import PermanentFailure
-from listener.messages.packing import message_bytes
-from listener.messages.payload import ENVELOPE_KEY, parse_envelope
-from listener.messages.poison import requeue_poisoned
-from listener.messages.publisher import PENDING_BYTES
+from listener.poison.requeue import requeue_poisoned
+from listener.producer.publisher import PENDING_BYTES
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueMessage
 from listener.testing import ManualClock
+from listener.wire.envelope import ENVELOPE_KEY, parse_envelope
+from listener.wire.packing import message_bytes
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 

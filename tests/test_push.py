@@ -18,8 +18,8 @@ from listener import (
 from listener.clock import SYSTEM_CLOCK, Clock
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
-from listener.push.waker import TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer

@@ -12,16 +12,17 @@ import pytest
 from pydantic import SecretStr, ValidationError
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import ConfigurationError
 from listener.limits.limiter import LocalRateLimiter
 from listener.limits.redis_limiter import RedisRateLimiter
+from listener.middleware.rate_limit import RateLimit
 from listener.policies.rate_limit import (
     capped_by_limit,
     default_burst,
     reserve,
     threads_for_limit,
 )
-from listener.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.testing import ManualClock
 from tests.support.polling import eventually
@@ -217,7 +218,9 @@ def test_a_listener_with_a_limit_handles_at_that_rate_in_virtual_time(
     """400 messages at 50/s: the rate between the first and the last is 50/s within 10 %."""
     put_items(manual_storage, queue_name, 400)
     limiter = LocalRateLimiter(50, clock=clock, sleeper=clock)
-    listener = limited_listener(manual_storage, rate_limiter=limiter, clock=clock, sleeper=clock)
+    listener = limited_listener(
+        manual_storage, middleware=[RateLimit(limiter)], clock=clock, sleeper=clock
+    )
     handled_at: list[float] = []
     listener.subscribe(lambda _: handled_at.append(clock.monotonic()))
     listener.start_listener(1)
@@ -234,11 +237,13 @@ def test_the_measured_throughput_is_the_handlers_pace_not_the_limits(
     """Waits for the limit stay out of the per-thread rate the scaler sizes the pool with."""
     put_items(manual_storage, queue_name, 64)
     limiter = LocalRateLimiter(10, clock=clock, sleeper=clock)
-    listener = limited_listener(manual_storage, rate_limiter=limiter, clock=clock, sleeper=clock)
+    listener = limited_listener(
+        manual_storage, middleware=[RateLimit(limiter)], clock=clock, sleeper=clock
+    )
     listener.subscribe(lambda _: clock.advance(0.01))  # a handler taking 10 ms
     listener.start_listener(1)
     eventually(lambda: listener.messages_processed == 64)
-    measured = listener.throughput.per_thread_rate_per_s
+    measured = listener.meters.throughput.per_thread_rate_per_s
     assert measured is not None
     assert measured == pytest.approx(100, rel=0.10)
 
@@ -250,7 +255,7 @@ def test_a_real_clock_drain_of_2000_messages_stays_within_10_percent_of_the_limi
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
     put_items(storage, queue_name, 2_000)
-    listener = limited_listener(storage, rate_limiter=LocalRateLimiter(1_000))
+    listener = limited_listener(storage, middleware=[RateLimit(LocalRateLimiter(1_000))])
     handled_at: list[float] = []
     lock = threading.Lock()
 
@@ -274,7 +279,7 @@ def test_held_messages_stay_hidden_while_they_wait_for_the_limit(queue_name: str
         CloudQueueLocation(queue_name, visibility_timeout_s=1),
         dict,
         dequeue_interval_s=0.05,
-        rate_limiter=LocalRateLimiter(4, burst=1),
+        middleware=[RateLimit(LocalRateLimiter(4, burst=1))],
     )
     handled: list[int] = []
     lock = threading.Lock()
@@ -302,7 +307,7 @@ def test_stop_ends_the_wait_for_the_limit_and_releases_the_held_messages(queue_n
         storage,
         CloudQueueLocation(queue_name, visibility_timeout_s=30),
         dict,
-        rate_limiter=LocalRateLimiter(0.01, burst=1),
+        middleware=[RateLimit(LocalRateLimiter(0.01, burst=1))],
     )
     listener.subscribe(lambda _: None)
     listener.start_listener(1)
@@ -357,7 +362,8 @@ def test_a_workers_own_limit_reaches_its_listener_and_its_scaler() -> None:
     """Per-worker settings: a local limiter of 25/s, and the scaler caps with 25/s."""
     host = WorkerHost([Limited], CloudQueueSettings(), storage=InMemoryQueueStorage())
     (hosted,) = host.hosted
-    limiter = hosted.listener.rate_limiter
+    [limit] = [m for m in hosted.listener.middleware if isinstance(m, RateLimit)]
+    limiter = limit.limiter
     assert isinstance(limiter, LocalRateLimiter)
     assert limiter.max_messages_per_s == 25
     assert hosted.scaler.policy.max_messages_per_s == 25
@@ -370,7 +376,8 @@ def test_a_fleet_limit_uses_one_redis_key_per_account_and_queue() -> None:
         triggers=TriggerSettings(url=SecretStr("redis://127.0.0.1:1/0")),
     )
     host = WorkerHost([FleetLimited], settings, storage=InMemoryQueueStorage())
-    limiter = host.hosted[0].listener.rate_limiter
+    [limit] = [m for m in host.hosted[0].listener.middleware if isinstance(m, RateLimit)]
+    limiter = limit.limiter
     assert isinstance(limiter, RedisRateLimiter)
     assert limiter.key == "cloudqueue:rate-limit:memory:limited"
     limiter.close()

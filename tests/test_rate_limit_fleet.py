@@ -19,6 +19,7 @@ from structlog.testing import capture_logs
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
 from listener.limits.redis_limiter import DEFAULT_MAX_WAITING, RedisRateLimiter, bucket_key
+from listener.middleware.rate_limit import RateLimit
 from listener.testing import ManualClock
 from tests.support.cli import ok
 from tests.support.polling import eventually
@@ -176,7 +177,7 @@ def test_a_listener_keeps_consuming_when_the_fleets_redis_is_down(
     for n in range(50):
         storage.put_message(queue_name, codec.encode({"n": n}))
     listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage, CloudQueueLocation(queue_name), dict, rate_limiter=limiter
+        storage, CloudQueueLocation(queue_name), dict, middleware=[RateLimit(limiter)]
     )
     listener.subscribe(lambda _: None)
     with capture_logs() as logs:

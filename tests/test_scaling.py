@@ -12,12 +12,17 @@ import pytest
 from structlog.testing import capture_logs
 
 from listener import (
+    BatchProcessed,
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryQueueStorage,
     MessageCodec,
+    Middleware,
+    QueueEmpty,
     QueueEmptyDecision,
+    QueueWorkDetected,
 )
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import ConfigurationError
 from listener.policies.scaling_rules import (
     ScalingInput,
@@ -27,7 +32,6 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
-from listener.pool_control import ListenerLoad
 from listener.scaling.cpu import ProcessCpuMeter
 from listener.scaling.scaler import (
     ElasticScaler,
@@ -317,7 +321,10 @@ def test_a_saturated_cpu_caps_growth_and_says_why(
     fill(storage, queue_name, 300)
     listener = make_listener(storage, queue_name, clock, listeners)
     scaler = ElasticScaler(
-        listener.pool_control, ScalingPolicy(max_threads=8), clock=clock, cpu_meter=FixedCpu(0.97)
+        listener.pool_control,
+        ScalingPolicy(max_threads=8),
+        clock=clock,
+        cpu_meter=FixedCpu(0.97),
     )
     with capture_logs() as logs:
         scaler.rescale(trigger="work_detected")
@@ -593,18 +600,29 @@ def test_a_scaler_leaves_the_listeners_own_handlers_alone(
     clock: ManualClock,
     listeners: list[CloudQueueListener[Any]],
 ) -> None:
-    """queue_work_detected and batch_processed keep firing with a scaler; a queue_empty handler
-    and a scaler cannot both decide idle waits, so binding one to such a listener is refused."""
+    """A middleware's QueueWorkDetected and BatchProcessed keep firing with a scaler; a
+    middleware deciding idle waits and a scaler cannot both decide, so binding is refused."""
     fill(storage, queue_name, 3)
     detected, processed = threading.Event(), threading.Event()
+
+    class Watch(Middleware):
+        def on_queue_work_detected(self, event: QueueWorkDetected) -> None:
+            detected.set()
+
+        def on_batch_processed(self, event: BatchProcessed) -> None:
+            processed.set()
+
+    class Deciding(Middleware):
+        def on_queue_empty(self, event: QueueEmpty) -> QueueEmptyDecision:
+            return QueueEmptyDecision(stop=False, delay_s=1.0)
+
     listener: CloudQueueListener[int] = CloudQueueListener(
         storage,
         CloudQueueLocation(queue_name),
         int,
         clock=clock,
         sleeper=clock,
-        queue_work_detected=lambda _: detected.set(),
-        batch_processed=lambda _: processed.set(),
+        middleware=[Watch()],
     )
     listeners.append(listener)
     scaler = ElasticScaler(listener.pool_control, clock=clock, cpu_meter=FixedCpu(0.1))
@@ -614,12 +632,9 @@ def test_a_scaler_leaves_the_listeners_own_handlers_alone(
     assert detected.wait(10)
     assert processed.wait(10)
     deciding: CloudQueueListener[int] = CloudQueueListener(
-        storage,
-        CloudQueueLocation(queue_name),
-        int,
-        queue_empty=lambda _, __: QueueEmptyDecision(stop=False, delay_s=1.0),
+        storage, CloudQueueLocation(queue_name), int, middleware=[Deciding()]
     )
-    with pytest.raises(ConfigurationError, match="queue_empty"):
+    with pytest.raises(ConfigurationError, match="decide idle waits"):
         ElasticScaler(deciding.pool_control)
 
 

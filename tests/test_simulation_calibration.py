@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.simulation import ServiceModel, Workload, bursts, cloudqueue_defaults, simulate

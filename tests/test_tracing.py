@@ -33,19 +33,15 @@ from listener import (
     Publisher,
 )
 from listener.errors import PermanentFailure
-from listener.messages.payload import (
-    ENVELOPE_KEY,
-    inline_envelope,
-    open_message,
-    pack,
-    parse_envelope,
-)
-from listener.messages.trace_context import read_carrier, with_carrier
-from listener.messages.tracing import consumer_span
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.stores.storage import MAX_MESSAGE_BYTES, QueueStorage
 from listener.testing import VirtualClock
+from listener.tracing import consumer_span
+from listener.wire.envelope import ENVELOPE_KEY, inline_envelope, parse_envelope
+from listener.wire.frames import pack
+from listener.wire.payload import open_message
+from listener.wire.trace_context import read_carrier, with_carrier
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.tracing import named
@@ -278,7 +274,7 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported(tmp_path:
                     raise ImportError(f"blocked {name}")
         sys.meta_path.insert(0, Block())
         from listener import InMemoryQueueStorage, MessageCodec, Publisher
-        from listener.messages import tracing
+        from listener import tracing
         from workers import QueueWorker
         from workers.testing import run_until_drained
         class Echo(QueueWorker[dict]):

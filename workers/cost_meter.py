@@ -13,7 +13,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from listener.clock import SYSTEM_CLOCK, Clock
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.simulation.cost import (
     DEFAULT_PRICE_PER_10K_USD,
     monthly_cost_from_hourly_usd,

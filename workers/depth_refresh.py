@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.pool_control import PoolControl
 from listener.errors import StorageError
-from listener.listener import CloudQueueListener
-from listener.pool_control import PoolControl
 
 DEFAULT_REFRESH_S = 5.0
 
@@ -47,7 +47,7 @@ class DepthRefresher:
         settled = self._settled_now()
         flowing = settled != self._settled or self.listener.counters.in_flight > 0
         self._settled = settled
-        age_s = self.listener.known_depth.age_s()
+        age_s = self.listener.meters.known_depth.age_s()
         if not flowing or (age_s is not None and age_s < self.refresh_s):
             return False
         try:

@@ -10,20 +10,15 @@ from __future__ import annotations
 import os
 import signal
 import threading
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from types import FrameType
 from typing import Any
 
 import structlog
 
 from listener.clock import SYSTEM_CLOCK
-from listener.listener import CloudQueueListener
-from listener.messages.codec import reading_codec
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import TriggerChannel, account_of
-from listener.push.waker import TriggerWaker, Watchdog
-from listener.scaling.scaler import ElasticScaler
+from listener.consumer.listener import CloudQueueListener
+from listener.push.triggers import account_of
 from listener.simulation.profile import ProfileRecorder
 from listener.stores.connection import (
     describe_storage,
@@ -35,36 +30,25 @@ from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.stores.tick_ledger import TickLedger
-from workers.async_handler import AsyncHandlerRunner
 from workers.cost_meter import CostMeter
-from workers.depth_refresh import DepthRefresher
 from workers.hosted_jobs import HostedJobs
+from workers.hosted_worker import (
+    finish,
+    host_worker,
+    open_trigger_channel,
+    wake_on_triggers,
+)
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
 from workers.partitioning import layout_of, partitioned_storage, settle_layout
 from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
-from workers.rate_limits import open_rate_limiter
-from workers.recording import recorded_handler
 from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 
 LIVE_STATE_INTERVAL_S = 1.0
-
-
-@dataclass
-class HostedWorker:
-    """One worker with its listener, its effective settings and its handler runner."""
-
-    worker: QueueWorker[Any]
-    listener: CloudQueueListener[Any]
-    settings: CloudQueueSettings
-    runner: AsyncHandlerRunner
-    scaler: ElasticScaler
-    depth: DepthRefresher
-    push: list[TriggerWaker | Watchdog] = field(default_factory=list)
 
 
 class WorkerHost:
@@ -131,7 +115,7 @@ class WorkerHost:
             raise
         self._plain_watches: list[PlainQueueWatch] = []
         self.hosted = [
-            _host(
+            host_worker(
                 worker,
                 worker_settings,
                 listening,
@@ -155,7 +139,7 @@ class WorkerHost:
         for hosted in self.hosted:
             hosted.worker.on_start(hosted.listener)
             if self.triggers is not None:
-                hosted.push = _push(hosted, self.triggers, account)
+                hosted.push = wake_on_triggers(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
         if isinstance(self.listening, PartitionedQueueStorage):
             self._plain_watches = [
@@ -189,7 +173,7 @@ class WorkerHost:
         ]
         drained.append(self.jobs.stop(deadline))
         for hosted in self.hosted:
-            _finish(hosted)
+            finish(hosted)
         if self.triggers is not None:
             self.triggers.close()
         self.storage.close()
@@ -267,80 +251,6 @@ class WorkerHost:
         )
 
 
-def _host(
-    worker: QueueWorker[Any],
-    settings: CloudQueueSettings,
-    storage: QueueStorage,
-    payload_store: PayloadStore | None,
-    observability: ProcessObservability | None = None,
-    *,
-    recorder: ProfileRecorder | None = None,
-) -> HostedWorker:
-    """Build a worker's listener with its scaler and its (possibly async) handler."""
-    options = settings.listener
-    listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage if observability is None else observability.observe_storage(storage),
-        worker.location(options.visibility_timeout_s),
-        worker.item_type,
-        codec=reading_codec(
-            worker.item_type,
-            options.encoding,
-            max_json_depth=settings.decoding.max_json_depth,
-        ),
-        dequeue_batch_size=options.dequeue_batch_size,
-        max_error_delay_s=options.max_error_delay_s,
-        delivery=settings.delivery_policy(),
-        payload_store=payload_store,
-        rate_limiter=open_rate_limiter(settings, worker.location(options.visibility_timeout_s)),
-        create_queues=options.create_queues,
-        concurrency=options.concurrency,
-        decoding=settings.decoding.limits(),
-    )
-    policy = settings.scaling_policy()
-    pool = listener.pool_control
-    runner = AsyncHandlerRunner(worker.handle)
-    handler: Callable[[Any], None] = runner
-    if observability is not None:
-        pool = observability.observe_pool(pool, policy)
-        # A pool started below its floor grows only on work: liveness holds it to what it had.
-        floor = min(policy.min_threads, options.threads)
-        handler = observability.observe_handler(runner, listener, floor)
-    if recorder is not None:
-        handler = recorded_handler(handler, recorder)
-    scaler = ElasticScaler(pool, policy)
-    listener.subscribe(handler)
-    depth = DepthRefresher(listener, pool, refresh_s=settings.scaling.depth_refresh_s)
-    return HostedWorker(
-        worker=worker,
-        listener=listener,
-        settings=settings,
-        runner=runner,
-        scaler=scaler,
-        depth=depth,
-    )
-
-
-def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
-    """The Redis trigger channel the settings name, or None to poll only."""
-    url = settings.triggers.url_value()
-    if url is None:
-        return None
-    return RedisTriggerChannel(
-        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
-    )
-
-
-def _push(
-    hosted: HostedWorker, channel: TriggerChannel, account: str
-) -> list[TriggerWaker | Watchdog]:
-    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads."""
-    waker = TriggerWaker(hosted.listener, hosted.scaler, channel, account=account)
-    watchdog = Watchdog(
-        hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s
-    ).start()
-    return [waker, watchdog]
-
-
 def _queues(
     workers: list[tuple[QueueWorker[Any], CloudQueueSettings]],
 ) -> dict[str, ListenerSettings]:
@@ -364,14 +274,3 @@ def _settle_layouts(
 def _name(worker_type: type[QueueWorker[Any]]) -> str:
     """``module:Class``, as the command line names a worker."""
     return f"{worker_type.__module__}:{worker_type.__qualname__}"
-
-
-def _finish(hosted: HostedWorker) -> None:
-    """Close the worker's event loops and call its on_stop (its errors are logged, not raised)."""
-    hosted.runner.close()
-    if hosted.listener.rate_limiter is not None:
-        hosted.listener.rate_limiter.close()
-    try:
-        hosted.worker.on_stop()
-    except Exception:
-        log.exception("worker_on_stop_failed", queue=hosted.listener.queue_name)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.stores.file_modes import private_folder
 from workers.cost_meter import UNKNOWN, CostMeter, QueueCost
 
@@ -80,7 +80,7 @@ class QueueLiveState:
             poisoned=counters["poisoned"],
             dequeue_errors=counters["dequeue_errors"],
             in_flight=counters["in_flight"],
-            per_thread_rate_per_s=listener.throughput.per_thread_rate_per_s,
+            per_thread_rate_per_s=listener.meters.throughput.per_thread_rate_per_s,
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
             poison_failures=counters["poison_failures"],

@@ -1,8 +1,8 @@
 """Recording the workload a worker sees, for ``cloudqueue tune`` (``run --record FILE``).
 
-The handler is wrapped, as the metrics wrap it: each first delivery counts as an arrival at its
-message's insertion time, and each delivery's handling time, size and outcome go to the
-``ProfileRecorder`` (``listener.simulation.profile``), which writes one line per minute.
+A middleware, as the metrics are: each first delivery counts as an arrival at its message's
+insertion time, and each delivery's handling time, size and outcome go to the ``ProfileRecorder``
+(``listener.simulation.profile``), which writes one line per minute.
 """
 
 from __future__ import annotations
@@ -10,48 +10,48 @@ from __future__ import annotations
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from typing import Any
 
-from listener.messages.envelope import current_envelope
+from listener.consumer.middleware import CallNext, MessageContext, Middleware
 from listener.simulation.profile import ProfileRecorder
 
 SEEN_MESSAGES = 4_096
-"""Message ids remembered so that the items of one batch message count as one arrival."""
+"""Message ids remembered, so that a message retried soon after is not a second arrival."""
 
 
-def recorded_handler(
-    handler: Callable[[Any], None], recorder: ProfileRecorder
-) -> Callable[[Any], None]:
-    """The handler, recording each delivery's arrival (first time only), time and outcome."""
-    seen: OrderedDict[str, None] = OrderedDict()
-    lock = threading.Lock()
+class Recording(Middleware):
+    """Records each message's arrival (first delivery only), handling time and outcome."""
 
-    def first_time(message_id: str) -> bool:
-        with lock:
-            if message_id in seen:
-                return False
-            seen[message_id] = None
-            if len(seen) > SEEN_MESSAGES:
-                seen.popitem(last=False)
-            return True
+    def __init__(self, recorder: ProfileRecorder) -> None:
+        self.recorder = recorder
+        self._seen: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
 
-    def handle(item: Any) -> None:
-        try:
-            envelope = current_envelope()
-        except LookupError:  # called outside a delivery (a test calling it directly)
-            handler(item)
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        if not context.deliverable:  # settled without a handler call: not the workload
+            call_next()
             return
-        if envelope.dequeue_count == 1 and first_time(envelope.message_id):
-            recorder.arrived(envelope.inserted_on)
+        message = context.message
+        if message.dequeue_count == 1 and self._first_time(message.id):
+            self.recorder.arrived(message.inserted_on)
         started = time.perf_counter()
-        failed = True
         try:
-            handler(item)
-            failed = False
+            call_next()
         finally:
-            recorder.handled(
-                time.perf_counter() - started, size_bytes=envelope.content_chars, failed=failed
+            self.recorder.handled(
+                time.perf_counter() - started,
+                size_bytes=len(message.content),
+                failed=context.failed or not context.handled,
             )
 
-    return handle
+    def _first_time(self, message_id: str) -> bool:
+        with self._lock:
+            if message_id in self._seen:
+                return False
+            self._seen[message_id] = None
+            if len(self._seen) > SEEN_MESSAGES:
+                self._seen.popitem(last=False)
+            return True
+
+
+__all__ = ["Recording"]

@@ -24,8 +24,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from listener.messages.publisher import Publisher
-from listener.push.announce import WorkAnnouncer
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.publisher import Publisher
 from listener.push.triggers import account_of
 from listener.simulation.compare import simulate
 from listener.simulation.policies import PolicySpec
@@ -33,7 +33,8 @@ from listener.simulation.report import Latency, ServiceModel
 from listener.simulation.workload import Workload
 from listener.stores.forwarding import ForwardingStorage
 from listener.stores.storage import QueueStorage
-from workers.host import WorkerHost, open_trigger_channel
+from workers.host import WorkerHost
+from workers.hosted_worker import open_trigger_channel
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 

@@ -24,14 +24,15 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
+from listener.consumer.listener import CloudQueueListener
 from listener.errors import CloudQueueError, ConfigurationError, DecodeError, QueueNotFoundError
-from listener.listener import CloudQueueListener
-from listener.messages.codec import MessageCodec
-from listener.messages.payload import open_message
-from listener.messages.poison import browse_poisoned, poison_queue_name, read_record
-from listener.messages.publisher import Publisher
+from listener.poison.queue import browse_poisoned, poison_queue_name
+from listener.poison.record import read_record
+from listener.producer.publisher import Publisher
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.testing import ManualClock, VirtualClock
+from listener.wire.codec import MessageCodec
+from listener.wire.payload import open_message
 from workers.async_handler import AsyncHandlerRunner
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
+from listener.consumer.middleware import Middleware, make_middleware
 from listener.errors import ConfigurationError
 from listener.imports import import_object
 from listener.location import CloudQueueLocation
@@ -13,7 +14,7 @@ from listener.location import CloudQueueLocation
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from listener.listener import CloudQueueListener
+    from listener.consumer.listener import CloudQueueListener
 
 T = TypeVar("T")
 
@@ -33,12 +34,17 @@ class QueueWorker(Generic[T]):
     ``handle`` runs for several messages at once, in no order (see ``handle``); it may also be an
     ``async def``, whose coroutines share one event loop per worker. Returning deletes the
     message; raising leaves it in the queue for another try. ``settings`` overrides the
-    process-wide settings for this worker only (any listener, backoff or scaling field).
+    process-wide settings for this worker only (any listener, backoff or scaling field);
+    ``middleware`` wraps the handling of each message (``listener.Middleware``).
     """
 
     queue_name: ClassVar[str]
     item_type: ClassVar[type[Any]] = str
     settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    middleware: ClassVar[Sequence[Middleware | Callable[[], Middleware]]] = ()
+    """Middleware around each of this worker's messages, outermost first: instances, or classes
+    (and factories) made once per hosted worker. The ``listener.middleware`` setting adds more
+    after these."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -64,6 +70,11 @@ class QueueWorker(Generic[T]):
 
     def on_stop(self) -> None:
         """Called once after the listener has stopped and in-flight items have finished."""
+
+    @classmethod
+    def own_middleware(cls) -> list[Middleware]:
+        """This worker's ``middleware``, each made (classes and factories called once)."""
+        return [make_middleware(each, f"{cls.__qualname__}.middleware") for each in cls.middleware]
 
     @classmethod
     def location(cls, visibility_timeout_s: int) -> CloudQueueLocation:

@@ -6,7 +6,7 @@ import inspect
 
 import listener.errors
 from listener.errors import CloudQueueError
-from listener.messages.poison import POISON_REASONS
+from listener.poison.reasons import POISON_REASONS
 
 
 def error_types() -> list[tuple[int, type[CloudQueueError]]]:

@@ -2,7 +2,7 @@
 
 The seed's ``WorkDetected`` event names the storage account, the queue and the payload size. A
 ``TriggerChannel`` carries events between producers and listeners: in one process (a reactivex
-Subject) or across processes and machines (Redis pub/sub, ``listener.redis_triggers``). A
+Subject) or across processes and machines (Redis pub/sub, ``listener.push.redis_triggers``). A
 listener subscribes to ``channel.events`` and reacts only to events for its own account and queue.
 
 Triggers are an accelerator, never the only path: publishing never fails a put (a lost trigger

@@ -35,19 +35,20 @@ from typing import Any, cast
 
 import structlog
 
+from listener.consumer.dequeue import STRETCH_S
+from listener.consumer.events import QueueEmptyDecision
+from listener.consumer.handoff import fetch_size
+from listener.consumer.pool_control import ListenerLoad, ScalingHooks
+from listener.consumer.throughput import ThroughputMeter
 from listener.errors import ConfigurationError
-from listener.handoff import fetch_size
-from listener.listener import STRETCH_S
 from listener.policies.delivery import exhausted, retry_visibility_s
-from listener.pool_control import ListenerLoad, QueueEmptyDecision, ScalingHooks
-from listener.push.waker import Watchdog
 from listener.scaling.scaler import ElasticScaler
+from listener.scaling.waker import Watchdog
 from listener.simulation.policies import PolicySpec
 from listener.simulation.queue import SimulatedMessage, SimulatedQueue
 from listener.simulation.report import PolicyResult, Sample, ServiceModel
 from listener.simulation.workload import Workload
 from listener.testing import START
-from listener.throughput import ThroughputMeter
 
 _ARRIVAL, _THREAD, _SAMPLE, _WATCHDOG = 0, 1, 2, 3
 """Event kinds, in the order they run at one instant: puts first, charts last."""

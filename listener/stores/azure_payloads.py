@@ -4,7 +4,7 @@ The blobs live in one container of the queue's storage account, ``cloudqueue-pay
 named ``<queue>/<32 hex digits>``; the container is created on the first put that needs it. The
 SDK clients get the same options as the queue backend's (``client_options``): retries measured in
 fractions of a second, bounded connect and read timeouts, a pooled session. SDK exceptions become
-``listener.errors`` here, with messages free of secrets, as in ``listener.azure_storage``.
+``listener.errors`` here, with messages free of secrets, as in ``listener.stores.azure_storage``.
 """
 
 from __future__ import annotations

@@ -40,16 +40,16 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue._shared.policies_async import ExponentialRetry as AsyncExponentialRetry
 from azure.storage.queue.aio import QueueClient
 
-from listener.handoff import fetch_size
-from listener.in_flight import DEFAULT_CONCURRENCY
-from listener.messages.codec import Codec
+from listener.consumer.handoff import fetch_size
+from listener.consumer.in_flight import DEFAULT_CONCURRENCY
+from listener.consumer.pool_control import ListenerLoad
+from listener.consumer.throughput import ThroughputMeter
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
-from listener.pool_control import ListenerLoad
 from listener.scaling.cpu import ProcessCpuMeter
 from listener.scaling.scaler import ScalingPolicy, idle_delay_s, should_stop_idle, targets
 from listener.stores.azure_storage import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
 from listener.stores.storage import MAX_BATCH_SIZE
-from listener.throughput import ThroughputMeter
+from listener.wire.codec import Codec
 
 T = TypeVar("T")
 

@@ -35,7 +35,7 @@ from typing import Any
 import structlog
 from azure.storage.queue.aio import QueueClient
 
-from listener.messages.codec import MessageCodec
+from listener.wire.codec import MessageCodec
 from tests.benchmarks.async_native import AsyncNativeConsumer, aio_client_options
 from tests.benchmarks.bench_io import (
     ASYNCIO_LOOP,

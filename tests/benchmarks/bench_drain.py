@@ -50,12 +50,12 @@ import pydantic
 import structlog
 from azure.storage.queue import QueueClient, TextBase64DecodePolicy
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.messages.codec import MessageCodec
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
+from listener.wire.codec import MessageCodec
 from tests.benchmarks.drain_support import (
     BenchmarkError,
     Stopwatch,

@@ -34,14 +34,14 @@ from typing import Any
 
 import structlog
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.messages.codec import MessageCodec
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.policies.scaling_rules import drain_time
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE
+from listener.wire.codec import MessageCodec
 
 QUEUE = "bench"
 CODEC = MessageCodec(int)

@@ -40,8 +40,8 @@ import structlog
 from azure.storage.queue import QueueClient
 from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 
-from listener.messages.codec import MessageCodec
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
+from listener.wire.codec import MessageCodec
 from tests.benchmarks.drain_support import (
     Stopwatch,
     cpu_ms_per_message,

@@ -31,10 +31,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from listener.messages.codec import MessageCodec
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.storage import QueueStorage
+from listener.wire.codec import MessageCodec
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
 

@@ -32,14 +32,14 @@ from typing import Any
 
 import structlog
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.messages.codec import MessageCodec
-from listener.messages.publisher import Publisher
+from listener.producer.publisher import Publisher
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.partitioned import PartitionedQueueStorage
+from listener.wire.codec import MessageCodec
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
 QUEUE = "bench"

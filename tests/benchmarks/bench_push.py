@@ -50,16 +50,16 @@ from typing import Any
 
 import structlog
 
-from listener.listener import CloudQueueListener
+from listener.consumer.events import QueueEmptyDecision
+from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.messages.codec import MessageCodec
-from listener.pool_control import QueueEmptyDecision
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import WorkDetected, account_of
-from listener.push.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.metered import MeteredStorage
+from listener.wire.codec import MessageCodec
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.redis_server import RedisServer
@@ -407,7 +407,8 @@ def build_listener(
         storage, CloudQueueLocation(QUEUE, visibility_timeout_s=VISIBILITY_TIMEOUT_S), str
     )
     scaler = ElasticScaler(
-        listener.pool_control, ScalingPolicy(min_threads=0) if mode.push else ScalingPolicy()
+        listener.pool_control,
+        ScalingPolicy(min_threads=0) if mode.push else ScalingPolicy(),
     )
     return listener, scaler
 

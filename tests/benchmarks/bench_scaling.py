@@ -51,13 +51,13 @@ from typing import Any
 
 import structlog
 
-from listener.listener import CloudQueueListener
+from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
-from listener.messages.codec import MessageCodec
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage
+from listener.wire.codec import MessageCodec
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 

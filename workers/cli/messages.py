@@ -9,17 +9,17 @@ from contextlib import AbstractContextManager, nullcontext
 
 import click
 
-from listener.messages import tracing
-from listener.messages.codec import MessageCodec
-from listener.messages.publisher import Publisher
-from listener.push.announce import WorkAnnouncer
+from listener import tracing
+from listener.producer.announce import WorkAnnouncer
+from listener.producer.publisher import Publisher
 from listener.push.triggers import account_of
 from listener.stores.connection import describe_storage, open_payload_store_if_available
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import check_put_times
+from listener.wire.codec import MessageCodec
 from workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
 from workers.cli.durations import Duration
-from workers.host import open_trigger_channel
+from workers.hosted_worker import open_trigger_channel
 from workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 

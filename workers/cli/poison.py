@@ -1,10 +1,11 @@
 """``cloudqueue poison``: look at what a queue's listeners gave up on, then requeue or purge it.
 
 Every command takes the main queue's name (``invoices``) and works on its poison queue
-(``invoices-poison``). A poison message is a JSON record (``listener.poison.PoisonRecord``), or the
-original content itself when wrapping it would have exceeded 64 KiB; such an *unwrapped* message
-has no original id, so the commands also accept the poison message's own id. Any id may be given
-as a unique prefix (as git takes commits); an ambiguous one lists the candidates (exit code 2).
+(``invoices-poison``). A poison message is a JSON record (``listener.poison.record.PoisonRecord``),
+or the original content itself when wrapping it would have exceeded 64 KiB; such an *unwrapped*
+message has no original id, so the commands also accept the poison message's own id. Any id may be
+given as a unique prefix (as git takes commits); an ambiguous one lists the candidates (exit code
+2).
 
 Anyone who may add messages to the poison queue can write anything there: every command shows a
 message that holds no valid record as "not a readable poison record", with why and its start, and
@@ -21,14 +22,9 @@ from __future__ import annotations
 import click
 
 from listener.errors import AmbiguousIdError, QueueNotFoundError, UnreadableRecordError
-from listener.messages.poison import (
-    browse_poisoned,
-    find_poisoned,
-    poison_queue_name,
-    read_record,
-    requeue_all,
-    requeue_poisoned_by_id,
-)
+from listener.poison.queue import browse_poisoned, find_poisoned, poison_queue_name
+from listener.poison.record import read_record
+from listener.poison.requeue import requeue_all, requeue_poisoned_by_id
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 from workers.cli.common import (

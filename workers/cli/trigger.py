@@ -6,7 +6,7 @@ import click
 
 from listener.push.triggers import WorkDetected, account_of
 from workers.cli.common import BadInput, checked_queue, current_settings
-from workers.host import open_trigger_channel
+from workers.hosted_worker import open_trigger_channel
 
 
 @click.command()

@@ -37,7 +37,7 @@ from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
 from listener.errors import StorageError, UnreadableRecordError
-from listener.messages.poison import Requeued, requeue_all, requeue_poisoned_by_id
+from listener.poison.requeue import Requeued, requeue_all, requeue_poisoned_by_id
 from listener.redaction import redact
 from workers.dashboard.access import TOKEN_COOKIE, TOKEN_QUERY, Access, presented_token
 from workers.views.sampler import Sampler

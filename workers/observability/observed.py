@@ -1,8 +1,8 @@
 """Decorators that feed the metrics and probes from a listener's existing seams.
 
-Nothing here edits the dequeue loop: the listener's storage, the pool control its scaler is given
-and the handler it is subscribed with are each wrapped by something that records, then passes the
-call on unchanged. Without metrics the host wraps nothing, so they cost nothing.
+Nothing here edits the dequeue loop: the listener's storage is wrapped by something that records,
+then passes each call on unchanged, and a middleware times its handling and counts its scaler's
+decisions. Without metrics the host adds neither, so they cost nothing.
 """
 
 from __future__ import annotations
@@ -11,8 +11,9 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from listener.messages.envelope import current_envelope
-from listener.pool_control import ListenerLoad, PoolControl, ScalingHooks
+from listener.consumer.events import Scaled
+from listener.consumer.middleware import CallNext, MessageContext, Middleware
+from listener.consumer.pool_control import ListenerLoad
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.forwarding import ForwardingStorage
 from listener.stores.storage import QueueStorage
@@ -61,77 +62,35 @@ def rule_target(load: ListenerLoad, policy: ScalingPolicy) -> int:
     return min(shrink, load.active_threads)
 
 
-class ObservedPool:
-    """The PoolControl a scaler is given, counting the decisions that changed the pool.
+class ObservedHandling(Middleware):
+    """A listener's handling timed (the handle and pickup histograms), its scaler's decisions
+    counted, and a heartbeat as each message starts.
 
     The depth and target gauges are not set here, from a measure that may be minutes old: the
     process samples them from the listener's known depth (``ProcessObservability.sample``).
     """
 
-    def __init__(self, inner: PoolControl, policy: ScalingPolicy, metrics: WorkerMetrics) -> None:
-        self.inner = inner
-        self.policy = policy
-        queue = inner.queue_name
-        self._up = metrics.scaling_decisions.labels(queue, "up", policy.rule_name)
-        self._down = metrics.scaling_decisions.labels(queue, "down", policy.rule_name)
+    def __init__(
+        self, queue: str, rule_name: str, metrics: WorkerMetrics, heartbeats: Heartbeats
+    ) -> None:
+        self._handle_seconds = metrics.handle_seconds.labels(queue)
+        self._pickup_seconds = metrics.pickup_seconds.labels(queue)
+        self._up = metrics.scaling_decisions.labels(queue, "up", rule_name)
+        self._down = metrics.scaling_decisions.labels(queue, "down", rule_name)
+        self._beat = heartbeats.beat
 
-    @property
-    def queue_name(self) -> str:
-        return self.inner.queue_name
-
-    @property
-    def active_threads(self) -> int:
-        return self.inner.active_threads
-
-    def measure_load(self) -> ListenerLoad:
-        return self.inner.measure_load()
-
-    def start_threads(self, count: int) -> None:
-        self.inner.start_threads(count)
-        self._up.inc()
-
-    def reserve_stop(self, floor: int) -> bool:
-        stopping = self.inner.reserve_stop(floor)
-        if stopping:
-            self._down.inc()
-        return stopping
-
-    def request_scale_in(self, count: int, *, floor: int) -> int:
-        removed = self.inner.request_scale_in(count, floor=floor)
-        if removed:
-            self._down.inc()
-        return removed
-
-    def wake_idle(self) -> None:
-        self.inner.wake_idle()
-
-    def bind(self, hooks: ScalingHooks) -> None:
-        self.inner.bind(hooks)
-
-    def __repr__(self) -> str:
-        return f"ObservedPool({self.inner!r})"
-
-
-def observed_handler(
-    handler: Callable[[Any], None], queue: str, metrics: WorkerMetrics, heartbeats: Heartbeats
-) -> Callable[[Any], None]:
-    """The handler, timed (handle and pickup histograms), beating as it starts."""
-    handle_seconds = metrics.handle_seconds.labels(queue)
-    pickup_seconds = metrics.pickup_seconds.labels(queue)
-    beat = heartbeats.beat
-
-    def handle(item: Any) -> None:
-        beat()
-        try:
-            inserted_s = current_envelope().inserted_on.timestamp()
-        except LookupError:  # called outside a listener's delivery (a test calling it directly)
-            pass
-        else:
-            pickup_seconds.observe(max(0.0, time.time() - inserted_s))
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        if not context.deliverable:  # settled without a handler call: nothing to time
+            call_next()
+            return
+        self._beat()
+        inserted_s = context.message.inserted_on.timestamp()
+        self._pickup_seconds.observe(max(0.0, time.time() - inserted_s))
         started = time.perf_counter()
         try:
-            handler(item)
+            call_next()
         finally:
-            handle_seconds.observe(time.perf_counter() - started)
+            self._handle_seconds.observe(time.perf_counter() - started)
 
-    return handle
+    def on_scaled(self, event: Scaled) -> None:
+        (self._up if event.direction == "up" else self._down).inc()

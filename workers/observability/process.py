@@ -9,23 +9,17 @@ the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's en
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from typing import Any
 
-from listener.listener import CloudQueueListener
-from listener.pool_control import PoolControl
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.middleware import Middleware
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.metered import MeteredStorage
 from listener.stores.storage import QueueStorage
 from workers.job_scheduler import JobScheduler
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 from workers.observability.metrics import WorkerMetrics
-from workers.observability.observed import (
-    ObservedPool,
-    ObservedStorage,
-    observed_handler,
-    rule_target,
-)
+from workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
 from workers.observability.server import ObservabilityServer, observability_app
 from workers.settings import CloudQueueSettings
 from workers.supervisor import CHILD_SLOT_VARIABLE
@@ -70,15 +64,14 @@ class ProcessObservability:
         """Watch the calls the listeners make (signs of life and reachability)."""
         return ObservedStorage(storage, self.heartbeats, self.reachability)
 
-    def observe_pool(self, pool: PoolControl, policy: ScalingPolicy) -> PoolControl:
-        self.metrics.declare(pool.queue_name, policy.rule_name)
-        self._policies[pool.queue_name] = policy
-        return ObservedPool(pool, policy, self.metrics)
+    def middleware(self, queue: str, policy: ScalingPolicy) -> Middleware:
+        """The middleware that times a listener's handling and counts its scaling decisions."""
+        self.metrics.declare(queue, policy.rule_name)
+        self._policies[queue] = policy
+        return ObservedHandling(queue, policy.rule_name, self.metrics, self.heartbeats)
 
-    def observe_handler(
-        self, handler: Callable[[Any], None], listener: CloudQueueListener[Any], min_threads: int
-    ) -> Callable[[Any], None]:
-        """Time the listener's handler and watch its pool (called once per hosted worker)."""
+    def watch(self, listener: CloudQueueListener[Any], min_threads: int) -> None:
+        """Sample the listener's figures and watch its pool (once per hosted worker)."""
         queue = listener.queue_name
         self._listeners.append(listener)
         self.probes.pools = [
@@ -90,7 +83,6 @@ class ProcessObservability:
                 lambda: listener.poisoning_failing,
             ),
         ]
-        return observed_handler(handler, queue, self.metrics, self.heartbeats)
 
     def watch_jobs(self, schedulers: list[JobScheduler]) -> None:
         """Count the periodic jobs' runs (``cloudqueue_job_runs_total``), each from zero."""
@@ -129,7 +121,7 @@ class ProcessObservability:
     def _sample_depth(self, listener: CloudQueueListener[Any]) -> None:
         """Depth, its age and the target from the listener's known depth: no storage call."""
         load = listener.known_load()
-        age_s = listener.known_depth.age_s()
+        age_s = listener.meters.known_depth.age_s()
         policy = self._policies.get(listener.queue_name)
         if load is None or age_s is None or policy is None:
             return  # nothing measured yet: no made-up zero

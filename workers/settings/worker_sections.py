@@ -13,11 +13,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from listener.consumer.middleware import Middleware, make_middleware
 from listener.errors import ConfigurationError
-from listener.imports import check_object_path
-from listener.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
-from listener.messages.codec import Encoding
-from listener.messages.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
+from listener.imports import check_object_path, import_object
 from listener.policies.scaling_rules import (
     ScalingRule,
     drain_time,
@@ -27,6 +26,8 @@ from listener.policies.scaling_rules import (
 )
 from listener.stores.partition_names import MAX_PARTITIONS
 from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from listener.wire.codec import Encoding
+from listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding")
@@ -82,6 +83,24 @@ class ListenerSettings(Section):
         le=MAX_PARTITIONS,
         description="while repartitioning: the old partition count, read until its queues empty",
     )
+    middleware: list[str] = Field(
+        default_factory=list,
+        description="middleware around each message, 'package.module:Class' (made with no "
+        "arguments), after the worker's own; imported by 'cloudqueue run'",
+    )
+
+    @field_validator("middleware")
+    @classmethod
+    def _middleware_paths(cls, paths: list[str]) -> list[str]:
+        # The form only: the modules are imported by `cloudqueue run` (build_middleware).
+        return [check_object_path(path, what="middleware") for path in paths]
+
+    def build_middleware(self) -> list[Middleware]:
+        """The middleware the settings name, imported and made (ConfigurationError if not)."""
+        return [
+            make_middleware(import_object(path, what="middleware"), path)
+            for path in self.middleware
+        ]
 
     @model_validator(mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.partition_names import partition_of_queue
 from listener.stores.storage import QueueStorage

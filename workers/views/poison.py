@@ -1,6 +1,6 @@
 """What a poison message says, for ``cloudqueue poison`` and the dashboard: rows and details.
 
-A poison message is a record (``listener.messages.poison_record``), the original content kept
+A poison message is a record (``listener.poison.record``), the original content kept
 unwrapped (wrapping would have exceeded 64 KiB), or whatever else someone wrote to the poison
 queue. Every one is shown for what it is, and never trusted: a message that holds no valid record
 has ``readable`` false, the ``problem`` and the start of its text. Every value is kept whole here
@@ -9,16 +9,15 @@ has ``readable`` false, the ``problem`` and the start of its text. Every value i
 
 from __future__ import annotations
 
-import base64
-import binascii
 import json
 from dataclasses import asdict, fields
 from typing import Any
 
 from listener.errors import DecodeError, UnreadableRecordError
-from listener.messages.payload import ENVELOPE_KEY, parse_envelope
-from listener.messages.poison_record import PoisonRecord, parse_record
+from listener.poison.record import PoisonRecord, parse_record
 from listener.stores.storage import QueueMessage
+from listener.wire.encodings import strict_base64
+from listener.wire.envelope import parse_envelope
 
 START_CHARS = 80
 """How much of a message that holds no record its summary quotes."""
@@ -97,8 +96,8 @@ def content_view(content: str) -> dict[str, Any]:
     if view is not None:
         return view
     try:
-        value = json.loads(base64.b64decode(content, validate=True).decode("utf-8"))
-    except (binascii.Error, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        value = json.loads(strict_base64(content).decode("utf-8"))
+    except (DecodeError, ValueError):  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return {"format": "raw"}
     except RecursionError:
         return {"format": "raw", "note": "base64 of JSON nested too deeply to decode"}
@@ -115,10 +114,9 @@ def _envelope_view(content: str) -> dict[str, Any] | None:
         return {"format": "envelope", "error": str(error)}
     if envelope is None:
         return None
+    size: object = envelope.fields.get("bytes")
     if envelope.packed is not None:
         size = len(envelope.packed.data)
-    else:
-        size = json.loads(content)[ENVELOPE_KEY].get("bytes")
     return {
         "format": "envelope",
         "kind": envelope.kind,

@@ -24,9 +24,9 @@ from typing import Any, cast
 
 import structlog
 
+from listener.consumer.pool_control import ListenerLoad
 from listener.errors import QueueNotFoundError, StorageError
-from listener.messages.poison import browse_poisoned
-from listener.pool_control import ListenerLoad
+from listener.poison.queue import browse_poisoned
 from listener.redaction import redact
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.storage import QueueStorage

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from listener.errors import QueueNotFoundError
-from listener.messages.poison import poison_queue_name
+from listener.poison.queue import poison_queue_name
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.live_state import utc_now

@@ -1,0 +1,194 @@
+"""The parts one listener's dequeue threads share, and how they are put together."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from listener.clock import Clock
+from listener.consumer.coroutines import LoopThread
+from listener.consumer.failure_logs import FailureLogs
+from listener.consumer.fetching import Fetcher
+from listener.consumer.handoff import HandOff
+from listener.consumer.in_flight import HandlerPool, slots_per_loop
+from listener.consumer.leases import LeaseKeeper
+from listener.consumer.load import LoadReader
+from listener.consumer.middleware import Middleware
+from listener.consumer.pool import DequeuePool
+from listener.consumer.pool_control import ListenerPoolControl
+from listener.consumer.processing import MessageProcessor
+from listener.consumer.queues import QueueCreator
+from listener.consumer.settlement import Settlement
+from listener.consumer.stack import MiddlewareStack
+from listener.consumer.stats import ListenerMeters
+from listener.consumer.subscribers import Subscribers
+from listener.consumer.tracing import ConsumerTracing
+from listener.errors import ConfigurationError
+from listener.location import CloudQueueLocation
+from listener.policies.backoff import RandomSource
+from listener.policies.delivery import DeliveryPolicy
+from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
+from listener.wire.codec import Codec
+from listener.wire.limits import DecodingLimits
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    """How a listener's threads fetch and back off."""
+
+    batch_size: int
+    idle_wait_s: float
+    """The wait between empty gets when no middleware decides it (``dequeue_interval_s``)."""
+    max_error_delay_s: float
+    concurrency: int
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
+            raise ConfigurationError(f"dequeue_batch_size must be 1..32, got {self.batch_size}")
+        if self.idle_wait_s < 0 or self.max_error_delay_s < 0:
+            raise ConfigurationError("dequeue_interval_s and max_error_delay_s must be >= 0")
+        if self.concurrency < 1:
+            raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+
+
+@dataclass(frozen=True)
+class Signals:
+    """What ends a listener's waits: ``stopping`` (for good), ``nudge`` (poll now)."""
+
+    stopping: threading.Event
+    nudge: threading.Event
+
+
+@dataclass(frozen=True)
+class LoopParts:
+    """The pieces of one listener that its dequeue threads share."""
+
+    pool: DequeuePool
+    handoff: HandOff
+    fetcher: Fetcher
+    leases: LeaseKeeper
+    handlers: HandlerPool
+    meters: ListenerMeters
+    stack: MiddlewareStack
+    processor: MessageProcessor[Any]
+    settlement: Settlement
+    queues: QueueCreator
+    signals: Signals
+    load: LoadReader
+    control: ListenerPoolControl
+    slots_per_thread: Callable[[], int]
+    """Messages each thread keeps in flight now (``listener.consumer.in_flight``)."""
+    on_last_thread_stopped: Callable[[], None]
+
+
+@dataclass(frozen=True)
+class Inputs:
+    """What a listener is made of: its settings and collaborators, as the facade was given."""
+
+    storage: QueueStorage
+    location: CloudQueueLocation
+    codec: Codec[Any]
+    settings: LoopSettings
+    delivery: DeliveryPolicy
+    payload_store: PayloadStore | None
+    create_queues: bool
+    decoding: DecodingLimits
+    clock: Clock
+    rng: RandomSource
+    middleware: Sequence[Middleware]
+    loop: LoopThread | None
+
+
+def assemble(
+    inputs: Inputs,
+    *,
+    meters: ListenerMeters,
+    subscribers: Subscribers[Any],
+    start_threads: Callable[[int], None],
+) -> LoopParts:
+    """Build a listener's parts around its meters, its observers and its way to start threads.
+
+    Every listener has the failure logs and tracing middleware first, then its own."""
+    queue = inputs.location.queue_name
+    storage, clock, concurrency = inputs.storage, inputs.clock, inputs.settings.concurrency
+    stack = MiddlewareStack(
+        [FailureLogs(), ConsumerTracing(), *inputs.middleware], queue_name=queue, loop=inputs.loop
+    )
+    signals = Signals(threading.Event(), threading.Event())
+    pool, handoff = DequeuePool(f"cloudqueue:{queue}"), HandOff()
+
+    def slots_per_thread() -> int:
+        return slots_per_loop(concurrency, meters.handler_time.seconds_per_message)
+
+    load = LoadReader(
+        storage, queue, meters=meters, handoff=handoff, pool=pool, slots_per_thread=slots_per_thread
+    )
+    settlement = Settlement(
+        storage=storage,
+        queue_name=queue,
+        counters=meters.counters,
+        clock=clock,
+        policy=inputs.delivery,
+        rng=inputs.rng,
+        payload_store=inputs.payload_store,
+        create_poison_queue=inputs.create_queues,
+    )
+    queues = QueueCreator(storage, queue, create=inputs.create_queues)
+    many_in_flight = concurrency > 1
+    return LoopParts(
+        pool=pool,
+        handoff=handoff,
+        fetcher=Fetcher(
+            storage,
+            inputs.location,
+            batch_size=inputs.settings.batch_size,
+            pool=pool,
+            throughput=meters.throughput,
+            stack=stack,
+            queues=queues,
+        ),
+        leases=LeaseKeeper(
+            storage,
+            queue,
+            inputs.location.visibility_timeout_s,
+            clock=clock,
+            renew=inputs.delivery.renew_visibility,
+        ),
+        handlers=HandlerPool(f"cloudqueue:{queue}"),
+        meters=meters,
+        stack=stack,
+        processor=MessageProcessor(
+            queue_name=queue,
+            codec=inputs.codec,
+            subscribers=subscribers,
+            settlement=settlement,
+            stack=stack,
+            clock=clock,
+            max_dequeue_count=inputs.delivery.max_dequeue_count,
+            payload_store=inputs.payload_store,
+            limits=inputs.decoding,
+            # Only a thread with several slots sizes them from the handlers' time.
+            record_handler_time=meters.handler_time.record if many_in_flight else None,
+        ),
+        settlement=settlement,
+        queues=queues,
+        signals=signals,
+        load=load,
+        control=ListenerPoolControl(
+            queue,
+            pool=pool,
+            stack=stack,
+            measure_load=load.measure,
+            start_threads=start_threads,
+            stopping=signals.stopping,
+            nudge=signals.nudge,
+        ),
+        slots_per_thread=slots_per_thread,
+        on_last_thread_stopped=subscribers.complete,
+    )
+
+
+__all__ = ["Inputs", "LoopParts", "LoopSettings", "Signals", "assemble"]

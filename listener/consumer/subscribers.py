@@ -1,0 +1,74 @@
+"""The listener's observers, and fan-out of one item to all of them with per-observer isolation."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+import structlog
+from reactivex import abc
+
+T = TypeVar("T")
+
+log = structlog.get_logger(__name__)
+
+
+class Subscribers(Generic[T]):
+    """A thread-safe set of observers that is completed once, when the listener stops."""
+
+    def __init__(self) -> None:
+        self._observers: list[abc.ObserverBase[T]] = []
+        self._lock = threading.Lock()
+        self.completed = False
+
+    def add(self, observer: abc.ObserverBase[T]) -> Callable[[], None] | None:
+        """Register an observer; return its remover, or None when already completed."""
+        with self._lock:
+            if self.completed:
+                return None
+            self._observers.append(observer)
+
+        def remove() -> None:
+            with self._lock:
+                if observer in self._observers:
+                    self._observers.remove(observer)
+
+        return remove
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._observers)
+
+    def deliver(self, item: T) -> list[Exception]:
+        """Give the item to every observer; return the failures (one never stops the rest).
+
+        The caller settles the message by them; the ``FailureLogs`` and tracing middleware log
+        them and mark the consumer span."""
+        with self._lock:
+            observers = list(self._observers)
+        failures: list[Exception] = []
+        for observer in observers:
+            try:
+                observer.on_next(item)
+            except Exception as failure:
+                failures.append(failure)
+        return failures
+
+    def complete(self) -> None:
+        """Send on_completed to every observer, once."""
+        with self._lock:
+            if self.completed:
+                return
+            self.completed = True
+            observers, self._observers = self._observers, []
+        for observer in observers:
+            try:
+                observer.on_completed()
+            except Exception:
+                log.exception("observer_completion_failed", observer=_describe(observer))
+
+
+def _describe(observer: object) -> str:
+    # reactivex wraps subscriptions in an AutoDetachObserver; the callback inside names the handler.
+    return repr(getattr(observer, "_on_next", observer))

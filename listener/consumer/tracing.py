@@ -1,0 +1,28 @@
+"""Each message handled in a CONSUMER span that continues its producer's trace (with the
+``otel`` extra): a middleware every listener has, a no-op until the application sets a tracer
+provider (see ``listener.tracing``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from listener.consumer.middleware import CallNext, MessageContext, Middleware
+from listener.tracing import consumer_span, record_failure, tracing_on
+
+
+class ConsumerTracing(Middleware):
+    """Wraps the handling of each message in its consumer span; a handler's failure marks it."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        if not tracing_on():  # asked per message: a provider may be set at any time
+            call_next()
+            return
+        # The envelope the processor parsed carries the producer's context: no second parse.
+        with consumer_span(context.queue_name, context.message, context.envelope):
+            call_next()
+            for item in context.failures:
+                for failure in item.failures:
+                    record_failure(failure)
+
+
+__all__ = ["ConsumerTracing"]

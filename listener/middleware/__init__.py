@@ -1,0 +1,1 @@
+"""Middleware that ship with cloudqueue, each on the one seam (``listener.consumer.middleware``)."""

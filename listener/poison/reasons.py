@@ -1,0 +1,38 @@
+"""Why a message goes to the poison queue: every reason cloudqueue itself gives, explained.
+
+A middleware may give up a message with a reason of its own (``MessageContext.give_up``); these
+are the ones the listener and the shipped middleware use.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+PoisonReason = Literal[
+    "undecodable",
+    "over_limit",
+    "payload_missing",
+    "payload_foreign",
+    "permanent_failure",
+    "max_dequeue_count_exceeded",
+]
+"""Why a message was given up on: the ``reason`` of its poison record."""
+
+POISON_REASONS: dict[PoisonReason, str] = {
+    "undecodable": "the text cannot become an item of the worker's type (bad base64 or JSON, "
+    "an item the model rejects, an empty message): poisoned on its first delivery",
+    "over_limit": "the message is over a decoding limit (items, inflated bytes, stored payload "
+    "bytes or JSON depth; the error names the limit and its [decoding] setting): poisoned on its "
+    "first delivery, before its items are built",
+    "payload_missing": "the message refers to a stored payload (a large item's blob) that is "
+    "gone: deleted, expired or never written",
+    "payload_foreign": "the message refers to a stored payload written for another queue: "
+    "poisoned on its first delivery, and the payload is left alone for its own message",
+    "permanent_failure": "a handler raised PermanentFailure: retrying is pointless",
+    "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
+    "the handler kept raising, or workers crashed on it",
+}
+"""Every poison reason and what it means (the reference pages are generated from this)."""
+
+
+__all__ = ["POISON_REASONS", "PoisonReason"]

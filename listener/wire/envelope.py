@@ -1,0 +1,171 @@
+"""cloudqueue's envelope: a JSON object whose only key is ``$cloudqueue``, carrying items that
+are compressed, batched, or kept in the payload store (``listener.wire.payload`` says which and
+how they are read). Parsing is bounded by the JSON depth limit; fields are read by name, so a
+listener ignores fields it does not know (``attempts``, the trace context) and merely does less
+with them.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from listener.errors import DecodeError, LimitExceededError
+from listener.stores.payload_store import validate_payload_name
+from listener.wire import bounded_json
+from listener.wire.encodings import strict_base64
+from listener.wire.frames import Inner, Packed
+from listener.wire.limits import DEFAULT_LIMITS
+
+ENVELOPE_KEY = "$cloudqueue"
+VERSION = 1
+TRACE_FIELDS = ("traceparent", "tracestate")
+
+Kind = Literal["gzip", "batch", "blob"]
+
+_RESERVED = re.compile(r'^\s*\{\s*"\$cloudqueue"\s*:')
+_NOT_RESERVED = object()
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A parsed envelope: the items inline (``packed``) or a reference to a stored payload."""
+
+    kind: Kind
+    inner: Inner
+    count: int
+    packed: Packed | None = None
+    payload_name: str | None = None
+    attempts: int = 0
+    carrier: dict[str, str] = field(default_factory=dict, compare=False)
+    """The trace context text fields it carries, as written (``trace_context`` validates them)."""
+    fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """Every field as parsed, those this listener does not know included: what is shown or
+    rewritten of it is read from here, never by parsing the text again."""
+
+
+def inline_envelope(packed: Packed, *, attempts: int = 0) -> str:
+    """The message text carrying packed items inline (kind ``gzip`` for one, ``batch`` for more),
+    ``attempts`` earlier deliveries recorded when there were any."""
+    kind: Kind = "gzip" if packed.count == 1 else "batch"
+    data = base64.b64encode(packed.data).decode("ascii")
+    tried = {"attempts": attempts} if attempts else {}
+    return _dump({**_header(kind, packed), **tried, "data": data})
+
+
+def blob_envelope(payload_name: str, packed: Packed) -> str:
+    """The message text referring to packed items stored under ``payload_name``."""
+    validate_payload_name(payload_name)
+    return _dump({**_header("blob", packed), "blob": payload_name, "bytes": len(packed.data)})
+
+
+def is_reserved(text: str) -> bool:
+    """True when the text is a JSON object whose only key is ``$cloudqueue``: the listener would
+    read it as an envelope, so a publisher must not send it bare. Text that starts like one but
+    nests too deep to tell counts as one: wrapped, it still round-trips."""
+    try:
+        return _reserved_value(text, DEFAULT_LIMITS.max_json_depth) is not _NOT_RESERVED
+    except LimitExceededError:
+        return True
+
+
+def parse_envelope(
+    content: str, *, max_json_depth: int = DEFAULT_LIMITS.max_json_depth
+) -> Envelope | None:
+    """The envelope in a message's text; None for a plain item; DecodeError if it is malformed
+    (LimitExceededError if it nests deeper than ``max_json_depth``)."""
+    value = _reserved_value(content, max_json_depth)
+    if value is _NOT_RESERVED:
+        return None
+    if not isinstance(value, dict):
+        raise DecodeError(f"malformed cloudqueue envelope: {ENVELOPE_KEY} is not an object")
+    if value.get("v") != VERSION:
+        raise DecodeError(
+            f"cloudqueue envelope version {value.get('v')!r} is not supported (this listener "
+            f"reads version {VERSION}): upgrade the listener, then requeue"
+        )
+    try:
+        return _envelope(value)
+    except (KeyError, TypeError, ValueError) as error:
+        raise DecodeError(f"malformed cloudqueue envelope: {error}") from None
+
+
+def without_attempts(content: str) -> str:
+    """The message text with its envelope's ``attempts`` removed, for a fresh start (requeue);
+    any other text unchanged."""
+    try:
+        envelope = parse_envelope(content)
+    except DecodeError:
+        return content
+    if envelope is None or not envelope.attempts:
+        return content
+    fields = dict(envelope.fields)
+    del fields["attempts"]
+    return _dump(fields)
+
+
+def _reserved_value(text: str, max_json_depth: int) -> Any:
+    if not _RESERVED.match(text):
+        return _NOT_RESERVED  # the cheap test: most messages are not JSON objects at all
+    try:
+        value = bounded_json.loads(text, max_json_depth)
+    except LimitExceededError:
+        raise
+    except ValueError:
+        return _NOT_RESERVED
+    if isinstance(value, dict) and list(value) == [ENVELOPE_KEY]:
+        return value[ENVELOPE_KEY]
+    return _NOT_RESERVED
+
+
+def _header(kind: Kind, packed: Packed) -> dict[str, Any]:
+    return {"v": VERSION, "kind": kind, "count": packed.count, "inner": packed.inner}
+
+
+def _dump(fields: dict[str, Any]) -> str:
+    return json.dumps({ENVELOPE_KEY: fields}, separators=(",", ":"))
+
+
+def _envelope(fields: dict[str, Any]) -> Envelope:
+    kind, inner, count = fields["kind"], fields["inner"], fields["count"]
+    if kind not in ("gzip", "batch", "blob") or inner not in ("base64", "text"):
+        raise ValueError(f"unknown kind {kind!r} or inner encoding {inner!r}")
+    if not _is_count(count) or count < 1:
+        raise ValueError(f"count must be a positive integer, got {count!r}")
+    attempts = fields.get("attempts", 0)
+    if not _is_count(attempts) or attempts < 0:
+        raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
+    carrier = {key: value for key in TRACE_FIELDS if isinstance(value := fields.get(key), str)}
+    if kind == "blob":
+        name = validate_payload_name(str(fields["blob"]))
+        return Envelope(
+            kind, inner, count, payload_name=name, attempts=attempts, carrier=carrier, fields=fields
+        )
+    try:
+        data = strict_base64(str(fields["data"]))
+    except DecodeError as error:
+        raise ValueError(f"data: {error}") from None
+    packed = Packed(inner, count, data)
+    return Envelope(
+        kind, inner, count, packed=packed, attempts=attempts, carrier=carrier, fields=fields
+    )
+
+
+def _is_count(value: object) -> bool:
+    """A whole number that is not a boolean (``True`` is an int in Python, but not a count)."""
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+__all__ = [
+    "ENVELOPE_KEY",
+    "Envelope",
+    "Kind",
+    "blob_envelope",
+    "inline_envelope",
+    "is_reserved",
+    "parse_envelope",
+    "without_attempts",
+]

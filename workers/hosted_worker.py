@@ -1,0 +1,137 @@
+"""One hosted worker: its listener with its middleware and scaler, its handler's event loop, and
+the push triggers that wake it; built from its settings, finished when the host stops."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from listener.consumer.listener import CloudQueueListener
+from listener.consumer.middleware import Middleware
+from listener.middleware.rate_limit import RateLimit
+from listener.push.redis_triggers import RedisTriggerChannel
+from listener.push.triggers import TriggerChannel
+from listener.scaling.scaler import ElasticScaler
+from listener.scaling.waker import TriggerWaker, Watchdog
+from listener.simulation.profile import ProfileRecorder
+from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import QueueStorage
+from listener.wire.codec import reading_codec
+from workers.async_handler import AsyncHandlerRunner
+from workers.depth_refresh import DepthRefresher
+from workers.observability.process import ProcessObservability
+from workers.rate_limits import open_rate_limiter
+from workers.recording import Recording
+from workers.settings import CloudQueueSettings
+from workers.worker import QueueWorker
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class HostedWorker:
+    """One worker with its listener, its effective settings and its handler runner."""
+
+    worker: QueueWorker[Any]
+    listener: CloudQueueListener[Any]
+    settings: CloudQueueSettings
+    runner: AsyncHandlerRunner
+    scaler: ElasticScaler
+    depth: DepthRefresher
+    push: list[TriggerWaker | Watchdog] = field(default_factory=list)
+
+
+def host_worker(
+    worker: QueueWorker[Any],
+    settings: CloudQueueSettings,
+    storage: QueueStorage,
+    payload_store: PayloadStore | None,
+    observability: ProcessObservability | None = None,
+    *,
+    recorder: ProfileRecorder | None = None,
+) -> HostedWorker:
+    """Build a worker's listener with its middleware, its scaler and its (possibly async)
+    handler."""
+    options = settings.listener
+    location = worker.location(options.visibility_timeout_s)
+    policy = settings.scaling_policy()
+    middleware: list[Middleware] = []
+    if observability is not None:
+        middleware.append(observability.middleware(location.queue_name, policy))
+    if recorder is not None:
+        middleware.append(Recording(recorder))
+    limiter = open_rate_limiter(settings, location)
+    if limiter is not None:
+        middleware.append(RateLimit(limiter))
+    middleware += [*worker.own_middleware(), *options.build_middleware()]
+    runner = AsyncHandlerRunner(worker.handle)
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        storage if observability is None else observability.observe_storage(storage),
+        location,
+        worker.item_type,
+        codec=reading_codec(
+            worker.item_type,
+            options.encoding,
+            max_json_depth=settings.decoding.max_json_depth,
+        ),
+        middleware=middleware,
+        dequeue_batch_size=options.dequeue_batch_size,
+        max_error_delay_s=options.max_error_delay_s,
+        delivery=settings.delivery_policy(),
+        payload_store=payload_store,
+        create_queues=options.create_queues,
+        concurrency=options.concurrency,
+        decoding=settings.decoding.limits(),
+        loop=runner.loop,
+    )
+    if observability is not None:
+        # A pool started below its floor grows only on work: liveness holds it to what it had.
+        observability.watch(listener, min(policy.min_threads, options.threads))
+    scaler = ElasticScaler(listener.pool_control, policy)
+    listener.subscribe(runner)
+    depth = DepthRefresher(
+        listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
+    )
+    return HostedWorker(
+        worker=worker,
+        listener=listener,
+        settings=settings,
+        runner=runner,
+        scaler=scaler,
+        depth=depth,
+    )
+
+
+def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
+    """The Redis trigger channel the settings name, or None to poll only."""
+    url = settings.triggers.url_value()
+    if url is None:
+        return None
+    return RedisTriggerChannel(
+        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
+    )
+
+
+def wake_on_triggers(
+    hosted: HostedWorker, channel: TriggerChannel, account: str
+) -> list[TriggerWaker | Watchdog]:
+    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads."""
+    waker = TriggerWaker(hosted.listener, hosted.scaler, channel, account=account)
+    watchdog = Watchdog(
+        hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s
+    ).start()
+    return [waker, watchdog]
+
+
+def finish(hosted: HostedWorker) -> None:
+    """Close the worker's event loops and call its on_stop (its errors are logged, not raised)."""
+    hosted.runner.close()
+    try:
+        hosted.worker.on_stop()
+    except Exception:
+        log.exception("worker_on_stop_failed", queue=hosted.listener.queue_name)
+
+
+__all__ = ["HostedWorker", "finish", "host_worker", "open_trigger_channel", "wake_on_triggers"]
