@@ -95,14 +95,14 @@ class MiddlewareStack:
     def handle(
         self, context: MessageContext[Any], deliver: Callable[[], None], index: int = 0
     ) -> None:
-        """Run the ``around_handle`` chain from ``index`` with ``deliver`` (the observers)
-        innermost."""
+        """Run the ``around_handle`` chain from ``index`` with ``deliver`` (the observers, or the
+        early settlement of a message that cannot be handled) innermost."""
         context.reached = index
-        if index == len(self._arounds):
-            deliver()
-            return
+        last = len(self._arounds) - 1
         middleware, is_async = self._arounds[index]
-        go_on = partial(self.handle, context, deliver, index + 1)
+        # The innermost middleware calls ``deliver`` itself; it went on when the message was
+        # handled or settled (deliver never raises).
+        go_on = deliver if index == last else partial(self.handle, context, deliver, index + 1)
         try:
             if is_async:
                 self._loop.run(middleware.around_handle(context, _in_thread(go_on)))
@@ -112,7 +112,10 @@ class MiddlewareStack:
             log.exception("middleware_failed", queue=self.queue_name, hook="around_handle")
             context.middleware_error = context.middleware_error or failure
             return
-        went_on = context.reached > index
+        if index == last:
+            went_on = context.handled or context.outcome is not None
+        else:
+            went_on = context.reached > index
         if not went_on and context.decision is None and context.middleware_error is None:
             context.middleware_error = RuntimeError(
                 f"middleware {type(middleware).__name__} neither went on nor decided"
