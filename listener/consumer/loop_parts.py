@@ -172,6 +172,7 @@ def assemble(
             limits=inputs.decoding,
             # Only a thread with several slots sizes them from the handlers' time.
             record_handler_time=meters.handler_time.record if many_in_flight else None,
+            max_hop_s=inputs.delivery.max_hop_s,
         ),
         settlement=settlement,
         queues=queues,

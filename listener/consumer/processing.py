@@ -13,7 +13,8 @@ Before any of that, a message is poisoned at once when it cannot be decoded (``u
 over a decoding limit (``over_limit``: the error names the limit and its setting), refers to
 another queue's stored payload (``payload_foreign``: that payload is left alone) or to one that is
 gone (``payload_missing``), or arrives past ``max_dequeue_count`` (a worker crashed on it each
-time). A message whose earlier move to the poison queue failed is only moved there now.
+time). A message whose earlier move to the poison queue failed is only moved there now. A message
+delayed beyond 7 days that is not due yet is hidden again, unopened (``listener.consumer.hops``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import structlog
 
 from listener.clock import Clock
 from listener.consumer.current import MessageEnvelope, set_current_envelope
+from listener.consumer.hops import DelayHops
 from listener.consumer.item_failures import ItemFailure, describe_errors, label
 from listener.consumer.leases import Lease
 from listener.consumer.middleware import MessageContext, Outcome
@@ -41,6 +43,7 @@ from listener.errors import (
     StorageError,
 )
 from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 from listener.wire.codec import Codec
 from listener.wire.envelope import Envelope, parse_envelope
 from listener.wire.limits import DecodingLimits
@@ -84,6 +87,7 @@ class MessageProcessor(Generic[T]):
         payload_store: PayloadStore | None,
         limits: DecodingLimits,
         record_handler_time: Callable[[int, float], None] | None = None,
+        max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S,
     ) -> None:
         self.queue_name = queue_name
         self.codec = codec
@@ -96,6 +100,7 @@ class MessageProcessor(Generic[T]):
         self.limits = limits
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
+        self.hops = DelayHops(settlement, clock=clock, max_hop_s=max_hop_s)
 
     def process(self, lease: Lease) -> None:
         """Read, decode, hand through the middleware to every observer, and settle the message.
@@ -146,7 +151,7 @@ class MessageProcessor(Generic[T]):
     ) -> tuple[Callable[[], None] | None, list[str]]:
         """Open the message and fill the context; or the settlement it gets instead of handling
         (lost, owed to the poison queue, delivered too often, undecodable, a duplicate)."""
-        settlement, message = self.settlement, lease.message
+        settlement, message, envelope = self.settlement, lease.message, reading.envelope
         early: Callable[[], None] | None = None
         if lease.lost:
             early = partial(self._lost, context)
@@ -154,6 +159,8 @@ class MessageProcessor(Generic[T]):
             early = partial(settlement.move_pending, lease, context)
         elif message.dequeue_count > self.max_dequeue_count:
             early = partial(settlement.overdue, lease, context)
+        elif envelope is not None and envelope.due is not None and self.hops.not_due(envelope.due):
+            early = partial(self.hops.hop, lease, context, envelope)
         if early is not None:
             return early, []
         try:

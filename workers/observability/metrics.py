@@ -21,8 +21,14 @@ HANDLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 PICKUP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 """Waiting in a queue takes longer than handling: its buckets reach an hour."""
 
-OUTCOMES = {"processed": "processed", "retried": "failed", "poisoned": "poisoned"}
-"""The ``outcome`` label and the ``ListenerCounters`` field it follows."""
+OUTCOMES = {
+    "processed": "processed",
+    "retried": "failed",
+    "poisoned": "poisoned",
+    "delayed": "delay_hops",
+}
+"""The ``outcome`` label and the ``ListenerCounters`` field it follows (``delayed``: hidden
+again unhandled, not due yet: the hops of delays beyond 7 days)."""
 
 
 class WorkerMetrics:
