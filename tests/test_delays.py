@@ -6,6 +6,7 @@ time; Azurite, on real time, is in ``test_delays_azure.py`` with hops of a secon
 
 from __future__ import annotations
 
+import re
 import secrets
 import threading
 import time
@@ -176,20 +177,33 @@ class FoundGets(Middleware):
         self.count += bool(messages)
 
 
-def test_a_hop_costs_three_transactions_and_nothing_else(virtual_clock: VirtualClock) -> None:
-    """A 30-day delay: one put, then for each of its 4 hops the get that found it, a put and a
-    delete, then the get and delete of its handling -- 15, where an undelayed message costs 3
-    (empty gets while idle are the listener's idle cost, not the delay's)."""
+DOCS_PAGE = Path(__file__).parent.parent / "docs" / "concepts" / "delays.md"
+COST_ROW = re.compile(r"^\| (\d+) days? \| (\d+) \| (\d+) \| (\d+) \|$", re.MULTILINE)
+
+
+def cost_rows() -> list[tuple[int, int, int, int]]:
+    """The docs' cost table: delay in days, hops, transactions in all and for the delay."""
+    rows = COST_ROW.findall(DOCS_PAGE.read_text())
+    assert len(rows) >= 4, "the cost table is gone from the docs page"
+    return [(int(days), int(hops), int(total), int(extra)) for days, hops, total, extra in rows]
+
+
+@pytest.mark.parametrize(("days", "hops", "total", "extra"), cost_rows())
+def test_the_cost_table_in_the_docs_is_what_a_metered_run_counts(
+    virtual_clock: VirtualClock, days: int, hops: int, total: int, extra: int
+) -> None:
+    """Each row of the docs' table: the hops, the transactions from put to delete, and those
+    beyond an undelayed message's 3."""
     metered = MeteredStorage(InMemoryQueueStorage(clock=virtual_clock))
     metered.create_queue(QUEUE)
     found = FoundGets()
-    Publisher(metered, QUEUE, str, clock=virtual_clock).publish("x", delay=timedelta(days=30))
+    Publisher(metered, QUEUE, str, clock=virtual_clock).publish("x", delay=timedelta(days=days))
     listener = listener_on(metered, virtual_clock, found)
     listener.subscribe(lambda _: None)
-    run_for(listener, virtual_clock, 40 * DAY_S)
+    run_for(listener, virtual_clock, (days + 1) * DAY_S, step_s=DAY_S)
     counts = metered.counts()
-    assert (counts["put_message"], found.count, counts["delete_message"]) == (5, 5, 5)
-    assert counts["put_message"] + found.count + counts["delete_message"] == 15
+    counted = counts["put_message"] + found.count + counts["delete_message"]
+    assert (listener.counters.delay_hops, counted, counted - 3) == (hops, total, extra)
 
 
 def test_a_batch_and_a_stored_payload_wait_for_their_due_time_too(
