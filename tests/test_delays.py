@@ -271,6 +271,30 @@ def _with_fields(content: str, extra: Mapping[str, object]) -> str:
     return envelope_text({**envelope.fields, **extra})
 
 
+class SkipAtHop(Middleware):
+    """Skips (deletes unhandled) any message that is not due yet: a cancelled key's way out."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: Callable[[], Any]) -> Any:
+        if context.due is not None and not context.deliverable:
+            context.skip("cancelled")
+            return None
+        return call_next()
+
+
+def test_a_middleware_may_skip_a_delayed_message_at_a_hop(
+    store: QueueStorage, virtual_clock: VirtualClock
+) -> None:
+    """The hop runs inside the middleware chain: one that decides instead of going on settles
+    the message its way (here deleted at the first hop, never handled, never hopped)."""
+    Publisher(store, QUEUE, str, clock=virtual_clock).publish("x", delay=timedelta(days=30))
+    settled, handled = Settled(), Handled(virtual_clock)
+    listener = listener_on(store, virtual_clock, settled, SkipAtHop())
+    listener.subscribe(handled)
+    run_for(listener, virtual_clock, 31 * DAY_S)
+    assert (handled.items, settled.kinds, listener.counters.delay_hops) == ([], ["skipped"], 0)
+    assert store.approximate_message_count(QUEUE) == 0
+
+
 class FailingPuts(ForwardingStorage):
     """Passes every call on, except that put number ``fail_at`` (counting from 1) fails."""
 
