@@ -240,6 +240,26 @@ def test_a_trigger_for_a_lower_queue_wakes_a_listener_at_zero_threads() -> None:
         listener.stop(5)
 
 
+def test_each_queue_counts_its_own_messages_in_flight_and_handled() -> None:
+    """A normal message held by its handler is in flight on normal, not on urgent."""
+    storage = InMemoryQueueStorage()
+    urgent, normal = "urgent", "normal"
+    release = threading.Event()
+    listener = listener_on(storage, (urgent, normal), lambda item: release.wait(10) and None)
+    publish(storage, normal, ["held"])
+    listener.start_listener(1)
+    try:
+        eventually(lambda: listener.counters_of(normal)["in_flight"] == 1)
+        assert listener.counters_of(urgent)["in_flight"] == 0
+        release.set()
+        eventually(lambda: listener.messages_processed == 1)
+    finally:
+        release.set()
+        listener.stop(5)
+    on_normal, on_urgent = listener.counters_of(normal), listener.counters_of(urgent)
+    assert (on_normal["in_flight"], on_normal["processed"], on_urgent["processed"]) == (0, 1, 0)
+
+
 def test_a_listener_on_one_queue_reads_it_directly() -> None:
     """One queue: no prioritized storage between the listener and its store, ids unchanged."""
     storage = InMemoryQueueStorage()

@@ -16,6 +16,7 @@ from listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.cli import cloudqueue
 from tests.support.polling import eventually
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
+from workers.cli.status_text import worker_line
 from workers.live_state import LiveStatePublisher
 from workers.settings import ObservabilitySettings
 from workers.views.fleet import running_workers
@@ -72,6 +73,7 @@ def test_live_state_has_an_entry_per_queue_with_its_own_counts(
     assert [view.listener.processed for view in normal] == [3]
     assert normal[0].listener.priority_set == [URGENT, NORMAL]
     assert normal[0].listener.items_processed == 3
+    assert "threads shared by urgent > normal" in worker_line(normal[0], rates=False)
 
 
 def test_metrics_count_and_time_each_queue_apart(store: SqliteQueueStorage) -> None:

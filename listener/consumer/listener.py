@@ -173,12 +173,12 @@ class CloudQueueListener(Observable[T]):
         return self.meters.counters
 
     def counters_of(self, queue_name: str) -> dict[str, int]:
-        """The counters' snapshot, with what ``queue_name``'s own messages became when the
-        listener reads several queues (processed, items processed, failed, poisoned); the rest
-        (in flight, errors) are the listener's, shared by its queues."""
+        """The counters' snapshot, with ``queue_name``'s own messages (processed, items
+        processed, failed, poisoned, in flight) when the listener reads several queues; the
+        errors are the listener's, shared by its queues."""
         counters = self.counters.snapshot()
         if self._parts.tally is not None:
-            counters.update(self._parts.tally.counts(queue_name))
+            counters.update(self._parts.tally.counts(queue_name, in_flight=counters["in_flight"]))
         return counters
 
     @property

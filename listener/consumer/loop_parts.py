@@ -118,7 +118,7 @@ def assemble(
     its ``QueueTally``), then its own."""
     queue, location = inputs.location.queue_name, inputs.location
     storage, clock, concurrency = inputs.storage, inputs.clock, inputs.settings.concurrency
-    tally = QueueTally(location.queue_names) if location.lower_queues else None
+    tally = QueueTally(location.queue_names, location.queue_of) if location.lower_queues else None
     stack = MiddlewareStack(
         [FailureLogs(), ConsumerTracing(), *([] if tally is None else [tally]), *inputs.middleware],
         queue_name=queue,

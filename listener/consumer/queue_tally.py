@@ -3,16 +3,17 @@
 The listener's own counters add up every queue it reads. A listener whose location names several
 queues also has a ``QueueTally`` on its middleware seam, so that the metrics, ``cloudqueue status``
 and the dashboard can tell, say, how many urgent messages were handled beside the normal ones.
-It costs one ``after_settle`` call per message, and only on such listeners.
+It costs a call per get and one per message, and only on such listeners.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from listener.consumer.middleware import MessageContext, Middleware
+from listener.stores.storage import QueueMessage
 
 COUNTED = {
     "deleted": "processed",
@@ -24,31 +25,47 @@ COUNTED = {
 }
 """Which ``ListenerCounters`` field each outcome counts in (``left`` counts in none)."""
 
-FIELDS = ("processed", "items_processed", "failed", "poisoned")
+FIELDS = ("processed", "items_processed", "failed", "poisoned", "in_flight")
 
 
 class QueueTally(Middleware):
-    """Settled messages of each queue, by the ``ListenerCounters`` field they count in."""
+    """Settled messages of each queue, by the ``ListenerCounters`` field they count in, and the
+    messages of each queue fetched and not settled yet."""
 
-    def __init__(self, queue_names: Sequence[str]) -> None:
+    def __init__(self, queue_names: Sequence[str], queue_of: Callable[[str], str]) -> None:
+        """``queue_of`` tells the queue a fetched message came from, by its id."""
         self._counts = {queue: dict.fromkeys(FIELDS, 0) for queue in queue_names}
+        self._queue_of = queue_of
         self._lock = threading.Lock()
+
+    def after_fetch(self, queue_name: str, messages: Sequence[QueueMessage]) -> None:
+        if not messages:
+            return
+        queue = self._queue_of(messages[0].id)  # one get reads one queue
+        with self._lock:
+            self._counts[queue]["in_flight"] += len(messages)
 
     def after_settle(self, context: MessageContext[Any]) -> None:
         outcome = context.outcome
-        field = None if outcome is None else COUNTED.get(outcome.kind)
         counts = self._counts.get(context.queue_name)
-        if field is None or counts is None:
+        if outcome is None or counts is None:
             return
+        field = COUNTED.get(outcome.kind)
         with self._lock:
-            counts[field] += 1
-            if outcome is not None and outcome.kind == "deleted":
+            counts["in_flight"] -= 1
+            if field is not None:
+                counts[field] += 1
+            if outcome.kind == "deleted":
                 counts["items_processed"] += len(context.items)
 
-    def counts(self, queue_name: str) -> dict[str, int]:
-        """The queue's counts so far (zeros for a queue it does not read)."""
+    def counts(self, queue_name: str, *, in_flight: int) -> dict[str, int]:
+        """The queue's counts so far (zeros for a queue it does not read). ``in_flight`` is the
+        listener's: messages released unstarted (at stop) are not settled, so a queue's own
+        figure is held to it."""
         with self._lock:
-            return dict(self._counts.get(queue_name) or dict.fromkeys(FIELDS, 0))
+            counts = dict(self._counts.get(queue_name) or dict.fromkeys(FIELDS, 0))
+        counts["in_flight"] = max(0, min(counts["in_flight"], in_flight))
+        return counts
 
     def __repr__(self) -> str:
         return f"QueueTally({self._counts})"
