@@ -245,7 +245,11 @@ def test_each_queue_counts_its_own_messages_in_flight_and_handled() -> None:
     storage = InMemoryQueueStorage()
     urgent, normal = "urgent", "normal"
     release = threading.Event()
-    listener = listener_on(storage, (urgent, normal), lambda item: release.wait(10) and None)
+
+    def hold(item: str) -> None:
+        release.wait(10)
+
+    listener = listener_on(storage, (urgent, normal), hold)
     publish(storage, normal, ["held"])
     listener.start_listener(1)
     try:
