@@ -19,6 +19,7 @@ from workers import CloudQueueSettings, QueueWorker, WorkerHost
 from workers.cli.status_text import worker_line
 from workers.live_state import LiveStatePublisher
 from workers.settings import ObservabilitySettings
+from workers.testing import run_until_drained
 from workers.views.fleet import running_workers
 
 URGENT, NORMAL = "urgent", "normal"
@@ -172,3 +173,12 @@ def test_bad_queues_or_weights_exit_2_with_one_line(
     assert "Traceback" not in result.stderr
     for name in names:
         assert name in lines[0]
+
+
+def test_run_until_drained_takes_a_worker_on_several_queues() -> None:
+    """The testing helper runs a worker on several queues; the items go to its first queue."""
+    result = run_until_drained(Invoices, ["fine", "bad"], fail_fast=False)
+    assert result.handled == ["fine"]
+    assert [(item.item, item.reason) for item in result.poisoned] == [
+        ("bad", "max_dequeue_count_exceeded")
+    ]

@@ -152,7 +152,7 @@ def _run_until(
     while clock.monotonic() < end_s:
         if virtual is None:  # a real run: real time passes
             EVENT_SLEEPER.wait(threading.Event(), min(1.0, end_s - clock.monotonic()))
-        elif virtual.all_waiting(waiting, timeout_s=1.0):
+        elif virtual.all_waiting(waiting, timeout_s=0.1):
             virtual.advance_to_next_wake_up()
             stalled_since = time.monotonic()
         elif time.monotonic() - stalled_since > STALLED_S:
