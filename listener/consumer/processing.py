@@ -88,8 +88,11 @@ class MessageProcessor(Generic[T]):
         limits: DecodingLimits,
         record_handler_time: Callable[[int, float], None] | None = None,
         max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S,
+        queue_of: Callable[[str], str] | None = None,
     ) -> None:
         self.queue_name = queue_name
+        self.queue_of = queue_of
+        """The queue a message came from, by its id, for a listener on several queues."""
         self.codec = codec
         self.subscribers = subscribers
         self.settlement = settlement
@@ -108,15 +111,16 @@ class MessageProcessor(Generic[T]):
         The middleware wrap the handling -- or, for a message that cannot be handled, its early
         settlement -- so every message is seen (and traced) alike."""
         message, stack = lease.message, self.stack
+        queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
         # bind/reset rather than the bound_contextvars() context manager: a third of the cost,
         # and this runs once per message.
         tokens = structlog.contextvars.bind_contextvars(
-            queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
+            queue=queue, message_id=message.id, dequeue_count=message.dequeue_count
         )
         try:
             reading = self._read(lease)
             context: MessageContext[T] = MessageContext(
-                self.queue_name, message, [], reading.envelope, message.dequeue_count
+                queue, message, [], reading.envelope, message.dequeue_count
             )
             early, texts = self._prepare(lease, reading, context)
             step = partial(self._deliver, context, texts) if early is None else early
@@ -164,7 +168,7 @@ class MessageProcessor(Generic[T]):
         if early is not None:
             return early, []
         try:
-            contents, items = self._open(lease, reading)
+            contents, items = self._open(lease, reading, context.queue_name)
         except Exception as failure:
             return partial(self._unopened, lease, context, failure), []
         context.items, context.payload_name = items, contents.payload_name
@@ -182,7 +186,9 @@ class MessageProcessor(Generic[T]):
         log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
         context.outcome = Outcome("left", "lease_lost")
 
-    def _open(self, lease: Lease, reading: _Reading) -> tuple[MessageContents, list[T]]:
+    def _open(
+        self, lease: Lease, reading: _Reading, queue_name: str
+    ) -> tuple[MessageContents, list[T]]:
         """The message's contents and decoded items (raises what ``_unopened`` settles)."""
         if reading.error is not None:
             raise reading.error
@@ -191,7 +197,7 @@ class MessageProcessor(Generic[T]):
             reading.envelope,
             self.payload_store,
             limits=self.limits,
-            queue_name=self.queue_name,
+            queue_name=queue_name,
         )
         return contents, [self.codec.decode(text) for text in contents.texts]
 
@@ -209,7 +215,7 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer; record the items any observer failed on."""
-        set_current_envelope(MessageEnvelope.of(self.queue_name, context.message))
+        set_current_envelope(MessageEnvelope.of(context.queue_name, context.message))
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             failed: list[ItemFailure] = []

@@ -8,8 +8,9 @@
 Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
 billed calls), ``policies`` (the contenders), ``simulator`` (the dequeue loop and the real scaler
 in virtual time), ``report`` (figures), ``cost`` (the price arithmetic), ``table`` and ``plot``
-(output), ``presets`` (named scenarios), ``profile`` (recorded workloads) and ``tuning`` (the
-cheapest settings for a goal: ``cloudqueue tune``).
+(output), ``presets`` (named scenarios), ``profile`` (recorded workloads), ``tuning`` (the
+cheapest settings for a goal: ``cloudqueue tune``) and ``idle_queues`` (the idle cost of a worker
+on several queues, with the real listener in virtual time).
 """
 
 from listener.simulation.compare import simulate

@@ -64,6 +64,8 @@ def worker_line(view: WorkerView, *, rates: bool) -> str:
         f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )
     line += _estimates(listener)
+    if listener.priority_set:
+        line += f"; threads shared by {' > '.join(listener.priority_set)} (priority order)"
     if rates:
         line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"
     return line
