@@ -7,9 +7,10 @@
 
 Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
 billed calls), ``policies`` (the contenders), ``simulator`` (the dequeue loop and the real scaler
-in virtual time), ``report`` (figures), ``cost`` (the price arithmetic), ``table`` and ``plot``
-(output), ``presets`` (named scenarios), ``profile`` (recorded workloads) and ``tuning`` (the
-cheapest settings for a goal: ``cloudqueue tune``).
+in virtual time, with its parts ``timeline``, ``pool``, ``idle``, ``settlement``,
+``storage_line`` and ``stand_ins``), ``report`` (figures), ``cost`` (the price arithmetic),
+``table`` and ``plot`` (output), ``presets`` (named scenarios), ``profile`` (recorded workloads)
+and ``tuning`` (the cheapest settings for a goal: ``cloudqueue tune``).
 """
 
 from listener.simulation.compare import simulate
