@@ -8,7 +8,9 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import pytest
 
 from listener.simulation import ServiceModel, constant, idle
-from listener.simulation.tuning import Candidate, Goals, tune
+from listener.simulation.candidates import Candidate
+from listener.simulation.goals import Goals
+from listener.simulation.tuning import tune
 
 SEED_LIKE_DAY = constant(1.0, 20 * 60).then(idle(22 * 3600))
 """The design document's day, shortened to keep the suite quick: a message a second for 20

@@ -15,6 +15,7 @@ and ``tuning`` (the cheapest settings for a goal: ``cloudqueue tune``).
 
 from listener.simulation.compare import simulate
 from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
+from listener.simulation.goals import Goals
 from listener.simulation.policies import (
     PolicySpec,
     cloudqueue_defaults,
@@ -28,7 +29,7 @@ from listener.simulation.presets import PRESETS, Scenario
 from listener.simulation.profile import ProfileRecorder, RecordedProfile, load_profile, read_profile
 from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.table import format_table, table_notes
-from listener.simulation.tuning import Goals, Tuning, tune
+from listener.simulation.tuning import Tuning, tune
 from listener.simulation.workload import (
     Workload,
     bursts,

@@ -26,16 +26,10 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 
-from listener.policies.scaling_rules import proportional
-from listener.scaling.scaler import ScalingPolicy
+from listener.simulation.candidates import DEFAULT_MAX_THREADS, Candidate, Trial
 from listener.simulation.compare import simulate
-from listener.simulation.cost import monthly_cost_usd
-from listener.simulation.policies import (
-    PolicySpec,
-    cloudqueue_defaults,
-    functions_like,
-    naive_poller,
-)
+from listener.simulation.goals import Goals, binding
+from listener.simulation.policies import cloudqueue_defaults, functions_like, naive_poller
 from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.workload import Workload
 
@@ -45,116 +39,6 @@ MESSAGES_PER_THREAD = (8, 32, 128)
 THREAD_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
 STAGE_TWO_STARTS = 2
 """Stage 1's cheapest candidates that stage 2 sizes the pool for."""
-
-DEFAULT_MAX_THREADS = ScalingPolicy().max_threads
-DEFAULT_MESSAGES_PER_THREAD = 32
-
-
-@dataclass(frozen=True, slots=True)
-class Goals:
-    """What the tuned settings must meet; None: no goal on that figure."""
-
-    pickup_p95_s: float | None = None
-    pickup_max_s: float | None = None
-    drain_after_burst_s: float | None = None
-    """The longest any message may take from its put until it is handled and deleted."""
-
-    def misses(self, result: PolicyResult) -> list[str]:
-        """The goals this result misses, as short phrases (empty: it meets them all)."""
-        return [
-            f"{name} {_s(value)} > {_s(goal)}"
-            for name, value, goal in self._figures(result)
-            if goal is not None and (value is None or value > goal)
-        ]
-
-    def _figures(self, result: PolicyResult) -> list[tuple[str, float | None, float | None]]:
-        return [
-            ("pickup p95", result.latency.p95_s, self.pickup_p95_s),
-            ("pickup max", result.latency.max_s, self.pickup_max_s),
-            ("drain after a burst", result.longest_to_done_s, self.drain_after_burst_s),
-        ]
-
-    def pickup_met(self, result: PolicyResult) -> bool:
-        return not [m for m in self.misses(result) if m.startswith("pickup")]
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One point of the search: the settings that matter for cost and latency."""
-
-    push: bool
-    delta_backoff_s: float
-    max_idle_s: float
-    max_threads: int = DEFAULT_MAX_THREADS
-    messages_per_thread: int = DEFAULT_MESSAGES_PER_THREAD
-    workers: int = 1
-
-    @property
-    def min_threads(self) -> int:
-        return 0 if self.push else 1
-
-    def spec(self) -> PolicySpec:
-        """The policy a fleet of ``workers`` such workers runs, as one simulated pool."""
-        scaling = ScalingPolicy(
-            min_threads=self.min_threads * self.workers,
-            max_threads=self.max_threads * self.workers,
-            rule=proportional(self.messages_per_thread),
-            delta_backoff_s=self.delta_backoff_s,
-            max_idle_s=self.max_idle_s,
-        )
-        return PolicySpec(
-            self.name,
-            threads=max(1, self.min_threads) * self.workers,
-            scaling=scaling,
-            push=self.push,
-        )
-
-    @property
-    def name(self) -> str:
-        mode = "push" if self.push else "poll"
-        fleet = f", {self.workers} workers" if self.workers > 1 else ""
-        return (
-            f"{mode} idle {self.max_idle_s:g}s delta {self.delta_backoff_s:g}s "
-            f"threads {self.max_threads} per {self.messages_per_thread}{fleet}"
-        )
-
-    def toml(self) -> str:
-        """The settings as a block for ``config/cloudqueue.toml``."""
-        lines = [
-            "[listener]",
-            "# one message per thread: what the search simulated (more in flight drains faster)",
-            "concurrency = 1",
-            "",
-            "[backoff]",
-            f"delta_backoff_s = {self.delta_backoff_s:g}",
-            f"max_idle_s = {self.max_idle_s:g}",
-            "",
-            "[scaling]",
-            f"min_threads = {self.min_threads}",
-            f"max_threads = {self.max_threads}",
-            'rule = "proportional"',
-            f"messages_per_thread = {self.messages_per_thread}",
-        ]
-        if self.push:
-            lines += [
-                "",
-                "[triggers]",
-                "# push: producers announce work on Redis; set the URL of yours",
-                'url = "redis://localhost:6379/0"',
-            ]
-        if self.workers > 1:
-            lines.insert(0, f"# run {self.workers} workers (processes or pods) with these settings")
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True, slots=True)
-class Trial:
-    candidate: Candidate
-    result: PolicyResult
-
-    @property
-    def cost_per_month_usd(self) -> float:
-        return monthly_cost_usd(self.result.transactions_per_day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,7 +117,7 @@ def tune(
             pool.shutdown()
     feasible = [t for t in tried if not goals.misses(t.result)]
     best = min(feasible, key=_rank, default=None)
-    return Tuning(goals, best, tried, peers, None if best else _binding(goals, tried))
+    return Tuning(goals, best, tried, peers, None if best else binding(goals, tried))
 
 
 PEERS = (
@@ -346,30 +230,3 @@ def _bisect(
             tried[chosen] = trial_at(chosen)
     last = tried.pop(chosen)
     return [*tried.values(), last]
-
-
-def _binding(goals: Goals, trials: list[Trial]) -> str:
-    """One line: the first goal no trial meets, with the closest value reached and where."""
-    for index, (name, _, goal) in enumerate(goals._figures(trials[0].result)):
-        if goal is None:
-            continue
-        reached = [
-            (value, trial)
-            for trial in trials
-            if (value := goals._figures(trial.result)[index][1]) is not None
-        ]
-        if not reached:
-            return f"{name} <= {_s(goal)} cannot be measured: no message was handled"
-        value, trial = min(reached, key=lambda pair: pair[0])
-        if value > goal:
-            return (
-                f"{name} <= {_s(goal)} cannot be met: the closest reachable is {_s(value)} "
-                f"({trial.candidate.name})"
-            )
-    return "the goals cannot be met together; relax one of them (each can be met alone)"
-
-
-def _s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"

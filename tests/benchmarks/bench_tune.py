@@ -33,8 +33,9 @@ from typing import Any
 from pydantic import SecretStr
 
 from listener.simulation import ServiceModel, constant, idle
+from listener.simulation.goals import Goals
 from listener.simulation.profile import ProfileRecorder, load_profile
-from listener.simulation.tuning import Goals, tune
+from listener.simulation.tuning import tune
 from listener.stores.connection import open_storage
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess

@@ -15,9 +15,11 @@ from typing import Any
 import click
 
 from listener.simulation import format_table
+from listener.simulation.candidates import Trial
 from listener.simulation.cost import monthly_cost_usd
+from listener.simulation.goals import Goals
 from listener.simulation.profile import LoadedProfile, load_profile
-from listener.simulation.tuning import Goals, Trial, Tuning, tune
+from listener.simulation.tuning import Tuning, tune
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Seconds
 from workers.cli.profile_options import CSV_SERVICE_S, request_latency_option, service_for
