@@ -17,7 +17,7 @@ arrive).
 Not modelled: visibility renewals (handlers are assumed shorter than half the visibility
 timeout), batched messages, the rate limiter, and the producer's puts as billed calls (they
 cost the same under every policy, so they are left out of the comparison; a limited storage
-service answers them all the same: ``storage_line``).
+service still answers them, in turn with the consumer's calls: ``storage_line``).
 """
 
 from __future__ import annotations
@@ -156,6 +156,8 @@ class PolicySimulation:
         self._schedule_next_arrival()
         for _ in range(count):
             self.queue.put(self.clock.now_s)
+            if self.storage.limited:  # a put takes its turn at a limited service too
+                self.storage.answers_s(self.clock.now_s)
         self._depth_since_sample = max(self._depth_since_sample, self.queue.depth)
         if self.spec.push and self.scaler is not None:
             self.scaler.on_trigger()  # as TriggerWaker does for a matching WorkDetected

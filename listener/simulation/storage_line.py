@@ -4,7 +4,8 @@ the calls asked for before it.
 Azure serves 2,000 messages a second on one queue: a pool rarely waits for it, and every call
 simply takes ``ServiceModel.request_latency_s``. An emulator on a shared machine answers a few
 hundred calls a second: with ``ServiceModel.storage_calls_per_s`` set, calls are answered one
-at a time at that rate, in the order asked, so a burst's deletes queue up as they did.
+at a time at that rate, in the order asked -- the producer's puts among them -- so a burst's
+deletes queue up behind its puts and each other as they did.
 """
 
 from __future__ import annotations
