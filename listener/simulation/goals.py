@@ -42,24 +42,60 @@ class Goals:
 
 
 def binding(goals: Goals, trials: list[Trial]) -> str:
-    """One line: the first goal no trial meets, with the closest value reached and where."""
-    for index, (name, _, goal) in enumerate(goals.figures(trials[0].result)):
-        if goal is None:
-            continue
-        reached = [
-            (value, trial)
-            for trial in trials
-            if (value := goals.figures(trial.result)[index][1]) is not None
-        ]
-        if not reached:
+    """One line: the goal that binds, the closest value reached for it, and where.
+
+    A goal no trial meets binds whatever the others say. When each goal is met by some trial
+    but none meets them all, the binding one is the goal missed by the trials meeting all the
+    others, least missed first: relaxing it to the value named gives settings that meet all.
+    """
+    goal_set = [
+        (index, name, goal)
+        for index, (name, _, goal) in enumerate(goals.figures(trials[0].result))
+        if goal is not None
+    ]
+    for index, name, goal in goal_set:
+        closest = _closest(goals, trials, index)
+        if closest is None:
             return f"{name} <= {seconds_text(goal)} cannot be measured: no message was handled"
-        value, trial = min(reached, key=lambda pair: pair[0])
-        if value > goal:
+        if closest[0] > goal:
             return (
                 f"{name} <= {seconds_text(goal)} cannot be met: the closest reachable is "
-                f"{seconds_text(value)} ({trial.candidate.name})"
+                f"{seconds_text(closest[0])} ({closest[1].candidate.name})"
             )
-    return "the goals cannot be met together; relax one of them (each can be met alone)"
+    together = [
+        (closest[0] / goal, name, goal, closest)
+        for index, name, goal in goal_set
+        if (closest := _closest(goals, _meeting_all_but(goals, trials, index), index))
+    ]
+    if not together:
+        return "the goals cannot be met together, though each can alone: relax one of them"
+    _, name, goal, (value, trial) = min(together, key=lambda entry: entry[0])
+    return (
+        f"{name} <= {seconds_text(goal)} cannot be met with the other goals: the closest "
+        f"reachable with them is {seconds_text(value)} ({trial.candidate.name})"
+    )
+
+
+def _closest(goals: Goals, trials: list[Trial], index: int) -> tuple[float, Trial] | None:
+    """The lowest value of figure ``index`` among ``trials`` (None: none has one)."""
+    reached = [
+        (value, trial)
+        for trial in trials
+        if (value := goals.figures(trial.result)[index][1]) is not None
+    ]
+    return min(reached, key=lambda pair: pair[0], default=None)
+
+
+def _meeting_all_but(goals: Goals, trials: list[Trial], index: int) -> list[Trial]:
+    def meets(figure: tuple[str, float | None, float | None]) -> bool:
+        _, value, goal = figure
+        return goal is None or (value is not None and value <= goal)
+
+    return [
+        trial
+        for trial in trials
+        if all(meets(f) for k, f in enumerate(goals.figures(trial.result)) if k != index)
+    ]
 
 
 def seconds_text(seconds: float | None) -> str:

@@ -7,7 +7,10 @@ grid in two stages, each a set of independent binary searches run side by side:
 1. **Idle and pickup.** For poll mode (one poller at the floor) and push mode (zero, woken by
    triggers), and each ``delta_backoff_s`` in ``DELTAS_S``, find the longest ``max_idle_s`` in
    ``MAX_IDLE_GRID_S`` whose pickup still meets the goals. Idle polling is what an idle queue
-   costs, and the longest back-off that keeps pickup within the goal is the cheapest.
+   costs, and the longest back-off that keeps pickup within the goal is the cheapest. A binary
+   search at ``REFERENCE_DELTA_S`` first; each other delta then walks the grid from the point
+   found (a delta moves the answer a point or two, and a walk of one or two trials costs less
+   than a search of four).
 2. **Scaling and drain.** For the cheapest few of those, and each ``messages_per_thread`` of the
    proportional rule in ``MESSAGES_PER_THREAD``, find the fewest ``max_threads`` (up to the
    per-worker limit) that drain a burst within the goal. Where one worker cannot, the same is
@@ -34,6 +37,8 @@ from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.workload import Workload
 
 DELTAS_S = (0.05, 0.1, 0.25, 0.5)
+REFERENCE_DELTA_S = 0.1
+"""The delta stage 1 binary-searches max_idle_s with (the defaults'); the others walk from there."""
 MAX_IDLE_GRID_S = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
 MESSAGES_PER_THREAD = (8, 32, 128)
 THREAD_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
@@ -110,7 +115,8 @@ def tune(
             key=lambda trial: (not goals.pickup_met(trial.result), *_rank(trial)),
         )[:STAGE_TWO_STARTS]
         sized = _scaling_stage(pool, problem, picked, max_threads_per_worker, max_workers)
-        tried = [trial for chain in [*trials, *sized] for trial in chain]
+        # A stage-2 chain may hold its stage-1 start again: each trial counts once.
+        tried = list({id(trial): trial for chain in [*trials, *sized] for trial in chain}.values())
         peers = baselines.result()
     finally:
         if own:
@@ -141,13 +147,20 @@ def _rank(trial: Trial) -> tuple[float, float]:
 def _idle_stage(
     pool: Executor, problem: _Problem, max_threads: int, *, allow_push: bool
 ) -> list[list[Trial]]:
-    """Stage 1: one binary search over max_idle_s per mode and delta."""
+    """Stage 1: per mode, a binary search over max_idle_s at ``REFERENCE_DELTA_S``; then, for
+    each other delta, a walk along the grid from the idle found."""
     starts = [
-        Candidate(push, delta, MAX_IDLE_GRID_S[0], max_threads=max_threads)
+        Candidate(push, REFERENCE_DELTA_S, MAX_IDLE_GRID_S[0], max_threads=max_threads)
         for push in ((False, True) if allow_push else (False,))
-        for delta in DELTAS_S
     ]
-    return list(pool.map(partial(_idle_chain, problem), starts))
+    chains = list(pool.map(partial(_idle_chain, problem), starts))
+    walks = [
+        (chain[-1].candidate, delta)
+        for chain in chains
+        for delta in DELTAS_S
+        if delta != REFERENCE_DELTA_S
+    ]
+    return chains + list(pool.map(partial(_delta_walk, problem), walks))
 
 
 def _scaling_stage(
@@ -162,7 +175,7 @@ def _scaling_stage(
     chains: list[list[Trial]] = []
     for workers in range(1, max_workers + 1):
         starts = [
-            replace(trial.candidate, messages_per_thread=per_thread, workers=workers)
+            (replace(trial.candidate, messages_per_thread=per_thread, workers=workers), trial)
             for trial in picked
             for per_thread in MESSAGES_PER_THREAD
         ]
@@ -186,12 +199,44 @@ def _idle_chain(problem: _Problem, start: Candidate) -> list[Trial]:
     return _bisect(len(MAX_IDLE_GRID_S), trial_at, good, longest=True)
 
 
-def _thread_chain(problem: _Problem, limit: int, start: Candidate) -> list[Trial]:
-    """Binary search for the fewest max_threads (up to ``limit``) meeting every goal."""
+def _delta_walk(problem: _Problem, start: tuple[Candidate, float]) -> list[Trial]:
+    """The longest max_idle_s meeting the pickup goals with another delta, one grid point at a
+    time from where the reference delta's search ended: longer while it meets them, shorter
+    until it does (the first grid point if none does). The trials run, the one chosen last."""
+    found, delta = start
+    index = MAX_IDLE_GRID_S.index(found.max_idle_s)
+
+    def trial_at(at: int) -> Trial:
+        idle_s = MAX_IDLE_GRID_S[at]
+        return problem.evaluate(
+            replace(found, max_idle_s=idle_s, delta_backoff_s=min(delta, idle_s))
+        )
+
+    chosen = trial_at(index)
+    tried = [chosen]
+    step = 1 if _pickup_met(problem.goals, chosen) else -1
+    while 0 <= index + step < len(MAX_IDLE_GRID_S):
+        index += step
+        trial = trial_at(index)
+        tried.append(trial)
+        met = _pickup_met(problem.goals, trial)
+        if step == 1 and not met:
+            break
+        chosen = trial
+        if step == -1 and met:
+            break
+    return [trial for trial in tried if trial is not chosen] + [chosen]
+
+
+def _thread_chain(problem: _Problem, limit: int, start: tuple[Candidate, Trial]) -> list[Trial]:
+    """Binary search for the fewest max_threads (up to ``limit``) meeting every goal; the
+    stage-1 trial it starts from is not run again."""
+    candidate, known = start
     grid = [threads for threads in THREAD_GRID if threads <= limit] or [limit]
 
     def trial_at(index: int) -> Trial:
-        return problem.evaluate(replace(start, max_threads=grid[index]))
+        trying = replace(candidate, max_threads=grid[index])
+        return known if trying == known.candidate else problem.evaluate(trying)
 
     good = partial(_meets_all, problem.goals)
     return _bisect(len(grid), trial_at, good, longest=False)

@@ -69,7 +69,7 @@ def replay_command(
 
     \b
     Examples:
-      cloudqueue tune hour.jsonl --pickup-p95 2s > tuned.txt
+      cloudqueue tune hour.jsonl --pickup-p95 2s --save-settings tuned.toml
       cloudqueue --config tuned.toml replay hour.jsonl replay-test --speedup 60
       cloudqueue replay day.csv replay-test --start-minute 480 --minutes 60
     """
