@@ -213,11 +213,22 @@ def render_markdown(results: dict[str, Any]) -> str:
     lines += [
         "",
         "Measured / predicted, median (min-max): transactions "
-        f"**{_range(summary['transactions'])}**; p95 pickup **{_range(summary['pickup_p95'])}**.",
+        f"**{_range(summary['transactions'])}**; p95 pickup **{_range(summary['pickup_p95'])}**. "
+        f"Beside the goals: p50 pickup {_spread(replayed['runs'], 'p50')}; the longest pickup "
+        f"{_spread(replayed['runs'], 'max')}, which no model of the workload predicts on a "
+        "shared machine (a stall of the emulator or the machine holds one burst back).",
         "",
         header_line(results),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _spread(runs: list[dict[str, Any]], figure: str) -> str:
+    """Measured / predicted pickup ``figure`` over the runs: median (min-max)."""
+    ratios = [
+        run[f"measured_pickup_{figure}_s"] / run[f"predicted_pickup_{figure}_s"] for run in runs
+    ]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
 
 
 def _range(ratio: dict[str, Any]) -> str:
