@@ -11,10 +11,11 @@ grid in two stages, each a set of independent binary searches run side by side:
    search at ``REFERENCE_DELTA_S`` first; each other delta then walks the grid from the point
    found (a delta moves the answer a point or two, and a walk of one or two trials costs less
    than a search of four).
-2. **Scaling and drain.** For the cheapest few of those, and each ``messages_per_thread`` of the
-   proportional rule in ``MESSAGES_PER_THREAD``, find the fewest ``max_threads`` (up to the
-   per-worker limit) that drain a burst within the goal. Where one worker cannot, the same is
-   tried with more workers (up to ``max_workers``), each adding its own pollers.
+2. **Scaling and drain.** From the cheapest of those, and for each ``messages_per_thread`` of
+   the proportional rule in ``MESSAGES_PER_THREAD``, find the fewest ``max_threads`` (up to the
+   per-worker limit) that drain a burst within the goal. Where none meets every goal, the same
+   from the next cheapest (``STAGE_TWO_STARTS`` in all), then with more workers (up to
+   ``max_workers``), each adding its own pollers.
 
 Pickup gets worse and cost falls as ``max_idle_s`` grows, and drain gets faster as threads are
 added: the binary searches rely on that. Every run is seeded, so a tuning is reproducible.
@@ -170,19 +171,19 @@ def _scaling_stage(
     max_threads_per_worker: int,
     max_workers: int,
 ) -> list[list[Trial]]:
-    """Stage 2: one binary search over max_threads per start and rule; more workers only when
-    one cannot meet the goals."""
+    """Stage 2: one binary search over max_threads per rule, from the cheapest start first;
+    the next start, then more workers, only while none meets the goals."""
     chains: list[list[Trial]] = []
     for workers in range(1, max_workers + 1):
-        starts = [
-            (replace(trial.candidate, messages_per_thread=per_thread, workers=workers), trial)
-            for trial in picked
-            for per_thread in MESSAGES_PER_THREAD
-        ]
-        grown = list(pool.map(partial(_thread_chain, problem, max_threads_per_worker), starts))
-        chains += grown
-        if any(not problem.goals.misses(t.result) for chain in grown for t in chain):
-            break
+        for trial in picked:
+            starts = [
+                (replace(trial.candidate, messages_per_thread=per_thread, workers=workers), trial)
+                for per_thread in MESSAGES_PER_THREAD
+            ]
+            grown = list(pool.map(partial(_thread_chain, problem, max_threads_per_worker), starts))
+            chains += grown
+            if any(not problem.goals.misses(t.result) for chain in grown for t in chain):
+                return chains
     return chains
 
 
