@@ -41,6 +41,7 @@ from listener.poison.queue import poison_queue_name
 from listener.poison.record import PoisonRecord
 from listener.policies.backoff import randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
+from listener.policies.priority import Priority
 from listener.policies.scaling_rules import (
     ScalingInput,
     ScalingRule,
@@ -109,6 +110,7 @@ __all__ = [
     "PermanentFailure",
     "PoisonRecord",
     "PopReceiptMismatchError",
+    "Priority",
     "Publisher",
     "QueueEmpty",
     "QueueEmptyDecision",

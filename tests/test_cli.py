@@ -72,6 +72,7 @@ def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
         "visible": 5,
         "visible_exact": True,
         "in_flight": 0,
+        "delayed": 0,
         "workers": [],
         "totals": {
             "threads": 0,

@@ -11,6 +11,7 @@ import pytest
 
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.testing import ManualClock
+from listener.wire.due import due_of
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from workers.cli.durations import parse_duration_s
 from workers.cli.messages import STDIN_HINT
@@ -70,20 +71,39 @@ def test_ttl_never_puts_an_item_that_does_not_expire(env: dict[str, str], tmp_pa
 @pytest.mark.parametrize(
     ("options", "complaint"),
     [
-        (["--delay", "8d"], "--delay must be 0..604800"),
+        (["--delay", "-5s"], "--delay: '-5s' is not a duration: a duration cannot be negative"),
+        (["--delay", "soon"], "--delay: 'soon' is not a duration"),
         (["--delay", "2h", "--ttl", "1h"], "--delay (7200) must be less than --ttl (3600)"),
+        (["--delay", "30d", "--ttl", "7d"], "would expire before it is due"),
         (["--ttl", "0"], "--ttl must be >= 1"),
-        (["--delay", "soon"], "not a duration"),
+        (["--ttl", "1.5h"], "--ttl: '1.5h' is not a duration"),
     ],
 )
-def test_an_out_of_range_delay_or_ttl_is_a_usage_error_and_nothing_is_enqueued(
+def test_an_out_of_range_delay_or_ttl_is_one_line_exit_2_and_nothing_is_enqueued(
     env: dict[str, str], tmp_path: Path, options: list[str], complaint: str
 ) -> None:
-    """Exit code 2 with the limit in the message; the queue is not even created."""
+    """Exit code 2 with one line naming the option and the limit; the queue is not even
+    created."""
     result = cloudqueue("enqueue", QUEUE, "x", *options, env=env)
     assert result.returncode == 2
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert complaint in result.stderr
     assert QUEUE not in store_at(tmp_path, 0).list_queues()
+
+
+def test_a_delay_of_30_days_is_accepted_and_hops_every_7_days(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """--delay 30d: hidden for 7 days, then seen with its due time 30 days after the put, and
+    kept until 7 days after that."""
+    ok("enqueue", QUEUE, "renew", "--delay", "30d", env=env)
+    assert store_at(tmp_path, 7 * 86_400 - 60).peek_messages(QUEUE, max_messages=1) == []
+    [message] = store_at(tmp_path, 7 * 86_400).peek_messages(QUEUE, max_messages=1)
+    due = due_of(message.content)
+    assert due is not None
+    assert timedelta(days=30) <= due - message.inserted_on < timedelta(days=30, seconds=2)
+    assert message.expires_on is not None
+    assert message.expires_on - message.inserted_on == timedelta(days=37)
 
 
 def queued_items(tmp_path: Path) -> list[str]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from listener.producer.publisher import Publisher
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.testing import ManualClock
 from workers.cli import cli
@@ -78,6 +79,22 @@ def test_the_depth_is_split_into_visible_and_in_flight_with_the_oldest_waiting_a
     assert report["visible_exact"] is True
     assert 89 <= report["oldest_age_s"] < 200
     assert "  2 visible, 1 in flight or delayed; oldest waiting 9" in status(env)
+
+
+def test_a_message_delayed_beyond_7_days_seen_between_hops_is_not_due_and_not_waiting(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Put 7 days ago with a 30-day delay, visible until a worker hides it again: counted as not
+    due yet, and the oldest waiting age is the other message's, 90 s."""
+    week_ago = ManualClock(datetime.now(UTC) - timedelta(days=7, seconds=1))
+    with closing(SqliteQueueStorage(tmp_path / "queues.db", clock=week_ago)) as queues:
+        Publisher(queues, QUEUE, str, clock=week_ago).publish("renew", delay=timedelta(days=30))
+    with closing(store(tmp_path, -90)) as queues:
+        queues.put_message(QUEUE, "now")
+    report = json.loads(status(env, "--json"))
+    assert (report["visible"], report["delayed"], report["in_flight"]) == (2, 1, 0)
+    assert 89 <= report["oldest_age_s"] < 200
+    assert "  2 visible (1 not due yet), 0 in flight or delayed; oldest waiting 9" in status(env)
 
 
 def test_an_empty_queue_has_no_oldest_message(env: dict[str, str]) -> None:

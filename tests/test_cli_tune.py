@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import json
 import signal
+import sys
 import tomllib
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from listener.simulation.profile import read_profile
+from listener.simulation.profile import ProfileRecorder, read_profile
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.runs import Runs, run_environment
@@ -133,3 +135,47 @@ def test_replay_runs_a_profile_on_a_real_queue_beside_the_prediction(tmp_path: P
     assert report["measured_pickup_p95_s"] is not None
     assert report["predicted_pickup_p95_s"] is not None
     assert report["request_latency_s"] > 0
+
+
+def test_a_plot_without_the_plot_extra_is_refused_before_tuning(
+    short_day: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without matplotlib, --plot exits 2 naming the extra, and no tuning has been spent."""
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # an import of it fails
+
+    def never(*args: object, **kwargs: object) -> None:
+        raise AssertionError("tuned before the extra was checked")
+
+    monkeypatch.setattr("workers.cli.tune.tune", never)
+    code, output, errors = invoke(
+        "tune", str(short_day), "--pickup-p95", "2s", "--plot", str(tmp_path / "c.png")
+    )
+    assert code == 2
+    assert "pip install 'cloudqueue[plot]'" in output + errors
+
+
+def test_the_chosen_settings_can_be_saved_for_config(short_day: Path, tmp_path: Path) -> None:
+    """--save-settings writes the printed block to a TOML file that validates as settings."""
+    saved = tmp_path / "tuned.toml"
+    code, output, _ = invoke(
+        "tune", str(short_day), "--pickup-p95", "2s", "--no-push", "--save-settings", str(saved)
+    )
+    assert code == 0, output
+    text = saved.read_text()
+    assert text.strip() in output
+    assert CloudQueueSettings(**tomllib.loads(text)).scaling.min_threads == 1
+
+
+def test_a_recorded_profile_shows_what_it_says_of_handling(tmp_path: Path) -> None:
+    """Tuning a recorded profile prints its handling times, failures and sizes (it uses them)."""
+    path = tmp_path / "seen.jsonl"
+    start = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+    recorder = ProfileRecorder(path, clock=start.timestamp)
+    for second in range(30):
+        recorder.arrived(start + timedelta(seconds=second))
+        recorder.handled(0.03, size_bytes=300, failed=second == 0)
+    recorder.close()
+    code, output, _ = invoke("tune", str(path), "--pickup-p95", "2s", "--no-push")
+    assert code == 0, output
+    assert "recorded handling: p50 32 ms, p95 32 ms; failures 3.3% of 30 deliveries" in output
+    assert "message size p95 <= 1,024 bytes" in output

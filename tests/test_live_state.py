@@ -163,7 +163,11 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
     assert isinstance(rate, float)
     assert rate > 0
     counters = listener.counters.snapshot()
-    no_meter = {"storage_transactions_per_hour": None, "projected_cost_per_month_usd": None}
+    no_meter = {
+        "storage_transactions_per_hour": None,
+        "projected_cost_per_month_usd": None,
+        "priority_set": None,
+    }
     assert invoices == {
         "queue": "invoices",
         "active_threads": 0,

@@ -147,7 +147,7 @@ def test_a_listener_run_fills_the_handle_and_pickup_histograms_and_the_counters(
         eventually(lambda: listener.messages_processed == 3)
     finally:
         listener.stop(5)
-    metrics.sample_counters("work", listener.counters)
+    metrics.sample_counters("work", listener.counters_of("work"))
     count = metrics.registry.get_sample_value
     assert count("cloudqueue_handle_seconds_count", {"queue": "work"}) == 3
     assert count("cloudqueue_pickup_seconds_count", {"queue": "work"}) == 3

@@ -10,13 +10,18 @@ import pytest
 
 from listener import InMemoryQueueStorage
 from listener.errors import ConfigurationError
+from listener.producer.announce import WorkAnnouncer
 from listener.producer.publisher import Publisher
+from listener.push.redis_triggers import RedisTriggerChannel
+from listener.push.triggers import WorkDetected
 from listener.simulation.profile import (
     FLUSH_AFTER_S,
     ProfileRecorder,
     load_profile,
     read_profile,
 )
+from tests.support.polling import eventually
+from tests.support.redis_server import RedisServer
 
 START = datetime(2026, 11, 25, 5, 0, tzinfo=UTC)
 
@@ -103,6 +108,30 @@ def test_a_publisher_records_each_message_it_puts(tmp_path: Path) -> None:
     publisher = Publisher(storage, "orders", str, recorder=recorder)
     publisher.publish_many(["a", "b", "c"])
     recorder.close()
+    assert read_profile(path).messages == 3
+
+
+def test_a_producer_announcing_its_work_records_its_puts_too(
+    tmp_path: Path, redis_server: RedisServer
+) -> None:
+    """A push-trigger producer (announcements on Redis) records each put as it announces it."""
+    path = tmp_path / "p.jsonl"
+    recorder = ProfileRecorder(path)
+    storage = InMemoryQueueStorage()
+    storage.create_queue("orders")
+    channel = RedisTriggerChannel(redis_server.url)
+    heard: list[WorkDetected] = []
+    try:
+        channel.events.subscribe(heard.append)
+        assert channel.connected.wait(10)
+        announcer = WorkAnnouncer(channel, account="devstoreaccount1")
+        publisher = Publisher(storage, "orders", str, announcer=announcer, recorder=recorder)
+        for item in ("a", "b", "c"):
+            publisher.publish(item)
+        eventually(lambda: len(heard) == 3, timeout_s=10)
+    finally:
+        channel.close()
+        recorder.close()
     assert read_profile(path).messages == 3
 
 

@@ -78,6 +78,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "PermanentFailure",
         "PoisonRecord",
         "PopReceiptMismatchError",
+        "Priority",
         "Publisher",
         "QueueEmpty",
         "QueueEmptyDecision",

@@ -217,3 +217,15 @@ def test_a_storage_service_of_limited_rate_makes_a_burst_wait_for_it() -> None:
     assert fast.longest_to_done_s is not None
     assert slow.longest_to_done_s >= 2.0
     assert fast.longest_to_done_s < 1.0
+
+
+def test_a_limited_storage_service_answers_the_producers_puts_in_turn() -> None:
+    """At 100 calls a second, 200 puts at once hold storage for two seconds before the first
+    delete is answered: the burst's last delete comes after four seconds, not two."""
+    burst = bursts(200, 600.0, 600.0)
+    limited = ServiceModel(service_s=0.001, request_latency_s=0.005, storage_calls_per_s=100.0)
+    [result] = simulate(burst, [cloudqueue_defaults()], service=limited)
+    assert result.handled == 200
+    assert result.longest_to_done_s is not None
+    assert result.longest_to_done_s >= 4.0
+    assert result.transactions.get("put_message", 0) == 0  # answered, never billed

@@ -8,7 +8,10 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 import pytest
 
 from listener.simulation import ServiceModel, constant, idle
-from listener.simulation.tuning import Candidate, Goals, tune
+from listener.simulation.candidates import Candidate, Trial
+from listener.simulation.goals import Goals, binding
+from listener.simulation.report import Latency, PolicyResult
+from listener.simulation.tuning import tune
 
 SEED_LIKE_DAY = constant(1.0, 20 * 60).then(idle(22 * 3600))
 """The design document's day, shortened to keep the suite quick: a message a second for 20
@@ -128,3 +131,33 @@ def test_the_chosen_settings_are_a_toml_block_cloudqueue_accepts() -> None:
         assert settings.backoff.max_idle_s == 10.0
         assert settings.scaling.max_threads == 8
         assert settings.scaling.min_threads == (0 if push else 1)
+
+
+def _trial(name_idle_s: float, *, p95_s: float, drain_s: float) -> Trial:
+    result = PolicyResult(
+        policy="x",
+        transactions={},
+        days=1.0,
+        handled=1,
+        failed=0,
+        poisoned=0,
+        left_in_queue=0,
+        latency=Latency(p50_s=p95_s, p90_s=p95_s, p99_s=p95_s, p95_s=p95_s, max_s=p95_s),
+        peak_threads=1,
+        thread_seconds=1.0,
+        longest_to_done_s=drain_s,
+    )
+    return Trial(Candidate(False, 0.1, name_idle_s), result)
+
+
+def test_goals_met_alone_but_not_together_name_the_one_to_relax() -> None:
+    """Each goal is met by some settings, none meets both: the line names the goal that needs
+    the least relaxing (drain 60 -> 90 s rather than pickup 1 -> 3 s), with the value the
+    settings meeting the other goal reach."""
+    trials = [
+        _trial(1.0, p95_s=0.5, drain_s=90.0),  # meets pickup only
+        _trial(5.0, p95_s=3.0, drain_s=20.0),  # meets drain only
+    ]
+    line = binding(Goals(pickup_p95_s=1.0, drain_after_burst_s=60.0), trials)
+    assert line.startswith("drain after a burst <= 60.00 s cannot be met with the other goals")
+    assert "closest reachable with them is 90.00 s (poll idle 1s" in line

@@ -40,7 +40,7 @@ from workers.hosted_worker import (
 )
 from workers.live_state import LiveStatePublisher
 from workers.observability.process import ProcessObservability
-from workers.partitioning import layout_of, partitioned_storage, settle_layout
+from workers.partitioning import layout_of, partitioned_storage, settle_layout, worker_queues
 from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
 from workers.settings import CloudQueueSettings, ListenerSettings
@@ -144,7 +144,7 @@ class WorkerHost:
         if isinstance(self.listening, PartitionedQueueStorage):
             self._plain_watches = [
                 PlainQueueWatch(self.listening, queue).start()
-                for queue in (hosted.listener.queue_name for hosted in self.hosted)
+                for queue in (q for hosted in self.hosted for q in hosted.listener.queue_names)
                 if queue not in (p.queue_name for p in self.listening.partitions_of(queue))
             ]
         self.jobs.start()
@@ -152,7 +152,7 @@ class WorkerHost:
             self.observability.started()
         log.info(
             "host_started",
-            queues=[hosted.listener.queue_name for hosted in self.hosted],
+            queues=[q for hosted in self.hosted for q in hosted.listener.queue_names],
             jobs=self.jobs.names,
         )
 
@@ -254,10 +254,11 @@ class WorkerHost:
 def _queues(
     workers: list[tuple[QueueWorker[Any], CloudQueueSettings]],
 ) -> dict[str, ListenerSettings]:
-    """Each worker's queue name and listener settings (which say how it is partitioned)."""
+    """Each queue the workers read and its listener settings (which say how it is partitioned)."""
     return {
-        worker.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        queue: listener
         for worker, options in workers
+        for queue, listener in worker_queues(type(worker), options.listener).items()
     }
 
 

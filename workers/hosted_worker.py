@@ -55,11 +55,11 @@ def host_worker(
     """Build a worker's listener with its middleware, its scaler and its (possibly async)
     handler."""
     options = settings.listener
-    location = worker.location(options.visibility_timeout_s)
+    location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
     middleware: list[Middleware] = []
     if observability is not None:
-        middleware.append(observability.middleware(location.queue_name, policy))
+        middleware.append(observability.middleware(location.queue_names, policy))
     if recorder is not None:
         middleware.append(Recording(recorder))
     limiter = open_rate_limiter(settings, location)

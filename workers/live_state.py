@@ -66,13 +66,22 @@ class QueueLiveState:
     written before it was published."""
     items_processed: int | None = None
     """Items handled (None in files of older versions, which counted messages only)."""
+    delay_hops: int = 0
+    """Messages delayed beyond 7 days hidden again, not due yet (0 in older files)."""
+    priority_set: list[str] | None = None
+    """All the queues of a listener that reads several, highest priority first (None: one).
+    Its threads, in flight, rate and errors are the listener's, shared by those queues."""
 
     @classmethod
-    def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
-        """The listener's state now, without touching storage (``query_state`` would count)."""
-        counters = listener.counters.snapshot()
+    def of(
+        cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN, queue: str | None = None
+    ) -> QueueLiveState:
+        """The listener's state on ``queue`` (by default its first) now, without touching
+        storage (``query_state`` would count)."""
+        queue = queue or listener.queue_name
+        counters, queues = listener.counters_of(queue), list(listener.queue_names)
         return cls(
-            queue=listener.queue_name,
+            queue=queue,
             active_threads=listener.active_dequeue_tasks,
             peak_threads=listener.peak_dequeue_tasks,
             processed=counters["processed"],
@@ -85,6 +94,8 @@ class QueueLiveState:
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
             poison_failures=counters["poison_failures"],
             items_processed=counters["items_processed"],
+            delay_hops=counters["delay_hops"],
+            priority_set=queues if len(queues) > 1 else None,
         )
 
 
@@ -212,10 +223,9 @@ class LiveStatePublisher:
             storage=self.storage,
             updated_at=self._now(),
             queues=tuple(
-                QueueLiveState.of(
-                    listener, UNKNOWN if meter is None else meter.cost_of(listener.queue_name)
-                )
+                QueueLiveState.of(listener, UNKNOWN if meter is None else meter.cost_of(q), q)
                 for listener in listeners
+                for q in listener.queue_names
             ),
             transactions=transactions,
             jobs=tuple(jobs),

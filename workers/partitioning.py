@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
+from typing import Any
 
 import structlog
 
@@ -22,6 +23,7 @@ from listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_qu
 from listener.stores.partitioned import Partition, PartitionedQueueStorage
 from listener.stores.storage import QueueStorage
 from workers.settings import CloudQueueSettings, ListenerSettings
+from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 
@@ -43,6 +45,16 @@ def partitioned_storage(
         for account in settings.partition_accounts
     ]
     return over_accounts(accounts, layouts)
+
+
+def worker_queues(
+    worker_type: type[QueueWorker[Any]], options: ListenerSettings
+) -> dict[str, ListenerSettings]:
+    """Each queue a worker reads (one, or several in priority order), with the listener settings
+    that say how it is partitioned (alike for all of them). ConfigurationError when its
+    ``queue_name`` or ``listener.priority``/``weights`` are not valid."""
+    location = worker_type.location(options.visibility_timeout_s, options.priority_policy())
+    return dict.fromkeys(location.queue_names, options)
 
 
 def layout_of(options: ListenerSettings) -> QueueLayout:

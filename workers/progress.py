@@ -140,8 +140,9 @@ class LiveProgress:
     def __enter__(self) -> Self:
         for listener in self._listeners:
             name = listener.queue_name
+            # A worker on several queues shows them all, highest priority first.
             self._tasks[name] = self._progress.add_task(
-                name, total=self._expected.get(name), figures=""
+                " > ".join(listener.queue_names), total=self._expected.get(name), figures=""
             )
         self._progress.start()
         self.refresh()

@@ -166,7 +166,7 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
     options = settings.listener
     return CloudQueueListener(
         InMemoryQueueStorage(clock=clock),
-        worker.location(options.visibility_timeout_s),
+        worker.location(options.visibility_timeout_s, options.priority_policy()),
         worker.item_type,
         codec=MessageCodec(worker.item_type, encoding=options.encoding),
         dequeue_batch_size=options.dequeue_batch_size,
@@ -192,14 +192,18 @@ def _drain_listener(
 
 
 def _poisoned(listener: CloudQueueListener[T]) -> list[PoisonedItem[T]]:
-    """Every item in the listener's poison queue, each with its record's reason and error."""
-    storage, source = listener.storage, poison_queue_name(listener.queue_name)
+    """Every item in the listener's poison queues, each with its record's reason and error."""
+    return [item for queue in listener.queue_names for item in _poisoned_in(listener, queue)]
+
+
+def _poisoned_in(listener: CloudQueueListener[T], queue: str) -> list[PoisonedItem[T]]:
+    storage = listener.storage
     try:
-        count = storage.approximate_message_count(source)
+        count = storage.approximate_message_count(poison_queue_name(queue))
     except QueueNotFoundError:
         return []  # nothing was ever poisoned
     poisoned: list[PoisonedItem[T]] = []
-    for message in browse_poisoned(storage, listener.queue_name, limit=max(count, 1)):
+    for message in browse_poisoned(storage, queue, limit=max(count, 1)):
         record = read_record(message.content)
         if record is None:  # kept unwrapped (too large to wrap): its reason is only in the log
             continue

@@ -10,6 +10,7 @@ from listener.consumer.middleware import Middleware, make_middleware
 from listener.errors import ConfigurationError
 from listener.imports import import_object
 from listener.location import CloudQueueLocation
+from listener.policies.priority import STRICT, Priority
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -21,6 +22,10 @@ T = TypeVar("T")
 
 class QueueWorker(Generic[T]):
     """Subclass with ``queue_name`` and ``handle``; the item type comes from ``QueueWorker[T]``.
+
+    ``queue_name`` may be a tuple of queues in priority order (``("invoices-urgent",
+    "invoices")``): one listener reads them all, as ``listener.priority`` (strict, or weighted by
+    ``listener.weights``) shares its gets; each queue keeps its own ``-poison`` queue.
 
     Example::
 
@@ -38,7 +43,7 @@ class QueueWorker(Generic[T]):
     ``middleware`` wraps the handling of each message (``listener.Middleware``).
     """
 
-    queue_name: ClassVar[str]
+    queue_name: ClassVar[str | tuple[str, ...]]
     item_type: ClassVar[type[Any]] = str
     settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     middleware: ClassVar[Sequence[Middleware | Callable[[], Middleware]]] = ()
@@ -77,12 +82,18 @@ class QueueWorker(Generic[T]):
         return [make_middleware(each, f"{cls.__qualname__}.middleware") for each in cls.middleware]
 
     @classmethod
-    def location(cls, visibility_timeout_s: int) -> CloudQueueLocation:
-        """The queue this worker listens on, validated."""
-        name = getattr(cls, "queue_name", None)
-        if not isinstance(name, str):
-            raise ConfigurationError(f"{cls.__qualname__} must set queue_name = '<queue>'")
-        return CloudQueueLocation(name, visibility_timeout_s=visibility_timeout_s)
+    def location(cls, visibility_timeout_s: int, priority: Priority = STRICT) -> CloudQueueLocation:
+        """The queue (or queues, highest priority first) this worker listens on, validated."""
+        names = getattr(cls, "queue_name", None)
+        if not isinstance(names, str | tuple) or not names:
+            raise ConfigurationError(
+                f"{cls.__qualname__} must set queue_name = '<queue>' or a tuple of queues in "
+                "priority order"
+            )
+        try:
+            return CloudQueueLocation.of(names, visibility_timeout_s, priority=priority)
+        except ConfigurationError as error:
+            raise ConfigurationError(f"{cls.__qualname__}: {error}") from None
 
 
 def _item_type_from_bases(cls: type) -> type[Any] | None:

@@ -36,6 +36,7 @@ from listener.location import CloudQueueLocation
 from listener.policies.backoff import RandomSource, default_rng
 from listener.policies.delivery import DeliveryPolicy
 from listener.stores.payload_store import PayloadStore
+from listener.stores.prioritized import PrioritizedQueueStorage
 from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
 from listener.wire.codec import Codec, MessageCodec
 from listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
@@ -60,6 +61,10 @@ class CloudQueueListenerInfo:
 
 class CloudQueueListener(Observable[T]):
     """Listens on one queue with an elastic pool of dequeue threads and emits decoded items.
+
+    A location with ``lower_queues`` makes it listen on several queues in priority order: its
+    ``storage`` is then a ``PrioritizedQueueStorage`` over the one given (gets shared by
+    ``location.priority``, counts summed), and each message settles in the queue it came from.
 
     Threading: ``on_next`` is called on the dequeue thread that took the message -- on a handler
     thread when ``concurrency`` > 1 (messages each thread keeps in flight) -- so one observer
@@ -108,6 +113,9 @@ class CloudQueueListener(Observable[T]):
         settings = LoopSettings(
             dequeue_batch_size, dequeue_interval_s, max_error_delay_s, concurrency
         )
+        if location.lower_queues:
+            # Several queues read as one: gets by priority, counts summed, ids naming the queue.
+            storage = PrioritizedQueueStorage(storage, location.queue_names, location.priority)
         self.storage = storage
         self.location = location
         self.codec: Codec[T] = codec or MessageCodec(
@@ -156,8 +164,22 @@ class CloudQueueListener(Observable[T]):
         return self.location.queue_name
 
     @property
+    def queue_names(self) -> tuple[str, ...]:
+        """Every queue the listener reads, highest priority first (``queue_name`` is the first)."""
+        return self.location.queue_names
+
+    @property
     def counters(self) -> ListenerCounters:
         return self.meters.counters
+
+    def counters_of(self, queue_name: str) -> dict[str, int]:
+        """The counters' snapshot, with ``queue_name``'s own messages (processed, items
+        processed, failed, poisoned, in flight) when the listener reads several queues; the
+        errors are the listener's, shared by its queues."""
+        counters = self.counters.snapshot()
+        if self._parts.tally is not None:
+            counters.update(self._parts.tally.counts(queue_name, in_flight=counters["in_flight"]))
+        return counters
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:

@@ -19,6 +19,7 @@ from listener.consumer.middleware import Middleware
 from listener.consumer.pool import DequeuePool
 from listener.consumer.pool_control import ListenerPoolControl
 from listener.consumer.processing import MessageProcessor
+from listener.consumer.queue_tally import QueueTally
 from listener.consumer.queues import QueueCreator
 from listener.consumer.settlement import Settlement
 from listener.consumer.stack import MiddlewareStack
@@ -82,6 +83,8 @@ class LoopParts:
     slots_per_thread: Callable[[], int]
     """Messages each thread keeps in flight now (``listener.consumer.in_flight``)."""
     on_last_thread_stopped: Callable[[], None]
+    tally: QueueTally | None = None
+    """What each queue's messages became, for a listener on several queues."""
 
 
 @dataclass(frozen=True)
@@ -111,11 +114,15 @@ def assemble(
 ) -> LoopParts:
     """Build a listener's parts around its meters, its observers and its way to start threads.
 
-    Every listener has the failure logs and tracing middleware first, then its own."""
-    queue = inputs.location.queue_name
+    Every listener has the failure logs and tracing middleware first (and, on several queues,
+    its ``QueueTally``), then its own."""
+    queue, location = inputs.location.queue_name, inputs.location
     storage, clock, concurrency = inputs.storage, inputs.clock, inputs.settings.concurrency
+    tally = QueueTally(location.queue_names, location.queue_of) if location.lower_queues else None
     stack = MiddlewareStack(
-        [FailureLogs(), ConsumerTracing(), *inputs.middleware], queue_name=queue, loop=inputs.loop
+        [FailureLogs(), ConsumerTracing(), *([] if tally is None else [tally]), *inputs.middleware],
+        queue_name=queue,
+        loop=inputs.loop,
     )
     signals = Signals(threading.Event(), threading.Event())
     pool, handoff = DequeuePool(f"cloudqueue:{queue}"), HandOff()
@@ -136,7 +143,7 @@ def assemble(
         payload_store=inputs.payload_store,
         create_poison_queue=inputs.create_queues,
     )
-    queues = QueueCreator(storage, queue, create=inputs.create_queues)
+    queues = QueueCreator(storage, location.queue_names, create=inputs.create_queues)
     many_in_flight = concurrency > 1
     return LoopParts(
         pool=pool,
@@ -172,6 +179,8 @@ def assemble(
             limits=inputs.decoding,
             # Only a thread with several slots sizes them from the handlers' time.
             record_handler_time=meters.handler_time.record if many_in_flight else None,
+            max_hop_s=inputs.delivery.max_hop_s,
+            queue_of=location.queue_of if location.lower_queues else None,
         ),
         settlement=settlement,
         queues=queues,
@@ -188,6 +197,7 @@ def assemble(
         ),
         slots_per_thread=slots_per_thread,
         on_last_thread_stopped=subscribers.complete,
+        tally=tally,
     )
 
 

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
 from listener.consumer.events import (
@@ -47,11 +48,14 @@ from listener.wire.envelope import Envelope
 
 T = TypeVar("T")
 
-OutcomeKind = Literal["deleted", "retried", "poisoned", "dropped", "skipped", "rerouted", "left"]
+OutcomeKind = Literal[
+    "deleted", "retried", "poisoned", "dropped", "skipped", "rerouted", "left", "delayed"
+]
 """Where a message ended: ``deleted`` after its handler returned; ``retried`` (hidden for a
 back-off, or its failed items re-published); ``poisoned``; ``dropped`` (a duplicate of done
 work); ``skipped`` or ``rerouted`` by a middleware; ``left`` where it was (lost lease, storage
-failure: it reappears)."""
+failure: it reappears); ``delayed``: not due yet, hidden again unhandled (a delay beyond 7 days,
+``listener.consumer.hops``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +127,12 @@ class MessageContext(Generic[T]):
     @property
     def failed(self) -> bool:
         return bool(self.failures)
+
+    @property
+    def due(self) -> datetime | None:
+        """When a message delayed beyond 7 days is due (its envelope's ``due``), else None."""
+        envelope = self.envelope
+        return None if envelope is None else envelope.due
 
     def skip(self, reason: str) -> None:
         self.decision = Decision("skip", reason)

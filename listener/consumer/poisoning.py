@@ -23,6 +23,7 @@ from listener.consumer.leases import Lease
 from listener.consumer.stats import ListenerCounters
 from listener.errors import StorageError
 from listener.poison.move import poison_message
+from listener.stores.prioritized import as_in_queue
 from listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
@@ -87,19 +88,22 @@ class PoisonMover:
             decision = self._pending.get(message.id)
         return None if decision is None else decision.again(message)
 
-    def move(self, lease: Lease, decision: PoisonDecision) -> bool:
-        """Copy the message to the poison queue and delete it (settling the lease); if the copy
-        fails it stays in its queue and the decision is kept for its next delivery. True when
-        this call moved it."""
+    def move(self, lease: Lease, decision: PoisonDecision, queue_name: str | None = None) -> bool:
+        """Copy the message to the poison queue of ``queue_name`` (the queue it came from, when
+        the listener reads several; by default its own) and delete it (settling the lease); if
+        the copy fails it stays in its queue and the decision is kept for its next delivery. True
+        when this call moved it."""
         deleted: list[bool] = []
+        queue = queue_name or self.queue_name
+        recorded = as_in_queue(decision.recorded, queue)
 
         def move(pop_receipt: str) -> None:
             try:
                 deleted.append(
                     poison_message(
                         self.storage,
-                        self.queue_name,
-                        decision.recorded,
+                        queue,
+                        recorded,
                         reason=decision.reason,
                         error=decision.error,
                         now=self.clock.now(),

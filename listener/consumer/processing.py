@@ -13,7 +13,8 @@ Before any of that, a message is poisoned at once when it cannot be decoded (``u
 over a decoding limit (``over_limit``: the error names the limit and its setting), refers to
 another queue's stored payload (``payload_foreign``: that payload is left alone) or to one that is
 gone (``payload_missing``), or arrives past ``max_dequeue_count`` (a worker crashed on it each
-time). A message whose earlier move to the poison queue failed is only moved there now.
+time). A message whose earlier move to the poison queue failed is only moved there now. A message
+delayed beyond 7 days that is not due yet is hidden again, unopened (``listener.consumer.hops``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import structlog
 
 from listener.clock import Clock
 from listener.consumer.current import MessageEnvelope, set_current_envelope
+from listener.consumer.hops import DelayHops
 from listener.consumer.item_failures import ItemFailure, describe_errors, label
 from listener.consumer.leases import Lease
 from listener.consumer.middleware import MessageContext, Outcome
@@ -41,6 +43,7 @@ from listener.errors import (
     StorageError,
 )
 from listener.stores.payload_store import PayloadStore
+from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 from listener.wire.codec import Codec
 from listener.wire.envelope import Envelope, parse_envelope
 from listener.wire.limits import DecodingLimits
@@ -84,8 +87,12 @@ class MessageProcessor(Generic[T]):
         payload_store: PayloadStore | None,
         limits: DecodingLimits,
         record_handler_time: Callable[[int, float], None] | None = None,
+        max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S,
+        queue_of: Callable[[str], str] | None = None,
     ) -> None:
         self.queue_name = queue_name
+        self.queue_of = queue_of
+        """The queue a message came from, by its id, for a listener on several queues."""
         self.codec = codec
         self.subscribers = subscribers
         self.settlement = settlement
@@ -96,6 +103,7 @@ class MessageProcessor(Generic[T]):
         self.limits = limits
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
+        self.hops = DelayHops(settlement, clock=clock, max_hop_s=max_hop_s)
 
     def process(self, lease: Lease) -> None:
         """Read, decode, hand through the middleware to every observer, and settle the message.
@@ -103,15 +111,16 @@ class MessageProcessor(Generic[T]):
         The middleware wrap the handling -- or, for a message that cannot be handled, its early
         settlement -- so every message is seen (and traced) alike."""
         message, stack = lease.message, self.stack
+        queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
         # bind/reset rather than the bound_contextvars() context manager: a third of the cost,
         # and this runs once per message.
         tokens = structlog.contextvars.bind_contextvars(
-            queue=self.queue_name, message_id=message.id, dequeue_count=message.dequeue_count
+            queue=queue, message_id=message.id, dequeue_count=message.dequeue_count
         )
         try:
             reading = self._read(lease)
             context: MessageContext[T] = MessageContext(
-                self.queue_name, message, [], reading.envelope, message.dequeue_count
+                queue, message, [], reading.envelope, message.dequeue_count
             )
             early, texts = self._prepare(lease, reading, context)
             step = partial(self._deliver, context, texts) if early is None else early
@@ -146,7 +155,7 @@ class MessageProcessor(Generic[T]):
     ) -> tuple[Callable[[], None] | None, list[str]]:
         """Open the message and fill the context; or the settlement it gets instead of handling
         (lost, owed to the poison queue, delivered too often, undecodable, a duplicate)."""
-        settlement, message = self.settlement, lease.message
+        settlement, message, envelope = self.settlement, lease.message, reading.envelope
         early: Callable[[], None] | None = None
         if lease.lost:
             early = partial(self._lost, context)
@@ -154,10 +163,12 @@ class MessageProcessor(Generic[T]):
             early = partial(settlement.move_pending, lease, context)
         elif message.dequeue_count > self.max_dequeue_count:
             early = partial(settlement.overdue, lease, context)
+        elif envelope is not None and envelope.due is not None and self.hops.not_due(envelope.due):
+            early = partial(self.hops.hop, lease, context, envelope)
         if early is not None:
             return early, []
         try:
-            contents, items = self._open(lease, reading)
+            contents, items = self._open(lease, reading, context.queue_name)
         except Exception as failure:
             return partial(self._unopened, lease, context, failure), []
         context.items, context.payload_name = items, contents.payload_name
@@ -175,7 +186,9 @@ class MessageProcessor(Generic[T]):
         log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
         context.outcome = Outcome("left", "lease_lost")
 
-    def _open(self, lease: Lease, reading: _Reading) -> tuple[MessageContents, list[T]]:
+    def _open(
+        self, lease: Lease, reading: _Reading, queue_name: str
+    ) -> tuple[MessageContents, list[T]]:
         """The message's contents and decoded items (raises what ``_unopened`` settles)."""
         if reading.error is not None:
             raise reading.error
@@ -184,7 +197,7 @@ class MessageProcessor(Generic[T]):
             reading.envelope,
             self.payload_store,
             limits=self.limits,
-            queue_name=self.queue_name,
+            queue_name=queue_name,
         )
         return contents, [self.codec.decode(text) for text in contents.texts]
 
@@ -202,7 +215,7 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer; record the items any observer failed on."""
-        set_current_envelope(MessageEnvelope.of(self.queue_name, context.message))
+        set_current_envelope(MessageEnvelope.of(context.queue_name, context.message))
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             failed: list[ItemFailure] = []

@@ -152,7 +152,7 @@ class Settlement:
             recorded=recorded or lease.message,
             fetched_dequeue_count=lease.message.dequeue_count,
         )
-        moved = self.poison_mover.move(lease, decision)
+        moved = self.poison_mover.move(lease, decision, context.queue_name)
         self._first_errors.forget(lease.message.id)
         context.outcome = Outcome("poisoned" if moved else "left", reason, error)
 
@@ -162,7 +162,7 @@ class Settlement:
         decided = self.poison_mover.pending(lease.message)
         if decided is None:  # pragma: no cover - asked only when one is pending
             return
-        moved = self.poison_mover.move(lease, decided)
+        moved = self.poison_mover.move(lease, decided, context.queue_name)
         context.outcome = Outcome("poisoned" if moved else "left", decided.reason, decided.error)
 
     def overdue(self, lease: Lease, context: MessageContext[Any]) -> None:
@@ -282,7 +282,7 @@ class Settlement:
         try:
             retry = republish(
                 self.storage,
-                self.queue_name,
+                context.queue_name,  # the queue it came from, when the listener reads several
                 content,
                 original=message,
                 delay_s=delay_s,

@@ -29,6 +29,8 @@ class ListenerCounters:
     """Gets that failed (storage outages, unexpected errors)."""
     in_flight: int = 0
     """Fetched by this listener and not yet deleted, left or released."""
+    delay_hops: int = 0
+    """Messages delayed beyond 7 days hidden again, unhandled, because they were not due yet."""
     _lock: threading.Lock = field(default_factory=threading.Lock, repr=False, compare=False)
 
     def add(self, name: str, amount: int = 1) -> None:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 from listener.errors import ConfigurationError
 from listener.policies.backoff import RandomSource, randomized_exponential_backoff
+from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +25,19 @@ class DeliveryPolicy:
     max_retry_delay_s: float = 60.0
     renew_visibility: bool = True
     """Extend the visibility of held messages at half their timeout while they are handled."""
+    max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S
+    """The longest a message delayed beyond 7 days is hidden again when it shows up early (7 days:
+    Azure's cap, the fewest hops; ``listener.consumer.hops``). Lower only to watch hops happen."""
 
     def __post_init__(self) -> None:
         if self.max_dequeue_count < 1:
             raise ConfigurationError("max_dequeue_count must be at least 1")
         if self.retry_delay_s < 0 or self.max_retry_delay_s < self.retry_delay_s:
             raise ConfigurationError("need 0 <= retry_delay_s <= max_retry_delay_s")
+        if not 1 <= self.max_hop_s <= MAX_VISIBILITY_TIMEOUT_S:
+            raise ConfigurationError(
+                f"max_hop_s must be 1..{MAX_VISIBILITY_TIMEOUT_S} (7 days), got {self.max_hop_s}"
+            )
 
 
 def retry_visibility_s(dequeue_count: int, policy: DeliveryPolicy, rng: RandomSource) -> int:

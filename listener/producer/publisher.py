@@ -18,24 +18,26 @@ an idempotency token), which survives any retry.
 A stored payload whose message could not be put is deleted again when the failure was definite,
 and kept after a transient one: the message referring to it may exist.
 
-Delayed and expiring work: ``delay_s`` keeps a message invisible for up to 7 days after the put
-(Azure's initial visibility timeout), and ``time_to_live_s`` makes it expire that long after the
-put, delivered or not (``NEVER_EXPIRES``, -1, for never; the default is Azure's 7 days). Both are
+Delayed and expiring work: ``delay_s`` (or ``delay``, a timedelta) keeps a message invisible that
+long after the put, any length: beyond 7 days (Azure's cap) in hops that listeners re-hide
+(``listener.producer.delays``). ``time_to_live_s`` makes it expire that long after the put,
+delivered or not (``NEVER_EXPIRES``, -1, for never; by default 7 days after it is due). Both are
 checked before anything is sent or stored.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Generic, Protocol, TypeVar
 
 import structlog
 
 from listener import tracing
+from listener.clock import SYSTEM_CLOCK, Clock
 from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
 from listener.producer.announce import WorkAnnouncer
+from listener.producer.delays import MAX_HOP_S, Timing, check_max_hop_s, delay_seconds, plan_timing
 from listener.producer.routing import PartitionKey, PartitionRouter
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore, new_payload_name
@@ -46,6 +48,7 @@ from listener.stores.storage import (
     validate_queue_name,
 )
 from listener.wire.codec import Codec, MessageCodec
+from listener.wire.due import with_due
 from listener.wire.envelope import blob_envelope
 from listener.wire.frames import Packed
 from listener.wire.packing import PlannedMessage, message_bytes, plan_batches, single_message
@@ -65,14 +68,6 @@ class ArrivalRecorder(Protocol):
     def arrived(self, at: datetime, count: int = 1) -> None: ...
 
 
-@dataclass(frozen=True, slots=True)
-class _Timing:
-    """When the messages of one publish call become visible and when they expire."""
-
-    delay_s: int
-    time_to_live_s: int | None
-
-
 class Publisher(Generic[T]):
     """Sends items of one type to one queue.
 
@@ -90,6 +85,8 @@ class Publisher(Generic[T]):
     A partitioned queue (``partitions`` > 1, or read from a ``PartitionedQueueStorage``) gets
     its messages round-robin over ``<queue>-p0`` ..., or by ``partition_key`` (a function of the
     item or a field name): one key always lands on one partition, and batches pack per partition.
+
+    A delay longer than ``max_hop_s`` (7 days) goes in hops, its due time read on ``clock``.
     """
 
     def __init__(
@@ -107,6 +104,8 @@ class Publisher(Generic[T]):
         partitions: int | None = None,
         partition_key: PartitionKey[T] | None = None,
         recorder: ArrivalRecorder | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        max_hop_s: int = MAX_HOP_S,
     ) -> None:
         self.storage = storage
         self.recorder = recorder
@@ -121,38 +120,52 @@ class Publisher(Generic[T]):
         )
         check_put_times(time_to_live_s, 0)
         self.time_to_live_s = time_to_live_s
+        self.clock = clock
+        self.max_hop_s = check_max_hop_s(max_hop_s)
         self.messages_sent = 0
         self.items_sent = 0
         self.payloads_stored = 0
         self._bytes_sent = 0
 
-    def publish(self, item: T, *, delay_s: int = 0, time_to_live_s: int | None = None) -> None:
+    def publish(
+        self,
+        item: T,
+        *,
+        delay_s: int = 0,
+        time_to_live_s: int | None = None,
+        delay: timedelta | None = None,
+    ) -> None:
         """Send one item in a message of its own (and announce it, if triggers are set up).
 
-        ``delay_s`` (0 to 7 days) hides it from listeners that long; ``time_to_live_s`` (>= 1 s
-        and more than the delay, or ``NEVER_EXPIRES``) overrides the publisher's. A value out of
-        range raises ValueError before anything is sent.
+        ``delay_s`` (whole seconds, any length) or ``delay`` (a timedelta) hides it from
+        listeners that long; ``time_to_live_s`` (>= 1 s and more than the delay, or
+        ``NEVER_EXPIRES``) overrides the publisher's. A value out of range raises ValueError
+        before anything is sent.
         """
-        timing = self._timing(delay_s, time_to_live_s)
+        timing = self._timing(delay_seconds(delay_s, delay), time_to_live_s)
         target = self.router.queue_for(item)
         self._traced(lambda: self._send_alone(self.codec.encode(item), timing, target))
 
     def publish_many(
-        self, items: Iterable[T], *, delay_s: int = 0, time_to_live_s: int | None = None
+        self,
+        items: Iterable[T],
+        *,
+        delay_s: int = 0,
+        time_to_live_s: int | None = None,
+        delay: timedelta | None = None,
     ) -> int:
         """Send the items (read lazily, in order) and return how many messages that took.
 
-        ``delay_s`` and ``time_to_live_s`` apply to every message, as in ``publish``. If a put
+        The delay and ``time_to_live_s`` apply to every message, as in ``publish``. If a put
         fails, the error is raised and the messages before it stay sent (and are announced:
         listeners should not wait for the watchdog because a later put failed).
         """
-        timing = self._timing(delay_s, time_to_live_s)
+        timing = self._timing(delay_seconds(delay_s, delay), time_to_live_s)
         return self._traced(lambda: self._send_many(items, timing))
 
-    def _timing(self, delay_s: int, time_to_live_s: int | None) -> _Timing:
+    def _timing(self, delay_s: int, time_to_live_s: int | None) -> Timing:
         ttl_s = self.time_to_live_s if time_to_live_s is None else time_to_live_s
-        check_put_times(ttl_s, delay_s)
-        return _Timing(delay_s=delay_s, time_to_live_s=ttl_s)
+        return plan_timing(delay_s, ttl_s, now=self.clock.now(), max_hop_s=self.max_hop_s)
 
     def _traced(self, send: Callable[[], int]) -> int:
         """One publish call in one producer span (a no-op without opentelemetry)."""
@@ -176,7 +189,7 @@ class Publisher(Generic[T]):
                 size=self._bytes_sent - bytes_before,
             )
 
-    def _send_many(self, items: Iterable[T], timing: _Timing) -> int:
+    def _send_many(self, items: Iterable[T], timing: Timing) -> int:
         router = self.router
         if not self.batch:
             return sum(
@@ -200,7 +213,7 @@ class Publisher(Generic[T]):
         return sent
 
     def _send_planned(
-        self, planned: list[PlannedMessage], timing: _Timing, target: str | None
+        self, planned: list[PlannedMessage], timing: Timing, target: str | None
     ) -> int:
         """Send planned messages to ``target``, or round-robin when it is None."""
         for message in planned:
@@ -211,15 +224,15 @@ class Publisher(Generic[T]):
                 self._put(message.content, len(message.texts), timing, queue)
         return len(planned)
 
-    def _send_alone(self, text: str, timing: _Timing, target: str) -> int:
-        message = single_message(text)
+    def _send_alone(self, text: str, timing: Timing, target: str) -> int:
+        message = single_message(text, enveloped=timing.due is not None)
         if isinstance(message, Packed):
             self._put_stored(message, message_bytes(text), timing, target)
         else:
             self._put(message, 1, timing, target)
         return 1
 
-    def _put_stored(self, packed: Packed, text_bytes: int, timing: _Timing, target: str) -> None:
+    def _put_stored(self, packed: Packed, text_bytes: int, timing: Timing, target: str) -> None:
         store = self.payload_store
         if store is None:
             raise MessageTooLargeError(
@@ -240,13 +253,15 @@ class Publisher(Generic[T]):
             _discard(store, name)
             raise
 
-    def _put(self, content: str, item_count: int, timing: _Timing, target: str) -> None:
+    def _put(self, content: str, item_count: int, timing: Timing, target: str) -> None:
+        if timing.due is not None:  # an envelope: single items were wrapped for it
+            content = with_due(content, timing.due)
         content = tracing.stamp(content, wrap_plain=self.trace_envelope)
         self.storage.put_message(
             target,
             content,
             time_to_live_s=timing.time_to_live_s,
-            visibility_delay_s=timing.delay_s,
+            visibility_delay_s=timing.visibility_delay_s,
         )
         self.messages_sent += 1
         self.items_sent += item_count

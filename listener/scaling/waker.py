@@ -1,11 +1,12 @@
 """Scale to zero with push triggers: wake on WorkDetected, and a watchdog for lost triggers.
 
 ``TriggerWaker`` subscribes a listener to a trigger channel: an event for its own account and
-queue (or the wildcard a channel sends after a reconnect) asks the scaler to make sure threads
-run -- at most once per back-off floor, however many triggers come. ``Watchdog`` is the safety
-net: while the pool is at zero threads it checks the queue depth once every ``interval_s`` (300 s
-by default: 12 storage transactions an hour), so a trigger lost to an outage, a producer that
-sends none, or a message reappearing after a crash or a retry delay waits at most that long.
+queue (any of its queues, when it reads several), or the wildcard a channel sends after a
+reconnect, asks the scaler to make sure threads run -- at most once per back-off floor, however
+many triggers come. ``Watchdog`` is the safety net: while the pool is at zero threads it checks
+the queue depth once every ``interval_s`` (300 s by default: 12 storage transactions an hour, one
+count per queue for a listener on several), so a trigger lost to an outage, a producer that sends
+none, or a message reappearing after a crash or a retry delay waits at most that long.
 """
 
 from __future__ import annotations
@@ -34,6 +35,11 @@ class Wakeable(Protocol):
 
     @property
     def queue_name(self) -> str: ...
+
+    @property
+    def queue_names(self) -> tuple[str, ...]:
+        """Every queue it reads (a trigger for any of them wakes it)."""
+        ...
 
     @property
     def stopped(self) -> bool: ...
@@ -83,7 +89,10 @@ class TriggerWaker:
         self._subscription: DisposableBase = channel.events.subscribe(self._on_event)
 
     def _on_event(self, event: WorkDetected) -> None:
-        if not event.matches(self.account, self.listener.queue_name) or self.listener.stopped:
+        listener = self.listener
+        if listener.stopped or not any(
+            event.matches(self.account, queue) for queue in listener.queue_names
+        ):
             return
         self.triggers_seen += 1
         log.debug(

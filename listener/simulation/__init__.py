@@ -7,13 +7,16 @@
 
 Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
 billed calls), ``policies`` (the contenders), ``simulator`` (the dequeue loop and the real scaler
-in virtual time), ``report`` (figures), ``cost`` (the price arithmetic), ``table`` and ``plot``
-(output), ``presets`` (named scenarios), ``profile`` (recorded workloads) and ``tuning`` (the
-cheapest settings for a goal: ``cloudqueue tune``).
+in virtual time, with its parts ``timeline``, ``pool``, ``idle``, ``settlement``,
+``storage_line`` and ``stand_ins``), ``report`` (figures), ``cost`` (the price arithmetic),
+``table`` and ``plot`` (output), ``presets`` (named scenarios), ``profile`` (recorded workloads)
+``tuning`` (the cheapest settings for a goal: ``cloudqueue tune``) and ``idle_queues`` (the
+idle cost of a worker on several queues, with the real listener in virtual time).
 """
 
 from listener.simulation.compare import simulate
 from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
+from listener.simulation.goals import Goals
 from listener.simulation.policies import (
     PolicySpec,
     cloudqueue_defaults,
@@ -27,7 +30,7 @@ from listener.simulation.presets import PRESETS, Scenario
 from listener.simulation.profile import ProfileRecorder, RecordedProfile, load_profile, read_profile
 from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.table import format_table, table_notes
-from listener.simulation.tuning import Goals, Tuning, tune
+from listener.simulation.tuning import Tuning, tune
 from listener.simulation.workload import (
     Workload,
     bursts,

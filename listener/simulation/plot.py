@@ -19,6 +19,11 @@ SERIES = ("queue depth", "threads", "cumulative transactions")
 """The three panels, top to bottom (each panel's y label)."""
 
 
+def require_plot_extra() -> None:
+    """MissingExtraError now, when ``--plot`` cannot draw: before a long tuning, not after."""
+    import_extra("matplotlib.figure", extra="plot", needed_by="--plot")
+
+
 def _pyplot_free_figure() -> Figure:
     figures = import_extra("matplotlib.figure", extra="plot", needed_by="--plot")
     # A Figure without pyplot: no GUI backend, no global state, safe in any thread.

@@ -7,11 +7,15 @@ grid in two stages, each a set of independent binary searches run side by side:
 1. **Idle and pickup.** For poll mode (one poller at the floor) and push mode (zero, woken by
    triggers), and each ``delta_backoff_s`` in ``DELTAS_S``, find the longest ``max_idle_s`` in
    ``MAX_IDLE_GRID_S`` whose pickup still meets the goals. Idle polling is what an idle queue
-   costs, and the longest back-off that keeps pickup within the goal is the cheapest.
-2. **Scaling and drain.** For the cheapest few of those, and each ``messages_per_thread`` of the
-   proportional rule in ``MESSAGES_PER_THREAD``, find the fewest ``max_threads`` (up to the
-   per-worker limit) that drain a burst within the goal. Where one worker cannot, the same is
-   tried with more workers (up to ``max_workers``), each adding its own pollers.
+   costs, and the longest back-off that keeps pickup within the goal is the cheapest. A binary
+   search at ``REFERENCE_DELTA_S`` first; each other delta then walks the grid from the point
+   found (a delta moves the answer a point or two, and a walk of one or two trials costs less
+   than a search of four).
+2. **Scaling and drain.** From the cheapest of those, and for each ``messages_per_thread`` of
+   the proportional rule in ``MESSAGES_PER_THREAD``, find the fewest ``max_threads`` (up to the
+   per-worker limit) that drain a burst within the goal. Where none meets every goal, the same
+   from the next cheapest (``STAGE_TWO_STARTS`` in all), then with more workers (up to
+   ``max_workers``), each adding its own pollers.
 
 Pickup gets worse and cost falls as ``max_idle_s`` grows, and drain gets faster as threads are
 added: the binary searches rely on that. Every run is seeded, so a tuning is reproducible.
@@ -26,135 +30,21 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 
-from listener.policies.scaling_rules import proportional
-from listener.scaling.scaler import ScalingPolicy
+from listener.simulation.candidates import DEFAULT_MAX_THREADS, Candidate, Trial
 from listener.simulation.compare import simulate
-from listener.simulation.cost import monthly_cost_usd
-from listener.simulation.policies import (
-    PolicySpec,
-    cloudqueue_defaults,
-    functions_like,
-    naive_poller,
-)
+from listener.simulation.goals import Goals, binding
+from listener.simulation.policies import cloudqueue_defaults, functions_like, naive_poller
 from listener.simulation.report import PolicyResult, ServiceModel
 from listener.simulation.workload import Workload
 
 DELTAS_S = (0.05, 0.1, 0.25, 0.5)
+REFERENCE_DELTA_S = 0.1
+"""The delta stage 1 binary-searches max_idle_s with (the defaults'); the others walk from there."""
 MAX_IDLE_GRID_S = (0.25, 0.5, 1.0, 1.5, 2.0, 3.0, 5.0, 10.0, 20.0, 30.0, 60.0)
 MESSAGES_PER_THREAD = (8, 32, 128)
 THREAD_GRID = (1, 2, 4, 8, 16, 32, 64, 128)
 STAGE_TWO_STARTS = 2
 """Stage 1's cheapest candidates that stage 2 sizes the pool for."""
-
-DEFAULT_MAX_THREADS = ScalingPolicy().max_threads
-DEFAULT_MESSAGES_PER_THREAD = 32
-
-
-@dataclass(frozen=True, slots=True)
-class Goals:
-    """What the tuned settings must meet; None: no goal on that figure."""
-
-    pickup_p95_s: float | None = None
-    pickup_max_s: float | None = None
-    drain_after_burst_s: float | None = None
-    """The longest any message may take from its put until it is handled and deleted."""
-
-    def misses(self, result: PolicyResult) -> list[str]:
-        """The goals this result misses, as short phrases (empty: it meets them all)."""
-        return [
-            f"{name} {_s(value)} > {_s(goal)}"
-            for name, value, goal in self._figures(result)
-            if goal is not None and (value is None or value > goal)
-        ]
-
-    def _figures(self, result: PolicyResult) -> list[tuple[str, float | None, float | None]]:
-        return [
-            ("pickup p95", result.latency.p95_s, self.pickup_p95_s),
-            ("pickup max", result.latency.max_s, self.pickup_max_s),
-            ("drain after a burst", result.longest_to_done_s, self.drain_after_burst_s),
-        ]
-
-    def pickup_met(self, result: PolicyResult) -> bool:
-        return not [m for m in self.misses(result) if m.startswith("pickup")]
-
-
-@dataclass(frozen=True, slots=True)
-class Candidate:
-    """One point of the search: the settings that matter for cost and latency."""
-
-    push: bool
-    delta_backoff_s: float
-    max_idle_s: float
-    max_threads: int = DEFAULT_MAX_THREADS
-    messages_per_thread: int = DEFAULT_MESSAGES_PER_THREAD
-    workers: int = 1
-
-    @property
-    def min_threads(self) -> int:
-        return 0 if self.push else 1
-
-    def spec(self) -> PolicySpec:
-        """The policy a fleet of ``workers`` such workers runs, as one simulated pool."""
-        scaling = ScalingPolicy(
-            min_threads=self.min_threads * self.workers,
-            max_threads=self.max_threads * self.workers,
-            rule=proportional(self.messages_per_thread),
-            delta_backoff_s=self.delta_backoff_s,
-            max_idle_s=self.max_idle_s,
-        )
-        return PolicySpec(
-            self.name,
-            threads=max(1, self.min_threads) * self.workers,
-            scaling=scaling,
-            push=self.push,
-        )
-
-    @property
-    def name(self) -> str:
-        mode = "push" if self.push else "poll"
-        fleet = f", {self.workers} workers" if self.workers > 1 else ""
-        return (
-            f"{mode} idle {self.max_idle_s:g}s delta {self.delta_backoff_s:g}s "
-            f"threads {self.max_threads} per {self.messages_per_thread}{fleet}"
-        )
-
-    def toml(self) -> str:
-        """The settings as a block for ``config/cloudqueue.toml``."""
-        lines = [
-            "[listener]",
-            "# one message per thread: what the search simulated (more in flight drains faster)",
-            "concurrency = 1",
-            "",
-            "[backoff]",
-            f"delta_backoff_s = {self.delta_backoff_s:g}",
-            f"max_idle_s = {self.max_idle_s:g}",
-            "",
-            "[scaling]",
-            f"min_threads = {self.min_threads}",
-            f"max_threads = {self.max_threads}",
-            'rule = "proportional"',
-            f"messages_per_thread = {self.messages_per_thread}",
-        ]
-        if self.push:
-            lines += [
-                "",
-                "[triggers]",
-                "# push: producers announce work on Redis; set the URL of yours",
-                'url = "redis://localhost:6379/0"',
-            ]
-        if self.workers > 1:
-            lines.insert(0, f"# run {self.workers} workers (processes or pods) with these settings")
-        return "\n".join(lines)
-
-
-@dataclass(frozen=True, slots=True)
-class Trial:
-    candidate: Candidate
-    result: PolicyResult
-
-    @property
-    def cost_per_month_usd(self) -> float:
-        return monthly_cost_usd(self.result.transactions_per_day)
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,14 +116,15 @@ def tune(
             key=lambda trial: (not goals.pickup_met(trial.result), *_rank(trial)),
         )[:STAGE_TWO_STARTS]
         sized = _scaling_stage(pool, problem, picked, max_threads_per_worker, max_workers)
-        tried = [trial for chain in [*trials, *sized] for trial in chain]
+        # A stage-2 chain may hold its stage-1 start again: each trial counts once.
+        tried = list({id(trial): trial for chain in [*trials, *sized] for trial in chain}.values())
         peers = baselines.result()
     finally:
         if own:
             pool.shutdown()
     feasible = [t for t in tried if not goals.misses(t.result)]
     best = min(feasible, key=_rank, default=None)
-    return Tuning(goals, best, tried, peers, None if best else _binding(goals, tried))
+    return Tuning(goals, best, tried, peers, None if best else binding(goals, tried))
 
 
 PEERS = (
@@ -257,13 +148,20 @@ def _rank(trial: Trial) -> tuple[float, float]:
 def _idle_stage(
     pool: Executor, problem: _Problem, max_threads: int, *, allow_push: bool
 ) -> list[list[Trial]]:
-    """Stage 1: one binary search over max_idle_s per mode and delta."""
+    """Stage 1: per mode, a binary search over max_idle_s at ``REFERENCE_DELTA_S``; then, for
+    each other delta, a walk along the grid from the idle found."""
     starts = [
-        Candidate(push, delta, MAX_IDLE_GRID_S[0], max_threads=max_threads)
+        Candidate(push, REFERENCE_DELTA_S, MAX_IDLE_GRID_S[0], max_threads=max_threads)
         for push in ((False, True) if allow_push else (False,))
-        for delta in DELTAS_S
     ]
-    return list(pool.map(partial(_idle_chain, problem), starts))
+    chains = list(pool.map(partial(_idle_chain, problem), starts))
+    walks = [
+        (chain[-1].candidate, delta)
+        for chain in chains
+        for delta in DELTAS_S
+        if delta != REFERENCE_DELTA_S
+    ]
+    return chains + list(pool.map(partial(_delta_walk, problem), walks))
 
 
 def _scaling_stage(
@@ -273,19 +171,19 @@ def _scaling_stage(
     max_threads_per_worker: int,
     max_workers: int,
 ) -> list[list[Trial]]:
-    """Stage 2: one binary search over max_threads per start and rule; more workers only when
-    one cannot meet the goals."""
+    """Stage 2: one binary search over max_threads per rule, from the cheapest start first;
+    the next start, then more workers, only while none meets the goals."""
     chains: list[list[Trial]] = []
     for workers in range(1, max_workers + 1):
-        starts = [
-            replace(trial.candidate, messages_per_thread=per_thread, workers=workers)
-            for trial in picked
-            for per_thread in MESSAGES_PER_THREAD
-        ]
-        grown = list(pool.map(partial(_thread_chain, problem, max_threads_per_worker), starts))
-        chains += grown
-        if any(not problem.goals.misses(t.result) for chain in grown for t in chain):
-            break
+        for trial in picked:
+            starts = [
+                (replace(trial.candidate, messages_per_thread=per_thread, workers=workers), trial)
+                for per_thread in MESSAGES_PER_THREAD
+            ]
+            grown = list(pool.map(partial(_thread_chain, problem, max_threads_per_worker), starts))
+            chains += grown
+            if any(not problem.goals.misses(t.result) for chain in grown for t in chain):
+                return chains
     return chains
 
 
@@ -302,12 +200,44 @@ def _idle_chain(problem: _Problem, start: Candidate) -> list[Trial]:
     return _bisect(len(MAX_IDLE_GRID_S), trial_at, good, longest=True)
 
 
-def _thread_chain(problem: _Problem, limit: int, start: Candidate) -> list[Trial]:
-    """Binary search for the fewest max_threads (up to ``limit``) meeting every goal."""
+def _delta_walk(problem: _Problem, start: tuple[Candidate, float]) -> list[Trial]:
+    """The longest max_idle_s meeting the pickup goals with another delta, one grid point at a
+    time from where the reference delta's search ended: longer while it meets them, shorter
+    until it does (the first grid point if none does). The trials run, the one chosen last."""
+    found, delta = start
+    index = MAX_IDLE_GRID_S.index(found.max_idle_s)
+
+    def trial_at(at: int) -> Trial:
+        idle_s = MAX_IDLE_GRID_S[at]
+        return problem.evaluate(
+            replace(found, max_idle_s=idle_s, delta_backoff_s=min(delta, idle_s))
+        )
+
+    chosen = trial_at(index)
+    tried = [chosen]
+    step = 1 if _pickup_met(problem.goals, chosen) else -1
+    while 0 <= index + step < len(MAX_IDLE_GRID_S):
+        index += step
+        trial = trial_at(index)
+        tried.append(trial)
+        met = _pickup_met(problem.goals, trial)
+        if step == 1 and not met:
+            break
+        chosen = trial
+        if step == -1 and met:
+            break
+    return [trial for trial in tried if trial is not chosen] + [chosen]
+
+
+def _thread_chain(problem: _Problem, limit: int, start: tuple[Candidate, Trial]) -> list[Trial]:
+    """Binary search for the fewest max_threads (up to ``limit``) meeting every goal; the
+    stage-1 trial it starts from is not run again."""
+    candidate, known = start
     grid = [threads for threads in THREAD_GRID if threads <= limit] or [limit]
 
     def trial_at(index: int) -> Trial:
-        return problem.evaluate(replace(start, max_threads=grid[index]))
+        trying = replace(candidate, max_threads=grid[index])
+        return known if trying == known.candidate else problem.evaluate(trying)
 
     good = partial(_meets_all, problem.goals)
     return _bisect(len(grid), trial_at, good, longest=False)
@@ -346,30 +276,3 @@ def _bisect(
             tried[chosen] = trial_at(chosen)
     last = tried.pop(chosen)
     return [*tried.values(), last]
-
-
-def _binding(goals: Goals, trials: list[Trial]) -> str:
-    """One line: the first goal no trial meets, with the closest value reached and where."""
-    for index, (name, _, goal) in enumerate(goals._figures(trials[0].result)):
-        if goal is None:
-            continue
-        reached = [
-            (value, trial)
-            for trial in trials
-            if (value := goals._figures(trial.result)[index][1]) is not None
-        ]
-        if not reached:
-            return f"{name} <= {_s(goal)} cannot be measured: no message was handled"
-        value, trial = min(reached, key=lambda pair: pair[0])
-        if value > goal:
-            return (
-                f"{name} <= {_s(goal)} cannot be met: the closest reachable is {_s(value)} "
-                f"({trial.candidate.name})"
-            )
-    return "the goals cannot be met together; relax one of them (each can be met alone)"
-
-
-def _s(seconds: float | None) -> str:
-    if seconds is None:
-        return "-"
-    return f"{seconds * 1000:.0f} ms" if seconds < 1 else f"{seconds:.2f} s"

@@ -1,8 +1,8 @@
 """cloudqueue's envelope: a JSON object whose only key is ``$cloudqueue``, carrying items that
 are compressed, batched, or kept in the payload store (``listener.wire.payload`` says which and
 how they are read). Parsing is bounded by the JSON depth limit; fields are read by name, so a
-listener ignores fields it does not know (``attempts``, the trace context) and merely does less
-with them.
+listener ignores fields it does not know (``attempts``, the trace context, ``due``) and merely
+does less with them.
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ import base64
 import json
 import re
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal
 
 from listener.errors import DecodeError, LimitExceededError
@@ -25,6 +26,9 @@ VERSION = 1
 TRACE_FIELDS = ("traceparent", "tracestate")
 
 Kind = Literal["gzip", "batch", "blob"]
+
+_MAX_TIME_CHARS = 40
+"""Longer than any ISO 8601 time: a longer ``due`` is not parsed at all."""
 
 _RESERVED = re.compile(r'^\s*\{\s*"\$cloudqueue"\s*:')
 _NOT_RESERVED = object()
@@ -45,6 +49,10 @@ class Envelope:
     fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Every field as parsed, those this listener does not know included: what is shown or
     rewritten of it is read from here, never by parsing the text again."""
+    due: datetime | None = None
+    """When a message delayed beyond 7 days may be handled (``listener.wire.due``)."""
+    hops: int = 0
+    """How often a listener hid it again because it was not due yet."""
 
 
 def inline_envelope(packed: Packed, *, attempts: int = 0) -> str:
@@ -93,6 +101,13 @@ def parse_envelope(
         raise DecodeError(f"malformed cloudqueue envelope: {error}") from None
 
 
+def envelope_text(fields: dict[str, Any]) -> str:
+    """The message text of an envelope with these fields (read from ``Envelope.fields``, some
+    changed): the payload (``data``) goes last, so what a person looks for reads first."""
+    data = {"data": fields["data"]} if "data" in fields else {}
+    return _dump({**{k: v for k, v in fields.items() if k != "data"}, **data})
+
+
 def without_attempts(content: str) -> str:
     """The message text with its envelope's ``attempts`` removed, for a fresh start (requeue);
     any other text unchanged."""
@@ -139,19 +154,45 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
     if not _is_count(attempts) or attempts < 0:
         raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
     carrier = {key: value for key in TRACE_FIELDS if isinstance(value := fields.get(key), str)}
+    due, hops = _due(fields), fields.get("hops", 0)
+    if not _is_count(hops) or hops < 0:
+        raise ValueError(f"hops must be a non-negative integer, got {hops!r}")
+    packed, name = None, None
     if kind == "blob":
         name = validate_payload_name(str(fields["blob"]))
-        return Envelope(
-            kind, inner, count, payload_name=name, attempts=attempts, carrier=carrier, fields=fields
-        )
-    try:
-        data = strict_base64(str(fields["data"]))
-    except DecodeError as error:
-        raise ValueError(f"data: {error}") from None
-    packed = Packed(inner, count, data)
+    else:
+        try:
+            packed = Packed(inner, count, strict_base64(str(fields["data"])))
+        except DecodeError as error:
+            raise ValueError(f"data: {error}") from None
     return Envelope(
-        kind, inner, count, packed=packed, attempts=attempts, carrier=carrier, fields=fields
+        kind,
+        inner,
+        count,
+        packed=packed,
+        payload_name=name,
+        attempts=attempts,
+        carrier=carrier,
+        fields=fields,
+        due=due,
+        hops=hops,
     )
+
+
+def _due(fields: dict[str, Any]) -> datetime | None:
+    """The ``due`` field: an ISO 8601 time with its UTC offset (``2026-02-01T09:00:00Z``)."""
+    text = fields.get("due")
+    if text is None:
+        return None
+    if not isinstance(text, str) or len(text) > _MAX_TIME_CHARS:
+        raise ValueError(f"due must be an ISO 8601 time, got {text!r:.40}")
+    try:
+        due = datetime.fromisoformat(text)
+    except ValueError as error:
+        raise ValueError(f"due: {error}") from None
+    if due.tzinfo is None:
+        raise ValueError(f"due must carry its UTC offset (Z), got {text!r}")
+    return due
 
 
 def _is_count(value: object) -> bool:
@@ -164,6 +205,7 @@ __all__ = [
     "Envelope",
     "Kind",
     "blob_envelope",
+    "envelope_text",
     "inline_envelope",
     "is_reserved",
     "parse_envelope",

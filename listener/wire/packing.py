@@ -44,11 +44,16 @@ def message_bytes(text: str) -> int:
 
 
 def single_message(
-    text: str, *, max_envelope_bytes: int = MAX_ENVELOPE_BYTES, max_bytes: int = MAX_MESSAGE_BYTES
+    text: str,
+    *,
+    max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
+    max_bytes: int = MAX_MESSAGE_BYTES,
+    enveloped: bool = False,
 ) -> str | Packed:
     """The message for one item: its own text when that fits (as Azure Functions expects), else a
-    gzip envelope when that fits, else the packed item, to be kept in the payload store."""
-    if message_bytes(text) <= max_bytes and not is_reserved(text):
+    gzip envelope when that fits, else the packed item, to be kept in the payload store.
+    ``enveloped``: never its own text, for an item whose envelope carries more (a due time)."""
+    if not enveloped and message_bytes(text) <= max_bytes and not is_reserved(text):
         return text
     packed = pack([text])
     if len(text) > MAX_INLINE_BYTES:  # characters: never more than its UTF-8 bytes

@@ -7,13 +7,20 @@ Two parts, both written to ``results/bench_tune.json`` with ``--write``:
    Functions trigger's defaults, a 1 s poller and a fixed pool of 8 threads polling every second.
    Pure simulation: the same on any machine.
 2. **Proof by replay**: a recorded bursty hour (written by the recorder from a seeded arrival
-   pattern: a burst of 120 messages every 10 minutes, one message every 10 s between, handlers
+   pattern: a burst of 60 messages every 5 minutes, one message every 10 s between, handlers
    of about 200 ms) is tuned for p95 pickup <= 2 s without push, then replayed at 60x on Azurite
    with those settings by ``workers.replay`` (the code behind ``cloudqueue replay``), several
-   times. Each run's measured consumer transactions and p95 pickup are compared with the
-   simulator's prediction for the same sped-up stretch.
+   times, each on a fresh Azurite. Each run's measured consumer transactions and p95 pickup
+   are compared with the simulator's prediction for the same sped-up stretch; the goal is the
+   issue's: transactions within 10 %, p95 pickup within 20 % (the median of the runs; how many
+   single runs fall outside is counted too).
 
-Run: ``.venv/bin/python -m tests.benchmarks.bench_tune --write`` (about 5 minutes).
+   Twelve bursts, not a few big ones: a burst's pickup tail depends on where the idle poller's
+   look falls against the burst's puts (and on the shared machine's load), so a run's p95 is
+   decided by its worst one or two bursts; with six bursts of 120, single runs ranged from half
+   to twice the prediction, their median anywhere between.
+
+Run: ``.venv/bin/python -m tests.benchmarks.bench_tune --write`` (about 8 minutes).
 """
 
 from __future__ import annotations
@@ -33,8 +40,9 @@ from typing import Any
 from pydantic import SecretStr
 
 from listener.simulation import ServiceModel, constant, idle
+from listener.simulation.goals import Goals
 from listener.simulation.profile import ProfileRecorder, load_profile
-from listener.simulation.tuning import Goals, tune
+from listener.simulation.tuning import tune
 from listener.stores.connection import open_storage
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
@@ -56,10 +64,19 @@ class _Clock:
         return self.now_s
 
 
+BURSTS = 12
+BURST_SIZE = 60
+TRANSACTIONS_WITHIN = 0.10
+PICKUP_P95_WITHIN = 0.20
+
+
 def write_bursty_hour(path: Path, seed: int) -> int:
     """Record a bursty hour with the real recorder: the arrivals and ~200 ms handling times."""
     rng = random.Random(seed)
-    arrivals = [600.0 * burst + rng.uniform(0, 2) for burst in range(6) for _ in range(120)]
+    period_s = 3600.0 / BURSTS
+    arrivals = [
+        period_s * burst + rng.uniform(0, 2) for burst in range(BURSTS) for _ in range(BURST_SIZE)
+    ]
     arrivals += [float(t) for t in range(5, 3600, 10)]
     clock = _Clock()
     recorder = ProfileRecorder(path, clock=clock)
@@ -144,8 +161,13 @@ def _summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
             "median": statistics.median(r[name] for r in ratios),
             "min": min(r[name] for r in ratios),
             "max": max(r[name] for r in ratios),
+            "within": within,
+            "runs_outside": sum(1 for r in ratios if abs(r[name] - 1) > within),
         }
-        for name in ("transactions", "pickup_p95")
+        for name, within in (
+            ("transactions", TRANSACTIONS_WITHIN),
+            ("pickup_p95", PICKUP_P95_WITHIN),
+        )
     }
 
 
@@ -169,37 +191,57 @@ def render_markdown(results: dict[str, Any]) -> str:
     summary = replayed["summary"]
     lines += [
         "",
-        f"**Replay on Azurite** — a recorded bursty hour ({replayed['messages']:,} messages), "
+        f"**Replay on Azurite** — a recorded bursty hour ({replayed['messages']:,} messages: "
+        f"a burst of {BURST_SIZE} every {60 // BURSTS} minutes, one message every 10 s between), "
         f"tuned for p95 pickup ≤ {PICKUP_P95_GOAL_S:g} s without push, replayed at "
         f"{SPEEDUP:g}x with those settings, {len(replayed['runs'])} runs, each on a fresh "
-        "Azurite; measured / predicted for the same sped-up stretch, median (min-max):",
+        "Azurite. The prediction is told what each run met: when the puts were done, the "
+        "handling times, the mean delete and the storage's busiest rate.",
         "",
-        "| run | transactions measured | predicted | p95 pickup measured s | predicted s |",
-        "|---|---|---|---|---|",
+        "| run | transactions measured | predicted | p95 pickup measured s | predicted s "
+        "| mean delete ms | storage calls/s | puts late s |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for number, run in enumerate(replayed["runs"], start=1):
+        rate = run["storage_calls_per_s"]
         lines.append(
             f"| {number} | {run['measured_total']:,} | {run['predicted_total']:,} | "
-            f"{run['measured_pickup_p95_s']:.3f} | {run['predicted_pickup_p95_s']:.3f} |"
+            f"{run['measured_pickup_p95_s']:.3f} | {run['predicted_pickup_p95_s']:.3f} | "
+            f"{run['request_latency_s'] * 1000:.1f} | {'-' if rate is None else f'{rate:,.0f}'} "
+            f"| {run['producer_late_s']:.2f} |"
         )
     lines += [
         "",
-        f"Transactions: **{_range(summary['transactions'])}**; p95 pickup: "
-        f"**{_range(summary['pickup_p95'])}**.",
+        "Measured / predicted, median (min-max): transactions "
+        f"**{_range(summary['transactions'])}**; p95 pickup **{_range(summary['pickup_p95'])}**. "
+        f"Beside the goals: p50 pickup {_spread(replayed['runs'], 'p50')}; the longest pickup "
+        f"{_spread(replayed['runs'], 'max')}, which no model of the workload predicts on a "
+        "shared machine (a stall of the emulator or the machine holds one burst back).",
         "",
         header_line(results),
     ]
     return "\n".join(lines) + "\n"
 
 
-def _range(ratio: dict[str, float]) -> str:
-    return f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f})"
+def _spread(runs: list[dict[str, Any]], figure: str) -> str:
+    """Measured / predicted pickup ``figure`` over the runs: median (min-max)."""
+    ratios = [
+        run[f"measured_pickup_{figure}_s"] / run[f"predicted_pickup_{figure}_s"] for run in runs
+    ]
+    return f"{statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f})"
+
+
+def _range(ratio: dict[str, Any]) -> str:
+    return (
+        f"{ratio['median']:.2f} ({ratio['min']:.2f}-{ratio['max']:.2f}; "
+        f"{ratio['runs_outside']} of the runs outside ±{ratio['within']:.0%})"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(prog=f"python -m tests.benchmarks.{BENCH}")
-    parser.add_argument("--repetitions", "-r", type=int, default=3)
+    parser.add_argument("--repetitions", "-r", type=int, default=5)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(argv)

@@ -1,7 +1,8 @@
 """Durations on the command line: ``30s``, ``5m``, ``1h``, ``7d`` or plain seconds.
 
 Azure takes delays and time-to-live in whole seconds, so a duration that is not a whole number of
-seconds is refused rather than rounded.
+seconds is refused rather than rounded. A duration that cannot be read is bad input: one line on
+stderr naming the option, exit code 2.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import re
 import click
 
 from listener.stores.storage import NEVER_EXPIRES
+from workers.cli.common import BadInput
 
 UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 
@@ -20,6 +22,8 @@ _DURATION = re.compile(r"^(?P<amount>\d+)(?P<unit>[smhd]?)$")
 def parse_duration_s(text: str) -> int:
     """``"90"``, ``"90s"``, ``"5m"``, ``"1h"``, ``"7d"`` as seconds; ValueError otherwise."""
     match = _DURATION.match(text.strip().lower())
+    if match is None and text.strip().startswith("-"):
+        raise ValueError(f"{text!r} is not a duration: a duration cannot be negative")
     if match is None:
         raise ValueError(
             f"{text!r} is not a duration: use a whole number with s, m, h or d (30s, 5m, 1h, 7d)"
@@ -77,4 +81,5 @@ class Duration(click.ParamType[int]):
         try:
             return parse_duration_s(text)
         except ValueError as error:
-            self.fail(str(error), param, ctx)
+            option = param.opts[0] if param is not None and param.opts else "duration"
+            raise BadInput(f"{option}: {error}") from None

@@ -10,12 +10,13 @@ from contextlib import AbstractContextManager, nullcontext
 import click
 
 from listener import tracing
+from listener.clock import SYSTEM_CLOCK
 from listener.producer.announce import WorkAnnouncer
+from listener.producer.delays import plan_timing
 from listener.producer.publisher import Publisher
 from listener.push.triggers import account_of
 from listener.stores.connection import describe_storage, open_payload_store_if_available
 from listener.stores.partition_names import MAX_PARTITIONS
-from listener.stores.storage import check_put_times
 from listener.wire.codec import MessageCodec
 from workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
 from workers.cli.durations import Duration
@@ -41,14 +42,16 @@ from workers.partitioning import PARTITIONS_HELP, partitioned_view
     "delay_s",
     type=Duration(),
     default=0,
-    help="Keep the items invisible this long (30s, 5m, 1h; at most 7d).",
+    help="Keep the items invisible this long (30s, 5m, 1h, 30d; past 7d a worker hides them "
+    "again every 7 days until then).",
 )
 @click.option(
     "--ttl",
     "time_to_live_s",
     type=Duration(allow_never=True),
     default=None,
-    help="Expire the items this long after the put, handled or not (1h, 30d, never) [7d].",
+    help="Expire the items this long after the put, handled or not (1h, 30d, never) "
+    "[7d after the delay].",
 )
 @click.option("--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP)
 @click.option(
@@ -84,6 +87,7 @@ def enqueue(
       cat items.jsonl | cloudqueue enqueue invoices --batch
       cat more.jsonl | cloudqueue enqueue invoices '{"invoice_id": 1}' -
       cloudqueue enqueue reminders '{"user": 7}' --delay 30m --ttl 1d
+      cloudqueue enqueue renewals '{"user": 7}' --delay 30d
       cloudqueue enqueue orders '{"customer": "acme"}' --partitions 4 --key customer
     """
     settings = current_settings()
@@ -155,14 +159,12 @@ def _json_field(field: str) -> Callable[[str], str]:
 
 
 def _check_times(delay_s: int, time_to_live_s: int | None) -> None:
-    """Refuse a delay or TTL Azure would refuse, before storage is opened or stdin read."""
+    """Refuse a delay or TTL the publisher would refuse, before storage is opened or stdin read."""
     try:
-        check_put_times(time_to_live_s, delay_s)
+        plan_timing(delay_s, time_to_live_s, now=SYSTEM_CLOCK.now())
     except ValueError as error:
-        message = (
-            str(error).replace("visibility_delay_s", "--delay").replace("time_to_live_s", "--ttl")
-        )
-        raise click.UsageError(f"{message} (values in seconds)") from error
+        message = str(error).replace("delay_s", "--delay").replace("time_to_live_s", "--ttl")
+        raise BadInput(f"{message} (values in seconds)") from None
 
 
 STDIN = "-"

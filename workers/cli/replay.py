@@ -12,7 +12,8 @@ from listener.simulation.profile import load_profile
 from listener.stores.storage import validate_queue_name
 from workers.cli.common import BadInput, current_settings, opened_storage, parse_overrides
 from workers.cli.profile_options import CSV_SERVICE_S, service_for
-from workers.replay import CONSUMER_OPERATIONS, ReplayReport, replay
+from workers.replay import replay
+from workers.replay_prediction import CONSUMER_OPERATIONS, ReplayReport
 
 
 @click.command(name="replay")
@@ -68,7 +69,7 @@ def replay_command(
 
     \b
     Examples:
-      cloudqueue tune hour.jsonl --pickup-p95 2s > tuned.txt
+      cloudqueue tune hour.jsonl --pickup-p95 2s --save-settings tuned.toml
       cloudqueue --config tuned.toml replay hour.jsonl replay-test --speedup 60
       cloudqueue replay day.csv replay-test --start-minute 480 --minutes 60
     """
@@ -111,8 +112,10 @@ def _table(report: ReplayReport) -> str:
     widths = [max(len(row[i]) for row in rows) for i in range(3)]
     lines = [
         f"{report.handled:,} of {report.messages:,} messages handled in {report.wall_s:.1f} s; "
-        f"median delete {report.request_latency_s * 1000:.1f} ms, "
-        f"storage at its busiest {_rate(report.storage_calls_per_s)} (the prediction uses both)"
+        f"mean delete {report.request_latency_s * 1000:.1f} ms, "
+        f"storage at its busiest {_rate(report.storage_calls_per_s)}; puts done up to "
+        f"{report.producer_late_s:.2f} s after their recorded time. The prediction is told "
+        "all three, and the handling times the handlers took."
     ]
     lines += [
         f"{row[0]:<{widths[0]}}  {row[1]:>{widths[1]}}  {row[2]:>{widths[2]}}" for row in rows

@@ -25,7 +25,7 @@ from workers.cli.common import (
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
-from workers.partitioning import check_layouts
+from workers.partitioning import check_layouts, worker_queues
 from workers.periodic_job import PeriodicJob, load_target
 from workers.progress import ConsoleStream, LiveProgress, shows_progress
 from workers.reload import run_reloading, watched_folders
@@ -127,8 +127,9 @@ def run(
     for options in effective:
         options.scaling.build_rule()
     queues = {
-        worker_type.location(options.listener.visibility_timeout_s).queue_name: options.listener
+        queue: listener
         for worker_type, options in zip(worker_types, effective, strict=True)
+        for queue, listener in worker_queues(worker_type, options.listener).items()
     }
     if reload:
         # The children run without --reload (and may show their status line); this one watches.

@@ -28,6 +28,7 @@ from listener.simulation import (
     table_notes,
 )
 from listener.simulation import simulate as run_simulation
+from listener.simulation.plot import require_plot_extra
 from listener.simulation.presets import Scenario
 from listener.simulation.profile import load_profile
 from listener.simulation.workload import DAY_S
@@ -149,6 +150,8 @@ def simulate(
       cloudqueue simulate --profile day.csv --policy defaults --policy push --json
       cloudqueue simulate --rate 2 --duration 1h --idle 22h --naive-threads 200
     """
+    if plot is not None:
+        require_plot_extra()
     if preset is not None:
         scenario = PRESETS[preset]()
     else:

@@ -26,14 +26,16 @@ def headline(snapshot: Snapshot, *, rates: bool) -> str:
 
 
 def describe_facts(facts: QueueFacts) -> str:
-    """One line for people: ``  3 visible, 1 in flight or delayed; oldest waiting 12 s``."""
+    """One line for people: ``  3 visible, 1 in flight or delayed; oldest waiting 12 s``
+    (``3 visible (1 not due yet)`` when the peek saw messages delayed beyond 7 days)."""
     visible = str(facts.visible) if facts.visible_exact else f"~{facts.visible}"
+    not_due = f" ({facts.delayed} not due yet)" if facts.delayed else ""
     waiting = (
         "none waiting"
         if facts.oldest_age_s is None
         else f"oldest waiting {describe_age(facts.oldest_age_s)}"
     )
-    return f"  {visible} visible, {facts.in_flight} in flight or delayed; {waiting}"
+    return f"  {visible} visible{not_due}, {facts.in_flight} in flight or delayed; {waiting}"
 
 
 def describe_age(seconds: float) -> str:
@@ -62,6 +64,8 @@ def worker_line(view: WorkerView, *, rates: bool) -> str:
         f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )
     line += _estimates(listener)
+    if listener.priority_set:
+        line += f"; threads shared by {' > '.join(listener.priority_set)} (priority order)"
     if rates:
         line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"
     return line

@@ -15,9 +15,12 @@ from typing import Any
 import click
 
 from listener.simulation import format_table
+from listener.simulation.candidates import Trial
 from listener.simulation.cost import monthly_cost_usd
-from listener.simulation.profile import LoadedProfile, load_profile
-from listener.simulation.tuning import Goals, Trial, Tuning, tune
+from listener.simulation.goals import Goals
+from listener.simulation.plot import require_plot_extra, save_tradeoff
+from listener.simulation.profile import LoadedProfile, RecordedProfile, load_profile
+from listener.simulation.tuning import Tuning, tune
 from workers.cli.common import BadInput, current_settings
 from workers.cli.durations import Seconds
 from workers.cli.profile_options import CSV_SERVICE_S, request_latency_option, service_for
@@ -47,6 +50,11 @@ INFEASIBLE_EXIT = 1
     type=click.Path(dir_okay=False, path_type=Path),
     help="Write a PNG of cost against p95 pickup (needs cloudqueue[plot]).",
 )
+@click.option(
+    "--save-settings",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the chosen settings to this TOML file (for --config, e.g. to replay them).",
+)
 def tune_command(
     *,
     profile: Path,
@@ -62,6 +70,7 @@ def tune_command(
     seed: int,
     as_json: bool,
     plot: Path | None,
+    save_settings: Path | None,
 ) -> None:
     """Find the cheapest settings that meet pickup and drain goals for a recorded workload.
 
@@ -75,10 +84,13 @@ def tune_command(
       cloudqueue run app:Worker --record day.jsonl      # record a day first
       cloudqueue tune day.jsonl --pickup-p95 2s --drain-after-burst 10m
       cloudqueue tune day.csv --pickup-p95 500ms --max-workers 4 --plot curve.png
+      cloudqueue tune day.jsonl --pickup-p95 2s --save-settings tuned.toml
     """
     goals = Goals(pickup_p95, pickup_max, drain_after_burst)
     if goals == Goals():
         raise BadInput("give at least one goal: --pickup-p95, --pickup-max or --drain-after-burst")
+    if plot is not None:
+        require_plot_extra()
     loaded = load_profile(profile)
     service = service_for(loaded, service_s, request_latency_s=request_latency_s)
     price_usd = (
@@ -94,8 +106,6 @@ def tune_command(
         seed=seed,
     )
     if plot is not None:
-        from listener.simulation.plot import save_tradeoff
-
         save_tradeoff(
             [(t.result.latency.p95_s or 0.0, t.cost_per_month_usd) for t in tuning.curve()], plot
         )
@@ -106,6 +116,8 @@ def tune_command(
     if tuning.best is None:
         click.echo(f"Error: {tuning.infeasible}", err=True)
         raise SystemExit(INFEASIBLE_EXIT)
+    if save_settings is not None:
+        save_settings.write_text(tuning.best.candidate.toml() + "\n", encoding="utf-8")
 
 
 def _report(loaded: LoadedProfile, tuning: Tuning, price_usd: float) -> str:
@@ -113,6 +125,7 @@ def _report(loaded: LoadedProfile, tuning: Tuning, price_usd: float) -> str:
     lines = [
         f"{len(workload.arrivals_s):,} messages over {workload.duration_s / 3600:g} h; "
         f"{len(tuning.trials)} settings simulated; ${price_usd:g} per 10,000 transactions",
+        *_recorded_lines(loaded.recorded),
         "",
     ]
     best = tuning.best
@@ -131,6 +144,22 @@ def _report(loaded: LoadedProfile, tuning: Tuning, price_usd: float) -> str:
     lines += ["Trade-off: the cheapest settings for each p95 pickup reached", ""]
     lines += [_curve_table(tuning.curve(), price_usd)]
     return "\n".join(lines)
+
+
+def _recorded_lines(recorded: RecordedProfile | None) -> list[str]:
+    """What a recorded profile says of handling, beside its arrivals (the tuning uses it)."""
+    if recorded is None:
+        return []
+    p50, p95 = recorded.handler_percentile_ms(50), recorded.handler_percentile_ms(95)
+    handling = (
+        "none handled" if p50 is None or p95 is None else f"p50 {p50:,.0f} ms, p95 {p95:,.0f} ms"
+    )
+    size = recorded.size_percentile_bytes(95)
+    return [
+        f"recorded handling: {handling}; failures {recorded.failure_rate:.1%} of "
+        f"{recorded.handled + recorded.failed:,} deliveries; message size p95 <= "
+        f"{'-' if size is None else f'{size:,} bytes'}"
+    ]
 
 
 def _curve_table(curve: list[Trial], price_usd: float) -> str:

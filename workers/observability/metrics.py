@@ -15,14 +15,18 @@ from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
-from listener.consumer.stats import ListenerCounters
-
 HANDLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 PICKUP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 """Waiting in a queue takes longer than handling: its buckets reach an hour."""
 
-OUTCOMES = {"processed": "processed", "retried": "failed", "poisoned": "poisoned"}
-"""The ``outcome`` label and the ``ListenerCounters`` field it follows."""
+OUTCOMES = {
+    "processed": "processed",
+    "retried": "failed",
+    "poisoned": "poisoned",
+    "delayed": "delay_hops",
+}
+"""The ``outcome`` label and the ``ListenerCounters`` field it follows (``delayed``: hidden
+again unhandled, not due yet: the hops of delays beyond 7 days)."""
 
 
 class WorkerMetrics:
@@ -117,9 +121,9 @@ class WorkerMetrics:
         self._sampled_storage: dict[tuple[str, str], int] = {}
         self._sampled_job_runs: dict[tuple[str, str], int] = {}
 
-    def sample_counters(self, queue: str, counters: ListenerCounters) -> None:
-        """Add what the listener's counters grew by since the last sample."""
-        totals = counters.snapshot()
+    def sample_counters(self, queue: str, totals: Mapping[str, int]) -> None:
+        """Add what a listener's counters on ``queue`` (``counters_of``) grew by since the last
+        sample."""
         for outcome, field in OUTCOMES.items():
             now = totals[field]
             grew = now - self._sampled.get((queue, outcome), 0)

@@ -8,7 +8,7 @@ decisions. Without metrics the host adds neither, so they cost nothing.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
 from listener.consumer.events import Scaled
@@ -71,10 +71,21 @@ class ObservedHandling(Middleware):
     """
 
     def __init__(
-        self, queue: str, rule_name: str, metrics: WorkerMetrics, heartbeats: Heartbeats
+        self,
+        queue: str,
+        rule_name: str,
+        metrics: WorkerMetrics,
+        heartbeats: Heartbeats,
+        *,
+        lower_queues: Sequence[str] = (),
     ) -> None:
-        self._handle_seconds = metrics.handle_seconds.labels(queue)
-        self._pickup_seconds = metrics.pickup_seconds.labels(queue)
+        """``lower_queues``: the further queues of a listener on several, each timed apart
+        (its scaling decisions are counted under ``queue``, its first)."""
+        self._timers = {
+            name: (metrics.handle_seconds.labels(name), metrics.pickup_seconds.labels(name))
+            for name in (queue, *lower_queues)
+        }
+        self._first = self._timers[queue]
         self._up = metrics.scaling_decisions.labels(queue, "up", rule_name)
         self._down = metrics.scaling_decisions.labels(queue, "down", rule_name)
         self._beat = heartbeats.beat
@@ -84,13 +95,14 @@ class ObservedHandling(Middleware):
             call_next()
             return
         self._beat()
+        handle_seconds, pickup_seconds = self._timers.get(context.queue_name, self._first)
         inserted_s = context.message.inserted_on.timestamp()
-        self._pickup_seconds.observe(max(0.0, time.time() - inserted_s))
+        pickup_seconds.observe(max(0.0, time.time() - inserted_s))
         started = time.perf_counter()
         try:
             call_next()
         finally:
-            self._handle_seconds.observe(time.perf_counter() - started)
+            handle_seconds.observe(time.perf_counter() - started)
 
     def on_scaled(self, event: Scaled) -> None:
         (self._up if event.direction == "up" else self._down).inc()

@@ -9,6 +9,7 @@ the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's en
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from listener.consumer.listener import CloudQueueListener
@@ -64,11 +65,15 @@ class ProcessObservability:
         """Watch the calls the listeners make (signs of life and reachability)."""
         return ObservedStorage(storage, self.heartbeats, self.reachability)
 
-    def middleware(self, queue: str, policy: ScalingPolicy) -> Middleware:
-        """The middleware that times a listener's handling and counts its scaling decisions."""
-        self.metrics.declare(queue, policy.rule_name)
-        self._policies[queue] = policy
-        return ObservedHandling(queue, policy.rule_name, self.metrics, self.heartbeats)
+    def middleware(self, queues: Sequence[str], policy: ScalingPolicy) -> Middleware:
+        """The middleware that times a listener's handling (of each of its ``queues``, highest
+        priority first) and counts its scaling decisions."""
+        for queue in queues:
+            self.metrics.declare(queue, policy.rule_name)
+        self._policies[queues[0]] = policy
+        return ObservedHandling(
+            queues[0], policy.rule_name, self.metrics, self.heartbeats, lower_queues=queues[1:]
+        )
 
     def watch(self, listener: CloudQueueListener[Any], min_threads: int) -> None:
         """Sample the listener's figures and watch its pool (once per hosted worker)."""
@@ -106,7 +111,8 @@ class ProcessObservability:
     def sample(self) -> None:
         """Bring counters and gauges up to date (the host calls this every second)."""
         for listener in self._listeners:
-            self.metrics.sample_counters(listener.queue_name, listener.counters)
+            for queue in listener.queue_names:
+                self.metrics.sample_counters(queue, listener.counters_of(queue))
             self.metrics.dequeue_threads.labels(listener.queue_name).set(
                 listener.active_dequeue_tasks
             )

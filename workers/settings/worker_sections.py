@@ -9,7 +9,7 @@ may cost to decode. A worker class's ``settings`` replace fields of these
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -17,6 +17,7 @@ from listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.consumer.middleware import Middleware, make_middleware
 from listener.errors import ConfigurationError
 from listener.imports import check_object_path, import_object
+from listener.policies.priority import Priority, PriorityMode
 from listener.policies.scaling_rules import (
     ScalingRule,
     drain_time,
@@ -83,6 +84,16 @@ class ListenerSettings(Section):
         le=MAX_PARTITIONS,
         description="while repartitioning: the old partition count, read until its queues empty",
     )
+    priority: PriorityMode = Field(
+        default="strict",
+        description="for a worker on several queues: strict (a get takes the highest queue "
+        "with work) or weighted (gets shared by listener.weights; none with work starves)",
+    )
+    weights: list[Annotated[int, Field(ge=1)]] | None = Field(
+        default=None,
+        description="for priority = weighted: one whole number per queue, in the order of "
+        "queue_name (3, 1: three gets in four to the first while both have work)",
+    )
     middleware: list[str] = Field(
         default_factory=list,
         description="middleware around each message, 'package.module:Class' (made with no "
@@ -94,6 +105,10 @@ class ListenerSettings(Section):
     def _middleware_paths(cls, paths: list[str]) -> list[str]:
         # The form only: the modules are imported by `cloudqueue run` (build_middleware).
         return [check_object_path(path, what="middleware") for path in paths]
+
+    def priority_policy(self) -> Priority:
+        """How a worker on several queues shares its gets among them."""
+        return Priority(self.priority, tuple(self.weights or ()))
 
     def build_middleware(self) -> list[Middleware]:
         """The middleware the settings name, imported and made (ConfigurationError if not)."""

@@ -7,6 +7,11 @@ the rest: fewer than 32 peeked is the exact visible count; 32 means at least tha
 visible count is then estimated as the depth less the messages the workers seen by ``status``
 hold. A queue is served roughly oldest first, so the oldest peeked message is the oldest waiting
 one; a message already in flight is not waiting and not counted.
+
+Delayed messages are invisible, so the service counts them with those in flight. A message
+delayed beyond 7 days shows up between two hops (``listener.consumer.hops``) until a worker hides
+it again, or for as long as no worker runs: the peek sees its due time, and counts it as delayed,
+not as waiting.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from datetime import datetime
 
 from listener.errors import QueueNotFoundError
 from listener.stores.storage import QueueStorage
+from listener.wire.due import due_of
 
 PEEK_MAX = 32
 """The most messages one peek returns (the Queue API's limit)."""
@@ -31,7 +37,10 @@ class QueueFacts:
     in_flight: int
     """Invisible messages: being handled, or delayed by their publisher."""
     oldest_age_s: float | None
-    """Seconds since the oldest visible message was put; None when none is visible."""
+    """Seconds since the oldest visible message that is due was put; None when none is."""
+    delayed: int = 0
+    """Visible messages the peek saw that are not due yet (delayed beyond 7 days, between two
+    hops): counted in ``visible``, not waiting."""
 
 
 def queue_facts(
@@ -43,9 +52,15 @@ def queue_facts(
         visible, exact = len(peeked), True
     else:
         visible, exact = max(PEEK_MAX, depth - held_by_workers), False
-    oldest = min((message.inserted_on for message in peeked), default=None)
+    waiting = [message for message in peeked if not _not_due(message.content, now)]
+    oldest = min((message.inserted_on for message in waiting), default=None)
     age_s = None if oldest is None else max(0.0, (now - oldest).total_seconds())
-    return QueueFacts(visible, exact, max(0, depth - visible), age_s)
+    return QueueFacts(visible, exact, max(0, depth - visible), age_s, len(peeked) - len(waiting))
+
+
+def _not_due(content: str, now: datetime) -> bool:
+    due = due_of(content)
+    return due is not None and due > now
 
 
 def depth_or_none(storage: QueueStorage, queue: str) -> int | None:

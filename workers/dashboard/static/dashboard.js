@@ -162,7 +162,7 @@ function renderWorkers(section, workers) {
   body.replaceChildren(
     ...workers.map((worker) =>
       rowOf([
-        `${worker.worker} (${worker.id})`,
+        `${worker.worker} (${worker.id})` + prioritySet(worker),
         fmtInt(worker.active_threads),
         fmtInt(worker.peak_threads),
         fmtInt(worker.processed),
@@ -172,6 +172,11 @@ function renderWorkers(section, workers) {
       ]),
     ),
   );
+}
+
+// A worker on several queues shares its threads among them, highest priority first.
+function prioritySet(worker) {
+  return worker.priority_set ? ` on ${worker.priority_set.join(" > ")}` : "";
 }
 
 function renderPoison(section, queue) {

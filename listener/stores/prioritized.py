@@ -1,0 +1,161 @@
+"""Several queues read as one by one listener, in priority order: the storage its gets go through.
+
+A listener whose location names several queues (``CloudQueueLocation.queue_names``, highest
+priority first) reads them through a ``PrioritizedQueueStorage`` over the process's storage. On
+the first queue's name:
+
+* **get** asks the queues in the order ``listener.policies.priority`` gives (strict or weighted,
+  and only two of them while idle) and returns the first batch found. Each message's id names its
+  queue (``<id>@<queue>``), as a partitioned queue's ids name their partition;
+* **count** sums the queues, one count each, and remembers each one's (``depths``);
+* **delete** and **update** go to the queue the id names.
+
+Every other call, and every call on another name, is the physical queue's own: a put on the first
+queue's name puts there, and each queue has its own ``-poison`` queue. Underneath may be a
+``PartitionedQueueStorage``: a queue of the set may itself be partitioned.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+from listener.policies.priority import Priority, asking_order, weighted_pick
+from listener.stores.forwarding import ForwardingStorage
+from listener.stores.partitioned import ID_SEPARATOR, split_message_id
+from listener.stores.storage import QueueMessage, QueueStorage
+
+
+@dataclass(slots=True)
+class _Turn:
+    """One dequeue thread's place: whether its last get found nothing, and whose turn is next
+    among the lower queues while idle."""
+
+    idle: bool = False
+    """False for a new thread: its first get asks every queue."""
+    lower_turn: int = 0
+
+
+class PrioritizedQueueStorage(ForwardingStorage):
+    """A QueueStorage on which the first of ``queue_names`` stands for them all (see above)."""
+
+    def __init__(self, inner: QueueStorage, queue_names: Sequence[str], priority: Priority) -> None:
+        super().__init__(inner)
+        priority.check(queue_names)
+        self.queue_names = tuple(queue_names)
+        self.priority = priority
+        self._lock = threading.Lock()
+        self._credits = tuple(0 for _ in self.queue_names)
+        self._fetched: Counter[str] = Counter()
+        self._depths: dict[str, int] = {}
+        self._local = threading.local()
+
+    @property
+    def first(self) -> str:
+        return self.queue_names[0]
+
+    def fetched(self) -> dict[str, int]:
+        """Messages each queue has given so far."""
+        with self._lock:
+            return {name: self._fetched[name] for name in self.queue_names}
+
+    def depths(self) -> dict[str, int]:
+        """Each queue's count at the last count of the set (empty before one)."""
+        return dict(self._depths)
+
+    # -- the calls that see the set ---------------------------------------------------------
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        if queue_name != self.first:
+            return super().get_messages(
+                queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+            )
+        turn = self._turn()
+        first = 0 if turn.idle else self._whose_turn()
+        order = asking_order(
+            len(self.queue_names), idle=turn.idle, lower_turn=turn.lower_turn, first=first
+        )
+        for index in order:
+            name = self.queue_names[index]
+            got = self.inner.get_messages(
+                name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+            )
+            if got:
+                turn.idle = False
+                with self._lock:
+                    self._fetched[name] += len(got)
+                return [_naming(message, name) for message in got]
+        if turn.idle:
+            turn.lower_turn += 1
+        turn.idle = True
+        return []
+
+    def approximate_message_count(self, queue_name: str) -> int:
+        if queue_name != self.first:
+            return super().approximate_message_count(queue_name)
+        depths = {name: self.inner.approximate_message_count(name) for name in self.queue_names}
+        self._depths = depths
+        return sum(depths.values())
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        queue_name, message_id = self._home(queue_name, message_id)
+        return self.inner.delete_message(queue_name, message_id, pop_receipt)
+
+    def update_visibility(
+        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+    ) -> str:
+        queue_name, message_id = self._home(queue_name, message_id)
+        return self.inner.update_visibility(
+            queue_name, message_id, pop_receipt, visibility_timeout_s
+        )
+
+    # -- choosing -----------------------------------------------------------------------------
+
+    def _whose_turn(self) -> int:
+        """The queue a busy get asks first: the highest (strict), or the weighted turn's."""
+        if self.priority.mode == "strict":
+            return 0
+        with self._lock:
+            chosen, self._credits = weighted_pick(self._credits, self.priority.weights)
+        return chosen
+
+    def _turn(self) -> _Turn:
+        turn: _Turn | None = getattr(self._local, "turn", None)
+        if turn is None:
+            turn = self._local.turn = _Turn()
+        return turn
+
+    def _home(self, queue_name: str, message_id: str) -> tuple[str, str]:
+        """The physical queue and id of a message the set's get returned; others unchanged."""
+        if queue_name != self.first:
+            return queue_name, message_id
+        own_id, named = split_message_id(message_id)
+        if named is None or named not in self.queue_names:
+            return queue_name, message_id
+        return named, own_id
+
+    def __repr__(self) -> str:
+        return (
+            f"PrioritizedQueueStorage({self.inner!r}, queues={list(self.queue_names)}, "
+            f"priority={self.priority.mode})"
+        )
+
+
+def _naming(message: QueueMessage, queue_name: str) -> QueueMessage:
+    return replace(message, id=f"{message.id}{ID_SEPARATOR}{queue_name}")
+
+
+def as_in_queue(message: QueueMessage, queue_name: str) -> QueueMessage:
+    """The message as ``queue_name`` itself knows it: without the ``@<queue>`` its id carried
+    when read through a ``PrioritizedQueueStorage`` (unchanged otherwise)."""
+    suffix = f"{ID_SEPARATOR}{queue_name}"
+    if not message.id.endswith(suffix):
+        return message
+    return replace(message, id=message.id.removesuffix(suffix))
+
+
+__all__ = ["PrioritizedQueueStorage", "as_in_queue"]
