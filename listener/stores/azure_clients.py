@@ -2,7 +2,10 @@
 
 The SDK defaults suit a script, not a worker: a 15 s first back-off, 20/60 s timeouts, 10 pooled
 connections. ``client_options`` replaces them for every client (queues, payload blobs, the tick
-ledger), sending requests through a pooled ``requests`` session.
+ledger), sending requests through a pooled ``requests`` session. ``queue_client_options`` does the
+same for the queue clients, which carry one or more requests per message, and there gives the
+requests to urllib3 directly (``listener.stores.urllib3_transport``) unless the environment or the
+caller's options hold something only ``requests`` applies.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from typing import Any
 from azure.storage.queue import ExponentialRetry
 
 from listener.stores.http_session import ca_bundle, pooled_session
+from listener.stores.urllib3_transport import transport_for_queues
 
 __all__ = [
     "CONNECTION_POOL_SIZE",
@@ -20,6 +24,7 @@ __all__ = [
     "READ_TIMEOUT_S",
     "FastRetry",
     "client_options",
+    "queue_client_options",
 ]
 
 CONNECTION_TIMEOUT_S = 5.0
@@ -34,6 +39,20 @@ CONNECTION_POOL_SIZE = 256
 connection beyond that, so a listener scaled past 10 threads would reconnect on every call; a
 worker's calls run on its dequeue threads and up to max_threads x listener.concurrency handler
 threads (16 + 16 x 8 by default), with room for a second worker in the process."""
+
+TRANSPORT_OPTIONS = frozenset(
+    {
+        "transport",
+        "session",
+        "session_owner",
+        "use_env_settings",
+        "proxies",
+        "connection_verify",
+        "connection_cert",
+        "connection_data_block_size",
+    }
+)
+"""Caller options that configure ``requests``' transport: given any, the queue clients keep it."""
 
 
 class FastRetry(ExponentialRetry):
@@ -99,3 +118,21 @@ def client_options(**overrides: Any) -> dict[str, Any]:
         if bundle is not None:  # what requests would read per request, read once
             options["connection_verify"] = bundle
     return {**options, **overrides}
+
+
+def queue_client_options(**overrides: Any) -> dict[str, Any]:
+    """``client_options`` for the queue clients, with the urllib3 transport where it applies.
+
+    It applies unless the environment has proxy or netrc settings, or ``overrides`` configure the
+    transport (``TRANSPORT_OPTIONS``); then the queue clients get ``client_options`` unchanged.
+    """
+    if TRANSPORT_OPTIONS.isdisjoint(overrides):
+        options = {**_retries_and_timeouts(), **overrides}
+        transport = transport_for_queues(
+            pool_size=CONNECTION_POOL_SIZE,
+            connection_timeout_s=options["connection_timeout"],
+            read_timeout_s=options["read_timeout"],
+        )
+        if transport is not None:
+            return {**options, "transport": transport}
+    return client_options(**overrides)

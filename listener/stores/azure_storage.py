@@ -1,8 +1,8 @@
 """Azure Storage Queues behind the ``QueueStorage`` protocol (azure-storage-queue 12.x).
 
 The queue operations on the SDK's clients, one cached client per queue. The clients are built with
-``azure_clients.client_options`` (retries in fractions of a second, bounded timeouts, a pooled
-session), every SDK exception becomes a ``listener.errors`` one in ``azure_errors``, and
+``azure_clients.queue_client_options`` (retries in fractions of a second, bounded timeouts, the
+urllib3 transport), every SDK exception becomes a ``listener.errors`` one in ``azure_errors``, and
 the limits the service would reject anyway are checked client-side first (the same checks as the
 embedded stores'). Content is stored exactly as given (the SDK's default no-encode policy): the
 project's codec does its own base64.
@@ -30,7 +30,7 @@ from listener.stores._embedded import (
     check_put_arguments,
     check_update_arguments,
 )
-from listener.stores.azure_clients import client_options
+from listener.stores.azure_clients import queue_client_options
 from listener.stores.azure_errors import error_code, translated
 from listener.stores.storage import QueueMessage, validate_queue_name
 
@@ -86,7 +86,7 @@ class AzureQueueStorage:
     @classmethod
     def from_connection_string(cls, connection_string: str, **overrides: Any) -> AzureQueueStorage:
         """Connect with a connection string; ``overrides`` replace our SDK client options."""
-        options = client_options(**overrides)
+        options = queue_client_options(**overrides)
         try:
             service = QueueServiceClient.from_connection_string(connection_string, **options)
         except ValueError:
@@ -100,7 +100,7 @@ class AzureQueueStorage:
         cls, account_url: str, credential: Credential, **overrides: Any
     ) -> AzureQueueStorage:
         """Connect to an account URL, e.g. with azure-identity's DefaultAzureCredential."""
-        options = client_options(**overrides)
+        options = queue_client_options(**overrides)
         try:
             service = QueueServiceClient(account_url, credential=credential, **options)
         except ValueError:
