@@ -161,6 +161,9 @@ def test_a_body_cut_short_is_an_incomplete_read(server: Callable[..., KeepAliveS
     try:
         with pytest.raises(IncompleteReadError):
             sender.send(HttpRequest("GET", f"{service.url}/short"))
+        streamed = sender.send(HttpRequest("GET", f"{service.url}/short"), stream=True)
+        with pytest.raises(IncompleteReadError):
+            streamed.read()
     finally:
         sender.close()
     storage = AzureQueueStorage.from_connection_string(service.connection_string)
