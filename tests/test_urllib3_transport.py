@@ -187,12 +187,14 @@ def test_a_connection_closed_without_an_answer_is_a_service_response_error(
         sender.close()
 
 
-def test_unknown_options_are_refused_not_ignored() -> None:
-    """An option this transport cannot honour (a per-call certificate) is a TypeError."""
+def test_options_it_cannot_honour_are_refused_not_ignored() -> None:
+    """A per-call certificate or proxy is a TypeError, not a request sent without it."""
     sender = transport()
     try:
         with pytest.raises(TypeError, match="connection_cert"):
             sender.send(HttpRequest("GET", "http://127.0.0.1:9/"), connection_cert="c.pem")
+        with pytest.raises(TypeError, match="proxy"):
+            sender.send(HttpRequest("GET", "http://127.0.0.1:9/"), proxies={"http": "p:1"})
     finally:
         sender.close()
 

@@ -111,7 +111,8 @@ class Urllib3Transport(HttpTransport[HttpRequest, Urllib3Response]):
             connect=kwargs.pop("connection_timeout", self._connection_timeout_s),
             read=kwargs.pop("read_timeout", self._read_timeout_s),
         )
-        kwargs.pop("proxies", None)  # ProxyPolicy's, None unless the client was given proxies
+        if kwargs.pop("proxies", None):  # ProxyPolicy's: None unless the client was given proxies
+            raise TypeError("Urllib3Transport sends through no proxy: keep the requests session")
         if kwargs:
             raise TypeError(f"Urllib3Transport takes no option {sorted(kwargs)[0]!r}")
         try:
