@@ -34,15 +34,15 @@ from listener.errors import (
     StorageError,
     TransientStorageError,
 )
-from listener.stores.azure_storage import (
+from listener.stores.azure_clients import (
     CONNECTION_POOL_SIZE,
     CONNECTION_TIMEOUT_S,
     READ_TIMEOUT_S,
-    AzureQueueStorage,
     FastRetry,
     client_options,
-    translate_error,
 )
+from listener.stores.azure_errors import translate_error
+from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.storage import MAX_MESSAGE_BYTES
 from tests.support.azurite import (
     ACCOUNT_KEY,

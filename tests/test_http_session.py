@@ -102,13 +102,22 @@ def test_the_ca_bundle_is_the_one_requests_would_read() -> None:
     assert ca_bundle({"REQUESTS_CA_BUNDLE": ""}) is None
 
 
+@pytest.mark.parametrize("transport", ["urllib3", "requests"])
 def test_plain_http_requests_do_not_look_up_the_ca_bundle(
-    azurite_connection_string: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    transport: str,
+    azurite_connection_string: str,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
 ) -> None:
-    """A CA bundle set for https costs plain-http requests (Azurite) no file-system look-up."""
+    """A CA bundle set for https costs plain-http requests (Azurite) no file-system look-up, on
+    either transport the queue clients may use."""
     bundle = tmp_path / "ca.pem"
     bundle.write_text("")
     monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(bundle))
+    if transport == "requests":  # a proxy setting keeps requests; NO_PROXY sends Azurite direct
+        monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+        monkeypatch.setenv("NO_PROXY", "127.0.0.1")
+    storage = AzureQueueStorage.from_connection_string(azurite_connection_string)
     looked_up: list[str] = []
     isdir = os.path.isdir
 
@@ -117,5 +126,10 @@ def test_plain_http_requests_do_not_look_up_the_ca_bundle(
         return isdir(path)
 
     monkeypatch.setattr(os.path, "isdir", counting_isdir)  # requests calls os.path.isdir
-    put_and_get(azurite_connection_string, "plain")
+    try:
+        storage.create_queue(f"plain-{transport}")
+        storage.put_message(f"plain-{transport}", "hello")
+        assert storage.get_messages(f"plain-{transport}", max_messages=1, visibility_timeout_s=5)
+    finally:
+        storage.close()
     assert str(bundle) not in looked_up

@@ -2,9 +2,9 @@
 
 The blobs live in one container of the queue's storage account, ``cloudqueue-payloads`` by default,
 named ``<queue>/<32 hex digits>``; the container is created on the first put that needs it. The
-SDK clients get the same options as the queue backend's (``client_options``): retries measured in
-fractions of a second, bounded connect and read timeouts, a pooled session. SDK exceptions become
-``listener.errors`` here, with messages free of secrets, as in ``listener.stores.azure_storage``.
+SDK clients get the options of ``azure_clients.client_options``: retries measured in fractions of
+a second, bounded connect and read timeouts, a pooled ``requests`` session (downloads stream).
+SDK exceptions become ``listener.errors`` through ``azure_errors``, with messages free of secrets.
 """
 
 from __future__ import annotations
@@ -25,7 +25,8 @@ from azure.storage.blob import ContainerClient
 
 from listener import errors
 from listener.redaction import redact
-from listener.stores.azure_storage import client_options, translate_error
+from listener.stores.azure_clients import client_options
+from listener.stores.azure_errors import translate_error
 from listener.stores.payload_store import validate_payload_name
 
 __all__ = [

@@ -27,11 +27,11 @@ from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
 from listener import errors
 from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from listener.stores.azure_errors import translate_error
 from listener.stores.azure_payloads import (
     container_from_account_url,
     container_from_connection_string,
 )
-from listener.stores.azure_storage import translate_error
 from listener.stores.tick_ledger import Claim, JobRecord, claimed, released, renewed
 
 __all__ = ["JOBS_CONTAINER", "AzureTickLedger"]

@@ -47,7 +47,7 @@ from listener.consumer.throughput import ThroughputMeter
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
 from listener.scaling.cpu import ProcessCpuMeter
 from listener.scaling.scaler import ScalingPolicy, idle_delay_s, should_stop_idle, targets
-from listener.stores.azure_storage import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
+from listener.stores.azure_clients import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
 from listener.stores.storage import MAX_BATCH_SIZE
 from listener.wire.codec import Codec
 
