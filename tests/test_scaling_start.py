@@ -39,5 +39,6 @@ def test_a_fresh_worker_handles_the_fast_items_while_a_slow_head_runs(tmp_path: 
         eventually(lambda: run.handled() & set(range(SLOW)), timeout_s=60)  # a slow one is done
         handled_before = run.handled() - set(range(SLOW))
         assert len(handled_before) >= 90, run.events("scaling_capped")
+        print(f"fast items handled before a slow one finished: {len(handled_before)}/{FAST}")
     finally:
         runs.kill_all()
