@@ -1,4 +1,4 @@
-"""The seed's scenario in miniature: a billing worker that prices invoice work items.
+"""The design's scenario in miniature: a billing worker that prices invoice work items.
 
 Run it as a long-lived process with ``cloudqueue run examples.billing:InvoiceWorker`` and feed it
 with ``cloudqueue enqueue invoices '{"invoice_id": 1, "customer": "acme", "lines": [...]}'``.

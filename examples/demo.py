@@ -219,7 +219,7 @@ def summary_tables(summary: DemoSummary, queue: str) -> list[Table]:
 
 def main() -> int:
     settings = CloudQueueSettings(
-        # One invoice per thread at a time, as in the seeds: the pool's growth is the story here.
+        # One invoice per thread at a time, as in the design: the pool's growth is the story here.
         # (By default each thread keeps listener.concurrency = 8 in flight; see the README.)
         listener=ListenerSettings(concurrency=1),
         scaling=ScalingSettings(max_threads=8, messages_per_thread=32, scale_in_delay_s=1.0),

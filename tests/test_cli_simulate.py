@@ -19,16 +19,16 @@ def invoke(*args: str) -> tuple[int, str]:
     return result.exit_code, result.output
 
 
-def test_the_seed_table_preset_prints_the_seeds_figures() -> None:
+def test_the_design_table_preset_prints_the_seeds_figures() -> None:
     """79,200 a day and $2.38 a month for one thread, $475.20 for 200, then cloudqueue's rows."""
-    code, output = invoke("simulate", "--preset", "seed-table")
+    code, output = invoke("simulate", "--preset", "design-table")
     assert code == 0, output
     rows = {line.split("  ")[0].strip(): line for line in output.splitlines()}
     assert "79,200" in rows["naive 1 thr @ 1 s"]
     assert "$2.38" in rows["naive 1 thr @ 1 s"]
     assert "$475.20" in rows["naive 200 thr @ 1 s"]
     assert {"cloudqueue defaults", "cloudqueue + push"} <= set(rows)
-    assert "$457.20" in output  # the seed's digit slip, named
+    assert "$457.20" in output  # the design's digit slip, named
 
 
 def test_json_output_prices_at_the_given_rate() -> None:

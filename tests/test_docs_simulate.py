@@ -18,8 +18,8 @@ def quoted_output(command: str) -> str:
     return text[start : text.index("```", start)].rstrip("\n")
 
 
-def test_the_docs_quote_the_seed_table_as_the_command_prints_it() -> None:
-    """`cloudqueue simulate --preset seed-table` prints exactly what the docs show."""
-    result = CliRunner().invoke(cli, ["simulate", "--preset", "seed-table"])
+def test_the_docs_quote_the_design_table_as_the_command_prints_it() -> None:
+    """`cloudqueue simulate --preset design-table` prints exactly what the docs show."""
+    result = CliRunner().invoke(cli, ["simulate", "--preset", "design-table"])
     assert result.exit_code == 0, result.output
-    assert result.output.rstrip("\n") == quoted_output("cloudqueue simulate --preset seed-table")
+    assert result.output.rstrip("\n") == quoted_output("cloudqueue simulate --preset design-table")

@@ -31,9 +31,9 @@ from listener.simulation.queue import SimulatedQueue
 from listener.simulation.simulator import PolicySimulation
 
 
-def test_the_seed_table_comes_out_exactly() -> None:
+def test_the_design_table_comes_out_exactly() -> None:
     """22 idle hours: 1 thread at 1 s makes 79,200 gets ($2.38/month), 200 threads $475.20."""
-    scenario = PRESETS["seed-table"]()
+    scenario = PRESETS["design-table"]()
     one, two_hundred, defaults, push = simulate(
         scenario.workload, scenario.policies, service=scenario.service, samples=20
     )

@@ -14,8 +14,8 @@ list outermost:
   up, re-route it, or call ``call_next()`` to go on (see ``MessageContext``).
 * ``after_settle``: once the message is deleted, retried, poisoned, dropped or left, with the
   outcome and its reason (``MessageContext.outcome``).
-* the bus's events: ``on_queue_empty`` (the seed's ``QueueEmpty``: may decide the idle wait),
-  ``on_queue_work_detected`` (the seed's ``QueueWorkDetected``), ``on_batch_processed`` and
+* the bus's events: ``on_queue_empty`` (the design's ``QueueEmpty``: may decide the idle wait),
+  ``on_queue_work_detected`` (the design's ``QueueWorkDetected``), ``on_batch_processed`` and
   ``on_scaled`` (``listener.consumer.events``).
 
 A hook that raises is contained and logged like a failing observer: in ``around_handle`` the

@@ -1,7 +1,7 @@
 """Randomized exponential back-off, as a pure function.
 
 ``delta = (2**attempt - 1) * U(0.8 * delta_s, 1.2 * delta_s)`` and
-``delay = min(min_s + delta, max_s)``: the seed's curve. The jitter keeps a fleet of threads
+``delay = min(min_s + delta, max_s)``: the design's curve. The jitter keeps a fleet of threads
 that went idle (or hit the same outage) together from polling in lock-step.
 """
 

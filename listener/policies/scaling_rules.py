@@ -43,7 +43,7 @@ ScalingRule = Callable[[ScalingInput], int]
 def steps(table: Sequence[tuple[int, int]]) -> ScalingRule:
     """A table of (depth threshold, threads): the last row whose threshold the depth reaches.
 
-    The seed's example is ``steps([(0, 10), (100, 50), (1000, 100)])``.
+    The design's example is ``steps([(0, 10), (100, 50), (1000, 100)])``.
     """
     rows = sorted(table)
     if not rows or any(threads < 0 or threshold < 0 for threshold, threads in rows):

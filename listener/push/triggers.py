@@ -1,6 +1,6 @@
 """Push triggers: a producer tells listeners "work detected" so idle ones need not poll.
 
-The seed's ``WorkDetected`` event names the storage account, the queue and the payload size. A
+The design's ``WorkDetected`` event names the storage account, the queue and the payload size. A
 ``TriggerChannel`` carries events between producers and listeners: in one process (a reactivex
 Subject) or across processes and machines (Redis pub/sub, ``listener.push.redis_triggers``). A
 listener subscribes to ``channel.events`` and reacts only to events for its own account and queue.

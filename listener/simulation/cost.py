@@ -1,13 +1,13 @@
 """The price arithmetic: Azure bills every storage call, an empty get included.
 
-A month is 30 days, as in the seed's arithmetic: 79,200 transactions a day x 30 / 10,000 x $0.01
+A month is 30 days, as in the design's arithmetic: 79,200 transactions a day x 30 / 10,000 x $0.01
 = $2.376 a month.
 """
 
 from __future__ import annotations
 
 DEFAULT_PRICE_PER_10K_USD = 0.01
-"""The seed's 2014 price of 10,000 queue transactions; set today's price for your account."""
+"""The design's 2014 price of 10,000 queue transactions; set today's price for your account."""
 DAYS_PER_MONTH = 30
 HOURS_PER_MONTH = 24 * DAYS_PER_MONTH
 

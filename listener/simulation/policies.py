@@ -42,7 +42,7 @@ class PolicySpec:
 
 
 def naive_poller(threads: int = 1, interval_s: float = 1.0) -> PolicySpec:
-    """The seed's poller: ``threads`` threads, each polling every ``interval_s`` when idle."""
+    """The design's poller: ``threads`` threads, each polling every ``interval_s`` when idle."""
     return PolicySpec(
         f"naive {threads} thr @ {interval_s:g} s", threads=threads, dequeue_interval_s=interval_s
     )

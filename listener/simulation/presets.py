@@ -1,8 +1,9 @@
-"""Named scenarios: the seed's cost table, and a bursty day.
+"""Named scenarios: the design's cost table, and a bursty day.
 
-``seed-table`` is the seed document's arithmetic: during a day's 22 idle hours one thread polling
-once a second makes 79,200 transactions (the busy hours' transactions do real work and are left
-out, as the seed does), so the stretch counts as the whole day and storage calls take no time.
+``design-table`` is the design document's arithmetic: during a day's 22 idle hours one thread
+polling once a second makes 79,200 transactions (the busy hours' transactions do real work and are
+left out, as the design does), so the stretch counts as the whole day and storage calls take no
+time.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Scenario:
     service: ServiceModel
 
 
-def seed_table() -> Scenario:
+def design_table() -> Scenario:
     """22 idle hours as the day: 1 and 200 naive pollers, cloudqueue's defaults, push mode."""
     return Scenario(
         workload=idle(IDLE_HOURS * HOUR_S).as_day(),
@@ -53,4 +54,4 @@ def bursty_day() -> Scenario:
     )
 
 
-PRESETS = {"seed-table": seed_table, "bursty-day": bursty_day}
+PRESETS = {"design-table": design_table, "bursty-day": bursty_day}

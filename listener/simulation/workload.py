@@ -25,7 +25,7 @@ class Workload:
     arrivals_s: tuple[float, ...]
     duration_s: float
     days: float | None = None
-    """How many days the simulated stretch stands for (None: ``duration_s`` / 24 h). The seed's
+    """How many days the simulated stretch stands for (None: ``duration_s`` / 24 h). The design's
     table simulates only a day's 22 idle hours and calls that the day's cost."""
 
     def __post_init__(self) -> None:

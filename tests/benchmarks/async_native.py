@@ -1,7 +1,7 @@
 """A prototype, for measurement only: ``async def`` handlers on dequeue *tasks* of one event loop.
 
 cloudqueue runs dequeue threads and sends ``async def handle`` coroutines to an event loop of their
-own (``workers.async_handler``). This sketch is the seed's other shape: the dequeue loops are
+own (``workers.async_handler``). This sketch is the design's other shape: the dequeue loops are
 tasks on that same loop, talking to the aio SDK (aiohttp), so a message never crosses a thread.
 ``tests/benchmarks/bench_async_path.py`` measures it against the product; it is not product code.
 

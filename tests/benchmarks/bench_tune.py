@@ -2,7 +2,7 @@
 
 Two parts, both written to ``results/bench_tune.json`` with ``--write``:
 
-1. **The seed's scenario** (a message a second for two hours, then 22 idle hours) tuned for
+1. **The design's scenario** (a message a second for two hours, then 22 idle hours) tuned for
    p95 pickup <= 2 s: the tuned settings' monthly cost beside cloudqueue's defaults, the
    Functions trigger's defaults, a 1 s poller and a fixed pool of 8 threads polling every second.
    Pure simulation: the same on any machine.
@@ -89,7 +89,7 @@ def write_bursty_hour(path: Path, seed: int) -> int:
 
 
 def seed_scenario() -> dict[str, Any]:
-    """Tune the seed's day for p95 <= 2 s; the tuned row and the peers'."""
+    """Tune the design's day for p95 <= 2 s; the tuned row and the peers'."""
     workload = constant(1.0, 2 * 3600).then(idle(22 * 3600))
     tuning = tune(workload, ServiceModel(), Goals(pickup_p95_s=PICKUP_P95_GOAL_S))
     assert tuning.best is not None, tuning.infeasible
@@ -175,7 +175,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     """The docs block for these results."""
     seed = results["seed_scenario"]
     lines = [
-        f"**The seed's day tuned for p95 pickup ≤ {PICKUP_P95_GOAL_S:g} s** — a message a second "
+        f"**The design's day tuned for p95 pickup ≤ {PICKUP_P95_GOAL_S:g} s** — a message a second "
         "for 2 hours, then 22 idle hours; simulated with the real policies:",
         "",
         "| policy | transactions/day | $/month | p95 pickup s | max pickup s |",

@@ -43,7 +43,7 @@ TABLE_SAMPLES = 1
 POLICY_NAMES = ("naive", "fixed", "defaults", "push", "functions")
 
 SEED_SLIP_NOTE = (
-    "The seed document prints $457.20 for 200 threads: a digit slip, 200 x $2.376 = $475.20."
+    "The design document prints $457.20 for 200 threads: a digit slip, 200 x $2.376 = $475.20."
 )
 
 
@@ -145,7 +145,7 @@ def simulate(
 
     \b
     Examples:
-      cloudqueue simulate --preset seed-table
+      cloudqueue simulate --preset design-table
       cloudqueue simulate --burst-size 500 --burst-period 30m --duration 24h --plot day.png
       cloudqueue simulate --profile day.csv --policy defaults --policy push --json
       cloudqueue simulate --rate 2 --duration 1h --idle 22h --naive-threads 200
@@ -192,7 +192,7 @@ def simulate(
     click.echo(format_table(results, price_usd))
     for note in table_notes(results):
         click.echo(note)
-    if preset == "seed-table":
+    if preset == "design-table":
         click.echo(SEED_SLIP_NOTE)
     if plot is not None:
         click.echo(f"chart written to {plot}")

@@ -99,5 +99,5 @@ class CostSettings(Section):
     price_per_10k_transactions_usd: float = Field(
         default=DEFAULT_PRICE_PER_10K_USD,
         gt=0,
-        description="price of 10,000 storage transactions (the seed's $0.01; set your account's)",
+        description="price of 10,000 storage transactions (the design's $0.01; set your account's)",
     )
