@@ -38,17 +38,21 @@ class MessageEnvelope:
         )
 
 
-_current: ContextVar[MessageEnvelope | None] = ContextVar("cloudqueue_envelope", default=None)
+_current: ContextVar[tuple[str, QueueMessage] | None] = ContextVar(
+    "cloudqueue_envelope", default=None
+)
+"""The queue and message being delivered: the envelope is made only when a handler asks for it
+(most never do, and the delivery of every message sets this)."""
 
 
 def current_envelope() -> MessageEnvelope:
     """The envelope of the item being delivered; LookupError outside a delivery."""
-    envelope = _current.get()
-    if envelope is None:
+    delivery = _current.get()
+    if delivery is None:
         raise LookupError("current_envelope() is only available while an item is being handled")
-    return envelope
+    return MessageEnvelope.of(*delivery)
 
 
-def set_current_envelope(envelope: MessageEnvelope | None) -> None:
-    """Set by the dequeue thread around each delivery (internal)."""
-    _current.set(envelope)
+def set_current_message(queue_name: str | None, message: QueueMessage | None = None) -> None:
+    """Set by the thread that delivers a message, around its delivery (internal)."""
+    _current.set(None if queue_name is None or message is None else (queue_name, message))

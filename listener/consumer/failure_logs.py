@@ -89,6 +89,8 @@ class FailureMemory(Generic[K, V]):
             return self._values.get(key)
 
     def forget(self, key: K) -> None:
+        if not self._values:  # asked once per message: no lock while nothing is remembered
+            return
         with self._lock:
             self._values.pop(key, None)
 

@@ -84,6 +84,8 @@ class PoisonMover:
 
     def pending(self, message: QueueMessage) -> PoisonDecision | None:
         """The decision of an earlier delivery whose move failed, for this delivery; else None."""
+        if not self._pending:  # asked once per message: no lock while no move has failed
+            return None
         with self._lock:
             decision = self._pending.get(message.id)
         return None if decision is None else decision.again(message)

@@ -27,7 +27,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from listener.clock import Clock
-from listener.consumer.current import MessageEnvelope, set_current_envelope
+from listener.consumer.current import set_current_message
 from listener.consumer.hops import DelayHops
 from listener.consumer.item_failures import ItemFailure, describe_errors, label
 from listener.consumer.leases import Lease
@@ -215,7 +215,7 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer; record the items any observer failed on."""
-        set_current_envelope(MessageEnvelope.of(context.queue_name, context.message))
+        set_current_message(context.queue_name, context.message)
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             failed: list[ItemFailure] = []
@@ -225,7 +225,7 @@ class MessageProcessor(Generic[T]):
             context.failures = failed
             context.handled = True
         finally:
-            set_current_envelope(None)
+            set_current_message(None)
             if self.record_handler_time is not None:
                 self.record_handler_time(1, self.clock.monotonic() - started)
 
