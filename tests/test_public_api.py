@@ -41,6 +41,7 @@ def test_the_public_surface_is_exactly_this() -> None:
     assert list(listener.__all__) == [
         "MAX_BATCH_SIZE",
         "MAX_MESSAGE_BYTES",
+        "BatchFailed",
         "BatchProcessed",
         "Clock",
         "CloudQueueError",
@@ -90,6 +91,8 @@ def test_the_public_surface_is_exactly_this() -> None:
         "RateLimiter",
         "RedisRateLimiter",
         "RedisTriggerChannel",
+        "Retry",
+        "RetryPolicy",
         "Scaled",
         "ScalingInput",
         "ScalingPolicy",
@@ -98,6 +101,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "SqliteQueueStorage",
         "StorageError",
         "SystemClock",
+        "TimeLimitExceeded",
         "TransientStorageError",
         "TriggerChannel",
         "TriggerWaker",
@@ -116,6 +120,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "steps",
     ]
     assert list(workers.__all__) == [
+        "BatchFailed",
         "CloudQueueSettings",
         "ConsoleStream",
         "ListenerSettings",
@@ -123,6 +128,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "LoggingSettings",
         "PeriodicJob",
         "QueueWorker",
+        "Retry",
         "ScalingSettings",
         "WorkerHost",
         "configure_logging",

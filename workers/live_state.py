@@ -66,6 +66,8 @@ class QueueLiveState:
     written before it was published."""
     items_processed: int | None = None
     """Items handled (None in files of older versions, which counted messages only)."""
+    stuck_threads: int = 0
+    """Handler threads still running past ``listener.time_limit_s`` (0 in older files)."""
 
     @classmethod
     def of(cls, listener: CloudQueueListener[Any], cost: QueueCost = UNKNOWN) -> QueueLiveState:
@@ -85,6 +87,7 @@ class QueueLiveState:
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
             poison_failures=counters["poison_failures"],
             items_processed=counters["items_processed"],
+            stuck_threads=listener.stuck_threads,
         )
 
 

@@ -18,14 +18,21 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from listener.consumer.listener import CloudQueueListener
-from listener.errors import CloudQueueError, ConfigurationError, DecodeError, QueueNotFoundError
+from listener.errors import (
+    BatchFailed,
+    CloudQueueError,
+    ConfigurationError,
+    DecodeError,
+    QueueNotFoundError,
+)
 from listener.poison.queue import browse_poisoned, poison_queue_name
 from listener.poison.record import read_record
 from listener.producer.publisher import Publisher
@@ -34,6 +41,7 @@ from listener.testing import ManualClock, VirtualClock
 from listener.wire.codec import MessageCodec
 from listener.wire.payload import open_message
 from workers.async_handler import AsyncHandlerRunner
+from workers.controls import controls_for, subscribe_handler
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 
@@ -99,11 +107,51 @@ class _Recorder(Generic[T]):
         try:
             self._handler(item)
         except Exception as error:
-            with self._lock:
-                self.first_error = self.first_error or error
+            self._failed(error)
             raise
+        self._done([item])
+
+    def _done(self, items: list[T]) -> None:
         with self._lock:
-            self.handled.append(item)
+            self.handled += items
+
+    def _failed(self, error: BaseException) -> None:
+        with self._lock:
+            self.first_error = self.first_error or error
+
+
+class _BatchRecorder(_Recorder[T]):
+    """Wraps a batch handler (plain or ``async``): keeps the items of every call that returned,
+    those a ``BatchFailed`` did not name, and the first exception a call raised."""
+
+    def __init__(self, handler: Callable[[list[T]], Any]) -> None:
+        super().__init__(cast(Callable[[T], Any], handler))
+        self._batch_handler = handler
+
+    def batch(self, items: list[T]) -> Any:
+        try:
+            result = self._batch_handler(items)
+        except Exception as error:
+            self._batch_failed(items, error)
+            raise
+        if inspect.isawaitable(result):
+            return self._awaited(result, items)
+        self._done(items)
+        return None
+
+    async def _awaited(self, result: Awaitable[Any], items: list[T]) -> None:
+        try:
+            await result
+        except Exception as error:
+            self._batch_failed(items, error)
+            raise
+        self._done(items)
+
+    def _batch_failed(self, items: list[T], error: Exception) -> None:
+        self._failed(error)
+        if isinstance(error, BatchFailed):
+            failed = set(error.failed)
+            self._done([item for position, item in enumerate(items) if position not in failed])
 
 
 def run_until_drained(
@@ -142,16 +190,27 @@ def _drain_worker(
     listener = _listener_for(worker, settings)
     runner = AsyncHandlerRunner(worker.handle)
     recorder: _Recorder[T] = _Recorder(runner)
-    listener.subscribe(recorder)
+    batches: _BatchRecorder[T] = _BatchRecorder(worker.handle_batch)
+    batcher = subscribe_handler(
+        listener, worker, settings, handler=recorder, batch_handler=batches.batch, loop=runner.loop
+    )
+    threads = settings.listener.threads
+    counted: Callable[[], int] = lambda: listener.threads_alive  # noqa: E731
+    if batcher is not None:
+        recorder = batches
+        # Threads waiting for a batch to fill wait on the clock too: time moves only once the
+        # dequeue threads wait as well, so a batch fills before its deadline comes.
+        counted = lambda: listener.threads_alive + batcher.waiting  # noqa: E731
     worker.on_start(listener)
     try:
         _drain(
             listener,
             items,
-            settings.listener.threads,
+            threads,
             recorder,
             fail_fast=fail_fast,
             timeout_s=timeout_s,
+            waiting_threads=counted,
         )
     finally:
         runner.close()
@@ -161,19 +220,26 @@ def _drain_worker(
 
 def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
     """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
-    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout)."""
+    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout),
+    with its handler controls (``workers.controls``)."""
     clock = VirtualClock()
     options = settings.listener
+    controls = controls_for(type(worker), settings)
     return CloudQueueListener(
         InMemoryQueueStorage(clock=clock),
         worker.location(options.visibility_timeout_s),
         worker.item_type,
         codec=MessageCodec(worker.item_type, encoding=options.encoding),
+        middleware=controls.middleware,
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
-        delivery=settings.delivery_policy(),
+        delivery=controls.delivery,
+        # One slot unless the controls need more: handlers run one at a time, as before.
+        concurrency=controls.concurrency if worker.batches() else 1,
         clock=clock,
         sleeper=clock,
+        time_limit_s=controls.time_limit_s,
+        adaptive_slots=controls.adaptive_slots,
     )
 
 
@@ -229,8 +295,12 @@ def _drain(
     *,
     fail_fast: bool,
     timeout_s: float,
+    waiting_threads: Callable[[], int] | None = None,
 ) -> None:
+    """Publish, start, and move virtual time whenever ``waiting_threads()`` threads (the dequeue
+    threads by default) all wait, until the queue is empty."""
     clock = cast(VirtualClock, listener.sleeper)  # both callers made sure
+    threads_waiting = waiting_threads or (lambda: listener.threads_alive)
     storage, queue = listener.storage, listener.queue_name
     storage.create_queue(queue)
     # The listener's codec writes what it reads; the item type only matters for a new codec.
@@ -243,7 +313,7 @@ def _drain(
         while True:
             if fail_fast:
                 _raise_first_failure(listener, recorder, failures_before)
-            if clock.all_waiting(lambda: listener.threads_alive):
+            if clock.all_waiting(threads_waiting):
                 # Every thread idle: done if nothing is left, else on to the next wake-up.
                 if storage.approximate_message_count(queue) == 0:
                     return

@@ -24,6 +24,9 @@ class DeliveryPolicy:
     max_retry_delay_s: float = 60.0
     renew_visibility: bool = True
     """Extend the visibility of held messages at half their timeout while they are handled."""
+    retry_delays_s: tuple[float, ...] = ()
+    """Seconds hidden after the 1st, 2nd... failure, the last repeating (a worker's ``Retry``);
+    empty: the exponential back-off above."""
 
     def __post_init__(self) -> None:
         if self.max_dequeue_count < 1:
@@ -34,6 +37,10 @@ class DeliveryPolicy:
 
 def retry_visibility_s(dequeue_count: int, policy: DeliveryPolicy, rng: RandomSource) -> int:
     """Whole seconds a failed message stays hidden before its next attempt (0 = at once)."""
+    delays = policy.retry_delays_s
+    if delays:
+        # Rounded up, so a delay is never cut short: visibility takes whole seconds.
+        return math.ceil(delays[min(max(dequeue_count, 1), len(delays)) - 1])
     delay = randomized_exponential_backoff(
         dequeue_count,
         delta_s=policy.retry_delay_s or 1.0,

@@ -22,6 +22,7 @@ from workers.cli.common import (
     one_line,
     parse_overrides,
 )
+from workers.controls import controls_for
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
@@ -124,8 +125,9 @@ def run(
     effective = [
         worker_settings(settings, *pair) for pair in zip(worker_targets, worker_types, strict=True)
     ]
-    for options in effective:
+    for worker_type, options in zip(worker_types, effective, strict=True):
         options.scaling.build_rule()
+        controls_for(worker_type, options)  # a batch wait longer than the time limit, ...
     queues = {
         worker_type.location(options.listener.visibility_timeout_s).queue_name: options.listener
         for worker_type, options in zip(worker_types, effective, strict=True)

@@ -61,6 +61,8 @@ def worker_line(view: WorkerView, *, rates: bool) -> str:
         f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
         f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )
+    if listener.stuck_threads:
+        line += f"; {listener.stuck_threads} thread(s) stuck past the time limit"
     line += _estimates(listener)
     if rates:
         line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"

@@ -10,8 +10,9 @@ idle, ``listener.max_error_delay_s`` after an error) plus one storage call or ha
 
 Readiness asks "should it get work now?": started, its storage answering (the last storage call
 did not fail with an outage), its messages that must be poisoned reaching the poison queue (from
-a failed move until one succeeds: they wait in their queue meanwhile), and not draining. A
-shutdown signal turns it red before the drain.
+a failed move until one succeeds: they wait in their queue meanwhile), no more handler threads
+stuck past their time limit than ``listener.max_stuck_threads``, and not draining. A shutdown
+signal turns it red before the drain.
 """
 
 from __future__ import annotations
@@ -110,6 +111,16 @@ class WatchedPool:
     threads_alive: Callable[[], int]
     min_threads: int
     poisoning_failing: Callable[[], bool] = lambda: False
+    stuck_threads: Callable[[], int] = lambda: 0
+    """Handler threads still running past the time limit (``listener.time_limit_s``)."""
+    max_stuck_threads: int | None = None
+    """More stuck threads than this and the process is not ready (None: no bound)."""
+
+    def too_many_stuck(self) -> int | None:
+        """The stuck threads when over the bound, else None."""
+        stuck = self.stuck_threads()
+        bound = self.max_stuck_threads
+        return stuck if bound is not None and stuck > bound else None
 
 
 @dataclass
@@ -147,4 +158,14 @@ class ProcessProbes:
             for pool in self.pools
             if pool.poisoning_failing()
         ]
+        reasons += self.stuck_reasons()
         return ProbeResult(not reasons, tuple(reasons))
+
+    def stuck_reasons(self) -> list[str]:
+        """One line per pool with more threads stuck past the time limit than it may have."""
+        return [
+            f"stuck threads: {pool.queue_name} has {stuck} past listener.time_limit_s "
+            f"(listener.max_stuck_threads = {pool.max_stuck_threads})"
+            for pool in self.pools
+            if (stuck := pool.too_many_stuck()) is not None
+        ]
