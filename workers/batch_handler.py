@@ -115,7 +115,10 @@ class Batcher(Generic[T]):
         return self._open
 
     def _await(self, batch: _Batch[T], waiter: concurrent.futures.Future[Results]) -> Results:
-        """The batch's results; at its deadline, the first thread to see it makes its call."""
+        """The batch's results. Its first waiter watches its deadline and, if it is still open
+        then, makes its call; the others only wait (one wake-up each, not two)."""
+        if waiter is not batch.waiters[0]:
+            return wait_within_limit(waiter)
         while not batch.closed:
             remaining_s = batch.deadline - self.clock.monotonic()
             if remaining_s <= 0:

@@ -18,16 +18,13 @@ Example::
 
 from __future__ import annotations
 
-import inspect
-import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from listener.consumer.listener import CloudQueueListener
 from listener.errors import (
-    BatchFailed,
     CloudQueueError,
     ConfigurationError,
     DecodeError,
@@ -42,6 +39,7 @@ from listener.wire.codec import MessageCodec
 from listener.wire.payload import open_message
 from workers.async_handler import AsyncHandlerRunner
 from workers.controls import controls_for, subscribe_handler
+from workers.recorders import BatchRecorder, Recorder
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 
@@ -94,66 +92,6 @@ class DrainResult(list[T]):
         return f"DrainResult(handled={list(self)!r}, poisoned={self.poisoned!r})"
 
 
-class _Recorder(Generic[T]):
-    """Wraps a handler: keeps the items it finished and the first exception it raised."""
-
-    def __init__(self, handler: Callable[[T], Any]) -> None:
-        self._handler = handler
-        self._lock = threading.Lock()
-        self.handled: list[T] = []
-        self.first_error: BaseException | None = None
-
-    def __call__(self, item: T) -> None:
-        try:
-            self._handler(item)
-        except Exception as error:
-            self._failed(error)
-            raise
-        self._done([item])
-
-    def _done(self, items: list[T]) -> None:
-        with self._lock:
-            self.handled += items
-
-    def _failed(self, error: BaseException) -> None:
-        with self._lock:
-            self.first_error = self.first_error or error
-
-
-class _BatchRecorder(_Recorder[T]):
-    """Wraps a batch handler (plain or ``async``): keeps the items of every call that returned,
-    those a ``BatchFailed`` did not name, and the first exception a call raised."""
-
-    def __init__(self, handler: Callable[[list[T]], Any]) -> None:
-        super().__init__(cast(Callable[[T], Any], handler))
-        self._batch_handler = handler
-
-    def batch(self, items: list[T]) -> Any:
-        try:
-            result = self._batch_handler(items)
-        except Exception as error:
-            self._batch_failed(items, error)
-            raise
-        if inspect.isawaitable(result):
-            return self._awaited(result, items)
-        self._done(items)
-        return None
-
-    async def _awaited(self, result: Awaitable[Any], items: list[T]) -> None:
-        try:
-            await result
-        except Exception as error:
-            self._batch_failed(items, error)
-            raise
-        self._done(items)
-
-    def _batch_failed(self, items: list[T], error: Exception) -> None:
-        self._failed(error)
-        if isinstance(error, BatchFailed):
-            failed = set(error.failed)
-            self._done([item for position, item in enumerate(items) if position not in failed])
-
-
 def run_until_drained(
     target: QueueWorker[T] | type[QueueWorker[T]] | CloudQueueListener[T],
     items: Iterable[T] = (),
@@ -189,8 +127,8 @@ def _drain_worker(
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
     listener = _listener_for(worker, settings)
     runner = AsyncHandlerRunner(worker.handle)
-    recorder: _Recorder[T] = _Recorder(runner)
-    batches: _BatchRecorder[T] = _BatchRecorder(worker.handle_batch)
+    recorder: Recorder[T] = Recorder(runner)
+    batches: BatchRecorder[T] = BatchRecorder(worker.handle_batch)
     batcher = subscribe_handler(
         listener, worker, settings, handler=recorder, batch_handler=batches.batch, loop=runner.loop
     )
@@ -251,7 +189,7 @@ def _drain_listener(
             "run_until_drained needs a listener built with clock=clock, sleeper=clock for one "
             "VirtualClock (listener.testing): on real time it could not tell idle from busy"
         )
-    recorder: _Recorder[T] = _Recorder(lambda _: None)
+    recorder: Recorder[T] = Recorder(lambda _: None)
     listener.subscribe(recorder)
     _drain(listener, items, 1, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
     return DrainResult(recorder.handled, _poisoned(listener))
@@ -291,7 +229,7 @@ def _drain(
     listener: CloudQueueListener[T],
     items: Iterable[T],
     threads: int,
-    recorder: _Recorder[T],
+    recorder: Recorder[T],
     *,
     fail_fast: bool,
     timeout_s: float,
@@ -328,7 +266,7 @@ def _drain(
 
 
 def _raise_first_failure(
-    listener: CloudQueueListener[Any], recorder: _Recorder[Any], failures_before: int
+    listener: CloudQueueListener[Any], recorder: Recorder[Any], failures_before: int
 ) -> None:
     if recorder.first_error is not None:
         raise recorder.first_error

@@ -300,6 +300,11 @@ class CloudQueueListener(Observable[T]):
         limits = self._parts.time_limits
         return 0 if limits is None else limits.stuck_threads
 
+    def stuck_thread_ids(self) -> frozenset[int]:
+        """The idents of those threads."""
+        limits = self._parts.time_limits
+        return frozenset() if limits is None else limits.stuck_thread_ids()
+
     @property
     def time_limited(self) -> int:
         """Deliveries stopped at the time limit so far."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-import ctypes
 import math
 import threading
 from collections.abc import Callable
@@ -34,6 +33,7 @@ import structlog
 
 from listener.clock import Clock
 from listener.consumer.in_flight import Slot, current_slot
+from listener.consumer.interrupts import interrupt, withdraw_interrupt
 from listener.consumer.leases import Lease
 from listener.consumer.middleware import MessageContext
 from listener.errors import TimeLimitExceeded
@@ -124,7 +124,7 @@ class TimeLimits:
         self._max_nap_s = max_nap_s
         self._lock = threading.Lock()
         self._running: set[Handling] = set()
-        self._stuck = 0
+        self._stuck: set[Handling] = set()
         self.expired = 0
         """Deliveries stopped at the limit so far."""
         self._next_wake = math.inf
@@ -135,7 +135,12 @@ class TimeLimits:
     @property
     def stuck_threads(self) -> int:
         """Threads whose handler passed the limit and has not returned (yet)."""
-        return self._stuck
+        return len(self._stuck)
+
+    def stuck_thread_ids(self) -> frozenset[int]:
+        """The idents of the stuck threads (liveness does not count them as wedged)."""
+        with self._lock:
+            return frozenset(handling.thread_id for handling in self._stuck)
 
     def run(self, lease: Lease, context: MessageContext[Any], work: Callable[[], None]) -> None:
         """Run ``work`` (the handler calls of one message) under the limit."""
@@ -204,8 +209,8 @@ class TimeLimits:
                 self._running.discard(handling)
                 return
             if handling.interrupted:
-                _clear_interrupt(handling.thread_id)  # not raised yet: never outside the handler
-            self._stuck -= 1
+                withdraw_interrupt(handling.thread_id)  # not raised yet: never outside the handler
+            self._stuck.discard(handling)
         log.info(
             "time_limit_late_return",
             queue=self.queue_name,
@@ -256,7 +261,7 @@ class TimeLimits:
         self._running.discard(handling)
         handling.state = "expired"
         handling.lease.abandoned = True
-        self._stuck += 1
+        self._stuck.add(handling)
         self.expired += 1
 
     def _expire(self, handling: Handling, now: float) -> None:
@@ -274,7 +279,7 @@ class TimeLimits:
             cancel = handling.cancel if handling.expired else None
             sent = False
             if handling.expired and cancel is None:
-                sent = handling.interrupted = _interrupt(handling.thread_id)
+                sent = handling.interrupted = interrupt(handling.thread_id)
         if cancel is not None:
             cancel()
         log.warning(
@@ -288,29 +293,14 @@ class TimeLimits:
             else "interrupt_raised"
             if sent
             else "returned",
-            stuck_threads=self._stuck,
+            stuck_threads=len(self._stuck),
         )
 
     def __repr__(self) -> str:
         return (
             f"TimeLimits({self.limit_s:g} s, running={len(self._running)}, "
-            f"stuck_threads={self._stuck})"
+            f"stuck_threads={len(self._stuck)})"
         )
-
-
-def _interrupt(thread_id: int) -> bool:
-    """Have ``TimeLimitExceeded`` raised in the thread at its next bytecode; True when set."""
-    set_async = ctypes.pythonapi.PyThreadState_SetAsyncExc
-    changed = int(set_async(ctypes.c_ulong(thread_id), ctypes.py_object(TimeLimitExceeded)))
-    if changed > 1:  # pragma: no cover - CPython's documented undo for a confused id
-        set_async(ctypes.c_ulong(thread_id), None)
-        return False
-    return changed == 1
-
-
-def _clear_interrupt(thread_id: int) -> None:
-    """Withdraw a pending ``TimeLimitExceeded`` that has not been raised yet."""
-    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), None)
 
 
 __all__ = ["SOFT_FRACTION", "Handling", "TimeLimits", "current_handling", "wait_within_limit"]

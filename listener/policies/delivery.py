@@ -33,6 +33,8 @@ class DeliveryPolicy:
             raise ConfigurationError("max_dequeue_count must be at least 1")
         if self.retry_delay_s < 0 or self.max_retry_delay_s < self.retry_delay_s:
             raise ConfigurationError("need 0 <= retry_delay_s <= max_retry_delay_s")
+        if not all(math.isfinite(delay) and delay >= 0 for delay in self.retry_delays_s):
+            raise ConfigurationError(f"retry_delays_s must be >= 0, got {self.retry_delays_s}")
 
 
 def retry_visibility_s(dequeue_count: int, policy: DeliveryPolicy, rng: RandomSource) -> int:

@@ -191,8 +191,11 @@ def worker_settings(
 def announce_concurrency(
     target: str, worker_type: type[QueueWorker[Any]], settings: CloudQueueSettings
 ) -> None:
-    """Say once that a plain ``def handle`` runs on several threads at once, and what sets it."""
-    if inspect.iscoroutinefunction(worker_type.handle):
+    """Say once that a plain ``def handle`` (or ``handle_batch``) runs on several threads at
+    once, and what sets it."""
+    batches = worker_type.batches()
+    handler = worker_type.handle_batch if batches else worker_type.handle
+    if inspect.iscoroutinefunction(handler):
         return  # coroutines on one event loop: no two run Python code at the same moment
     per_thread = settings.listener.concurrency
     at_most = per_thread * settings.scaling.max_threads
@@ -203,7 +206,8 @@ def announce_concurrency(
             at_most=at_most,
             per_dequeue_thread=per_thread,
             max_threads=settings.scaling.max_threads,
-            hint=f"handle runs up to {at_most} at once on threads: keep it thread-safe; "
+            hint=f"{handler.__name__} runs up to {at_most} at once on threads: keep it "
+            "thread-safe; "
             "listener.concurrency (per dequeue thread) and scaling.max_threads set how many",
         )
 

@@ -6,7 +6,9 @@ purpose. It fails when a dequeue thread has shown no sign of life for ``stall_af
 are the start and end of every storage call and handler call it makes, so a thread wedged in one
 of them goes silent -- or when fewer dequeue threads are alive than ``scaling.min_threads``.
 A healthy thread is never silent longer than its longest wait on purpose (``backoff.max_idle_s``
-idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call.
+idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call. A
+handler thread stuck past ``listener.time_limit_s`` is not wedged: its message was released, and
+readiness bounds how many such threads there may be.
 
 Readiness asks "should it get work now?": started, its storage answering (the last storage call
 did not fail with an outage), its messages that must be poisoned reaching the poison queue (from
@@ -73,15 +75,16 @@ class Heartbeats:
             self._threads[ident] = thread
         self._beats[ident] = self._monotonic()
 
-    def silent(self, longer_than_s: float) -> list[str]:
-        """The live dequeue threads silent for longer than ``longer_than_s``, by name."""
+    def silent(self, longer_than_s: float, excluding: frozenset[int] = frozenset()) -> list[str]:
+        """The live dequeue threads silent for longer than ``longer_than_s``, by name, but those
+        ``excluding`` names (threads stuck past a time limit: readiness counts those)."""
         now = self._monotonic()
         silent: list[str] = []
         for ident, thread in list(self._threads.items()):
             if not thread.is_alive():  # ended: forget it (its ident may be reused)
                 self._beats.pop(ident, None)
                 self._threads.pop(ident, None)
-            elif now - self._beats.get(ident, now) > longer_than_s:
+            elif ident not in excluding and now - self._beats.get(ident, now) > longer_than_s:
                 silent.append(thread.name)
         return sorted(silent)
 
@@ -113,6 +116,7 @@ class WatchedPool:
     poisoning_failing: Callable[[], bool] = lambda: False
     stuck_threads: Callable[[], int] = lambda: 0
     """Handler threads still running past the time limit (``listener.time_limit_s``)."""
+    stuck_thread_ids: Callable[[], frozenset[int]] = frozenset
     max_stuck_threads: int | None = None
     """More stuck threads than this and the process is not ready (None: no bound)."""
 
@@ -135,7 +139,10 @@ class ProcessProbes:
     draining: bool = False
 
     def liveness(self) -> ProbeResult:
-        reasons = [f"wedged: {name}" for name in self.heartbeats.silent(self.stall_after_s)]
+        # A thread stuck past its time limit is accounted for: readiness bounds how many.
+        stuck = frozenset().union(*(pool.stuck_thread_ids() for pool in self.pools))
+        silent = self.heartbeats.silent(self.stall_after_s, excluding=stuck)
+        reasons = [f"wedged: {name}" for name in silent]
         if self.started and not self.draining:
             reasons += [
                 f"dead: {pool.queue_name} has fewer than {pool.min_threads} dequeue threads"

@@ -87,6 +87,7 @@ class ProcessObservability:
                 min_threads,
                 lambda: listener.poisoning_failing,
                 lambda: listener.stuck_threads,
+                listener.stuck_thread_ids,
                 max_stuck_threads,
             ),
         ]
