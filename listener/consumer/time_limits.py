@@ -128,6 +128,8 @@ class TimeLimits:
         self.expired = 0
         """Deliveries stopped at the limit so far."""
         self._next_wake = math.inf
+        """When the monitor looks next: a start due earlier wakes it (rarely: see ``_check``)."""
+        self._starts = self._starts_seen = 0
         self._wake = threading.Event()
         self._closed = threading.Event()
         self._thread: threading.Thread | None = None
@@ -188,6 +190,7 @@ class TimeLimits:
         )
         with self._lock:
             self._running.add(handling)
+            self._starts += 1
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._monitor,
@@ -234,7 +237,8 @@ class TimeLimits:
                 self._wake.wait(min(delay_s, self._max_nap_s))
 
     def _check(self, now: float) -> float | None:
-        """Warn and expire what is due; the seconds to the next thing due (None: nothing runs)."""
+        """Warn and expire what is due; the seconds to the next look (None: nothing ran since
+        the last one, so the next start wakes the monitor)."""
         with self._lock:
             warn = [h for h in self._running if h.warn_at <= now and h.deadline > now]
             for handling in warn:
@@ -243,6 +247,12 @@ class TimeLimits:
             for handling in due:
                 self._claim(handling)
             upcoming = [min(h.warn_at, h.deadline) for h in self._running]
+            flowing, self._starts_seen = self._starts != self._starts_seen, self._starts
+            if not upcoming and flowing:
+                # Fast handlers leave the set empty between messages: nap rather than block, or
+                # each next start would wake the monitor (a thread switch per message). Nothing
+                # started from now on is due before this nap ends.
+                upcoming = [now + min(self.limit_s * SOFT_FRACTION, self._max_nap_s)]
             self._next_wake = min(upcoming, default=math.inf)
         for handling in warn:
             log.warning(
