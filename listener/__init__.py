@@ -19,6 +19,7 @@ from listener.consumer.listener import CloudQueueListener, CloudQueueListenerInf
 from listener.consumer.middleware import Decision, MessageContext, Middleware, Outcome
 from listener.consumer.pool_control import ListenerLoad
 from listener.errors import (
+    BatchFailed,
     CloudQueueError,
     ConfigurationError,
     DecodeError,
@@ -31,17 +32,20 @@ from listener.errors import (
     PopReceiptMismatchError,
     QueueNotFoundError,
     StorageError,
+    TimeLimitExceeded,
     TransientStorageError,
 )
 from listener.limits.limiter import LocalRateLimiter, RateLimiter
 from listener.limits.redis_limiter import RedisRateLimiter
 from listener.location import CloudQueueLocation
 from listener.middleware.rate_limit import RateLimit
+from listener.middleware.retry import RetryPolicy
 from listener.poison.queue import poison_queue_name
 from listener.poison.record import PoisonRecord
 from listener.policies.backoff import randomized_exponential_backoff
 from listener.policies.delivery import DeliveryPolicy
 from listener.policies.priority import Priority
+from listener.policies.retry import Retry
 from listener.policies.scaling_rules import (
     ScalingInput,
     ScalingRule,
@@ -73,6 +77,7 @@ from listener.wire.limits import DecodingLimits
 __all__ = [
     "MAX_BATCH_SIZE",
     "MAX_MESSAGE_BYTES",
+    "BatchFailed",
     "BatchProcessed",
     "Clock",
     "CloudQueueError",
@@ -123,6 +128,8 @@ __all__ = [
     "RateLimiter",
     "RedisRateLimiter",
     "RedisTriggerChannel",
+    "Retry",
+    "RetryPolicy",
     "Scaled",
     "ScalingInput",
     "ScalingPolicy",
@@ -131,6 +138,7 @@ __all__ = [
     "SqliteQueueStorage",
     "StorageError",
     "SystemClock",
+    "TimeLimitExceeded",
     "TransientStorageError",
     "TriggerChannel",
     "TriggerWaker",

@@ -15,11 +15,16 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   ├── LimitExceededError        it is over a decoding limit (``listener.wire.limits``)
     │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
+    ├── BatchFailed                   raised by a batch handler: retry only these items
     ├── MalformedTriggerError         a push trigger received from the channel is not a valid one
     ├── ConfigurationError            invalid settings or connection string (never retried)
     │   └── MissingExtraError         a feature's optional extra is not installed (pip install …)
     ├── UnreadableRecordError         a poison message is no valid record (forged, damaged)
     └── AmbiguousIdError              an id prefix names several poison messages
+
+``TimeLimitExceeded`` stands apart: an interrupt raised *into* a handler that passed
+``listener.time_limit_s``, a ``BaseException`` (as ``KeyboardInterrupt`` is) so that a handler's
+``except Exception`` does not swallow it.
 
 Messages never contain secrets: backends build them from queue names, ids and status codes only.
 """
@@ -78,6 +83,40 @@ class ForeignPayloadError(DecodeError):
 
 class PermanentFailure(CloudQueueError):  # noqa: N818 - named for what the handler declares
     """Raise from a handler when the item can never succeed: it goes to the poison queue at once."""
+
+
+class BatchFailed(CloudQueueError):  # noqa: N818 - named for what the handler declares
+    """Raise from ``handle_batch`` when some items failed: only those are retried, the others are
+    done. ``failed`` are their positions in the batch (from 0). Raised ``from`` an exception
+    (``raise BatchFailed([2]) from error``), that exception is what the failed items record (a
+    worker's ``Retry`` policy judges it); otherwise the ``BatchFailed`` itself."""
+
+    def __init__(self, failed: object, message: str = "") -> None:
+        positions = _positions(failed)
+        self.failed: tuple[int, ...] = positions
+        self.message = message
+        shown = ", ".join(str(position) for position in positions[:20])
+        more = "" if len(positions) <= 20 else f" and {len(positions) - 20} more"
+        super().__init__(
+            f"items {shown}{more} of the batch failed" + (f": {message}" if message else "")
+        )
+
+
+def _positions(failed: object) -> tuple[int, ...]:
+    """The positions ``BatchFailed`` was given, as sorted distinct ints (TypeError otherwise)."""
+    if isinstance(failed, int | str | bytes) or not hasattr(failed, "__iter__"):
+        raise TypeError(
+            f"BatchFailed(failed=...) takes the failed items' positions, got {failed!r}"
+        )
+    positions = list(failed)
+    if not all(isinstance(p, int) and not isinstance(p, bool) for p in positions):
+        raise TypeError(f"BatchFailed(failed=...) takes int positions, got {positions!r}")
+    return tuple(sorted(set(positions)))
+
+
+class TimeLimitExceeded(BaseException):
+    """Raised into a handler that ran past ``listener.time_limit_s`` (where Python can interrupt
+    it). Its message has already been released for a retry when this is raised."""
 
 
 class MalformedTriggerError(CloudQueueError, ValueError):

@@ -50,6 +50,42 @@ class Tuned(W):
 
 class NoHandle(QueueWorker[str]):
     queue_name = "work"
+
+
+class BothHandlers(W):
+    def handle_batch(self, items: list[str]) -> None:
+        pass
+
+
+class NotARetry(W):
+    retry = (ValueError,)
+
+
+class Bulk(QueueWorker[str]):
+    queue_name = "work"
+
+    def handle_batch(self, items: list[str]) -> None:
+        pass
+
+
+class BatchTooBig(Bulk):
+    settings = {"batch": {"max_items": 300}}
+
+
+class BatchWaitPastLimit(Bulk):
+    settings = {"listener": {"time_limit_s": 1}, "batch": {"max_wait_s": 2}}
+"""
+
+BAD_RETRY = """
+from workers import QueueWorker, Retry
+
+
+class R(QueueWorker[str]):
+    queue_name = "work"
+    retry = Retry(retry_on=(ValueError, 42))
+
+    def handle(self, item: str) -> None:
+        pass
 """
 
 RULE = """
@@ -59,6 +95,7 @@ def five(load: object) -> int:
 
 FILES = {
     "mywork.py": WORKERS,
+    "badretry.py": BAD_RETRY,
     "myrule.py": RULE,
     "misspelt_key.toml": "[scaling]\nmax_thread = 4\n",
     "misspelt_section.toml": "[scalling]\nmax_threads = 4\n",
@@ -119,6 +156,31 @@ QUEUE_COMMANDS = [
 STORES_COMMANDS = [command for command in QUEUE_COMMANDS if command != ("config", "show")]
 
 ROWS: dict[str, BadInput] = {
+    "negative time limit": BadInput(
+        ("run", "mywork:W", "--set", "listener.time_limit_s=-1"), ("listener.time_limit_s",)
+    ),
+    "no stuck thread allowed": BadInput(
+        ("run", "mywork:W", "--set", "listener.max_stuck_threads=0"),
+        ("listener.max_stuck_threads",),
+    ),
+    "a Retry naming what is no exception": BadInput(
+        ("run", "badretry:R"), ("Retry(retry_on=...)", "exception classes", "42")
+    ),
+    "a retry that is no Retry": BadInput(
+        ("run", "mywork:NotARetry"), ("mywork:NotARetry", "retry must be a workers.Retry")
+    ),
+    "both handle and handle_batch": BadInput(
+        ("run", "mywork:BothHandlers"), ("mywork:BothHandlers", "both handle and handle_batch")
+    ),
+    "max_items over 256": BadInput(
+        ("run", "mywork:BatchTooBig"), ("settings of mywork:BatchTooBig", "batch.max_items")
+    ),
+    "max_items over 256 by --set": BadInput(
+        ("run", "mywork:Bulk", "--set", "batch.max_items=257"), ("batch.max_items", "256")
+    ),
+    "batch wait not shorter than the time limit": BadInput(
+        ("run", "mywork:BatchWaitPastLimit"), ("batch.max_wait_s", "listener.time_limit_s")
+    ),
     "--set misspelt key": BadInput(
         ("run", "mywork:W", "--set", "scaling.maxthreads=3"),
         ("--set", "scaling.maxthreads", "did you mean scaling.max_threads?"),

@@ -168,12 +168,14 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         "projected_cost_per_month_usd": None,
         "priority_set": None,
     }
+    no_time_limit = {"stuck_threads": 0}
     assert invoices == {
         "queue": "invoices",
         "active_threads": 0,
         "peak_threads": 2,
         **counters,
         **no_meter,
+        **no_time_limit,
     }
     assert (counters["processed"], counters["poisoned"], counters["in_flight"]) == (4, 1, 0)
     assert counters["failed"] >= 1
@@ -184,6 +186,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         **dict.fromkeys(counters, 0),
         "per_thread_rate_per_s": None,
         **no_meter,
+        **no_time_limit,
     }
 
 

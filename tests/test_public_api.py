@@ -41,6 +41,7 @@ def test_the_public_surface_is_exactly_this() -> None:
     assert list(listener.__all__) == [
         "MAX_BATCH_SIZE",
         "MAX_MESSAGE_BYTES",
+        "BatchFailed",
         "BatchProcessed",
         "Clock",
         "CloudQueueError",
@@ -91,6 +92,8 @@ def test_the_public_surface_is_exactly_this() -> None:
         "RateLimiter",
         "RedisRateLimiter",
         "RedisTriggerChannel",
+        "Retry",
+        "RetryPolicy",
         "Scaled",
         "ScalingInput",
         "ScalingPolicy",
@@ -99,6 +102,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "SqliteQueueStorage",
         "StorageError",
         "SystemClock",
+        "TimeLimitExceeded",
         "TransientStorageError",
         "TriggerChannel",
         "TriggerWaker",
@@ -117,6 +121,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "steps",
     ]
     assert list(workers.__all__) == [
+        "BatchFailed",
         "CloudQueueSettings",
         "ConsoleStream",
         "ListenerSettings",
@@ -124,6 +129,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "LoggingSettings",
         "PeriodicJob",
         "QueueWorker",
+        "Retry",
         "ScalingSettings",
         "WorkerHost",
         "configure_logging",

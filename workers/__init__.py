@@ -5,6 +5,8 @@ status line) for running workers in your own process.
 The public surface is what ``__all__`` names, with ``workers.testing``; everything else is
 internal."""
 
+from listener.errors import BatchFailed
+from listener.policies.retry import Retry
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.periodic_job import PeriodicJob
@@ -19,6 +21,7 @@ from workers.settings import (
 from workers.worker import QueueWorker, load_worker
 
 __all__ = [
+    "BatchFailed",
     "CloudQueueSettings",
     "ConsoleStream",
     "ListenerSettings",
@@ -26,6 +29,7 @@ __all__ = [
     "LoggingSettings",
     "PeriodicJob",
     "QueueWorker",
+    "Retry",
     "ScalingSettings",
     "WorkerHost",
     "configure_logging",

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from listener.consumer.coroutines import LoopThread
+from listener.consumer.time_limits import wait_within_limit
 
 T = TypeVar("T")
 
@@ -32,7 +33,8 @@ class AsyncHandlerRunner:
     def __call__(self, item: Any) -> None:
         result = self._handler(item)
         if inspect.isawaitable(result):
-            self.loop.run(result)
+            # Cancelled at the listener's time limit, if it has one.
+            wait_within_limit(self.loop.submit(result))
 
     def close(self) -> None:
         """Stop and close the loop (call after the listener's threads have exited)."""

@@ -44,6 +44,7 @@ from workers.partitioning import layout_of, partitioned_storage, settle_layout, 
 from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
 from workers.settings import CloudQueueSettings, ListenerSettings
+from workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
 from workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
@@ -128,6 +129,8 @@ class WorkerHost:
         self.triggers = open_trigger_channel(settings)
         self._shutdown = threading.Event()
         self._signals = 0
+        self._recyclable = CHILD_SLOT_VARIABLE in os.environ
+        """A supervisor's child, which it replaces when asked (``RECYCLE_EXIT_CODE``)."""
 
     @property
     def listeners(self) -> list[CloudQueueListener[Any]]:
@@ -233,14 +236,31 @@ class WorkerHost:
         self._publish(live, meter)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
+        recycling = False
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
             self.refresh_depths()
             self._publish(live, meter)
             if self.observability is not None:
                 self.observability.sample()
+            if self._recyclable and (recycling := self._too_many_stuck()):
+                break  # a fresh process replaces this one: its stuck threads end with it
         drained = self.stop()
         live.remove()
+        if recycling:
+            return RECYCLE_EXIT_CODE
         return 0 if drained else 1
+
+    def _too_many_stuck(self) -> bool:
+        """True (and logged) when a worker has more handler threads stuck past its time limit
+        than ``listener.max_stuck_threads``."""
+        over = {
+            hosted.listener.queue_name: hosted.listener.stuck_threads
+            for hosted in self.hosted
+            if hosted.listener.stuck_threads > hosted.settings.listener.max_stuck_threads
+        }
+        if over:
+            log.error("stuck_threads_recycling", stuck_threads=over)
+        return bool(over)
 
     def _publish(self, live: LiveStatePublisher, meter: CostMeter) -> None:
         live.publish(

@@ -20,6 +20,8 @@ from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.wire.codec import reading_codec
 from workers.async_handler import AsyncHandlerRunner
+from workers.batch_handler import Batcher
+from workers.controls import controls_for, subscribe_handler
 from workers.depth_refresh import DepthRefresher
 from workers.observability.process import ProcessObservability
 from workers.rate_limits import open_rate_limiter
@@ -41,6 +43,8 @@ class HostedWorker:
     scaler: ElasticScaler
     depth: DepthRefresher
     push: list[TriggerWaker | Watchdog] = field(default_factory=list)
+    batcher: Batcher[Any] | None = None
+    """Gathers a batch worker's items into ``handle_batch`` calls."""
 
 
 def host_worker(
@@ -65,7 +69,8 @@ def host_worker(
     limiter = open_rate_limiter(settings, location)
     if limiter is not None:
         middleware.append(RateLimit(limiter))
-    middleware += [*worker.own_middleware(), *options.build_middleware()]
+    controls = controls_for(type(worker), settings)
+    middleware += [*controls.middleware, *worker.own_middleware(), *options.build_middleware()]
     runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(
         storage if observability is None else observability.observe_storage(storage),
@@ -79,18 +84,22 @@ def host_worker(
         middleware=middleware,
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
-        delivery=settings.delivery_policy(),
+        delivery=controls.delivery,
         payload_store=payload_store,
         create_queues=options.create_queues,
-        concurrency=options.concurrency,
+        concurrency=controls.concurrency,
         decoding=settings.decoding.limits(),
         loop=runner.loop,
+        time_limit_s=controls.time_limit_s,
+        adaptive_slots=controls.adaptive_slots,
     )
     if observability is not None:
         # A pool started below its floor grows only on work: liveness holds it to what it had.
-        observability.watch(listener, min(policy.min_threads, options.threads))
+        observability.watch(
+            listener, min(policy.min_threads, options.threads), options.max_stuck_threads
+        )
     scaler = ElasticScaler(listener.pool_control, policy)
-    listener.subscribe(runner)
+    batcher = subscribe_handler(listener, worker, settings, handler=runner, loop=runner.loop)
     depth = DepthRefresher(
         listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
     )
@@ -101,6 +110,7 @@ def host_worker(
         runner=runner,
         scaler=scaler,
         depth=depth,
+        batcher=batcher,
     )
 
 

@@ -71,6 +71,8 @@ class QueueLiveState:
     priority_set: list[str] | None = None
     """All the queues of a listener that reads several, highest priority first (None: one).
     Its threads, in flight, rate and errors are the listener's, shared by those queues."""
+    stuck_threads: int = 0
+    """Handler threads still running past ``listener.time_limit_s`` (0 in older files)."""
 
     @classmethod
     def of(
@@ -96,6 +98,7 @@ class QueueLiveState:
             items_processed=counters["items_processed"],
             delay_hops=counters["delay_hops"],
             priority_set=queues if len(queues) > 1 else None,
+            stuck_threads=listener.stuck_threads,
         )
 
 

@@ -2,7 +2,8 @@
 
 Python threads share one interpreter lock, so CPU-bound handlers need processes. The parent
 starts N children running the same workers, restarts a child that dies (with a randomized
-exponential back-off, so a child that crashes at start-up cannot spin), and forwards SIGTERM and
+exponential back-off, so a child that crashes at start-up cannot spin; at once when it asked to be
+recycled, ``RECYCLE_EXIT_CODE``), and forwards SIGTERM and
 SIGINT: the first drains every child, a second makes them exit at once. It touches no queue.
 ``restart`` (asked by ``cloudqueue run --reload`` when the source changes) drains every child and
 starts it again, from the main loop, so a restart is never mistaken for a crash.
@@ -33,6 +34,9 @@ POLL_INTERVAL_S = 0.5
 MAX_RESTART_DELAY_S = 30.0
 CHILD_SLOT_VARIABLE = "CLOUDQUEUE_CHILD"
 """Tells a child its slot, so that each of its log lines names it (``child=N``)."""
+RECYCLE_EXIT_CODE = 3
+"""A child exits with this after draining when it asks to be replaced (too many handler threads
+stuck past their time limit): it is started again at once, not counted as a crash."""
 
 
 @dataclass
@@ -141,6 +145,11 @@ class Supervisor:
             return
         if self.observer is not None:
             self.observer.child_exited(child.process.pid)
+        if child.process.returncode == RECYCLE_EXIT_CODE:
+            log.warning("child_recycled", slot=child.slot, pid=child.process.pid)
+            child.crashes = 0
+            self._start(child)
+            return
         lived = now - child.started_at
         child.crashes = 1 if lived >= STABLE_AFTER_S else child.crashes + 1
         delay = randomized_exponential_backoff(

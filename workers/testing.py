@@ -18,14 +18,18 @@ Example::
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 from listener.consumer.listener import CloudQueueListener
-from listener.errors import CloudQueueError, ConfigurationError, DecodeError, QueueNotFoundError
+from listener.errors import (
+    CloudQueueError,
+    ConfigurationError,
+    DecodeError,
+    QueueNotFoundError,
+)
 from listener.poison.queue import browse_poisoned, poison_queue_name
 from listener.poison.record import read_record
 from listener.producer.publisher import Publisher
@@ -34,6 +38,8 @@ from listener.testing import ManualClock, VirtualClock
 from listener.wire.codec import MessageCodec
 from listener.wire.payload import open_message
 from workers.async_handler import AsyncHandlerRunner
+from workers.controls import controls_for, subscribe_handler
+from workers.recorders import BatchRecorder, Recorder
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
 
@@ -86,26 +92,6 @@ class DrainResult(list[T]):
         return f"DrainResult(handled={list(self)!r}, poisoned={self.poisoned!r})"
 
 
-class _Recorder(Generic[T]):
-    """Wraps a handler: keeps the items it finished and the first exception it raised."""
-
-    def __init__(self, handler: Callable[[T], Any]) -> None:
-        self._handler = handler
-        self._lock = threading.Lock()
-        self.handled: list[T] = []
-        self.first_error: BaseException | None = None
-
-    def __call__(self, item: T) -> None:
-        try:
-            self._handler(item)
-        except Exception as error:
-            with self._lock:
-                self.first_error = self.first_error or error
-            raise
-        with self._lock:
-            self.handled.append(item)
-
-
 def run_until_drained(
     target: QueueWorker[T] | type[QueueWorker[T]] | CloudQueueListener[T],
     items: Iterable[T] = (),
@@ -141,17 +127,28 @@ def _drain_worker(
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
     listener = _listener_for(worker, settings)
     runner = AsyncHandlerRunner(worker.handle)
-    recorder: _Recorder[T] = _Recorder(runner)
-    listener.subscribe(recorder)
+    recorder: Recorder[T] = Recorder(runner)
+    batches: BatchRecorder[T] = BatchRecorder(worker.handle_batch)
+    batcher = subscribe_handler(
+        listener, worker, settings, handler=recorder, batch_handler=batches.batch, loop=runner.loop
+    )
+    threads = settings.listener.threads
+    counted: Callable[[], int] = lambda: listener.threads_alive  # noqa: E731
+    if batcher is not None:
+        recorder = batches
+        # Threads waiting for a batch to fill wait on the clock too: time moves only once the
+        # dequeue threads wait as well, so a batch fills before its deadline comes.
+        counted = lambda: listener.threads_alive + batcher.waiting  # noqa: E731
     worker.on_start(listener)
     try:
         _drain(
             listener,
             items,
-            settings.listener.threads,
+            threads,
             recorder,
             fail_fast=fail_fast,
             timeout_s=timeout_s,
+            waiting_threads=counted,
         )
     finally:
         runner.close()
@@ -161,19 +158,26 @@ def _drain_worker(
 
 def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
     """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
-    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout)."""
+    virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout),
+    with its handler controls (``workers.controls``)."""
     clock = VirtualClock()
     options = settings.listener
+    controls = controls_for(type(worker), settings)
     return CloudQueueListener(
         InMemoryQueueStorage(clock=clock),
         worker.location(options.visibility_timeout_s, options.priority_policy()),
         worker.item_type,
         codec=MessageCodec(worker.item_type, encoding=options.encoding),
+        middleware=controls.middleware,
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
-        delivery=settings.delivery_policy(),
+        delivery=controls.delivery,
+        # One slot unless the controls need more: handlers run one at a time, as before.
+        concurrency=controls.concurrency if worker.batches() else 1,
         clock=clock,
         sleeper=clock,
+        time_limit_s=controls.time_limit_s,
+        adaptive_slots=controls.adaptive_slots,
     )
 
 
@@ -185,7 +189,7 @@ def _drain_listener(
             "run_until_drained needs a listener built with clock=clock, sleeper=clock for one "
             "VirtualClock (listener.testing): on real time it could not tell idle from busy"
         )
-    recorder: _Recorder[T] = _Recorder(lambda _: None)
+    recorder: Recorder[T] = Recorder(lambda _: None)
     listener.subscribe(recorder)
     _drain(listener, items, 1, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
     return DrainResult(recorder.handled, _poisoned(listener))
@@ -229,12 +233,16 @@ def _drain(
     listener: CloudQueueListener[T],
     items: Iterable[T],
     threads: int,
-    recorder: _Recorder[T],
+    recorder: Recorder[T],
     *,
     fail_fast: bool,
     timeout_s: float,
+    waiting_threads: Callable[[], int] | None = None,
 ) -> None:
+    """Publish, start, and move virtual time whenever ``waiting_threads()`` threads (the dequeue
+    threads by default) all wait, until the queue is empty."""
     clock = cast(VirtualClock, listener.sleeper)  # both callers made sure
+    threads_waiting = waiting_threads or (lambda: listener.threads_alive)
     storage, queue = listener.storage, listener.queue_name
     storage.create_queue(queue)
     # The listener's codec writes what it reads; the item type only matters for a new codec.
@@ -247,7 +255,7 @@ def _drain(
         while True:
             if fail_fast:
                 _raise_first_failure(listener, recorder, failures_before)
-            if clock.all_waiting(lambda: listener.threads_alive):
+            if clock.all_waiting(threads_waiting):
                 # Every thread idle: done if nothing is left, else on to the next wake-up.
                 if storage.approximate_message_count(queue) == 0:
                     return
@@ -262,7 +270,7 @@ def _drain(
 
 
 def _raise_first_failure(
-    listener: CloudQueueListener[Any], recorder: _Recorder[Any], failures_before: int
+    listener: CloudQueueListener[Any], recorder: Recorder[Any], failures_before: int
 ) -> None:
     if recorder.first_error is not None:
         raise recorder.first_error

@@ -11,6 +11,7 @@ from listener.errors import ConfigurationError
 from listener.imports import import_object
 from listener.location import CloudQueueLocation
 from listener.policies.priority import STRICT, Priority
+from listener.policies.retry import Retry
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -40,7 +41,8 @@ class QueueWorker(Generic[T]):
     ``async def``, whose coroutines share one event loop per worker. Returning deletes the
     message; raising leaves it in the queue for another try. ``settings`` overrides the
     process-wide settings for this worker only (any listener, backoff or scaling field);
-    ``middleware`` wraps the handling of each message (``listener.Middleware``).
+    ``middleware`` wraps the handling of each message (``listener.Middleware``); ``retry``
+    shapes its retries (``Retry``). A worker may define ``handle_batch`` instead of ``handle``.
     """
 
     queue_name: ClassVar[str | tuple[str, ...]]
@@ -50,6 +52,9 @@ class QueueWorker(Generic[T]):
     """Middleware around each of this worker's messages, outermost first: instances, or classes
     (and factories) made once per hosted worker. The ``listener.middleware`` setting adds more
     after these."""
+    retry: ClassVar[Retry | None] = None
+    """This worker's retry policy: delays, what to retry or give up on, how many deliveries.
+    None: the settings' back-off (``listener.retry_delay_s``) and ``poison.max_dequeue_count``."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -72,6 +77,33 @@ class QueueWorker(Generic[T]):
         ``async def handle`` runs as coroutines on one event loop per worker instead.
         """
         raise NotImplementedError(f"{type(self).__name__} must implement handle(item)")
+
+    def handle_batch(self, items: list[T]) -> Awaitable[None] | None:
+        """Define instead of ``handle`` to get many items in one call (``[batch] max_items``,
+        waiting at most ``[batch] max_wait_s`` for them): return to have them all deleted, raise
+        ``BatchFailed(failed=[positions])`` to retry only those, anything else to retry all.
+        Each item's message still settles on its own; may be an ``async def``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement handle_batch(items)")
+
+    @classmethod
+    def batches(cls) -> bool:
+        """True when the worker handles items in batches (defines ``handle_batch``)."""
+        return cls.handle_batch is not QueueWorker.handle_batch
+
+    @classmethod
+    def check(cls, name: str | None = None) -> None:
+        """Refuse at start what would fail on every message: no handler, or both; a ``retry``
+        that is no ``Retry``. ConfigurationError names the worker."""
+        name = name or cls.__qualname__
+        has_handle = cls.handle is not QueueWorker.handle
+        if has_handle == cls.batches():
+            which = "defines both handle and handle_batch" if has_handle else "does not define"
+            detail = "" if has_handle else " handle(self, item) or handle_batch(self, items)"
+            raise ConfigurationError(f"{name!r} {which}{detail}")
+        if cls.retry is not None and not isinstance(cls.retry, Retry):
+            raise ConfigurationError(
+                f"{name!r}: retry must be a workers.Retry(...), got {cls.retry!r}"
+            )
 
     def on_stop(self) -> None:
         """Called once after the listener has stopped and in-flight items have finished."""
@@ -112,7 +144,6 @@ def load_worker(target: str) -> type[QueueWorker[Any]]:
     worker = import_object(target, what="worker")
     if not (isinstance(worker, type) and issubclass(worker, QueueWorker)):
         raise ConfigurationError(f"{target!r} is not a QueueWorker subclass")
-    if worker.handle is QueueWorker.handle:
-        # Refused at start, not on the first message (which would fail and be retried forever).
-        raise ConfigurationError(f"{target!r} does not define handle(self, item)")
+    # Refused at start, not on the first message (which would fail and be retried forever).
+    worker.check(target)
     return worker

@@ -76,7 +76,12 @@ class DequeueLoop:
     def run(self) -> None:
         """A dequeue thread's target: loop until stopped or asked to leave."""
         parts = self.parts
-        in_flight = InFlight(self.settings.concurrency, parts.handlers, parts.slots_per_thread)
+        # Under a time limit a handler runs off the loop even with one slot: an overrunning
+        # one then holds that slot until the limit gives it back, never the loop itself.
+        inline = self.settings.concurrency == 1 and parts.time_limits is None
+        in_flight = InFlight(
+            self.settings.concurrency, parts.handlers, parts.slots_per_thread, inline=inline
+        )
         try:
             self._loop(_LoopState(in_flight))
         except BaseException:  # pragma: no cover - the loop catches everything it can
@@ -250,7 +255,8 @@ class DequeueLoop:
             )
             return False
         finally:
-            self._end_leases([lease])
+            if not lease.abandoned:  # else its time limit ended it already
+                self._end_leases([lease])
         return True
 
     def _timed_process(self, lease: Lease) -> bool:

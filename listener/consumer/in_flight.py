@@ -27,6 +27,7 @@ from __future__ import annotations
 import queue
 import threading
 from collections.abc import Callable
+from contextvars import ContextVar
 
 import structlog
 
@@ -113,19 +114,49 @@ class HandlerPool:
         return f"HandlerPool(threads={self.threads})"
 
 
+class Slot:
+    """One started message's place among its loop's slots, given back once: when its task ends,
+    or earlier, by the time limit, when its handler overran and the message was settled."""
+
+    __slots__ = ("_in_flight", "given_back")
+
+    def __init__(self, in_flight: InFlight) -> None:
+        self._in_flight = in_flight
+        self.given_back = False
+
+    def give_back(self) -> None:
+        self._in_flight._give_back(self)
+
+
+_current_slot: ContextVar[Slot | None] = ContextVar("cloudqueue_slot", default=None)
+
+
+def current_slot() -> Slot | None:
+    """The slot of the message this handler thread is working on (None when handled inline)."""
+    return _current_slot.get()
+
+
 class InFlight:
     """One receive loop's slots: at most ``limit()`` of its messages handled at once.
 
     ``limit`` is asked before each message (``slots_per_loop`` of the listener's measured handler
-    time); without one the loop uses its full ``concurrency``.
+    time); without one the loop uses its full ``concurrency``. ``inline`` (by default with one
+    slot) has the loop handle each message itself; a listener with time limits never does, so
+    that a handler past its limit holds a slot, not the loop.
     """
 
     def __init__(
-        self, concurrency: int, pool: HandlerPool, limit: Callable[[], int] | None = None
+        self,
+        concurrency: int,
+        pool: HandlerPool,
+        limit: Callable[[], int] | None = None,
+        *,
+        inline: bool | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be >= 1, got {concurrency}")
         self.concurrency = concurrency
+        self._inline = concurrency == 1 if inline is None else inline
         self._pool = pool
         self._limit = limit or (lambda: concurrency)
         self._in_use = 0
@@ -136,7 +167,7 @@ class InFlight:
     @property
     def inline(self) -> bool:
         """True when the receive loop handles each message itself (no hand-over cost)."""
-        return self.concurrency == 1
+        return self._inline
 
     @property
     def in_use(self) -> int:
@@ -185,15 +216,26 @@ class InFlight:
 
     def _run(self, task: Callable[[], bool]) -> None:
         succeeded = False
+        slot = Slot(self)
+        _current_slot.set(slot)
         try:
             succeeded = task()
         except BaseException:  # pragma: no cover - the listener's task catches what it can
             log.critical("in_flight_task_crashed", exc_info=True)
         finally:
+            _current_slot.set(None)
             if not succeeded:
                 with self._lock:
                     self._failures += 1
-            self._free_slot()
+            self._give_back(slot)
+
+    def _give_back(self, slot: Slot) -> None:
+        with self._released:
+            if slot.given_back:  # the time limit gave it back already
+                return
+            slot.given_back = True
+            self._in_use -= 1
+            self._released.notify_all()
 
     def _free_slot(self) -> None:
         with self._released:

@@ -46,6 +46,9 @@ class Lease:
     """False once settled or lost: the renewer leaves it alone."""
     lost: bool = False
     """True when storage said the message is gone or re-taken while we held it."""
+    abandoned: bool = False
+    """True once its handler passed the time limit: the limit settled the message and ended the
+    lease (``listener.consumer.time_limits``); the handler's thread, if it returns, does neither."""
 
     def settle(self, action: Callable[[str], None]) -> None:
         """Run ``action(current_pop_receipt)`` and end the lease, with no renewal in between."""

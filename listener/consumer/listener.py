@@ -31,7 +31,7 @@ from listener.consumer.loop_parts import Inputs, LoopSettings, assemble
 from listener.consumer.middleware import Middleware
 from listener.consumer.pool_control import ListenerLoad, PoolControl
 from listener.consumer.stats import ListenerCounters, ListenerMeters
-from listener.consumer.subscribers import Subscribers
+from listener.consumer.subscribers import BatchObserver, Subscribers
 from listener.location import CloudQueueLocation
 from listener.policies.backoff import RandomSource, default_rng
 from listener.policies.delivery import DeliveryPolicy
@@ -106,12 +106,22 @@ class CloudQueueListener(Observable[T]):
         rng: RandomSource | None = None,
         decoding: DecodingLimits = DEFAULT_LIMITS,
         loop: LoopThread | None = None,
+        time_limit_s: float = 0.0,
+        adaptive_slots: bool = True,
     ) -> None:
-        """``loop`` runs the coroutines of async middleware (by default one of its own)."""
+        """``loop`` runs the coroutines of async middleware (by default one of its own).
+        ``time_limit_s`` (0: none) bounds each message's handling
+        (``listener.consumer.time_limits``); ``adaptive_slots=False`` keeps every thread's
+        ``concurrency`` slots in use however fast handlers return (a batch handler's)."""
         super().__init__()
         rng = rng or default_rng()
         settings = LoopSettings(
-            dequeue_batch_size, dequeue_interval_s, max_error_delay_s, concurrency
+            dequeue_batch_size,
+            dequeue_interval_s,
+            max_error_delay_s,
+            concurrency,
+            time_limit_s=time_limit_s,
+            adaptive_slots=adaptive_slots,
         )
         if location.lower_queues:
             # Several queues read as one: gets by priority, counts summed, ids naming the queue.
@@ -231,6 +241,8 @@ class CloudQueueListener(Observable[T]):
             self._log.warning("dequeue_threads_still_running", threads=stragglers)
             return False
         self._parts.leases.close()
+        if self._parts.time_limits is not None:
+            self._parts.time_limits.close()
         self._parts.handlers.close()
         self._subscribers.complete()
         self._parts.stack.emit("on_stop", ListenerStopped(self.queue_name, self.counters.processed))
@@ -305,9 +317,35 @@ class CloudQueueListener(Observable[T]):
         return self.counters.dequeue_errors
 
     @property
+    def stuck_threads(self) -> int:
+        """Handler threads still running past the time limit (their messages were released)."""
+        limits = self._parts.time_limits
+        return 0 if limits is None else limits.stuck_threads
+
+    def stuck_thread_ids(self) -> frozenset[int]:
+        """The idents of those threads."""
+        limits = self._parts.time_limits
+        return frozenset() if limits is None else limits.stuck_thread_ids()
+
+    @property
+    def time_limited(self) -> int:
+        """Deliveries stopped at the time limit so far."""
+        limits = self._parts.time_limits
+        return 0 if limits is None else limits.expired
+
+    @property
     def poisoning_failing(self) -> bool:
         """True from a failed move to the poison queue until a move succeeds (readiness)."""
         return self._parts.settlement.poison_mover.failing
+
+    def subscribe_batches(self, observer: BatchObserver[T]) -> None:
+        """Hand each message's items to ``observer`` at once, to be handled in batches with
+        other messages' (``workers.batch_handler``); at most one, before the listener starts."""
+        if self._parts.signals.stopping.is_set() or self._started:
+            raise RuntimeError("subscribe_batches must be called before start_listener")
+        if self._subscribers.batches is not None:
+            raise RuntimeError("the listener has a batch observer already")
+        self._subscribers.batches = observer
 
     # -- Observable ----------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -13,9 +14,9 @@ from listener.consumer.failure_logs import FailureLogs
 from listener.consumer.fetching import Fetcher
 from listener.consumer.handoff import HandOff
 from listener.consumer.in_flight import HandlerPool, slots_per_loop
-from listener.consumer.leases import LeaseKeeper
+from listener.consumer.leases import Lease, LeaseKeeper
 from listener.consumer.load import LoadReader
-from listener.consumer.middleware import Middleware
+from listener.consumer.middleware import MessageContext, Middleware
 from listener.consumer.pool import DequeuePool
 from listener.consumer.pool_control import ListenerPoolControl
 from listener.consumer.processing import MessageProcessor
@@ -25,6 +26,7 @@ from listener.consumer.settlement import Settlement
 from listener.consumer.stack import MiddlewareStack
 from listener.consumer.stats import ListenerMeters
 from listener.consumer.subscribers import Subscribers
+from listener.consumer.time_limits import TimeLimits
 from listener.consumer.tracing import ConsumerTracing
 from listener.errors import ConfigurationError
 from listener.location import CloudQueueLocation
@@ -45,6 +47,11 @@ class LoopSettings:
     """The wait between empty gets when no middleware decides it (``dequeue_interval_s``)."""
     max_error_delay_s: float
     concurrency: int
+    time_limit_s: float = 0.0
+    """Longest a message's handler calls may run (0: no limit; ``time_limits``)."""
+    adaptive_slots: bool = True
+    """Fewer slots for handlers that return at once (``in_flight.slots_per_loop``); a batch
+    handler's listener keeps them all, since its messages wait for their batch to fill."""
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= MAX_BATCH_SIZE:
@@ -53,6 +60,8 @@ class LoopSettings:
             raise ConfigurationError("dequeue_interval_s and max_error_delay_s must be >= 0")
         if self.concurrency < 1:
             raise ConfigurationError(f"concurrency must be >= 1, got {self.concurrency}")
+        if not (math.isfinite(self.time_limit_s) and self.time_limit_s >= 0):
+            raise ConfigurationError(f"time_limit_s must be >= 0, got {self.time_limit_s}")
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,7 @@ class LoopParts:
     on_last_thread_stopped: Callable[[], None]
     tally: QueueTally | None = None
     """What each queue's messages became, for a listener on several queues."""
+    time_limits: TimeLimits | None = None
 
 
 @dataclass(frozen=True)
@@ -127,8 +137,11 @@ def assemble(
     signals = Signals(threading.Event(), threading.Event())
     pool, handoff = DequeuePool(f"cloudqueue:{queue}"), HandOff()
 
+    adaptive = inputs.settings.adaptive_slots
+
     def slots_per_thread() -> int:
-        return slots_per_loop(concurrency, meters.handler_time.seconds_per_message)
+        measured = meters.handler_time.seconds_per_message if adaptive else None
+        return slots_per_loop(concurrency, measured)
 
     load = LoadReader(
         storage, queue, meters=meters, handoff=handoff, pool=pool, slots_per_thread=slots_per_thread
@@ -145,6 +158,41 @@ def assemble(
     )
     queues = QueueCreator(storage, location.queue_names, create=inputs.create_queues)
     many_in_flight = concurrency > 1
+    leases = LeaseKeeper(
+        storage,
+        queue,
+        inputs.location.visibility_timeout_s,
+        clock=clock,
+        renew=inputs.delivery.renew_visibility,
+    )
+    processor: MessageProcessor[Any] = MessageProcessor(
+        queue_name=queue,
+        codec=inputs.codec,
+        subscribers=subscribers,
+        settlement=settlement,
+        stack=stack,
+        clock=clock,
+        max_dequeue_count=inputs.delivery.max_dequeue_count,
+        payload_store=inputs.payload_store,
+        limits=inputs.decoding,
+        # Only a thread with several slots sizes them from the handlers' time.
+        record_handler_time=meters.handler_time.record if many_in_flight else None,
+        max_hop_s=inputs.delivery.max_hop_s,
+        queue_of=location.queue_of if location.lower_queues else None,
+    )
+    time_limits = None
+    if inputs.settings.time_limit_s > 0:
+
+        def expire(lease: Lease, context: MessageContext[Any], error: str) -> None:
+            # The message ends here, as it would on its own thread: settled, lease ended.
+            processor.abandon(lease, context, error)
+            leases.end(lease)
+            meters.counters.add("in_flight", -1)
+
+        time_limits = TimeLimits(
+            inputs.settings.time_limit_s, queue_name=queue, clock=clock, expire=expire
+        )
+        processor.time_limits = time_limits
     return LoopParts(
         pool=pool,
         handoff=handoff,
@@ -157,31 +205,11 @@ def assemble(
             stack=stack,
             queues=queues,
         ),
-        leases=LeaseKeeper(
-            storage,
-            queue,
-            inputs.location.visibility_timeout_s,
-            clock=clock,
-            renew=inputs.delivery.renew_visibility,
-        ),
+        leases=leases,
         handlers=HandlerPool(f"cloudqueue:{queue}"),
         meters=meters,
         stack=stack,
-        processor=MessageProcessor(
-            queue_name=queue,
-            codec=inputs.codec,
-            subscribers=subscribers,
-            settlement=settlement,
-            stack=stack,
-            clock=clock,
-            max_dequeue_count=inputs.delivery.max_dequeue_count,
-            payload_store=inputs.payload_store,
-            limits=inputs.decoding,
-            # Only a thread with several slots sizes them from the handlers' time.
-            record_handler_time=meters.handler_time.record if many_in_flight else None,
-            max_hop_s=inputs.delivery.max_hop_s,
-            queue_of=location.queue_of if location.lower_queues else None,
-        ),
+        processor=processor,
         settlement=settlement,
         queues=queues,
         signals=signals,
@@ -198,6 +226,7 @@ def assemble(
         slots_per_thread=slots_per_thread,
         on_last_thread_stopped=subscribers.complete,
         tally=tally,
+        time_limits=time_limits,
     )
 
 

@@ -93,7 +93,9 @@ class MessageContext(Generic[T]):
     * ``reroute(queue_name)``: put its text on another queue, then delete it here.
 
     A middleware that neither calls ``call_next`` nor decides leaves the message failed: it is
-    retried, never silently deleted.
+    retried, never silently deleted. A ``retry`` or ``give_up`` decided after ``call_next`` about
+    a message whose observers failed on some items applies to those items only (the others were
+    handled: see ``listener.consumer.settlement``).
     """
 
     queue_name: str

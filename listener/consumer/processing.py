@@ -35,6 +35,7 @@ from listener.consumer.middleware import MessageContext, Outcome
 from listener.consumer.settlement import Settlement
 from listener.consumer.stack import MiddlewareStack
 from listener.consumer.subscribers import Subscribers
+from listener.consumer.time_limits import TimeLimits
 from listener.errors import (
     DecodeError,
     ForeignPayloadError,
@@ -89,6 +90,7 @@ class MessageProcessor(Generic[T]):
         record_handler_time: Callable[[int, float], None] | None = None,
         max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S,
         queue_of: Callable[[str], str] | None = None,
+        time_limits: TimeLimits | None = None,
     ) -> None:
         self.queue_name = queue_name
         self.queue_of = queue_of
@@ -104,6 +106,8 @@ class MessageProcessor(Generic[T]):
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
         self.hops = DelayHops(settlement, clock=clock, max_hop_s=max_hop_s)
+        self.time_limits = time_limits
+        """Times the observers' calls for each message (``listener.consumer.time_limits``)."""
 
     def process(self, lease: Lease) -> None:
         """Read, decode, hand through the middleware to every observer, and settle the message.
@@ -123,15 +127,30 @@ class MessageProcessor(Generic[T]):
                 queue, message, [], reading.envelope, message.dequeue_count
             )
             early, texts = self._prepare(lease, reading, context)
-            step = partial(self._deliver, context, texts) if early is None else early
+            step = partial(self._deliver, lease, context, texts) if early is None else early
             if stack.wraps:
                 stack.handle(context, step)
             else:
                 step()
+            if lease.abandoned:  # its time limit settled it while the handler ran on
+                return
             if context.outcome is None:  # handled, or a middleware decided or failed
                 self.settlement.handled(lease, context, texts)
             if stack.watches_settlement:
                 stack.emit("after_settle", context)
+        finally:
+            structlog.contextvars.reset_contextvars(**tokens)
+
+    def abandon(self, lease: Lease, context: MessageContext[T], error: str) -> None:
+        """Settle a message whose handler ran past its time limit, from the time limits' thread:
+        a failed delivery with reason ``time_limit`` (retried, or poisoned at the last one)."""
+        tokens = structlog.contextvars.bind_contextvars(
+            queue=self.queue_name, message_id=lease.message.id
+        )
+        try:
+            self.settlement.failed(lease, context, error, reason="time_limit")
+            if self.stack.watches_settlement:
+                self.stack.emit("after_settle", context)
         finally:
             structlog.contextvars.reset_contextvars(**tokens)
 
@@ -213,21 +232,36 @@ class MessageProcessor(Generic[T]):
             log.error("message_open_failed", exc_info=failure)
         self.settlement.failed(lease, context, describe_errors([failure]))
 
-    def _deliver(self, context: MessageContext[T], texts: list[str]) -> None:
-        """Give every item to every observer; record the items any observer failed on."""
+    def _deliver(self, lease: Lease, context: MessageContext[T], texts: list[str]) -> None:
+        """Give every item to every observer (under the time limit, if any)."""
         set_current_message(context.queue_name, context.message)
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
-            failed: list[ItemFailure] = []
-            for position, (text, item) in enumerate(zip(texts, context.items, strict=True)):
-                if failures := self.subscribers.deliver(item):
-                    failed.append(ItemFailure(position, text, label(item), failures))
-            context.failures = failed
-            context.handled = True
+            if self.time_limits is None:
+                self._hand_over(context, texts)
+            else:
+                self.time_limits.run(lease, context, partial(self._hand_over, context, texts))
         finally:
             set_current_message(None)
             if self.record_handler_time is not None:
                 self.record_handler_time(1, self.clock.monotonic() - started)
+
+    def _hand_over(self, context: MessageContext[T], texts: list[str]) -> None:
+        """Give every item to every observer; record the items any observer failed on."""
+        subscribers, items = self.subscribers, context.items
+        failed: list[ItemFailure] = []
+        if subscribers.batches is None:
+            for position, (text, item) in enumerate(zip(texts, items, strict=True)):
+                if failures := subscribers.deliver(item):
+                    failed.append(ItemFailure(position, text, label(item), failures))
+        else:  # a batch handler takes all the message's items at once
+            each = subscribers.deliver_all(items, context.message_id)
+            for position, failures in enumerate(each):
+                if failures:
+                    text, item = texts[position], items[position]
+                    failed.append(ItemFailure(position, text, label(item), failures))
+        context.failures = failed
+        context.handled = True
 
 
 __all__ = ["MessageProcessor"]

@@ -82,7 +82,18 @@ class Settlement:
 
     def handled(self, lease: Lease, context: MessageContext[Any], texts: list[str]) -> None:
         """Settle a message whose items went through the middleware (and the observers)."""
-        if context.decision is not None:
+        decision = context.decision
+        if decision is not None and context.failures and decision.kind in ("retry", "give_up"):
+            # A decision about failed items: the items that succeeded stay done.
+            self._items_failed(
+                lease,
+                context,
+                texts,
+                permanent=decision.kind == "give_up",
+                reason=decision.reason,
+                delay_s=decision.delay_s,
+            )
+        elif decision is not None:
             self._decided(lease, context)
         elif context.middleware_error is not None:
             error = f"{type(context.middleware_error).__name__}: {context.middleware_error}"
@@ -216,15 +227,25 @@ class Settlement:
         log.info("message_rerouted", message_id=lease.message.id, queue_to=target)
         self.delete(lease, context, "rerouted", items=0)
 
-    def _items_failed(self, lease: Lease, context: MessageContext[Any], texts: list[str]) -> None:
+    def _items_failed(
+        self,
+        lease: Lease,
+        context: MessageContext[Any],
+        texts: list[str],
+        *,
+        permanent: bool = False,
+        reason: str | None = None,
+        delay_s: float | None = None,
+    ) -> None:
         """Poison or retry what failed: only the failed items when others of the batch succeeded
-        (they go on in a message of their own), else the whole message."""
+        (they go on in a message of their own), else the whole message. ``permanent``,
+        ``reason`` and ``delay_s`` carry a middleware's decision about the failure."""
         failed, count = context.failures, len(texts)
         batched = count > 1 or context.attempts > 0
         error = describe_items(failed, count=count, batched=batched)
-        permanent = is_permanent(failed)
+        permanent = permanent or is_permanent(failed)
         if len(failed) == count:
-            self.failed(lease, context, error, permanent=permanent)
+            self.failed(lease, context, error, permanent=permanent, reason=reason, delay_s=delay_s)
             return
         # The other items were handled: they are not delivered again.
         remainder = remainder_content([item.text for item in failed], attempts=context.deliveries)
@@ -234,13 +255,14 @@ class Settlement:
         self.counters.add("items_processed", count - len(failed))
         self.counters.add("failed")
         if permanent or exhausted(context.deliveries, self.policy):
-            reason = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+            default = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
             failed_items = replace(
                 lease.message, content=remainder, dequeue_count=context.deliveries
             )
-            self.poison(lease, context, reason, error, recorded=failed_items)
+            self.poison(lease, context, reason or default, error, recorded=failed_items)
         else:
-            self._republish(lease, context, remainder, error, items=(len(failed), count))
+            items = (len(failed), count)
+            self._republish(lease, context, remainder, error, items=items, delay_s=delay_s)
 
     def _retry_whole(
         self,
@@ -274,24 +296,28 @@ class Settlement:
         error: str,
         *,
         items: tuple[int, int],
+        delay_s: float | None = None,
     ) -> None:
-        """Put the failed items in a new message (after the back-off), then delete the original:
-        a crash in between duplicates the batch's items, it loses none."""
+        """Put the failed items in a new message (after the back-off, or ``delay_s``), then
+        delete the original: a crash in between duplicates the batch's items, it loses none."""
         message, deliveries = lease.message, context.deliveries
-        delay_s = retry_visibility_s(deliveries, self.policy, self.rng)
+        if delay_s is None:
+            delay = retry_visibility_s(deliveries, self.policy, self.rng)
+        else:
+            delay = round(delay_s)
         try:
             retry = republish(
                 self.storage,
                 context.queue_name,  # the queue it came from, when the listener reads several
                 content,
                 original=message,
-                delay_s=delay_s,
+                delay_s=delay,
                 now=self.clock.now(),
             )
         except StorageError as failure:
             # The whole message comes back instead (and, if the put happened after all, the
             # failed items twice: duplicates, no loss).
-            self._retry_whole(lease, context, error, delay_s, republish_error=str(failure))
+            self._retry_whole(lease, context, error, delay, republish_error=str(failure))
             return
         self._remember(retry.id, self._first_errors.get(message.id) or error)
         failed_count, count = items
@@ -300,13 +326,13 @@ class Settlement:
             message_id=message.id,
             dequeue_count=deliveries,
             error=error,
-            retry_in_s=delay_s,
+            retry_in_s=delay,
             items_failed=failed_count,
             items=count,
             retry_message_id=retry.id,
         )
         self._remove(lease)
-        context.outcome = Outcome("retried", None, error, retry_in_s=delay_s)
+        context.outcome = Outcome("retried", None, error, retry_in_s=delay)
 
     def _remove(self, lease: Lease) -> bool:
         """Delete the message from its queue; True only when this call deleted it."""

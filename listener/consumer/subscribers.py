@@ -3,15 +3,29 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import Generic, TypeVar
+from collections.abc import Callable, Sequence
+from typing import Generic, Protocol, TypeVar
 
 import structlog
 from reactivex import abc
 
 T = TypeVar("T")
 
+T_contra = TypeVar("T_contra", contravariant=True)
+
 log = structlog.get_logger(__name__)
+
+
+class BatchObserver(Protocol[T_contra]):
+    """Takes a message's items all at once, to handle them in batches with other messages'."""
+
+    def deliver(self, items: Sequence[T_contra], message_id: str) -> list[Exception | None]:
+        """Handle ``items`` (blocking until done); for each, what it failed with, or None."""
+        ...
+
+    def close(self) -> None:
+        """The listener has stopped: nothing more will be delivered."""
+        ...
 
 
 class Subscribers(Generic[T]):
@@ -21,6 +35,8 @@ class Subscribers(Generic[T]):
         self._observers: list[abc.ObserverBase[T]] = []
         self._lock = threading.Lock()
         self.completed = False
+        self.batches: BatchObserver[T] | None = None
+        """The batch handler, when the listener has one (``deliver_all`` then)."""
 
     def add(self, observer: abc.ObserverBase[T]) -> Callable[[], None] | None:
         """Register an observer; return its remover, or None when already completed."""
@@ -55,6 +71,20 @@ class Subscribers(Generic[T]):
                 failures.append(failure)
         return failures
 
+    def deliver_all(self, items: Sequence[T], message_id: str) -> list[list[Exception]]:
+        """Give a message's items to the batch handler at once, and each to every observer;
+        the failures of each item."""
+        batches = self.batches
+        each: list[list[Exception]] = [[] for _ in items]
+        if batches is not None:
+            for failures, error in zip(each, batches.deliver(items, message_id), strict=True):
+                if error is not None:
+                    failures.append(error)
+        if len(self):
+            for failures, item in zip(each, items, strict=True):
+                failures.extend(self.deliver(item))
+        return each
+
     def complete(self) -> None:
         """Send on_completed to every observer, once."""
         with self._lock:
@@ -62,6 +92,8 @@ class Subscribers(Generic[T]):
                 return
             self.completed = True
             observers, self._observers = self._observers, []
+        if self.batches is not None:
+            self.batches.close()
         for observer in observers:
             try:
                 observer.on_completed()

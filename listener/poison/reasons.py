@@ -14,6 +14,8 @@ PoisonReason = Literal[
     "payload_missing",
     "payload_foreign",
     "permanent_failure",
+    "give_up",
+    "time_limit",
     "max_dequeue_count_exceeded",
 ]
 """Why a message was given up on: the ``reason`` of its poison record."""
@@ -29,6 +31,10 @@ POISON_REASONS: dict[PoisonReason, str] = {
     "payload_foreign": "the message refers to a stored payload written for another queue: "
     "poisoned on its first delivery, and the payload is left alone for its own message",
     "permanent_failure": "a handler raised PermanentFailure: retrying is pointless",
+    "give_up": "the worker's Retry gives up on what the handler raised (in give_up_on, or not in "
+    "retry_on): poisoned at its first failure; the reason reads give_up: <Type>: <message>",
+    "time_limit": "the handler ran past listener.time_limit_s on the last delivery allowed (each "
+    "earlier one was released for a retry at the limit)",
     "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
     "the handler kept raising, or workers crashed on it",
 }

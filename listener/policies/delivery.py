@@ -28,6 +28,9 @@ class DeliveryPolicy:
     max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S
     """The longest a message delayed beyond 7 days is hidden again when it shows up early (7 days:
     Azure's cap, the fewest hops; ``listener.consumer.hops``). Lower only to watch hops happen."""
+    retry_delays_s: tuple[float, ...] = ()
+    """Seconds hidden after the 1st, 2nd... failure, the last repeating (a worker's ``Retry``);
+    empty: the exponential back-off above."""
 
     def __post_init__(self) -> None:
         if self.max_dequeue_count < 1:
@@ -38,10 +41,16 @@ class DeliveryPolicy:
             raise ConfigurationError(
                 f"max_hop_s must be 1..{MAX_VISIBILITY_TIMEOUT_S} (7 days), got {self.max_hop_s}"
             )
+        if not all(math.isfinite(delay) and delay >= 0 for delay in self.retry_delays_s):
+            raise ConfigurationError(f"retry_delays_s must be >= 0, got {self.retry_delays_s}")
 
 
 def retry_visibility_s(dequeue_count: int, policy: DeliveryPolicy, rng: RandomSource) -> int:
     """Whole seconds a failed message stays hidden before its next attempt (0 = at once)."""
+    delays = policy.retry_delays_s
+    if delays:
+        # Rounded up, so a delay is never cut short: visibility takes whole seconds.
+        return math.ceil(delays[min(max(dequeue_count, 1), len(delays)) - 1])
     delay = randomized_exponential_backoff(
         dequeue_count,
         delta_s=policy.retry_delay_s or 1.0,

@@ -22,6 +22,7 @@ from workers.cli.common import (
     one_line,
     parse_overrides,
 )
+from workers.controls import controls_for
 from workers.host import WorkerHost
 from workers.logging import configure_logging
 from workers.observability.multiprocess import SupervisorEndpoint
@@ -124,8 +125,9 @@ def run(
     effective = [
         worker_settings(settings, *pair) for pair in zip(worker_targets, worker_types, strict=True)
     ]
-    for options in effective:
+    for worker_type, options in zip(worker_types, effective, strict=True):
         options.scaling.build_rule()
+        controls_for(worker_type, options)  # a batch wait longer than the time limit, ...
     queues = {
         queue: listener
         for worker_type, options in zip(worker_types, effective, strict=True)
@@ -190,8 +192,11 @@ def worker_settings(
 def announce_concurrency(
     target: str, worker_type: type[QueueWorker[Any]], settings: CloudQueueSettings
 ) -> None:
-    """Say once that a plain ``def handle`` runs on several threads at once, and what sets it."""
-    if inspect.iscoroutinefunction(worker_type.handle):
+    """Say once that a plain ``def handle`` (or ``handle_batch``) runs on several threads at
+    once, and what sets it."""
+    batches = worker_type.batches()
+    handler = worker_type.handle_batch if batches else worker_type.handle
+    if inspect.iscoroutinefunction(handler):
         return  # coroutines on one event loop: no two run Python code at the same moment
     per_thread = settings.listener.concurrency
     at_most = per_thread * settings.scaling.max_threads
@@ -202,7 +207,8 @@ def announce_concurrency(
             at_most=at_most,
             per_dequeue_thread=per_thread,
             max_threads=settings.scaling.max_threads,
-            hint=f"handle runs up to {at_most} at once on threads: keep it thread-safe; "
+            hint=f"{handler.__name__} runs up to {at_most} at once on threads: keep it "
+            "thread-safe; "
             "listener.concurrency (per dequeue thread) and scaling.max_threads set how many",
         )
 

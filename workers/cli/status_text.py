@@ -63,6 +63,8 @@ def worker_line(view: WorkerView, *, rates: bool) -> str:
         f"poisoned {listener.poisoned}, dequeue errors {listener.dequeue_errors}, "
         f"in flight {listener.in_flight}; {speed}; updated {age_s:.0f} s ago"
     )
+    if listener.stuck_threads:
+        line += f"; {listener.stuck_threads} thread(s) stuck past the time limit"
     line += _estimates(listener)
     if listener.priority_set:
         line += f"; threads shared by {' > '.join(listener.priority_set)} (priority order)"

@@ -6,12 +6,15 @@ purpose. It fails when a dequeue thread has shown no sign of life for ``stall_af
 are the start and end of every storage call and handler call it makes, so a thread wedged in one
 of them goes silent -- or when fewer dequeue threads are alive than ``scaling.min_threads``.
 A healthy thread is never silent longer than its longest wait on purpose (``backoff.max_idle_s``
-idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call.
+idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call. A
+handler thread stuck past ``listener.time_limit_s`` is not wedged: its message was released, and
+readiness bounds how many such threads there may be.
 
 Readiness asks "should it get work now?": started, its storage answering (the last storage call
 did not fail with an outage), its messages that must be poisoned reaching the poison queue (from
-a failed move until one succeeds: they wait in their queue meanwhile), and not draining. A
-shutdown signal turns it red before the drain.
+a failed move until one succeeds: they wait in their queue meanwhile), no more handler threads
+stuck past their time limit than ``listener.max_stuck_threads``, and not draining. A shutdown
+signal turns it red before the drain.
 """
 
 from __future__ import annotations
@@ -72,15 +75,16 @@ class Heartbeats:
             self._threads[ident] = thread
         self._beats[ident] = self._monotonic()
 
-    def silent(self, longer_than_s: float) -> list[str]:
-        """The live dequeue threads silent for longer than ``longer_than_s``, by name."""
+    def silent(self, longer_than_s: float, excluding: frozenset[int] = frozenset()) -> list[str]:
+        """The live dequeue threads silent for longer than ``longer_than_s``, by name, but those
+        ``excluding`` names (threads stuck past a time limit: readiness counts those)."""
         now = self._monotonic()
         silent: list[str] = []
         for ident, thread in list(self._threads.items()):
             if not thread.is_alive():  # ended: forget it (its ident may be reused)
                 self._beats.pop(ident, None)
                 self._threads.pop(ident, None)
-            elif now - self._beats.get(ident, now) > longer_than_s:
+            elif ident not in excluding and now - self._beats.get(ident, now) > longer_than_s:
                 silent.append(thread.name)
         return sorted(silent)
 
@@ -110,6 +114,17 @@ class WatchedPool:
     threads_alive: Callable[[], int]
     min_threads: int
     poisoning_failing: Callable[[], bool] = lambda: False
+    stuck_threads: Callable[[], int] = lambda: 0
+    """Handler threads still running past the time limit (``listener.time_limit_s``)."""
+    stuck_thread_ids: Callable[[], frozenset[int]] = frozenset
+    max_stuck_threads: int | None = None
+    """More stuck threads than this and the process is not ready (None: no bound)."""
+
+    def too_many_stuck(self) -> int | None:
+        """The stuck threads when over the bound, else None."""
+        stuck = self.stuck_threads()
+        bound = self.max_stuck_threads
+        return stuck if bound is not None and stuck > bound else None
 
 
 @dataclass
@@ -124,7 +139,10 @@ class ProcessProbes:
     draining: bool = False
 
     def liveness(self) -> ProbeResult:
-        reasons = [f"wedged: {name}" for name in self.heartbeats.silent(self.stall_after_s)]
+        # A thread stuck past its time limit is accounted for: readiness bounds how many.
+        stuck = frozenset().union(*(pool.stuck_thread_ids() for pool in self.pools))
+        silent = self.heartbeats.silent(self.stall_after_s, excluding=stuck)
+        reasons = [f"wedged: {name}" for name in silent]
         if self.started and not self.draining:
             reasons += [
                 f"dead: {pool.queue_name} has fewer than {pool.min_threads} dequeue threads"
@@ -147,4 +165,14 @@ class ProcessProbes:
             for pool in self.pools
             if pool.poisoning_failing()
         ]
+        reasons += self.stuck_reasons()
         return ProbeResult(not reasons, tuple(reasons))
+
+    def stuck_reasons(self) -> list[str]:
+        """One line per pool with more threads stuck past the time limit than it may have."""
+        return [
+            f"stuck threads: {pool.queue_name} has {stuck} past listener.time_limit_s "
+            f"(listener.max_stuck_threads = {pool.max_stuck_threads})"
+            for pool in self.pools
+            if (stuck := pool.too_many_stuck()) is not None
+        ]

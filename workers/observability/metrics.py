@@ -19,6 +19,9 @@ HANDLE_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 PICKUP_BUCKETS_S = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 """Waiting in a queue takes longer than handling: its buckets reach an hour."""
 
+CONTROL_DECISIONS = ("time_limit", "give_up", "batch_partial")
+"""The ``decision`` label of ``cloudqueue_control_decisions`` (``observed.control_decision``)."""
+
 OUTCOMES = {
     "processed": "processed",
     "retried": "failed",
@@ -97,6 +100,22 @@ class WorkerMetrics:
             ["queue", "direction", "rule"],
             registry=r,
         )
+        self.control_decisions = Counter(
+            "cloudqueue_control_decisions",
+            "Messages a handler control decided about: time_limit (a delivery stopped at "
+            "listener.time_limit_s), give_up (poisoned at once by the worker's Retry), "
+            "batch_partial (retried alone from a batch that raised BatchFailed).",
+            ["queue", "decision"],
+            registry=r,
+        )
+        self.stuck_threads = Gauge(
+            "cloudqueue_stuck_threads",
+            "Handler threads still running past listener.time_limit_s (their messages were "
+            "released).",
+            ["queue"],
+            registry=r,
+            multiprocess_mode="livesum",
+        )
         self.job_runs = Counter(
             "cloudqueue_job_runs",
             "Ticks of periodic jobs this process fired, by how the run ended (skipped: a tick "
@@ -155,6 +174,9 @@ class WorkerMetrics:
             self.scaling_decisions.labels(queue, direction, rule)
         self.handle_seconds.labels(queue)
         self.pickup_seconds.labels(queue)
+        for decision in CONTROL_DECISIONS:
+            self.control_decisions.labels(queue, decision)
+        self.stuck_threads.labels(queue)
 
     def __repr__(self) -> str:
         families: list[Any] = list(self.registry.collect())

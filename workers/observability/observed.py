@@ -14,6 +14,8 @@ from typing import Any, TypeVar
 from listener.consumer.events import Scaled
 from listener.consumer.middleware import CallNext, MessageContext, Middleware
 from listener.consumer.pool_control import ListenerLoad
+from listener.errors import BatchFailed
+from listener.policies.retry import GIVE_UP_PREFIX
 from listener.scaling.scaler import ScalingPolicy, targets
 from listener.stores.forwarding import ForwardingStorage
 from listener.stores.storage import QueueStorage
@@ -89,6 +91,8 @@ class ObservedHandling(Middleware):
         self._up = metrics.scaling_decisions.labels(queue, "up", rule_name)
         self._down = metrics.scaling_decisions.labels(queue, "down", rule_name)
         self._beat = heartbeats.beat
+        self._queue = queue
+        self._decisions = metrics.control_decisions
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
         if not context.deliverable:  # settled without a handler call: nothing to time
@@ -104,5 +108,24 @@ class ObservedHandling(Middleware):
         finally:
             handle_seconds.observe(time.perf_counter() - started)
 
+    def after_settle(self, context: MessageContext[Any]) -> None:
+        decision = control_decision(context)
+        if decision is not None:
+            self._decisions.labels(self._queue, decision).inc()
+
     def on_scaled(self, event: Scaled) -> None:
         (self._up if event.direction == "up" else self._down).inc()
+
+
+def control_decision(context: MessageContext[Any]) -> str | None:
+    """Which handler control decided how the message was settled, if one did (the
+    ``decision`` label of ``cloudqueue_control_decisions``)."""
+    outcome = context.outcome
+    reason = None if outcome is None else outcome.reason
+    if reason == "time_limit":
+        return "time_limit"
+    if reason is not None and reason.startswith(GIVE_UP_PREFIX):
+        return "give_up"
+    if any(isinstance(e, BatchFailed) for item in context.failures for e in item.failures):
+        return "batch_partial"
+    return None

@@ -75,7 +75,12 @@ class ProcessObservability:
             queues[0], policy.rule_name, self.metrics, self.heartbeats, lower_queues=queues[1:]
         )
 
-    def watch(self, listener: CloudQueueListener[Any], min_threads: int) -> None:
+    def watch(
+        self,
+        listener: CloudQueueListener[Any],
+        min_threads: int,
+        max_stuck_threads: int | None = None,
+    ) -> None:
         """Sample the listener's figures and watch its pool (once per hosted worker)."""
         queue = listener.queue_name
         self._listeners.append(listener)
@@ -86,6 +91,9 @@ class ProcessObservability:
                 lambda: listener.threads_alive,
                 min_threads,
                 lambda: listener.poisoning_failing,
+                lambda: listener.stuck_threads,
+                listener.stuck_thread_ids,
+                max_stuck_threads,
             ),
         ]
 
@@ -116,6 +124,7 @@ class ProcessObservability:
             self.metrics.dequeue_threads.labels(listener.queue_name).set(
                 listener.active_dequeue_tasks
             )
+            self.metrics.stuck_threads.labels(listener.queue_name).set(listener.stuck_threads)
             self._sample_depth(listener)
         for scheduler in self._jobs:
             self.metrics.sample_job_runs(scheduler.spec.name, scheduler.runs)

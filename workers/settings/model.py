@@ -43,6 +43,7 @@ from workers.settings.process_sections import (
 from workers.settings.worker_sections import (
     WORKER_SECTIONS,
     BackoffSettings,
+    BatchSettings,
     DecodingSettings,
     ListenerSettings,
     PoisonSettings,
@@ -87,6 +88,7 @@ class CloudQueueSettings(BaseSettings):
     scaling: ScalingSettings = Field(default_factory=ScalingSettings)
     poison: PoisonSettings = Field(default_factory=PoisonSettings)
     decoding: DecodingSettings = Field(default_factory=DecodingSettings)
+    batch: BatchSettings = Field(default_factory=BatchSettings)
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)

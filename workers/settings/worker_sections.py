@@ -1,10 +1,10 @@
 """The settings sections of one worker's listener, which a worker class may override.
 
-``listener``, ``backoff``, ``scaling``, ``poison``, ``rate_limit`` and ``decoding``: how a
-listener fetches, idles, scales, retries and poisons, how fast it may go and how much one message
-may cost to decode. A worker class's ``settings`` replace fields of these
-(``CloudQueueSettings.for_worker``); the sections of the process as a whole are in
-``workers.settings.process_sections``.
+``listener``, ``backoff``, ``scaling``, ``poison``, ``rate_limit``, ``decoding`` and ``batch``:
+how a listener fetches, idles, scales, retries and poisons, how fast it may go, how much one
+message may cost to decode, and how a batch handler's calls are gathered. A worker class's
+``settings`` replace fields of these (``CloudQueueSettings.for_worker``); the sections of the
+process as a whole are in ``workers.settings.process_sections``.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ from listener.wire.codec import Encoding
 from listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
-WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding")
+MAX_BATCH_ITEMS = 256
+"""The most items one ``handle_batch`` call may get (gathered across gets of at most 32)."""
+WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding", "batch")
 """The sections a worker class's ``settings`` may override."""
 
 
@@ -94,6 +96,19 @@ class ListenerSettings(Section):
         description="for priority = weighted: one whole number per queue, in the order of "
         "queue_name (3, 1: three gets in four to the first while both have work)",
     )
+    time_limit_s: float = Field(
+        default=0.0,
+        ge=0,
+        allow_inf_nan=False,
+        description="longest a handler may run for one message (0: no limit); past it the "
+        "message is released for a retry, then poisoned as time_limit",
+    )
+    max_stuck_threads: int = Field(
+        default=8,
+        ge=1,
+        description="handler threads still running past time_limit_s beyond which /readyz fails "
+        "and `cloudqueue run --processes N` recycles the process",
+    )
     middleware: list[str] = Field(
         default_factory=list,
         description="middleware around each message, 'package.module:Class' (made with no "
@@ -126,6 +141,21 @@ class ListenerSettings(Section):
             wrapped = str(data.pop("base64")).strip().lower() in ("true", "1", "yes", "on")
             data.setdefault("encoding", "base64" if wrapped else "plain")
         return data
+
+
+class BatchSettings(Section):
+    """How a worker with ``handle_batch`` gathers items into calls (``workers.batch_handler``)."""
+
+    max_items: int = Field(
+        default=32, ge=1, le=MAX_BATCH_ITEMS, description="most items in one handle_batch call"
+    )
+    max_wait_s: float = Field(
+        default=1.0,
+        ge=0,
+        le=MAX_VISIBILITY_TIMEOUT_S,
+        allow_inf_nan=False,
+        description="longest a batch waits to fill before handle_batch is called with fewer",
+    )
 
 
 class PoisonSettings(Section):

@@ -1,0 +1,62 @@
+"""A worker's ``Retry`` policy on the seam: give up at once on the failures it names.
+
+The policy's delays and its number of deliveries need no middleware: they become the listener's
+``DeliveryPolicy`` (``Retry.applied_to``), so every retry -- a failed item, a message over its
+time limit -- waits as the worker asked, by visibility, with no thread sleeping. What is left is
+the judgement: after the handler failed, an exception in ``give_up_on``, or not in ``retry_on``
+when that is given, poisons the message now, with ``give_up: <Type>: <message>`` as its reason.
+Only the failed items are given up on: those of a batch that succeeded stay done.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from listener.consumer.middleware import CallNext, MessageContext, Middleware
+from listener.errors import BatchFailed, PermanentFailure, TimeLimitExceeded
+from listener.policies.retry import Retry, give_up_reason
+
+log = structlog.get_logger(__name__)
+
+NEVER_JUDGED = (PermanentFailure, TimeLimitExceeded)
+"""Failures with their own path: ``PermanentFailure`` is poisoned as such, and a delivery past
+its time limit is retried (then poisoned as ``time_limit``) whatever the policy names."""
+
+
+class RetryPolicy(Middleware):
+    """Gives up on a message at its first failure when the worker's ``Retry`` says so."""
+
+    def __init__(self, retry: Retry) -> None:
+        self.retry = retry
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        call_next()
+        if not context.failures or context.decision is not None:
+            return
+        for item in context.failures:
+            for failure in item.failures:
+                error = judged(failure)
+                if not isinstance(error, NEVER_JUDGED) and self.retry.gives_up_on(error):
+                    log.warning(
+                        "give_up",
+                        message_id=context.message_id,
+                        error_type=type(error).__name__,
+                        deliveries=context.deliveries,
+                    )
+                    context.give_up(give_up_reason(error), f"{type(error).__name__}: {error}")
+                    return
+
+    def __repr__(self) -> str:
+        return f"RetryPolicy({self.retry!r})"
+
+
+def judged(failure: BaseException) -> BaseException:
+    """What the policy judges: a ``BatchFailed`` raised from an exception is judged by that."""
+    if isinstance(failure, BatchFailed) and failure.__cause__ is not None:
+        return failure.__cause__
+    return failure
+
+
+__all__ = ["RetryPolicy", "judged"]
