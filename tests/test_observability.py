@@ -55,6 +55,8 @@ def test_a_dequeue_thread_silent_past_the_bound_is_wedged(clock: ManualClock) ->
     wedged = threading.Thread(target=beat_then_block, name="cloudqueue:work:1")
     wedged.start()
     on_thread("some-other-thread", heartbeats.beat)  # not a dequeue thread: never watched
+    # A handler thread waits idle between messages on purpose: never watched either.
+    on_thread("cloudqueue:work:handler:1", heartbeats.beat)
     try:
         eventually(lambda: heartbeats.silent(-1) == ["cloudqueue:work:1"])
         clock.advance(10)

@@ -53,9 +53,11 @@ class Probes(Protocol):
 
 
 def is_dequeue_thread(thread: threading.Thread) -> bool:
-    """The listener's pool names its threads ``cloudqueue:<queue>:<number>``."""
-    name = thread.name
-    return name.startswith("cloudqueue:") and name[name.rfind(":") + 1 :].isdigit()
+    """The listener's pool names its threads ``cloudqueue:<queue>:<number>``; its handler
+    threads (``cloudqueue:<queue>:handler:<number>``) wait idle between messages on purpose, and
+    a queue name holds no colon."""
+    parts = thread.name.split(":")
+    return len(parts) == 3 and parts[0] == "cloudqueue" and parts[2].isdigit()
 
 
 class Heartbeats:
