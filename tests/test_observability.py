@@ -54,9 +54,10 @@ def test_a_dequeue_thread_silent_past_the_bound_is_wedged(clock: ManualClock) ->
 
     wedged = threading.Thread(target=beat_then_block, name="cloudqueue:work:1")
     wedged.start()
+    # A handler thread waits idle between messages on purpose: never watched.
+    idle_handler = threading.Thread(target=beat_then_block, name="cloudqueue:work:handler:1")
+    idle_handler.start()
     on_thread("some-other-thread", heartbeats.beat)  # not a dequeue thread: never watched
-    # A handler thread waits idle between messages on purpose: never watched either.
-    on_thread("cloudqueue:work:handler:1", heartbeats.beat)
     try:
         eventually(lambda: heartbeats.silent(-1) == ["cloudqueue:work:1"])
         clock.advance(10)
@@ -66,6 +67,7 @@ def test_a_dequeue_thread_silent_past_the_bound_is_wedged(clock: ManualClock) ->
     finally:
         release.set()
         wedged.join()
+        idle_handler.join()
     assert heartbeats.silent(10) == []  # a thread that has ended is forgotten
 
 
