@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from tests.benchmarks.render_readme import (
+    RenderError,
     block_names,
     docs_blocks,
     problems,
@@ -45,3 +48,19 @@ def test_a_result_missing_from_the_docs_is_reported(tmp_path: Path) -> None:
     (results / "bench_new.json").write_text("{}")
     (docs / "page.md").write_text("no blocks here\n")
     assert unpublished_results(docs, results) == ["bench_new"]
+
+
+def test_a_block_naming_a_part_shows_that_part_of_the_results() -> None:
+    """``bench:NAME:PART`` holds ``render_markdown(results, PART)``: one benchmark's figures on
+    several pages, each page its own part."""
+    page = "<!-- bench:bench_hostile:triggers -->\n<!-- /bench:bench_hostile:triggers -->\n"
+    shown = rendered(page)
+    assert render_block("bench_hostile:triggers") in shown
+    assert render_block("bench_hostile:decoding") not in shown
+    assert block_names(shown) == ["bench_hostile:triggers"]
+
+
+def test_a_part_the_benchmark_does_not_render_is_an_error() -> None:
+    """A misspelt part names the block, not an empty table."""
+    with pytest.raises(RenderError, match="has no part 'trigger'"):
+        render_block("bench_hostile:trigger")
