@@ -341,3 +341,46 @@ def listen_until(
     finally:
         assert listener.stop(30)
     return seen
+
+
+def crafted_batch(lists: int, *, items: int = 10) -> str:
+    """A batch envelope within the item and inflated-bytes limits whose items are made of empty
+    lists: 3 characters of text each, some 60 bytes once decoded."""
+    item = json.dumps({"n": -1, "a": [[]] * (lists // items)}, separators=(",", ":"))
+    return inline_envelope(pack([item] * items))
+
+
+def test_values_are_counted_before_parsing_and_short_text_is_not_scanned() -> None:
+    """Each , : [ { counts; text shorter than the limit cannot hold more values than it has
+    characters, so it passes without a scan."""
+    bounded_json.check_values(['{"a":[1,2,3]}'], 6)  # 1 { + 1 : + 1 [ + 2 , = 5
+    with pytest.raises(LimitExceededError) as raised:
+        bounded_json.check_values(['{"a":[1,2,3]}', "[[],[]]"], 6)
+    assert raised.value.setting == "decoding.max_json_values_per_message"
+    bounded_json.check_values(["x" * 100], 100)  # as long as the limit: no scan needed
+
+
+def test_a_batch_of_small_values_is_poisoned_before_its_items_are_built(
+    virtual_clock: VirtualClock,
+) -> None:
+    """A batch within 10,000 items and 16 MiB that would decode to hundreds of MiB of empty
+    lists is poisoned as over_limit (naming decoding.max_json_values_per_message) at its first
+    delivery, and decoding it costs no such memory; the item beside it is handled."""
+    storage = InMemoryQueueStorage(clock=virtual_clock)
+    storage.create_queue("work")
+    crafted = crafted_batch(2_000_000)
+    assert len(crafted) < 65_536
+    assert parse_envelope(crafted) is not None
+    storage.put_message("work", crafted)
+    storage.put_message("work", json.dumps({"n": 1}))
+    tracemalloc.start()
+    try:
+        handled = drain(storage, virtual_clock, None, "work", item_type=dict)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert handled == [{"n": 1}]
+    [record] = poisoned(storage, "work")
+    assert (record.reason, record.dequeue_count) == ("over_limit", 1)
+    assert record.error.endswith("(decoding.max_json_values_per_message)")
+    assert peak < 64 * MIB, f"decoding the crafted batch peaked at {peak / MIB:.0f} MiB"

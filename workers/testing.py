@@ -215,17 +215,25 @@ def _poisoned_in(listener: CloudQueueListener[T], queue: str) -> list[PoisonedIt
             texts = open_message(record.content, listener.payload_store).texts
         except CloudQueueError:
             texts = [record.content]  # e.g. its stored payload is gone: the envelope itself
-        poisoned += [_poisoned_item(listener, text, record.reason, record.error) for text in texts]
+        # A message over a limit was refused because building its items would cost too much:
+        # its texts are listed, not decoded here either.
+        decode = record.reason != "over_limit"
+        poisoned += [
+            _poisoned_item(listener, text, record.reason, record.error, decode=decode)
+            for text in texts
+        ]
     return poisoned
 
 
 def _poisoned_item(
-    listener: CloudQueueListener[T], text: str, reason: str, error: str
+    listener: CloudQueueListener[T], text: str, reason: str, error: str, *, decode: bool
 ) -> PoisonedItem[T]:
-    try:
-        item: T | None = listener.codec.decode(text)
-    except DecodeError:
-        item = None
+    item: T | None = None
+    if decode:
+        try:
+            item = listener.codec.decode(text)
+        except DecodeError:
+            item = None
     return PoisonedItem(item, reason, error, text)
 
 

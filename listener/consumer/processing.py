@@ -45,6 +45,7 @@ from listener.errors import (
 )
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
+from listener.wire.bounded_json import check_values
 from listener.wire.codec import Codec
 from listener.wire.envelope import Envelope, parse_envelope
 from listener.wire.limits import DecodingLimits
@@ -218,6 +219,7 @@ class MessageProcessor(Generic[T]):
             limits=self.limits,
             queue_name=queue_name,
         )
+        check_values(contents.texts, self.limits.max_json_values_per_message)
         return contents, [self.codec.decode(text) for text in contents.texts]
 
     def _unopened(self, lease: Lease, context: MessageContext[T], failure: Exception) -> None:

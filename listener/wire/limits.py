@@ -9,8 +9,9 @@ parsed. A message over a limit is poisoned at once with reason ``over_limit`` an
 the limit and its setting (``LimitExceededError``); it is never retried, since it would fail the
 same way each time.
 
-A listener's memory is then bounded by the limit times the messages it opens at once (see
-docs/security/threat-model.md for the figures). The settings are the ``[decoding]`` section of
+A listener's memory is then bounded by the limits times the messages it opens at once (see
+docs/security/threat-model.md for the figures): the inflated bytes bound the text, the JSON
+values what decoding it may build. The settings are the ``[decoding]`` section of
 a worker's settings (``workers.settings.DecodingSettings``).
 """
 
@@ -46,6 +47,11 @@ class DecodingLimits:
     """Bytes of a stored (claim-check) payload, both as stored and once inflated."""
     max_json_depth: int = 64
     """Levels of nested JSON objects and arrays in an envelope or a JSON item."""
+    max_json_values_per_message: int = 1_000_000
+    """JSON values in all of a message's items together (counted from the text before parsing:
+    each ``,``, ``:``, ``[`` and ``{``). Decoded, a small value costs far more than its text: an
+    empty list ``[]`` is 3 characters and about 60 bytes, so a message of 16 MiB of them would
+    hold some 360 MiB. This bounds a message's decoded items whatever their shape."""
 
     def __post_init__(self) -> None:
         for name in self.__slots__:

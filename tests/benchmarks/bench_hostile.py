@@ -5,14 +5,17 @@ to ``results/bench_hostile.json`` with ``--write`` and rendered into those pages
 time (part ``decoding`` and part ``triggers``):
 
 1. **Decoding memory** (tracemalloc, in this process): the peak while ``open_message`` reads one
-   message and ``MessageCodec(dict)`` decodes every item, all items held at the end, for the
-   heaviest messages the default limits accept -- ``max_items_per_message`` items filling
-   ``max_inflated_bytes_per_message`` inline (or ``max_blob_payload_bytes`` stored, read from a
-   payload folder) -- with ordinary records and with items crafted of empty lists; and for two
-   gzip bombs that the limits refuse. Every inline message is a real one: at most 65,535 characters.
-2. **Gzip bombs in a real `cloudqueue run`** (the embedded SQLite store): four 64 KiB bombs of
-   5.6 million items ``{}`` and 20 ordinary items, as ``tests/test_hostile_input.py`` puts them;
-   the worker's peak resident size (VmHWM) next to a run of the 20 ordinary items alone.
+   message, its JSON values are counted (as the listener does) and ``MessageCodec(dict)`` decodes
+   every item, all items held at the end, for the heaviest messages the default limits accept --
+   ``max_items_per_message`` items filling ``max_inflated_bytes_per_message`` inline (or
+   ``max_blob_payload_bytes`` stored, read from a payload folder) within
+   ``max_json_values_per_message`` -- with ordinary records and with items crafted of empty lists;
+   and for what the limits refuse: two gzip bombs, and a batch of empty lists filling the inline
+   limit. Every inline message is a real one: at most 65,535 characters.
+2. **Hostile messages in a real `cloudqueue run`** (the embedded SQLite store): four 64 KiB bombs
+   of 5.6 million items ``{}``, or four batches of empty lists filling the inline limit, and 20
+   ordinary items, as ``tests/test_hostile_input.py`` puts them; the worker's peak resident size
+   (VmHWM) next to a run of the 20 ordinary items alone.
 3. **A trigger flood** on one idle listener (``tests/test_push.py``'s scenario: in-memory store,
    ``MeteredStorage`` counting calls): 1,000 triggers at once (virtual clock, the wake at the end
    of the back-off floor let through by hand, several runs), and triggers at the rate issue 26
@@ -42,6 +45,7 @@ import structlog
 from listener import open_storage, poison_queue_name
 from listener.errors import LimitExceededError
 from listener.stores.payload_store import FolderPayloadStore, PayloadStore, new_payload_name
+from listener.wire.bounded_json import check_values
 from listener.wire.codec import MessageCodec
 from listener.wire.envelope import blob_envelope, inline_envelope
 from listener.wire.frames import pack
@@ -94,6 +98,12 @@ def _json_bytes(value: dict[str, Any]) -> int:
     return len(base64.b64decode(CODEC.encode(value)))
 
 
+def _values(text: str) -> int:
+    """JSON values as the listener counts them (``bounded_json.check_values``)."""
+    json_text = base64.b64decode(text).decode()
+    return sum(json_text.count(mark) for mark in ",:[{")
+
+
 Shape = Callable[[int], dict[str, Any]]
 """An item of the given size. Every item of a message is the same: only a batch that repeats
 itself compresses enough to reach the inline limit within one queue message."""
@@ -111,12 +121,21 @@ DECODING_CASES: tuple[tuple[str, Shape, bool, DecodingLimits], ...] = (
 
 
 def heaviest_message(
-    shape: Shape, stored: bool, limits: DecodingLimits, store: PayloadStore | None
+    shape: Shape,
+    stored: bool,
+    limits: DecodingLimits,
+    store: PayloadStore | None,
+    *,
+    values_limited: bool = True,
 ) -> tuple[str, int]:
-    """The message text and inflated bytes of the most items of ``shape`` the limits accept."""
+    """The message text and inflated bytes of the most items of ``shape`` the limits accept
+    (``values_limited`` False: the bytes limits alone, as before the values were counted)."""
     limit = limits.max_blob_payload_bytes if stored else limits.max_inflated_bytes_per_message
     count = limits.max_items_per_message
     size = limit // count - FRAME_BYTES
+    values = count * _values(CODEC.encode(shape(size)))
+    if values_limited and values > limits.max_json_values_per_message:
+        size = int(size * limits.max_json_values_per_message / values) - 1
     packed = pack([CODEC.encode(shape(size))] * count)
     inflated = len(gzip.decompress(packed.data))
     if stored and store is not None:
@@ -137,6 +156,7 @@ def opening_peak(
     tracemalloc.start()
     try:
         contents = open_message(content, store, limits=limits, queue_name=QUEUE)
+        check_values(contents.texts, limits.max_json_values_per_message)
         items = [CODEC.decode(text) for text in contents.texts]
         outcome = f"{len(items):,} items"
     except LimitExceededError as refused:
@@ -165,15 +185,23 @@ def bombs() -> list[str]:
     return [gzip_bomb(BOMB_FRAMES, count=count) for count in (BOMB_FRAMES, MAX_ITEMS)]
 
 
+def crafted_batch() -> tuple[str, int]:
+    """A batch of items crafted of empty lists filling the inline limit: over the values limit."""
+    return heaviest_message(empty_lists, False, DecodingLimits(), None, values_limited=False)
+
+
 def bomb_costs() -> list[dict[str, Any]]:
-    """What refusing each bomb holds at its peak."""
+    """What refusing each bomb, and the crafted batch over the values limit, holds at its peak."""
+    crafted, crafted_inflated = crafted_batch()
+    bomb_label = f"{BOMB_FRAMES:,} items {{}}"
+    refused = [(bomb, BOMB_FRAMES * len(EMPTY_ITEM), bomb_label) for bomb in bombs()]
+    refused.append((crafted, crafted_inflated, "a batch of empty lists filling 16 MiB"))
     rows = []
-    for content in bombs():
+    for content, inflated, label in refused:
         peak, outcome = opening_peak(content, None, DecodingLimits())
         if not outcome.startswith("refused"):
-            raise BenchmarkError(f"a gzip bomb was opened: {outcome}")
-        inflated = BOMB_FRAMES * len(EMPTY_ITEM)
-        rows.append(_row(f"{BOMB_FRAMES:,} items {{}}", content, inflated, peak, outcome))
+            raise BenchmarkError(f"{label} was opened: {outcome}")
+        rows.append(_row(label, content, inflated, peak, outcome))
     return rows
 
 
@@ -192,12 +220,14 @@ def _row(label: str, content: str, inflated: int, peak: int, outcome: str) -> di
 
 def worker_runs() -> list[dict[str, Any]]:
     """The ordinary items alone; behind four gzip bombs; behind four crafted batches."""
-    crafted = [heaviest_message(empty_lists, False, DecodingLimits(), None)[0]] * 4
+    crafted = [crafted_batch()[0]] * 4
+    accepted = [heaviest_message(empty_lists, False, DecodingLimits(), None)[0]] * 4
     found = []
     for label, hostile, poisoned in (
         ("items only", [], 0),
         ("4 gzip bombs, then the items", bombs() * 2, 4),
-        ("4 inline batches crafted of empty lists, then the items", crafted, 0),
+        ("4 batches of empty lists filling 16 MiB, then the items", crafted, 4),
+        ("4 of the heaviest batches of empty lists accepted, then the items", accepted, 0),
     ):
         with TemporaryDirectory() as folder:
             found.append({"run": label, **worker_run(Path(folder), hostile, poisoned)})
@@ -270,7 +300,10 @@ def _render_decoding(results: dict[str, Any]) -> str:
             f"| {row['outcome']} | {_mib(peak)}, {peak / inflated:.1f} x inflated "
             f"| {peak * at_once / 1024**3:,.1f} GiB |"
         )
-    lines += ["", "| gzip bomb | its text | would inflate to | refused by | peak while refused |"]
+    lines += [
+        "",
+        "| refused message | its text | would inflate to | refused by | peak while refused |",
+    ]
     lines.append("|---|---|---|---|---|")
     for row in results["bombs"]:
         setting = row["outcome"].removeprefix("refused: ")

@@ -168,8 +168,8 @@ _DEFAULT_LIMITS = DecodingLimits()
 
 
 class DecodingSettings(Section):
-    """The most work one message may cost before its items are built (``listener.messages
-    .limits``); a message over a limit is poisoned at once, reason ``over_limit``."""
+    """The most work one message may cost before its items are built (``listener.wire.limits``);
+    a message over a limit is poisoned at once, reason ``over_limit``."""
 
     max_items_per_message: int = Field(
         default=_DEFAULT_LIMITS.max_items_per_message,
@@ -191,6 +191,12 @@ class DecodingSettings(Section):
         ge=1,
         le=MAX_JSON_DEPTH_CEILING,
         description="levels of nested JSON objects and arrays in an envelope or a JSON item",
+    )
+    max_json_values_per_message: int = Field(
+        default=_DEFAULT_LIMITS.max_json_values_per_message,
+        ge=1,
+        description="JSON values in all of a message's items (each , : [ { counts): bounds the "
+        "memory decoding may build, whatever the items' shape",
     )
 
     def limits(self) -> DecodingLimits:
