@@ -189,3 +189,16 @@ def test_the_readme_fits_on_a_few_screens_and_its_links_resolve() -> None:
     links = re.findall(r"\]\(([^)#:]+)(?:#[^)]*)?\)", readme)
     assert "docs/how-to/producing.md" in links
     assert [link for link in links if not (ROOT / link).exists()] == []
+
+
+def test_the_readme_manual_table_links_every_page_of_the_site() -> None:
+    """A page added to the site is found from the README too (the README is the map, not the
+    manual): every page under docs/ but the home page is linked from it."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    pages = sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "docs").glob("*/*.md")
+        if path.parent.name != "docsite"
+    )
+    assert pages
+    assert [page for page in pages if f"]({page})" not in readme] == []
