@@ -25,12 +25,14 @@ from listener.stores.connection import (
     open_payload_store_if_available,
     open_storage,
 )
+from listener.stores.key_records import KeyLedger
 from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.stores.tick_ledger import TickLedger
 from workers.cost_meter import CostMeter
+from workers.host_keys import HostKeyLedger
 from workers.hosted_jobs import HostedJobs
 from workers.hosted_worker import (
     finish,
@@ -44,7 +46,7 @@ from workers.partitioning import layout_of, partitioned_storage, settle_layout
 from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
 from workers.settings import CloudQueueSettings, ListenerSettings
-from workers.worker import QueueWorker
+from workers.worker import QueueWorker, check_key_methods
 
 log = structlog.get_logger(__name__)
 
@@ -63,6 +65,7 @@ class WorkerHost:
         payload_store: PayloadStore | None = None,
         jobs: Sequence[type[PeriodicJob]] = (),
         tick_ledger: TickLedger | None = None,
+        key_ledger: KeyLedger | None = None,
     ) -> None:
         self.settings = settings
         # Jobs are checked (and their ledger opened) before any queue is touched.
@@ -77,6 +80,8 @@ class WorkerHost:
             )
             for worker_type in worker_types
         ]
+        for worker_type in worker_types:
+            check_key_methods(_name(worker_type), worker_type)
         # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
         self.storage = MeteredStorage(
             storage
@@ -114,6 +119,7 @@ class WorkerHost:
                 account.close()
             raise
         self._plain_watches: list[PlainQueueWatch] = []
+        self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
         self.hosted = [
             host_worker(
                 worker,
@@ -122,6 +128,7 @@ class WorkerHost:
                 self.payloads,
                 self.observability,
                 recorder=self.recorder,
+                key_ledger=self.keys.ledger,
             )
             for worker, worker_settings in workers
         ]
@@ -183,6 +190,7 @@ class WorkerHost:
             self.observability.close()
         if self._owned_payload_store is not None:
             self._owned_payload_store.close()
+        self.keys.close()
         if self.recorder is not None:
             self.recorder.close()
         log.info("host_stopped", drained=all(drained))

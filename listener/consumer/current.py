@@ -25,9 +25,11 @@ class MessageEnvelope:
     expires_on: datetime | None
     content_chars: int = 0
     """The length of the message's text as stored (what a workload recording sizes)."""
+    key: str | None = None
+    """The message's key (``listener.wire.keys``), carried or the worker's; None without one."""
 
     @classmethod
-    def of(cls, queue_name: str, message: QueueMessage) -> MessageEnvelope:
+    def of(cls, queue_name: str, message: QueueMessage, key: str | None = None) -> MessageEnvelope:
         return cls(
             queue_name=queue_name,
             message_id=message.id,
@@ -35,6 +37,7 @@ class MessageEnvelope:
             inserted_on=message.inserted_on,
             expires_on=message.expires_on,
             content_chars=len(message.content),
+            key=key,
         )
 
 

@@ -250,7 +250,10 @@ class DequeueLoop:
             )
             return False
         finally:
-            self._end_leases([lease])
+            if lease.parked:  # deferred: still held, it comes back in line when resumed
+                self.parts.deferrals.parked(lease)
+            else:
+                self._end_leases([lease])
         return True
 
     def _timed_process(self, lease: Lease) -> bool:
@@ -270,7 +273,7 @@ class DequeueLoop:
         stopping = parts.signals.stopping.is_set()
         if stopping or remaining == 0:
             # Nobody is left to start the waiting messages: give them back to the queue now.
-            waiting = parts.handoff.take_all()
+            waiting = parts.handoff.take_all() + parts.deferrals.take_all()
             if waiting:
                 self.release(waiting)
         self._log.info("dequeue_thread_stopped", active=parts.pool.active)

@@ -46,6 +46,8 @@ class Lease:
     """False once settled or lost: the renewer leaves it alone."""
     lost: bool = False
     """True when storage said the message is gone or re-taken while we held it."""
+    parked: bool = False
+    """True while a middleware deferred it (``listener.consumer.deferrals``): still held."""
 
     def settle(self, action: Callable[[str], None]) -> None:
         """Run ``action(current_pop_receipt)`` and end the lease, with no renewal in between."""

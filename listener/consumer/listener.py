@@ -30,6 +30,7 @@ from listener.consumer.events import ListenerStarted, ListenerStopped
 from listener.consumer.loop_parts import Inputs, LoopSettings, assemble
 from listener.consumer.middleware import Middleware
 from listener.consumer.pool_control import ListenerLoad, PoolControl
+from listener.consumer.processing import KeyFunction
 from listener.consumer.stats import ListenerCounters, ListenerMeters
 from listener.consumer.subscribers import Subscribers
 from listener.location import CloudQueueLocation
@@ -101,8 +102,10 @@ class CloudQueueListener(Observable[T]):
         rng: RandomSource | None = None,
         decoding: DecodingLimits = DEFAULT_LIMITS,
         loop: LoopThread | None = None,
+        key: KeyFunction[T] | None = None,
     ) -> None:
-        """``loop`` runs the coroutines of async middleware (by default one of its own)."""
+        """``loop`` runs the coroutines of async middleware (by default one of its own); ``key``
+        gives the key of an item whose message carries none (``MessageContext.key``)."""
         super().__init__()
         rng = rng or default_rng()
         settings = LoopSettings(
@@ -135,6 +138,7 @@ class CloudQueueListener(Observable[T]):
                 rng,
                 middleware,
                 loop,
+                key,
             ),
             meters=self.meters,
             subscribers=self._subscribers,

@@ -9,6 +9,7 @@ from typing import Any
 
 from listener.clock import Clock
 from listener.consumer.coroutines import LoopThread
+from listener.consumer.deferrals import Deferrals
 from listener.consumer.failure_logs import FailureLogs
 from listener.consumer.fetching import Fetcher
 from listener.consumer.handoff import HandOff
@@ -18,7 +19,7 @@ from listener.consumer.load import LoadReader
 from listener.consumer.middleware import Middleware
 from listener.consumer.pool import DequeuePool
 from listener.consumer.pool_control import ListenerPoolControl
-from listener.consumer.processing import MessageProcessor
+from listener.consumer.processing import KeyFunction, MessageProcessor
 from listener.consumer.queues import QueueCreator
 from listener.consumer.settlement import Settlement
 from listener.consumer.stack import MiddlewareStack
@@ -68,6 +69,7 @@ class LoopParts:
 
     pool: DequeuePool
     handoff: HandOff
+    deferrals: Deferrals
     fetcher: Fetcher
     leases: LeaseKeeper
     handlers: HandlerPool
@@ -100,6 +102,7 @@ class Inputs:
     rng: RandomSource
     middleware: Sequence[Middleware]
     loop: LoopThread | None
+    key_of: KeyFunction[Any] | None = None
 
 
 def assemble(
@@ -138,9 +141,11 @@ def assemble(
     )
     queues = QueueCreator(storage, queue, create=inputs.create_queues)
     many_in_flight = concurrency > 1
+    deferrals = Deferrals(handoff, nudge=signals.nudge, stopping=signals.stopping, clock=clock)
     return LoopParts(
         pool=pool,
         handoff=handoff,
+        deferrals=deferrals,
         fetcher=Fetcher(
             storage,
             inputs.location,
@@ -172,6 +177,8 @@ def assemble(
             limits=inputs.decoding,
             # Only a thread with several slots sizes them from the handlers' time.
             record_handler_time=meters.handler_time.record if many_in_flight else None,
+            key_of=inputs.key_of,
+            deferrals=deferrals,
         ),
         settlement=settlement,
         queues=queues,

@@ -14,6 +14,11 @@ over a decoding limit (``over_limit``: the error names the limit and its setting
 another queue's stored payload (``payload_foreign``: that payload is left alone) or to one that is
 gone (``payload_missing``), or arrives past ``max_dequeue_count`` (a worker crashed on it each
 time). A message whose earlier move to the poison queue failed is only moved there now.
+
+The message's key (``MessageContext.key``) is the one its envelope carries, else what the
+worker's key function gives for its items; a key function that raises poisons the message at
+once (``key_failed``: it would raise on every delivery). A message a middleware deferred is left
+held (``listener.consumer.deferrals``), not settled.
 """
 
 from __future__ import annotations
@@ -27,9 +32,10 @@ import structlog
 
 from listener.clock import Clock
 from listener.consumer.current import MessageEnvelope, set_current_envelope
+from listener.consumer.deferrals import Deferrals
 from listener.consumer.item_failures import ItemFailure, describe_errors, label
 from listener.consumer.leases import Lease
-from listener.consumer.middleware import MessageContext, Outcome
+from listener.consumer.middleware import MessageContext, Outcome, Resume
 from listener.consumer.settlement import Settlement
 from listener.consumer.stack import MiddlewareStack
 from listener.consumer.subscribers import Subscribers
@@ -43,10 +49,14 @@ from listener.errors import (
 from listener.stores.payload_store import PayloadStore
 from listener.wire.codec import Codec
 from listener.wire.envelope import Envelope, parse_envelope
+from listener.wire.keys import key_text
 from listener.wire.limits import DecodingLimits
 from listener.wire.payload import MessageContents, open_envelope
 
 T = TypeVar("T")
+
+KeyFunction = Callable[[T], object]
+"""The worker's key of an item (None: it has none), for messages that carry no key."""
 
 log = structlog.get_logger(__name__)
 
@@ -84,6 +94,8 @@ class MessageProcessor(Generic[T]):
         payload_store: PayloadStore | None,
         limits: DecodingLimits,
         record_handler_time: Callable[[int, float], None] | None = None,
+        key_of: KeyFunction[T] | None = None,
+        deferrals: Deferrals | None = None,
     ) -> None:
         self.queue_name = queue_name
         self.codec = codec
@@ -96,6 +108,8 @@ class MessageProcessor(Generic[T]):
         self.limits = limits
         self.record_handler_time = record_handler_time
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
+        self.key_of = key_of
+        self.deferrals = deferrals
 
     def process(self, lease: Lease) -> None:
         """Read, decode, hand through the middleware to every observer, and settle the message.
@@ -116,6 +130,8 @@ class MessageProcessor(Generic[T]):
             early, texts = self._prepare(lease, reading, context)
             step = partial(self._deliver, context, texts) if early is None else early
             if stack.wraps:
+                if self.deferrals is not None:
+                    context.deferrer = partial(self._defer, lease)
                 stack.handle(context, step)
             else:
                 step()
@@ -163,6 +179,14 @@ class MessageProcessor(Generic[T]):
         context.items, context.payload_name = items, contents.payload_name
         context.attempts = contents.attempts
         context.deliveries = contents.attempts + message.dequeue_count
+        if reading.envelope is not None and reading.envelope.key is not None:
+            context.key = reading.envelope.key
+        elif self.key_of is not None and items:
+            try:
+                context.key = self._worker_key(items)
+            except Exception as failure:  # a bug in the worker's key: every delivery would fail
+                error = f"{type(failure).__name__}: {failure}"
+                return partial(settlement.poison, lease, context, "key_failed", error), []
         if contents.handled:
             early = partial(settlement.drop_duplicate, lease, context)
         elif context.deliveries > self.max_dequeue_count:
@@ -170,6 +194,19 @@ class MessageProcessor(Generic[T]):
         else:
             context.deliverable = True
         return early, contents.texts
+
+    def _worker_key(self, items: list[T]) -> str | None:
+        """The key the worker gives every item; None when it gives none, or different ones."""
+        key_of = self.key_of
+        assert key_of is not None  # the caller checked
+        keys = {None if (value := key_of(item)) is None else key_text(value) for item in items}
+        return keys.pop() if len(keys) == 1 else None
+
+    def _defer(
+        self, lease: Lease, context: MessageContext[T], resume_after_s: float | None
+    ) -> Resume:
+        assert self.deferrals is not None  # set only with deferrals
+        return self.deferrals.defer(lease, resume_after_s)
 
     def _lost(self, context: MessageContext[T]) -> None:
         log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
@@ -202,7 +239,7 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer; record the items any observer failed on."""
-        set_current_envelope(MessageEnvelope.of(self.queue_name, context.message))
+        set_current_envelope(MessageEnvelope.of(self.queue_name, context.message, context.key))
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             failed: list[ItemFailure] = []

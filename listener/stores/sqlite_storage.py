@@ -266,8 +266,13 @@ class SqliteQueueStorage:
         with self._lock:
             self._db.close()
 
+    @property
+    def clock(self) -> Clock:
+        """The clock its times come from (ledgers in the same file use it too)."""
+        return self._clock
+
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        """One write transaction on this file, for tables beside the queues (the tick ledger's)."""
+        """One write transaction on this file, for tables beside the queues (the ledgers')."""
         return self._transaction()
 
     @contextmanager

@@ -9,6 +9,7 @@ the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's en
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from typing import Any
 
 from listener.consumer.listener import CloudQueueListener
@@ -69,6 +70,15 @@ class ProcessObservability:
         self.metrics.declare(queue, policy.rule_name)
         self._policies[queue] = policy
         return ObservedHandling(queue, policy.rule_name, self.metrics, self.heartbeats)
+
+    def count_decisions(self, queue: str) -> Callable[[str], None]:
+        """Counts a middleware's decisions on ``queue`` (``cloudqueue_message_decisions``)."""
+        counter = self.metrics.message_decisions
+
+        def count(decision: str) -> None:
+            counter.labels(queue, decision).inc()
+
+        return count
 
     def watch(self, listener: CloudQueueListener[Any], min_threads: int) -> None:
         """Sample the listener's figures and watch its pool (once per hosted worker)."""

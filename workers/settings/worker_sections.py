@@ -31,6 +31,8 @@ from listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding")
+KEY_SECTIONS = ("idempotency", "limits", "cancel")
+"""The sections of message keys (``workers.settings.key_sections``), overridable too."""
 """The sections a worker class's ``settings`` may override."""
 
 
