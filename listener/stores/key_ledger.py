@@ -130,7 +130,7 @@ class SqliteKeyLedger:
             return answer
 
     def record(self, queue: str, kind: RecordKind, key: str) -> KeyRecord:
-        with self._database.transaction() as db:
+        with self._database.reading() as db:
             return _read_row(db, (queue, kind, key)).live(self._clock.now())
 
     def close(self) -> None:

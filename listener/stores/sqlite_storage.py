@@ -276,6 +276,13 @@ class SqliteQueueStorage:
         return self._transaction()
 
     @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads only (no write lock taken: WAL readers see the last commit,
+        even while another process holds the write lock)."""
+        with self._lock, _translate_errors():
+            yield self._db
+
+    @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         """One write transaction, holding the write lock from its first statement."""
         with self._lock, _translate_errors():
