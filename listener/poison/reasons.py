@@ -15,6 +15,8 @@ PoisonReason = Literal[
     "payload_foreign",
     "permanent_failure",
     "max_dequeue_count_exceeded",
+    "key_failed",
+    "key_ledger_unavailable",
 ]
 """Why a message was given up on: the ``reason`` of its poison record."""
 
@@ -31,6 +33,10 @@ POISON_REASONS: dict[PoisonReason, str] = {
     "permanent_failure": "a handler raised PermanentFailure: retrying is pointless",
     "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
     "the handler kept raising, or workers crashed on it",
+    "key_failed": "the worker's key(item) raised for the message's item: it would on every "
+    "delivery, so the message is poisoned on its first (the error says what was raised)",
+    "key_ledger_unavailable": "the key's record (idempotency, cancel) could not be read from the "
+    "queue's store on any of poison.max_dequeue_count deliveries",
 }
 """Every poison reason and what it means (the reference pages are generated from this)."""
 

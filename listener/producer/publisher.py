@@ -44,10 +44,11 @@ from listener.errors import (
 )
 from listener.producer.announce import WorkAnnouncer
 from listener.producer.batching import PENDING_BYTES, Destination, packed_per_destination
+from listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
 from listener.producer.effect_once import EffectOnce
 from listener.producer.routing import ItemKey, PartitionRouter, key_of_item
 from listener.stores.key_ledger import required_ledger
-from listener.stores.key_records import Cancelled, KeyLedger, cancel_keys
+from listener.stores.key_records import Cancelled, KeyLedger
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore, new_payload_name
 from listener.stores.storage import (
@@ -65,9 +66,6 @@ from listener.wire.packing import PlannedMessage, message_bytes, single_message
 T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
-
-CANCEL_HOLD_S = 7 * 24 * 3600
-"""How long a cancel holds by default: a message's default time-to-live."""
 
 
 class ArrivalRecorder(Protocol):

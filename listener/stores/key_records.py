@@ -17,16 +17,10 @@ scan per message, and read an expired record as empty meanwhile.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Literal, Protocol, TypeVar
-
-import structlog
-
-from listener.wire.keys import check_key
-
-log = structlog.get_logger(__name__)
 
 R = TypeVar("R")
 
@@ -163,19 +157,6 @@ def cancel(ledger: KeyLedger, queue: str, key: str, *, hold_s: float) -> Cancell
     return ledger.change(queue, "key", key, decide)
 
 
-def cancel_keys(
-    ledger: KeyLedger, queue: str, keys: Sequence[str], *, hold_s: float
-) -> dict[str, Cancelled]:
-    """``cancel`` each key (all checked first, so a bad one records none), logged."""
-    if hold_s <= 0:
-        raise ValueError(f"hold_s must be > 0, got {hold_s}")
-    checked = [check_key(key) for key in keys]
-    answers = {key: cancel(ledger, queue, key, hold_s=hold_s) for key in checked}
-    for key, answer in answers.items():
-        log.info("key_cancelled", queue=queue, key=key, result=answer)
-    return answers
-
-
 def was_sent(ledger: KeyLedger, queue: str, mark: str) -> bool:
     """True when an effect-once publish with this mark was put on ``queue`` within its window."""
     return ledger.record(queue, "sent", mark).done_until is not None
@@ -216,7 +197,6 @@ __all__ = [
     "RecordKind",
     "begin",
     "cancel",
-    "cancel_keys",
     "finish",
     "mark_sent",
     "moment",

@@ -5,10 +5,10 @@ from __future__ import annotations
 import click
 
 from listener.errors import QueueNotFoundError
-from listener.producer.publisher import CANCEL_HOLD_S
+from listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
 from listener.stores.connection import describe_storage
 from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_records import Cancelled, cancel_keys
+from listener.stores.key_records import Cancelled
 from listener.wire.keys import check_key
 from workers.cli.common import (
     BadInput,
