@@ -106,6 +106,8 @@ class WorkerHost:
         record_path = settings.observability.record_path
         self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
+        # Before any queue is touched: idempotency without a ledger is refused here.
+        self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
         queues = _queues(workers)
         listening = self.listening = partitioned_storage(self.storage, settings, queues)
         # The further accounts of partitioned queues are opened here: the host closes them.
@@ -119,7 +121,6 @@ class WorkerHost:
                 account.close()
             raise
         self._plain_watches: list[PlainQueueWatch] = []
-        self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
         self.hosted = [
             host_worker(
                 worker,

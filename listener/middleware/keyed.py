@@ -16,9 +16,12 @@ the key's record in the queue's own store (``listener.stores.key_records.begin``
 When the handler returned, its completion is recorded -- before the message is deleted -- for
 ``window_s``; a cancel that came while it ran is logged ``cancel_too_late``. A crash after that
 record leaves a message whose key is done: its next delivery is skipped. A crash inside the
-handler, or between its return and the record, runs it once more. If the store cannot be reached
-before the handler, the message is retried later (``key_ledger_unavailable``); after it, the
-completion is not recorded (``key_completion_not_recorded``) and the message is deleted anyway.
+handler, or between its return and the record, runs it once more.
+
+If the store cannot be reached before the handler (``key_ledger_unavailable``), idempotency
+retries the message later; with only the cancel check on, the message is handled unchecked
+rather than held back for a cancel that may not exist. After the handler, the completion is then
+not recorded (``key_completion_not_recorded``) and the message is deleted anyway.
 """
 
 from __future__ import annotations
@@ -98,7 +101,12 @@ class KeyedHandling(Middleware):
             )
         except StorageError as failure:
             log.warning("key_ledger_unavailable", message_id=message_id, error=str(failure))
-            context.retry("key_ledger_unavailable", delay_s=UNAVAILABLE_RETRY_S, error=str(failure))
+            if self.window_s:  # without the record a duplicate cannot be told: later
+                context.retry(
+                    "key_ledger_unavailable", delay_s=UNAVAILABLE_RETRY_S, error=str(failure)
+                )
+            else:  # a cancel check only: the work goes on unchecked rather than wait
+                call_next()
             return
         if begun == "cancelled":
             self._decided("cancelled", context, key)

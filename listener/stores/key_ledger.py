@@ -7,7 +7,7 @@ in SQLite by one indexed delete at most every ``SWEEP_INTERVAL_S``.
 
 ``key_ledger_for`` finds the ledger that goes with an embedded storage object, so a publisher
 and a listener sharing one in-memory store share its ledger too; the Azure ledger is opened
-from the connection string (``listener.stores.connection.open_key_ledger``).
+from the connection string (``listener.stores.key_connection.open_key_ledger``).
 """
 
 from __future__ import annotations
