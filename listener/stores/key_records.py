@@ -79,6 +79,8 @@ class KeyRecord:
 
     def live(self, now: datetime) -> KeyRecord:
         """The record as of ``now``: what has passed is unset."""
+        if self is EMPTY:  # the usual record of a key: none (a hot path: no new object)
+            return self
         return KeyRecord(
             done_until=_if_after(self.done_until, now),
             cancelled_until=_if_after(self.cancelled_until, now),
@@ -121,7 +123,8 @@ def begin(
         if dedupe and record.handling_by not in (None, message_id):
             return None, "busy"
         handling = now + timedelta(seconds=hold_s)
-        return replace(record, handling_until=handling, handling_by=message_id), "started"
+        started = KeyRecord(record.done_until, record.cancelled_until, handling, message_id)
+        return started, "started"
 
     return ledger.change(queue, "key", key, decide)
 
@@ -133,11 +136,13 @@ def finish(
     or not remembered). True when the key was cancelled meanwhile: too late for this message."""
 
     def decide(record: KeyRecord, now: datetime) -> tuple[KeyRecord | None, bool]:
-        ended = record
-        if record.handling_by == message_id:
-            ended = replace(record, handling_until=None, handling_by=None)
-        if done_s:
-            ended = replace(ended, done_until=now + timedelta(seconds=done_s))
+        mine = record.handling_by == message_id
+        ended = KeyRecord(
+            now + timedelta(seconds=done_s) if done_s else record.done_until,
+            record.cancelled_until,
+            None if mine else record.handling_until,
+            None if mine else record.handling_by,
+        )
         return (None if ended == record else ended), record.cancelled_until is not None
 
     return ledger.change(queue, "key", key, decide)

@@ -38,8 +38,14 @@ def cpu_us_per_message(count: int, keyed: bool, sections: dict[str, Any]) -> flo
     Publisher(storage, QUEUE, dict, **options).publish_many(
         {"k": f"key-{n}", "n": n} for n in range(count)
     )
+    # One thread handling inline: the fewest threads whose scheduling would blur the figure.
     settings = CloudQueueSettings.model_validate(
-        {"shutdown_grace_s": 5, "scaling": {"max_threads": 1}, **sections}
+        {
+            "shutdown_grace_s": 5,
+            "scaling": {"max_threads": 1},
+            "listener": {"concurrency": 1},
+            **sections,
+        }
     )
     host = WorkerHost([NoOp], settings, storage=storage)
     listener = host.listeners[0]
