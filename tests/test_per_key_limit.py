@@ -20,6 +20,7 @@ from listener.testing import ManualClock
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
+from workers import QueueWorker
 
 
 def overlaps(record: Record, limit: int) -> list[Any]:
@@ -242,3 +243,39 @@ def test_redis_out_of_reach_falls_back_to_the_local_limit(redis_server: RedisSer
         assert not gate.enter("k", "m2", lambda after: lambda: None)
     assert [e["event"] for e in logs] == ["fleet_key_limit_unavailable"]
     gate.close()
+
+
+def test_a_worker_holding_its_most_deferred_messages_fetches_no_more(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hot key's backlog: once MAX_DEFERRED messages wait, the worker stops fetching (they
+    stay in the queue, not held and renewed by it) until the key frees; then all drain."""
+    monkeypatch.setattr("listener.consumer.deferrals.MAX_DEFERRED", 4)
+    storage, queue = InMemoryQueueStorage(), "hot-key"
+    storage.create_queue(queue)
+    publisher = Publisher(storage, queue, dict, key="k")
+    for n in range(100):
+        publisher.publish({"id": n, "k": "hot"})
+    release, started, handled = threading.Event(), threading.Event(), []
+
+    class Blocking(QueueWorker[dict[str, Any]]):
+        queue_name = queue
+
+        def handle(self, item: dict[str, Any]) -> None:
+            started.set()
+            release.wait(30)
+            handled.append(item["id"])
+
+    settings = host_settings(limits={"per_key": 1}, listener={"dequeue_batch_size": 8})
+    with hosting(Blocking, storage, settings) as host:
+        eventually(started.is_set)
+        deferrals = host.listeners[0]._parts.deferrals
+        eventually(lambda: deferrals.full)
+        # Absence of fetching can only be seen over time: a few idle waits' worth.
+        threading.Event().wait(1.5)
+        visible = len(storage.peek_messages(queue, max_messages=32))
+        assert visible == 32  # 100 less at most two batches of 8 fetched
+        assert len(deferrals) <= 8
+        release.set()
+        drained(storage, queue, lambda: len(handled) == 100, timeout_s=60)
+    assert sorted(handled) == list(range(100))

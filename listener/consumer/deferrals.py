@@ -10,7 +10,9 @@ dequeue count is unchanged, so the wait costs it no delivery.
 A resume may come from another thread before the deferring thread has finished with the message;
 it then takes effect once that thread hands the message over (``parked``), never earlier, so no
 two threads hold one lease. When the listener's last thread leaves, deferred messages are
-released to the queue with the fetched ones (``take_all``).
+released to the queue with the fetched ones (``take_all``). A listener holds at most
+``MAX_DEFERRED`` of them: past that its threads stop fetching until some are resumed, so a key
+with a long backlog cannot make a worker hold the whole queue.
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ from listener.clock import Clock
 from listener.consumer.handoff import HandOff
 from listener.consumer.leases import Lease
 from listener.consumer.middleware import Resume
+
+MAX_DEFERRED = 1024
+"""Deferred messages one listener holds at most: past it, its threads fetch no more until some
+are resumed (each held message costs memory and a visibility renewal per half timeout)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -53,6 +59,11 @@ class Deferrals:
     def __len__(self) -> int:
         with self._changed:
             return len(self._entries)
+
+    @property
+    def full(self) -> bool:
+        """True when ``MAX_DEFERRED`` messages are deferred (read without the lock: a hint)."""
+        return len(self._entries) >= MAX_DEFERRED
 
     def defer(self, lease: Lease, resume_after_s: float | None) -> Resume:
         """Park ``lease`` (its thread hands it over later); resume it when the returned function

@@ -134,6 +134,10 @@ class DequeueLoop:
         lease = self.parts.handoff.take()
         if lease is not None:
             return self._handle_one(lease, state)
+        if self.parts.deferrals.full:
+            # Enough messages wait for busy keys: fetch no more until one is resumed (a resume
+            # nudges the waiting threads).
+            return self._idle_wait(self.settings.idle_wait_s)
         try:
             messages = self.parts.fetcher.get_batch()
         except Exception as failure:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pydantic import Field, SecretStr, field_validator
 
-from workers.settings.worker_sections import Section
+from workers.settings.worker_sections import Section, check_redis_url
 
 MAX_WINDOW_S = 366 * 24 * 3600
 
@@ -48,14 +48,7 @@ class LimitsSettings(Section):
         "after this long",
     )
 
-    @field_validator("url")
-    @classmethod
-    def _redis_url(cls, url: SecretStr | None) -> SecretStr | None:
-        if url is not None and not url.get_secret_value().startswith(
-            ("redis://", "rediss://", "unix://")
-        ):
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
-        return url
+    _redis_url = field_validator("url")(check_redis_url)
 
     def url_value(self) -> str | None:
         return self.url.get_secret_value() if self.url is not None else None
