@@ -174,6 +174,7 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
         delivery=settings.delivery_policy(),
         clock=clock,
         sleeper=clock,
+        key=worker.key_function(),
     )
 
 
