@@ -193,12 +193,12 @@ def test_a_thread_stuck_past_its_time_limit_is_not_wedged() -> None:
     clock = ManualClock()
     heartbeats, release, beaten = Heartbeats(clock), threading.Event(), threading.Event()
 
-    def beat_then_hang() -> None:
-        heartbeats.beat()
+    def enter_then_hang() -> None:
+        heartbeats.enter()  # its handler call starts, and never ends
         beaten.set()
         release.wait()
 
-    thread = threading.Thread(target=beat_then_hang, name=f"cloudqueue:{QUEUE}:handler:1")
+    thread = threading.Thread(target=enter_then_hang, name=f"cloudqueue:{QUEUE}:handler:1")
     thread.start()
     try:
         beaten.wait(10)

@@ -350,14 +350,21 @@ def crafted_batch(lists: int, *, items: int = 10) -> str:
     return inline_envelope(pack([item] * items))
 
 
-def test_values_are_counted_before_parsing_and_short_text_is_not_scanned() -> None:
-    """Each , : [ { counts; text shorter than the limit cannot hold more values than it has
-    characters, so it passes without a scan."""
-    bounded_json.check_values(['{"a":[1,2,3]}'], 6)  # 1 { + 1 : + 1 [ + 2 , = 5
-    with pytest.raises(LimitExceededError) as raised:
-        bounded_json.check_values(['{"a":[1,2,3]}', "[[],[]]"], 6)
+def test_values_are_counted_before_parsing_within_a_budget() -> None:
+    """Each , : [ { counts against the budget of the message being decoded, after base64 is
+    undone; outside a budget nothing is counted."""
+    assert bounded_json.values_in('{"a":[1,2,3]}') == 5  # 1 { + 1 : + 1 [ + 2 ,
+    codec = MessageCodec(dict)
+    items = [codec.encode({"a": [1, 2, 3]}), codec.encode({"b": [[], []]})]  # base64 on the wire
+    with bounded_json.values_limited(11):
+        codec.decode(items[0])
+        codec.decode(items[1])  # 5 + 6: exactly the limit
+    with bounded_json.values_limited(10):
+        codec.decode(items[0])
+        with pytest.raises(LimitExceededError) as raised:
+            codec.decode(items[1])
     assert raised.value.setting == "decoding.max_json_values_per_message"
-    bounded_json.check_values(["x" * 100], 100)  # as long as the limit: no scan needed
+    assert codec.decode(items[1]) == {"b": [[], []]}  # no budget: not counted
 
 
 def test_a_batch_of_small_values_is_poisoned_before_its_items_are_built(

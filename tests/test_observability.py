@@ -43,31 +43,43 @@ def probes(clock: ManualClock) -> ProcessProbes:
     )
 
 
-def test_a_dequeue_thread_silent_past_the_bound_is_wedged(clock: ManualClock) -> None:
-    """A live dequeue thread whose last beat is older than the bound is named; others are not."""
+def test_a_thread_silent_in_a_call_past_the_bound_is_wedged(clock: ManualClock) -> None:
+    """A dequeue thread whose last sign is older than the bound is named, in a call or between
+    calls; a handler thread only while it is in a call (between messages it waits on purpose)."""
     heartbeats = Heartbeats(clock)
     release = threading.Event()
 
-    def beat_then_block() -> None:
-        heartbeats.beat()
+    def enter_then_block() -> None:
+        heartbeats.enter()
         release.wait()
 
-    wedged = threading.Thread(target=beat_then_block, name="cloudqueue:work:1")
-    wedged.start()
-    # A handler thread waits idle between messages on purpose: never watched.
-    idle_handler = threading.Thread(target=beat_then_block, name="cloudqueue:work:handler:1")
-    idle_handler.start()
-    on_thread("some-other-thread", heartbeats.beat)  # not a dequeue thread: never watched
+    def call_then_wait_for_work() -> None:
+        heartbeats.enter()
+        heartbeats.enter()  # a storage call inside the handler call
+        heartbeats.leave()
+        heartbeats.leave()
+        release.wait()
+
+    threads = [
+        threading.Thread(target=enter_then_block, name="cloudqueue:work:1"),
+        threading.Thread(target=enter_then_block, name="cloudqueue:work:handler:1"),
+        threading.Thread(target=call_then_wait_for_work, name="cloudqueue:work:handler:2"),
+        threading.Thread(target=call_then_wait_for_work, name="cloudqueue:work:2"),
+    ]
+    for thread in threads:
+        thread.start()
+    on_thread("some-other-thread", heartbeats.enter)  # not the listener's: never watched
+    expected = ["cloudqueue:work:1", "cloudqueue:work:2", "cloudqueue:work:handler:1"]
     try:
-        eventually(lambda: heartbeats.silent(-1) == ["cloudqueue:work:1"])
+        eventually(lambda: heartbeats.silent(-1) == expected)
         clock.advance(10)
         assert heartbeats.silent(10) == []
         clock.advance(0.5)
-        assert heartbeats.silent(10) == ["cloudqueue:work:1"]
+        assert heartbeats.silent(10) == expected
     finally:
         release.set()
-        wedged.join()
-        idle_handler.join()
+        for thread in threads:
+            thread.join()
     assert heartbeats.silent(10) == []  # a thread that has ended is forgotten
 
 

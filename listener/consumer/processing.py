@@ -51,7 +51,7 @@ from listener.errors import (
 )
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
-from listener.wire.bounded_json import check_values
+from listener.wire.bounded_json import values_limited
 from listener.wire.codec import Codec
 from listener.wire.envelope import Envelope, parse_envelope
 from listener.wire.keys import key_text
@@ -256,8 +256,11 @@ class MessageProcessor(Generic[T]):
             limits=self.limits,
             queue_name=queue_name,
         )
-        check_values(contents.texts, self.limits.max_json_values_per_message)
-        return contents, [self.codec.decode(text) for text in contents.texts]
+        texts, max_values = contents.texts, self.limits.max_json_values_per_message
+        if sum(map(len, texts)) <= max_values:  # no more values than characters: no count
+            return contents, [self.codec.decode(text) for text in texts]
+        with values_limited(max_values):
+            return contents, [self.codec.decode(text) for text in texts]
 
     def _unopened(self, lease: Lease, context: MessageContext[T], failure: Exception) -> None:
         """Settle a message that could not be opened: poisoned at once when it never can be,

@@ -8,6 +8,7 @@ write in one ``BEGIN IMMEDIATE`` transaction (``immediate``).
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -56,8 +57,7 @@ def open_database(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
             path, timeout=busy_timeout_s, isolation_level=None, check_same_thread=False
         )
     try:
-        with translate_errors():
-            db.execute("PRAGMA journal_mode=WAL")
+        _use_wal(db, busy_timeout_s)
         with immediate(db):
             for statement in SCHEMA:
                 db.execute(statement)
@@ -65,6 +65,23 @@ def open_database(path: Path, busy_timeout_s: float) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _use_wal(db: sqlite3.Connection, busy_timeout_s: float) -> None:
+    """Switch the file to WAL mode (it stays so), retried until ``busy_timeout_s``: SQLite answers
+    a switch that meets another process's switch with SQLITE_BUSY at once, without waiting, so two
+    workers started together on a new file failed one time in twelve."""
+    deadline, pause_s = time.monotonic() + busy_timeout_s, 0.005
+    while True:
+        try:
+            with translate_errors():
+                db.execute("PRAGMA journal_mode=WAL")
+            return
+        except TransientStorageError:
+            if time.monotonic() + pause_s > deadline:
+                raise
+            time.sleep(pause_s)  # a retry pause, not a wait for a condition anyone signals
+            pause_s = min(pause_s * 2, 0.1)
 
 
 @contextmanager

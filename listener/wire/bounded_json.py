@@ -4,13 +4,18 @@ Python's ``json`` recurses once per level of nesting: 20,000 brackets raise ``Re
 which no ``except ValueError`` catches and which can end the thread that parsed them. So the depth
 of a message's JSON is measured first, without recursion and at C speed for the common case, and
 text nested deeper than the limit is refused with ``LimitExceededError``. The number of values a
-message's items hold is bounded the same way, before they are built (``check_values``).
+message's items hold is bounded the same way, before each is built: the listener decodes a large
+message's items within ``values_limited``, and the codec charges each item's JSON text there
+(``charge_values``), after any base64 is undone.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from itertools import accumulate
 from typing import Any
 
@@ -20,6 +25,9 @@ _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 """A JSON string literal (brackets inside one do not nest); unrolled, so it scans at C speed."""
 _NOT_BRACKET = re.compile(r"[^\[\]{}]+")
 _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+_budget: ContextVar[list[int] | None] = ContextVar("cloudqueue_json_values", default=None)
+"""The values left to the message being decoded on this thread, and its limit."""
 
 
 def depth(text: str) -> int:
@@ -38,19 +46,34 @@ def check_depth(text: str, max_depth: int = DEFAULT_LIMITS.max_json_depth) -> No
         raise over_limit(f"JSON nested {found} levels deep", "max_json_depth", max_depth)
 
 
-def check_values(texts: list[str], max_values: int) -> None:
-    """Raise LimitExceededError when the texts hold more JSON values than ``max_values``
-    together, counted as the ``,``, ``:``, ``[`` and ``{`` in them (an upper bound: those inside
-    strings count too). Text no longer than the limit cannot exceed it, so most messages cost a
-    length sum and no scan."""
-    if sum(map(len, texts)) <= max_values:
+def values_in(text: str) -> int:
+    """JSON values in the text, counted as its ``,``, ``:``, ``[`` and ``{`` (an upper bound:
+    those inside strings count too)."""
+    return text.count(",") + text.count(":") + text.count("[") + text.count("{")
+
+
+@contextmanager
+def values_limited(max_values: int) -> Iterator[None]:
+    """Within: the JSON texts parsed on this thread (``charge_values``) may hold ``max_values``
+    values together, or LimitExceededError is raised before the one that would exceed them."""
+    token = _budget.set([max_values, max_values])
+    try:
+        yield
+    finally:
+        _budget.reset(token)
+
+
+def charge_values(text: str) -> None:
+    """Count the values of JSON text about to be parsed against the budget ``values_limited``
+    set, if any (nothing outside one)."""
+    budget = _budget.get()
+    if budget is None:
         return
-    found = sum(
-        text.count(",") + text.count(":") + text.count("[") + text.count("{") for text in texts
-    )
-    if found > max_values:
-        what = f"the message holds about {found:,} JSON values"
-        raise over_limit(what, "max_json_values_per_message", max_values)
+    budget[0] -= values_in(text)
+    if budget[0] < 0:
+        limit = budget[1]
+        what = f"the message holds more than {limit:,} JSON values"
+        raise over_limit(what, "max_json_values_per_message", limit)
 
 
 def loads(text: str, max_depth: int = DEFAULT_LIMITS.max_json_depth) -> Any:
@@ -60,4 +83,4 @@ def loads(text: str, max_depth: int = DEFAULT_LIMITS.max_json_depth) -> Any:
     return json.loads(text)
 
 
-__all__ = ["check_depth", "check_values", "depth", "loads"]
+__all__ = ["charge_values", "check_depth", "depth", "loads", "values_in", "values_limited"]

@@ -152,6 +152,7 @@ class MessageCodec(Generic[T]):
 
     def _parse(self, text: str) -> T:
         bounded_json.check_depth(text, self.max_json_depth)
+        bounded_json.charge_values(text)
         try:
             return self._adapter.validate_json(text)
         except pydantic.ValidationError as error:

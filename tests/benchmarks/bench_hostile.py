@@ -45,7 +45,7 @@ import structlog
 from listener import open_storage, poison_queue_name
 from listener.errors import LimitExceededError
 from listener.stores.payload_store import FolderPayloadStore, PayloadStore, new_payload_name
-from listener.wire.bounded_json import check_values
+from listener.wire.bounded_json import values_in, values_limited
 from listener.wire.codec import MessageCodec
 from listener.wire.envelope import blob_envelope, inline_envelope
 from listener.wire.frames import pack
@@ -99,9 +99,8 @@ def _json_bytes(value: dict[str, Any]) -> int:
 
 
 def _values(text: str) -> int:
-    """JSON values as the listener counts them (``bounded_json.check_values``)."""
-    json_text = base64.b64decode(text).decode()
-    return sum(json_text.count(mark) for mark in ",:[{")
+    """JSON values as the listener counts them (``bounded_json.values_in``)."""
+    return values_in(base64.b64decode(text).decode())
 
 
 Shape = Callable[[int], dict[str, Any]]
@@ -156,8 +155,8 @@ def opening_peak(
     tracemalloc.start()
     try:
         contents = open_message(content, store, limits=limits, queue_name=QUEUE)
-        check_values(contents.texts, limits.max_json_values_per_message)
-        items = [CODEC.decode(text) for text in contents.texts]
+        with values_limited(limits.max_json_values_per_message):  # as the listener decodes
+            items = [CODEC.decode(text) for text in contents.texts]
         outcome = f"{len(items):,} items"
     except LimitExceededError as refused:
         outcome = f"refused: {refused.setting}"

@@ -1,14 +1,15 @@
 """Liveness and readiness: the decisions behind ``/healthz`` and ``/readyz``.
 
 Liveness asks "is this process stuck?" (a probe that fails gets it restarted), so a slow or absent
-dependency never fails it: a dequeue thread backing off from a storage outage is waiting on
-purpose. It fails when a dequeue thread has shown no sign of life for ``stall_after_s`` -- signs
-are the start and end of every storage call and handler call it makes, so a thread wedged in one
-of them goes silent -- or when fewer dequeue threads are alive than ``scaling.min_threads``.
-A healthy thread is never silent longer than its longest wait on purpose (``backoff.max_idle_s``
-idle, ``listener.max_error_delay_s`` after an error) plus one storage call or handler call. A
-handler thread stuck past ``listener.time_limit_s`` is not wedged: its message was released, and
-readiness bounds how many such threads there may be.
+dependency never fails it: a dequeue thread backing off from a storage outage is waiting on purpose.
+It fails when a dequeue thread has shown no sign of life for ``stall_after_s`` -- signs are the
+start and end of every storage call and handler call it makes, so a thread wedged in one of them
+goes silent -- or when fewer dequeue threads are alive than ``scaling.min_threads``. A healthy
+thread is never silent longer than its longest wait on purpose (``backoff.max_idle_s`` idle,
+``listener.max_error_delay_s`` after an error) plus one storage call or handler call. A handler
+thread (concurrency above 1) is watched only inside its calls: between messages it waits for work on
+purpose. A handler thread stuck past ``listener.time_limit_s`` is not wedged: its message was
+released, and readiness bounds how many such threads there may be.
 
 Readiness asks "should it get work now?": started, its storage answering (the last storage call
 did not fail with an outage), its messages that must be poisoned reaching the poison queue (from
@@ -52,33 +53,66 @@ class Probes(Protocol):
     def readiness(self) -> ProbeResult: ...
 
 
-def is_dequeue_thread(thread: threading.Thread) -> bool:
-    """The listener's pool names its threads ``cloudqueue:<queue>:<number>``; its handler
-    threads (``cloudqueue:<queue>:handler:<number>``) wait idle between messages on purpose, and
-    a queue name holds no colon."""
+def watched_kind(thread: threading.Thread) -> str | None:
+    """``"dequeue"`` for the listener's dequeue threads (``cloudqueue:<queue>:<number>``),
+    ``"handler"`` for its handler threads (``cloudqueue:<queue>:handler:<number>``), else None
+    (a queue name holds no colon)."""
     parts = thread.name.split(":")
-    return len(parts) == 3 and parts[0] == "cloudqueue" and parts[2].isdigit()
+    if parts[0] != "cloudqueue" or not parts[-1].isdigit():
+        return None
+    if len(parts) == 3:
+        return "dequeue"
+    return "handler" if len(parts) == 4 and parts[2] == "handler" else None
 
 
 class Heartbeats:
-    """When each dequeue thread last showed a sign of life (cheap: one dict store per beat)."""
+    """When each watched thread last showed a sign of life (cheap: a few dict stores per call).
+
+    Signs are the start and end of each storage call and handler call. A dequeue thread is watched
+    from its first call until it ends: between calls it waits at most its back-off. A handler
+    thread is watched only while inside a call: between messages it waits for work on purpose,
+    for as long as the queue stays empty.
+    """
 
     def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self._monotonic = clock.monotonic
         self._beats: dict[int, float] = {}
         self._threads: dict[int, threading.Thread] = {}
+        self._open_calls: dict[int, int] = {}
+        """A watched handler thread's calls under way (a storage call may run inside one)."""
 
-    def beat(self) -> None:
+    def enter(self) -> None:
+        """A storage or handler call starts on this thread."""
         ident = threading.get_ident()
-        if ident not in self._beats:
+        open_calls = self._open_calls.get(ident)
+        if open_calls is not None:
+            self._open_calls[ident] = open_calls + 1
+        elif ident not in self._beats:
             thread = threading.current_thread()
-            if not is_dequeue_thread(thread):
+            kind = watched_kind(thread)
+            if kind is None:
                 return
+            if kind == "handler":
+                self._open_calls[ident] = 1
             self._threads[ident] = thread
         self._beats[ident] = self._monotonic()
 
+    def leave(self) -> None:
+        """The call started by the last ``enter`` on this thread has ended."""
+        ident = threading.get_ident()
+        open_calls = self._open_calls.get(ident)
+        if open_calls == 1:  # a handler thread going back to wait for work: unwatched
+            del self._open_calls[ident]
+            self._threads.pop(ident, None)
+            self._beats.pop(ident, None)
+            return
+        if open_calls is not None:
+            self._open_calls[ident] = open_calls - 1
+        if ident in self._beats:
+            self._beats[ident] = self._monotonic()
+
     def silent(self, longer_than_s: float, excluding: frozenset[int] = frozenset()) -> list[str]:
-        """The live dequeue threads silent for longer than ``longer_than_s``, by name, but those
+        """The live watched threads silent for longer than ``longer_than_s``, by name, but those
         ``excluding`` names (threads stuck past a time limit: readiness counts those)."""
         now = self._monotonic()
         silent: list[str] = []
@@ -86,6 +120,7 @@ class Heartbeats:
             if not thread.is_alive():  # ended: forget it (its ident may be reused)
                 self._beats.pop(ident, None)
                 self._threads.pop(ident, None)
+                self._open_calls.pop(ident, None)
             elif ident not in excluding and now - self._beats.get(ident, now) > longer_than_s:
                 silent.append(thread.name)
         return sorted(silent)

@@ -26,7 +26,8 @@ R = TypeVar("R")
 
 
 class ObservedStorage(ForwardingStorage):
-    """A QueueStorage that beats as each call ends and tracks whether storage answers.
+    """A QueueStorage that shows a sign of life as each call starts and ends, and tracks whether
+    storage answers.
 
     It counts nothing: the host's ``MeteredStorage`` already counts every call by queue and
     operation, and the metrics copy its counts (``WorkerMetrics.sample_storage``).
@@ -36,19 +37,20 @@ class ObservedStorage(ForwardingStorage):
         self, inner: QueueStorage, heartbeats: Heartbeats, reachability: Reachability
     ) -> None:
         super().__init__(inner)
-        self._beat = heartbeats.beat
+        self._enter, self._leave = heartbeats.enter, heartbeats.leave
         self._reachability = reachability
 
     def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
-        # One beat as each call ends: a thread is silent from there until its next call ends,
-        # which is one handler call (it beats as it starts) or one storage call.
+        # A thread is silent from here until the call ends, and after it until its next call:
+        # one storage call, or one handler call (which shows signs the same way).
+        self._enter()
         try:
             result = call()
         except BaseException as error:
             self._reachability.failed(error)
             raise
         finally:
-            self._beat()
+            self._leave()
         self._reachability.succeeded()
         return result
 
@@ -90,7 +92,7 @@ class ObservedHandling(Middleware):
         self._first = self._timers[queue]
         self._up = metrics.scaling_decisions.labels(queue, "up", rule_name)
         self._down = metrics.scaling_decisions.labels(queue, "down", rule_name)
-        self._beat = heartbeats.beat
+        self._enter, self._leave = heartbeats.enter, heartbeats.leave
         self._queue = queue
         self._decisions = metrics.control_decisions
 
@@ -98,15 +100,16 @@ class ObservedHandling(Middleware):
         if not context.deliverable:  # settled without a handler call: nothing to time
             call_next()
             return
-        self._beat()
         handle_seconds, pickup_seconds = self._timers.get(context.queue_name, self._first)
         inserted_s = context.message.inserted_on.timestamp()
         pickup_seconds.observe(max(0.0, time.time() - inserted_s))
         started = time.perf_counter()
+        self._enter()
         try:
             call_next()
         finally:
             handle_seconds.observe(time.perf_counter() - started)
+            self._leave()
 
     def after_settle(self, context: MessageContext[Any]) -> None:
         decision = control_decision(context)
