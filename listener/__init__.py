@@ -35,9 +35,13 @@ from listener.errors import (
     TimeLimitExceeded,
     TransientStorageError,
 )
+from listener.limits.key_gate import KeyGate, LocalKeyGate
 from listener.limits.limiter import LocalRateLimiter, RateLimiter
+from listener.limits.redis_key_gate import RedisKeyGate
 from listener.limits.redis_limiter import RedisRateLimiter
 from listener.location import CloudQueueLocation
+from listener.middleware.keyed import KeyedHandling
+from listener.middleware.per_key import PerKeyLimit
 from listener.middleware.rate_limit import RateLimit
 from listener.middleware.retry import RetryPolicy
 from listener.poison.queue import poison_queue_name
@@ -65,6 +69,9 @@ from listener.push.triggers import (
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.stores.connection import open_payload_store, open_storage
+from listener.stores.key_connection import open_key_ledger
+from listener.stores.key_ledger import key_ledger_for
+from listener.stores.key_records import KeyLedger
 from listener.stores.layouts import QueueLayout, read_layout
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.metered import MeteredStorage
@@ -97,10 +104,14 @@ __all__ = [
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",
+    "KeyGate",
+    "KeyLedger",
+    "KeyedHandling",
     "LimitExceededError",
     "ListenerLoad",
     "ListenerStarted",
     "ListenerStopped",
+    "LocalKeyGate",
     "LocalRateLimiter",
     "MessageCodec",
     "MessageContext",
@@ -112,6 +123,7 @@ __all__ = [
     "Outcome",
     "PayloadNotFoundError",
     "PayloadStore",
+    "PerKeyLimit",
     "PermanentFailure",
     "PoisonRecord",
     "PopReceiptMismatchError",
@@ -126,6 +138,7 @@ __all__ = [
     "QueueWorkDetected",
     "RateLimit",
     "RateLimiter",
+    "RedisKeyGate",
     "RedisRateLimiter",
     "RedisTriggerChannel",
     "Retry",
@@ -148,6 +161,8 @@ __all__ = [
     "account_of",
     "current_envelope",
     "drain_time",
+    "key_ledger_for",
+    "open_key_ledger",
     "open_payload_store",
     "open_storage",
     "poison_queue_name",

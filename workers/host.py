@@ -25,12 +25,14 @@ from listener.stores.connection import (
     open_payload_store_if_available,
     open_storage,
 )
+from listener.stores.key_records import KeyLedger
 from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.stores.tick_ledger import TickLedger
 from workers.cost_meter import CostMeter
+from workers.host_keys import HostKeyLedger
 from workers.hosted_jobs import HostedJobs
 from workers.hosted_worker import (
     finish,
@@ -45,7 +47,7 @@ from workers.periodic_job import PeriodicJob
 from workers.plain_queue import PlainQueueWatch
 from workers.settings import CloudQueueSettings, ListenerSettings
 from workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
-from workers.worker import QueueWorker
+from workers.worker import QueueWorker, check_key_methods
 
 log = structlog.get_logger(__name__)
 
@@ -64,6 +66,7 @@ class WorkerHost:
         payload_store: PayloadStore | None = None,
         jobs: Sequence[type[PeriodicJob]] = (),
         tick_ledger: TickLedger | None = None,
+        key_ledger: KeyLedger | None = None,
     ) -> None:
         self.settings = settings
         # Jobs are checked (and their ledger opened) before any queue is touched.
@@ -78,6 +81,8 @@ class WorkerHost:
             )
             for worker_type in worker_types
         ]
+        for worker_type in worker_types:
+            check_key_methods(_name(worker_type), worker_type)
         # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
         self.storage = MeteredStorage(
             storage
@@ -102,6 +107,8 @@ class WorkerHost:
         record_path = settings.observability.record_path
         self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
+        # Before any queue is touched: idempotency without a ledger is refused here.
+        self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
         queues = _queues(workers)
         listening = self.listening = partitioned_storage(self.storage, settings, queues)
         # The further accounts of partitioned queues are opened here: the host closes them.
@@ -123,6 +130,7 @@ class WorkerHost:
                 self.payloads,
                 self.observability,
                 recorder=self.recorder,
+                key_ledger=self.keys.ledger,
             )
             for worker, worker_settings in workers
         ]
@@ -186,6 +194,7 @@ class WorkerHost:
             self.observability.close()
         if self._owned_payload_store is not None:
             self._owned_payload_store.close()
+        self.keys.close()
         if self.recorder is not None:
             self.recorder.close()
         log.info("host_stopped", drained=all(drained))

@@ -9,13 +9,13 @@ from typing import Any
 import structlog
 
 from listener.consumer.listener import CloudQueueListener
-from listener.consumer.middleware import Middleware
 from listener.middleware.rate_limit import RateLimit
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import TriggerChannel
 from listener.scaling.scaler import ElasticScaler
 from listener.scaling.waker import TriggerWaker, Watchdog
 from listener.simulation.profile import ProfileRecorder
+from listener.stores.key_records import KeyLedger
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.wire.codec import reading_codec
@@ -23,6 +23,7 @@ from workers.async_handler import AsyncHandlerRunner
 from workers.batch_handler import Batcher
 from workers.controls import controls_for, subscribe_handler
 from workers.depth_refresh import DepthRefresher
+from workers.key_controls import key_middleware
 from workers.observability.process import ProcessObservability
 from workers.rate_limits import open_rate_limiter
 from workers.recording import Recording
@@ -55,13 +56,15 @@ def host_worker(
     observability: ProcessObservability | None = None,
     *,
     recorder: ProfileRecorder | None = None,
+    key_ledger: KeyLedger | None = None,
 ) -> HostedWorker:
     """Build a worker's listener with its middleware, its scaler and its (possibly async)
-    handler."""
+    handler; ``key_ledger`` serves its idempotency and cancelling."""
     options = settings.listener
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
-    middleware: list[Middleware] = []
+    count = None if observability is None else observability.count_decisions(location.queue_name)
+    middleware = key_middleware(worker, settings, location, key_ledger, count)
     if observability is not None:
         middleware.append(observability.middleware(location.queue_names, policy))
     if recorder is not None:
@@ -92,6 +95,7 @@ def host_worker(
         loop=runner.loop,
         time_limit_s=controls.time_limit_s,
         adaptive_slots=controls.adaptive_slots,
+        key=worker.key_function(),
     )
     if observability is not None:
         # A pool started below its floor grows only on work: liveness holds it to what it had.

@@ -178,6 +178,7 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
         sleeper=clock,
         time_limit_s=controls.time_limit_s,
         adaptive_slots=controls.adaptive_slots,
+        key=worker.key_function(),
     )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
@@ -43,6 +44,8 @@ class QueueWorker(Generic[T]):
     process-wide settings for this worker only (any listener, backoff or scaling field);
     ``middleware`` wraps the handling of each message (``listener.Middleware``); ``retry``
     shapes its retries (``Retry``). A worker may define ``handle_batch`` instead of ``handle``.
+    ``key`` and ``concurrency_key``, when defined, give the keys that idempotent handling,
+    cancelling and the per-key limit use (see each).
     """
 
     queue_name: ClassVar[str | tuple[str, ...]]
@@ -108,6 +111,26 @@ class QueueWorker(Generic[T]):
     def on_stop(self) -> None:
         """Called once after the listener has stopped and in-flight items have finished."""
 
+    def key(self, item: T) -> str | None:
+        """The key of an item whose message carries none (``Publisher(key=...)``, ``enqueue
+        --key`` carry one); None for none. Define it to deduplicate or cancel messages from
+        producers that send plain items. A message whose items give different keys has none;
+        a key that raises poisons the message (``key_failed``)."""
+        return None
+
+    def concurrency_key(self, item: T) -> str | None:
+        """The key ``[limits] per_key`` counts, where it is not the message's key (e.g. the
+        customer of an invoice keyed by its number). Not defined: the message's key."""
+        return None
+
+    def key_function(self) -> Callable[[T], object] | None:
+        """``key`` when this worker defines it, else None (so no call is made per message)."""
+        return self.key if _defines(type(self), "key") else None
+
+    def concurrency_key_function(self) -> Callable[[T], object] | None:
+        """``concurrency_key`` when this worker defines it, else None."""
+        return self.concurrency_key if _defines(type(self), "concurrency_key") else None
+
     @classmethod
     def own_middleware(cls) -> list[Middleware]:
         """This worker's ``middleware``, each made (classes and factories called once)."""
@@ -128,6 +151,24 @@ class QueueWorker(Generic[T]):
             raise ConfigurationError(f"{cls.__qualname__}: {error}") from None
 
 
+def _defines(cls: type[QueueWorker[Any]], name: str) -> bool:
+    return getattr(cls, name) is not getattr(QueueWorker, name)
+
+
+def check_key_methods(target: str, worker: type[QueueWorker[Any]]) -> None:
+    """A ``key`` or ``concurrency_key`` that is not a method of one item is refused at start."""
+    for name in ("key", "concurrency_key"):
+        if not _defines(worker, name):
+            continue
+        method = getattr(worker, name)
+        try:
+            inspect.signature(method).bind(None, None)
+        except (TypeError, ValueError):
+            raise ConfigurationError(
+                f"{target!r}: {name} must be a method taking one item, def {name}(self, item)"
+            ) from None
+
+
 def _item_type_from_bases(cls: type) -> type[Any] | None:
     for base in getattr(cls, "__orig_bases__", ()):
         origin = typing.get_origin(base)
@@ -146,4 +187,5 @@ def load_worker(target: str) -> type[QueueWorker[Any]]:
         raise ConfigurationError(f"{target!r} is not a QueueWorker subclass")
     # Refused at start, not on the first message (which would fail and be retried forever).
     worker.check(target)
+    check_key_methods(target, worker)
     return worker

@@ -25,9 +25,11 @@ class MessageEnvelope:
     expires_on: datetime | None
     content_chars: int = 0
     """The length of the message's text as stored (what a workload recording sizes)."""
+    key: str | None = None
+    """The message's key (``listener.wire.keys``), carried or the worker's; None without one."""
 
     @classmethod
-    def of(cls, queue_name: str, message: QueueMessage) -> MessageEnvelope:
+    def of(cls, queue_name: str, message: QueueMessage, key: str | None = None) -> MessageEnvelope:
         return cls(
             queue_name=queue_name,
             message_id=message.id,
@@ -35,14 +37,15 @@ class MessageEnvelope:
             inserted_on=message.inserted_on,
             expires_on=message.expires_on,
             content_chars=len(message.content),
+            key=key,
         )
 
 
-_current: ContextVar[tuple[str, QueueMessage] | None] = ContextVar(
+_current: ContextVar[tuple[str, QueueMessage, str | None] | None] = ContextVar(
     "cloudqueue_envelope", default=None
 )
-"""The queue and message being delivered: the envelope is made only when a handler asks for it
-(most never do, and the delivery of every message sets this)."""
+"""The queue, message and key being delivered: the envelope is made only when a handler asks
+for it (most never do, and the delivery of every message sets this)."""
 
 
 def current_envelope() -> MessageEnvelope:
@@ -53,6 +56,8 @@ def current_envelope() -> MessageEnvelope:
     return MessageEnvelope.of(*delivery)
 
 
-def set_current_message(queue_name: str | None, message: QueueMessage | None = None) -> None:
+def set_current_message(
+    queue_name: str | None, message: QueueMessage | None = None, key: str | None = None
+) -> None:
     """Set by the thread that delivers a message, around its delivery (internal)."""
-    _current.set(None if queue_name is None or message is None else (queue_name, message))
+    _current.set(None if queue_name is None or message is None else (queue_name, message, key))

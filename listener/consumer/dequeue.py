@@ -139,6 +139,10 @@ class DequeueLoop:
         lease = self.parts.handoff.take()
         if lease is not None:
             return self._handle_one(lease, state)
+        if self.parts.deferrals.full:
+            # Enough messages wait for busy keys: fetch no more until one is resumed (a resume
+            # nudges the waiting threads).
+            return self._idle_wait(self.settings.idle_wait_s)
         try:
             messages = self.parts.fetcher.get_batch()
         except Exception as failure:
@@ -255,7 +259,9 @@ class DequeueLoop:
             )
             return False
         finally:
-            if not lease.abandoned:  # else its time limit ended it already
+            if lease.parked:  # deferred: still held, it comes back in line when resumed
+                self.parts.deferrals.parked(lease)
+            elif not lease.abandoned:  # else its time limit ended it already
                 self._end_leases([lease])
         return True
 
@@ -276,7 +282,7 @@ class DequeueLoop:
         stopping = parts.signals.stopping.is_set()
         if stopping or remaining == 0:
             # Nobody is left to start the waiting messages: give them back to the queue now.
-            waiting = parts.handoff.take_all()
+            waiting = parts.handoff.take_all() + parts.deferrals.take_all()
             if waiting:
                 self.release(waiting)
         self._log.info("dequeue_thread_stopped", active=parts.pool.active)

@@ -33,6 +33,10 @@ class HandOff:
     def put(self, leases: list[Lease]) -> None:
         self._waiting.extend(leases)
 
+    def put_first(self, lease: Lease) -> None:
+        """Put ``lease`` before every waiting message (a deferred message that may go on now)."""
+        self._waiting.appendleft(lease)
+
     def take(self) -> Lease | None:
         """The oldest waiting message, or None when there is none."""
         try:

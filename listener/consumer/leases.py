@@ -49,6 +49,8 @@ class Lease:
     abandoned: bool = False
     """True once its handler passed the time limit: the limit settled the message and ended the
     lease (``listener.consumer.time_limits``); the handler's thread, if it returns, does neither."""
+    parked: bool = False
+    """True while a middleware deferred it (``listener.consumer.deferrals``): still held."""
 
     def settle(self, action: Callable[[str], None]) -> None:
         """Run ``action(current_pop_receipt)`` and end the lease, with no renewal in between."""

@@ -30,6 +30,7 @@ from listener.consumer.events import ListenerStarted, ListenerStopped
 from listener.consumer.loop_parts import Inputs, LoopSettings, assemble
 from listener.consumer.middleware import Middleware
 from listener.consumer.pool_control import ListenerLoad, PoolControl
+from listener.consumer.processing import KeyFunction
 from listener.consumer.stats import ListenerCounters, ListenerMeters
 from listener.consumer.subscribers import BatchObserver, Subscribers
 from listener.location import CloudQueueLocation
@@ -108,11 +109,13 @@ class CloudQueueListener(Observable[T]):
         loop: LoopThread | None = None,
         time_limit_s: float = 0.0,
         adaptive_slots: bool = True,
+        key: KeyFunction[T] | None = None,
     ) -> None:
         """``loop`` runs the coroutines of async middleware (by default one of its own).
         ``time_limit_s`` (0: none) bounds each message's handling
         (``listener.consumer.time_limits``); ``adaptive_slots=False`` keeps every thread's
-        ``concurrency`` slots in use however fast handlers return (a batch handler's)."""
+        ``concurrency`` slots in use however fast handlers return (a batch handler's); ``key``
+        gives the key of an item whose message carries none (``MessageContext.key``)."""
         super().__init__()
         rng = rng or default_rng()
         settings = LoopSettings(
@@ -153,6 +156,7 @@ class CloudQueueListener(Observable[T]):
                 rng,
                 middleware,
                 loop,
+                key,
             ),
             meters=self.meters,
             subscribers=self._subscribers,

@@ -10,6 +10,7 @@ from typing import Any
 
 from listener.clock import Clock
 from listener.consumer.coroutines import LoopThread
+from listener.consumer.deferrals import Deferrals
 from listener.consumer.failure_logs import FailureLogs
 from listener.consumer.fetching import Fetcher
 from listener.consumer.handoff import HandOff
@@ -19,7 +20,7 @@ from listener.consumer.load import LoadReader
 from listener.consumer.middleware import MessageContext, Middleware
 from listener.consumer.pool import DequeuePool
 from listener.consumer.pool_control import ListenerPoolControl
-from listener.consumer.processing import MessageProcessor
+from listener.consumer.processing import KeyFunction, MessageProcessor
 from listener.consumer.queue_tally import QueueTally
 from listener.consumer.queues import QueueCreator
 from listener.consumer.settlement import Settlement
@@ -78,6 +79,7 @@ class LoopParts:
 
     pool: DequeuePool
     handoff: HandOff
+    deferrals: Deferrals
     fetcher: Fetcher
     leases: LeaseKeeper
     handlers: HandlerPool
@@ -113,6 +115,7 @@ class Inputs:
     rng: RandomSource
     middleware: Sequence[Middleware]
     loop: LoopThread | None
+    key_of: KeyFunction[Any] | None = None
 
 
 def assemble(
@@ -158,6 +161,7 @@ def assemble(
     )
     queues = QueueCreator(storage, location.queue_names, create=inputs.create_queues)
     many_in_flight = concurrency > 1
+    deferrals = Deferrals(handoff, nudge=signals.nudge, stopping=signals.stopping, clock=clock)
     leases = LeaseKeeper(
         storage,
         queue,
@@ -179,6 +183,8 @@ def assemble(
         record_handler_time=meters.handler_time.record if many_in_flight else None,
         max_hop_s=inputs.delivery.max_hop_s,
         queue_of=location.queue_of if location.lower_queues else None,
+        key_of=inputs.key_of,
+        deferrals=deferrals,
     )
     time_limits = None
     if inputs.settings.time_limit_s > 0:
@@ -196,6 +202,7 @@ def assemble(
     return LoopParts(
         pool=pool,
         handoff=handoff,
+        deferrals=deferrals,
         fetcher=Fetcher(
             storage,
             inputs.location,

@@ -49,13 +49,22 @@ from listener.wire.envelope import Envelope
 T = TypeVar("T")
 
 OutcomeKind = Literal[
-    "deleted", "retried", "poisoned", "dropped", "skipped", "rerouted", "left", "delayed"
+    "deleted",
+    "retried",
+    "poisoned",
+    "dropped",
+    "skipped",
+    "rerouted",
+    "left",
+    "delayed",
+    "deferred",
 ]
 """Where a message ended: ``deleted`` after its handler returned; ``retried`` (hidden for a
 back-off, or its failed items re-published); ``poisoned``; ``dropped`` (a duplicate of done
 work); ``skipped`` or ``rerouted`` by a middleware; ``left`` where it was (lost lease, storage
 failure: it reappears); ``delayed``: not due yet, hidden again unhandled (a delay beyond 7 days,
-``listener.consumer.hops``)."""
+``listener.consumer.hops``); ``deferred`` by a middleware: still held, it comes back in line
+later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +81,19 @@ class Outcome:
 class Decision:
     """What a middleware decided instead of (or after) handling: see ``MessageContext``."""
 
-    kind: Literal["skip", "retry", "give_up", "reroute"]
+    kind: Literal["skip", "retry", "give_up", "reroute", "defer"]
     reason: str
     error: str | None = None
     delay_s: float | None = None
     queue_name: str | None = None
+
+
+Resume = Callable[[], None]
+"""Puts a deferred message back in line (callable from any thread, once; later calls do nothing)."""
+
+Deferrer = Callable[["MessageContext[Any]", "float | None"], Resume]
+"""What the listener gives each context to defer it: parks its lease (``listener.consumer
+.deferrals``) and returns how to resume it, at once or after the given seconds."""
 
 
 @dataclass(slots=True, eq=False)
@@ -90,7 +107,10 @@ class MessageContext(Generic[T]):
     * ``skip(reason)``: delete the message without handling it (a duplicate, a cancelled key);
     * ``retry(reason, delay_s=...)``: hide it for ``delay_s`` and count a failed delivery;
     * ``give_up(reason, error)``: move it to the poison queue now, with that reason;
-    * ``reroute(queue_name)``: put its text on another queue, then delete it here.
+    * ``reroute(queue_name)``: put its text on another queue, then delete it here;
+    * ``defer(reason)``: not now -- the message stays held (its lease renewed) but gives up its
+      handler slot, and goes back in line when the returned ``Resume`` is called (or after
+      ``resume_after_s``); no delivery is counted (a busy key: ``listener.middleware``).
 
     A middleware that neither calls ``call_next`` nor decides leaves the message failed: it is
     retried, never silently deleted. A ``retry`` or ``give_up`` decided after ``call_next`` about
@@ -121,6 +141,11 @@ class MessageContext(Generic[T]):
     """Deliveries of these items in earlier messages (a re-published batch's)."""
     reached: int = 0
     """How deep the middleware chain went (the stack tells a middleware that went on)."""
+    key: str | None = None
+    """The message's key (``listener.wire.keys``): the one it carries, else the worker's
+    ``key(item)`` (a message whose items give different keys has none)."""
+    deferrer: Deferrer | None = field(default=None, repr=False)
+    """Set by the listener: how ``defer`` parks this message."""
 
     @property
     def message_id(self) -> str:
@@ -149,6 +174,17 @@ class MessageContext(Generic[T]):
 
     def reroute(self, queue_name: str, *, reason: str = "rerouted") -> None:
         self.decision = Decision("reroute", reason, queue_name=queue_name)
+
+    def defer(self, reason: str, *, resume_after_s: float | None = None) -> Resume:
+        """Keep the message held but out of its slot until the returned ``Resume`` is called
+        (or ``resume_after_s`` passed); it is then read and handled again, with no delivery
+        counted. A stop releases deferred messages to the queue."""
+        if self.deferrer is None:
+            raise RuntimeError("this message cannot be deferred: no listener holds it")
+        if resume_after_s is not None and resume_after_s < 0:
+            raise ValueError(f"resume_after_s must be >= 0, got {resume_after_s}")
+        self.decision = Decision("defer", reason, delay_s=resume_after_s)
+        return self.deferrer(self, resume_after_s)
 
 
 CallNext = Callable[[], Any]
@@ -251,10 +287,12 @@ __all__ = [
     "HOOKS",
     "CallNext",
     "Decision",
+    "Deferrer",
     "MessageContext",
     "Middleware",
     "Outcome",
     "OutcomeKind",
+    "Resume",
     "make_middleware",
     "overrides",
 ]

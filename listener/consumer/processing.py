@@ -15,6 +15,11 @@ another queue's stored payload (``payload_foreign``: that payload is left alone)
 gone (``payload_missing``), or arrives past ``max_dequeue_count`` (a worker crashed on it each
 time). A message whose earlier move to the poison queue failed is only moved there now. A message
 delayed beyond 7 days that is not due yet is hidden again, unopened (``listener.consumer.hops``).
+
+The message's key (``MessageContext.key``) is the one its envelope carries, else what the
+worker's key function gives for its items; a key function that raises poisons the message at
+once (``key_failed``: it would raise on every delivery). A message a middleware deferred is left
+held (``listener.consumer.deferrals``), not settled.
 """
 
 from __future__ import annotations
@@ -28,10 +33,11 @@ import structlog
 
 from listener.clock import Clock
 from listener.consumer.current import set_current_message
+from listener.consumer.deferrals import Deferrals
 from listener.consumer.hops import DelayHops
 from listener.consumer.item_failures import ItemFailure, describe_errors, label
 from listener.consumer.leases import Lease
-from listener.consumer.middleware import MessageContext, Outcome
+from listener.consumer.middleware import MessageContext, Outcome, Resume
 from listener.consumer.settlement import Settlement
 from listener.consumer.stack import MiddlewareStack
 from listener.consumer.subscribers import Subscribers
@@ -48,10 +54,14 @@ from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
 from listener.wire.bounded_json import values_limited
 from listener.wire.codec import Codec
 from listener.wire.envelope import Envelope, parse_envelope
+from listener.wire.keys import key_text
 from listener.wire.limits import DecodingLimits
 from listener.wire.payload import MessageContents, open_envelope
 
 T = TypeVar("T")
+
+KeyFunction = Callable[[T], object]
+"""The worker's key of an item (None: it has none), for messages that carry no key."""
 
 log = structlog.get_logger(__name__)
 
@@ -92,6 +102,8 @@ class MessageProcessor(Generic[T]):
         max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S,
         queue_of: Callable[[str], str] | None = None,
         time_limits: TimeLimits | None = None,
+        key_of: KeyFunction[T] | None = None,
+        deferrals: Deferrals | None = None,
     ) -> None:
         self.queue_name = queue_name
         self.queue_of = queue_of
@@ -109,6 +121,8 @@ class MessageProcessor(Generic[T]):
         self.hops = DelayHops(settlement, clock=clock, max_hop_s=max_hop_s)
         self.time_limits = time_limits
         """Times the observers' calls for each message (``listener.consumer.time_limits``)."""
+        self.key_of = key_of
+        self.deferrals = deferrals
 
     def process(self, lease: Lease) -> None:
         """Read, decode, hand through the middleware to every observer, and settle the message.
@@ -130,6 +144,8 @@ class MessageProcessor(Generic[T]):
             early, texts = self._prepare(lease, reading, context)
             step = partial(self._deliver, lease, context, texts) if early is None else early
             if stack.wraps:
+                if self.deferrals is not None:
+                    context.deferrer = partial(self._defer, lease)
                 stack.handle(context, step)
             else:
                 step()
@@ -194,6 +210,14 @@ class MessageProcessor(Generic[T]):
         context.items, context.payload_name = items, contents.payload_name
         context.attempts = contents.attempts
         context.deliveries = contents.attempts + message.dequeue_count
+        if reading.envelope is not None and reading.envelope.key is not None:
+            context.key = reading.envelope.key
+        elif self.key_of is not None and items:
+            try:
+                context.key = self._worker_key(items)
+            except Exception as failure:  # a bug in the worker's key: every delivery would fail
+                error = f"{type(failure).__name__}: {failure}"
+                return partial(settlement.poison, lease, context, "key_failed", error), []
         if contents.handled:
             early = partial(settlement.drop_duplicate, lease, context)
         elif context.deliveries > self.max_dequeue_count:
@@ -201,6 +225,19 @@ class MessageProcessor(Generic[T]):
         else:
             context.deliverable = True
         return early, contents.texts
+
+    def _worker_key(self, items: list[T]) -> str | None:
+        """The key the worker gives every item; None when it gives none, or different ones."""
+        key_of = self.key_of
+        assert key_of is not None  # the caller checked
+        keys = {None if (value := key_of(item)) is None else key_text(value) for item in items}
+        return keys.pop() if len(keys) == 1 else None
+
+    def _defer(
+        self, lease: Lease, context: MessageContext[T], resume_after_s: float | None
+    ) -> Resume:
+        assert self.deferrals is not None  # set only with deferrals
+        return self.deferrals.defer(lease, resume_after_s)
 
     def _lost(self, context: MessageContext[T]) -> None:
         log.warning("message_skipped", reason="lease_lost")  # another consumer owns it now
@@ -239,7 +276,7 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, lease: Lease, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer (under the time limit, if any)."""
-        set_current_message(context.queue_name, context.message)
+        set_current_message(context.queue_name, context.message, context.key)
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             if self.time_limits is None:

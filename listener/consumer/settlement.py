@@ -16,7 +16,9 @@ Every message ends in exactly one place, recorded as its ``MessageContext.outcom
   before the original is deleted, so a crash in between duplicates items and loses none;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted
   (``listener.consumer.poisoning``, which also keeps the reason when that copy fails);
-* **left** where it is when storage fails while settling: it reappears after its timeout.
+* **left** where it is when storage fails while settling: it reappears after its timeout;
+* **deferred** by a middleware: nothing happens to it here; still held, it is handled later
+  (``listener.consumer.deferrals``).
 """
 
 from __future__ import annotations
@@ -213,6 +215,8 @@ class Settlement:
         elif decision.kind == "retry":
             error = decision.error or decision.reason
             self.failed(lease, context, error, reason=decision.reason, delay_s=decision.delay_s)
+        elif decision.kind == "defer":  # still held: the deferrals put it back in line
+            context.outcome = Outcome("deferred", decision.reason)
         else:
             self._reroute(lease, context, str(decision.queue_name))
 
@@ -248,7 +252,10 @@ class Settlement:
             self.failed(lease, context, error, permanent=permanent, reason=reason, delay_s=delay_s)
             return
         # The other items were handled: they are not delivered again.
-        remainder = remainder_content([item.text for item in failed], attempts=context.deliveries)
+        carried = None if context.envelope is None else context.envelope.key
+        remainder = remainder_content(
+            [item.text for item in failed], attempts=context.deliveries, key=carried
+        )
         if remainder is None:  # pragma: no cover - fewer failed than all always leaves some
             self.failed(lease, context, error, permanent=permanent)
             return

@@ -17,6 +17,8 @@ PoisonReason = Literal[
     "give_up",
     "time_limit",
     "max_dequeue_count_exceeded",
+    "key_failed",
+    "key_ledger_unavailable",
 ]
 """Why a message was given up on: the ``reason`` of its poison record."""
 
@@ -37,6 +39,10 @@ POISON_REASONS: dict[PoisonReason, str] = {
     "earlier one was released for a retry at the limit)",
     "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
     "the handler kept raising, or workers crashed on it",
+    "key_failed": "the worker's key(item) raised for the message's item: it would on every "
+    "delivery, so the message is poisoned on its first (the error says what was raised)",
+    "key_ledger_unavailable": "the key's record (idempotency, cancel) could not be read from the "
+    "queue's store on any of poison.max_dequeue_count deliveries",
 }
 """Every poison reason and what it means (the reference pages are generated from this)."""
 

@@ -9,11 +9,12 @@ while the items that succeeded are done (see ``listener.consumer.processing``).
 Delivery is at-least-once from this end too. A put that fails with ``TransientStorageError`` (a
 timeout, a 500 or 503) may have happened all the same. The publisher does not retry it itself: it
 raises, and a caller that publishes again may create a duplicate. That is tolerated by design,
-because handlers must be idempotent anyway (any message can be delivered twice). cloudqueue adds
-no message key for deduplication: a key minted here would differ between the original put and
-the caller's retry, so it could not recognise exactly the duplicates that matter, and plain items
-carry no envelope to hold one. Deduplicate on a key that belongs to the item (an invoice number,
-an idempotency token), which survives any retry.
+because handlers must be idempotent anyway (any message can be delivered twice). cloudqueue mints
+no message id for deduplication (it would differ between the put and the caller's retry); the
+message *key* belongs to the item instead (``key=``, an invoice number, an idempotency token):
+it travels with the message (``listener.wire.keys``), survives any retry, and a listener with
+idempotent handling handles a key once. ``effect_once_s`` goes further for handlers that publish
+(``listener.producer.effect_once``), and ``cancel(key)`` withdraws the queued messages of a key.
 
 A stored payload whose message could not be put is deleted again when the failure was definite,
 and kept after a transient one: the message referring to it may exist.
@@ -29,16 +30,27 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Generic, Protocol, TypeVar
 
 import structlog
 
 from listener import tracing
 from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import MessageTooLargeError, StorageError, TransientStorageError
+from listener.errors import (
+    ConfigurationError,
+    MessageTooLargeError,
+    StorageError,
+    TransientStorageError,
+)
 from listener.producer.announce import WorkAnnouncer
+from listener.producer.batching import PENDING_BYTES, Destination, packed_per_destination
+from listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
 from listener.producer.delays import MAX_HOP_S, Timing, check_max_hop_s, delay_seconds, plan_timing
-from listener.producer.routing import PartitionKey, PartitionRouter
+from listener.producer.effect_once import EffectOnce
+from listener.producer.routing import ItemKey, PartitionRouter, key_of_item
+from listener.stores.key_ledger import required_ledger
+from listener.stores.key_records import Cancelled, KeyLedger
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore, new_payload_name
 from listener.stores.storage import (
@@ -51,15 +63,12 @@ from listener.wire.codec import Codec, MessageCodec
 from listener.wire.due import with_due
 from listener.wire.envelope import blob_envelope
 from listener.wire.frames import Packed
-from listener.wire.packing import PlannedMessage, message_bytes, plan_batches, single_message
+from listener.wire.keys import check_key
+from listener.wire.packing import PlannedMessage, message_bytes, single_message
 
 T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
-
-PENDING_BYTES = 1024 * 1024
-"""In batch mode, items are packed whenever this much encoded text is waiting, so a stream of
-items of any length is sent with bounded memory."""
 
 
 class ArrivalRecorder(Protocol):
@@ -82,9 +91,13 @@ class Publisher(Generic[T]):
     single items in a one-item envelope too, so they carry it -- for queues only cloudqueue
     listeners read.
 
-    A partitioned queue (``partitions`` > 1, or read from a ``PartitionedQueueStorage``) gets
-    its messages round-robin over ``<queue>-p0`` ..., or by ``partition_key`` (a function of the
-    item or a field name): one key always lands on one partition, and batches pack per partition.
+    ``key`` (a function of the item, or a field name) gives each message its key, which travels
+    with it (in a one-item envelope for a single item) and routes it: a partitioned queue
+    (``partitions`` > 1, or a ``PartitionedQueueStorage``) gets one key's messages on one
+    partition, others round-robin over ``<queue>-p0`` .... Batches pack per key.
+    ``partition_key`` routes alike but sends no key (plain items stay plain). The key ledger
+    (``ledger``: found for the embedded stores, ``open_key_ledger`` for Azure) serves ``cancel``
+    and ``effect_once_s``.
 
     A delay longer than ``max_hop_s`` (7 days) goes in hops, its due time read on ``clock``.
     """
@@ -102,8 +115,11 @@ class Publisher(Generic[T]):
         announcer: WorkAnnouncer | None = None,
         trace_envelope: bool = False,
         partitions: int | None = None,
-        partition_key: PartitionKey[T] | None = None,
+        key: ItemKey[T] | None = None,
+        partition_key: ItemKey[T] | None = None,
         recorder: ArrivalRecorder | None = None,
+        ledger: KeyLedger | None = None,
+        effect_once_s: int = 0,
         clock: Clock = SYSTEM_CLOCK,
         max_hop_s: int = MAX_HOP_S,
     ) -> None:
@@ -115,8 +131,15 @@ class Publisher(Generic[T]):
         self.codec: Codec[T] = codec or MessageCodec(item_type)
         self.payload_store = payload_store
         self.batch = batch
+        if key is not None and partition_key is not None:
+            raise ConfigurationError("give key or partition_key, not both: a key routes too")
+        self.key = key
         self.router = PartitionRouter(
             self.queue_name, partitions or _partition_count(storage, queue_name), partition_key
+        )
+        self._ledger = ledger
+        self.once = (
+            None if not effect_once_s else EffectOnce(self.ledger, self.queue_name, effect_once_s)
         )
         check_put_times(time_to_live_s, 0)
         self.time_to_live_s = time_to_live_s
@@ -127,24 +150,40 @@ class Publisher(Generic[T]):
         self.payloads_stored = 0
         self._bytes_sent = 0
 
+    @property
+    def ledger(self) -> KeyLedger:
+        """The key ledger of the queue's store; ConfigurationError when none is known."""
+        self._ledger = self._ledger or required_ledger(self.storage)
+        return self._ledger
+
     def publish(
         self,
         item: T,
         *,
+        key: str | None = None,
         delay_s: int = 0,
         time_to_live_s: int | None = None,
         delay: timedelta | None = None,
     ) -> None:
         """Send one item in a message of its own (and announce it, if triggers are set up).
 
+        ``key`` is its message key (else the publisher's ``key`` of the item, if any).
         ``delay_s`` (whole seconds, any length) or ``delay`` (a timedelta) hides it from
         listeners that long; ``time_to_live_s`` (>= 1 s and more than the delay, or
         ``NEVER_EXPIRES``) overrides the publisher's. A value out of range raises ValueError
         before anything is sent.
         """
         timing = self._timing(delay_seconds(delay_s, delay), time_to_live_s)
-        target = self.router.queue_for(item)
-        self._traced(lambda: self._send_alone(self.codec.encode(item), timing, target))
+        carried, target = self._destination(item, key)
+        text = self.codec.encode(item)
+        self._traced(lambda: self._send_alone(text, timing, target, carried))
+
+    def cancel(self, *keys: str, hold_s: int = CANCEL_HOLD_S) -> dict[str, Cancelled]:
+        """Cancel the queued messages of each key for ``hold_s``: a listener deletes them
+        unhandled when it next fetches them. Says per key ``cancelled``, or ``too_late`` (a
+        message of it is being handled now: it finishes) or ``done`` (one was completed, as far
+        as idempotent handling remembers); the cancel is recorded either way."""
+        return cancel_keys(self.ledger, self.queue_name, keys, hold_s=hold_s)
 
     def publish_many(
         self,
@@ -189,50 +228,67 @@ class Publisher(Generic[T]):
                 size=self._bytes_sent - bytes_before,
             )
 
+    def _destination(self, item: T, key: str | None) -> tuple[str | None, str]:
+        """The key the item's message carries (None: none) and the queue it goes to."""
+        if key is not None:
+            carried: str | None = check_key(key)
+        elif self.key is not None:
+            carried = key_of_item(item, self.key)
+        else:
+            return None, self.router.queue_for(item)
+        return carried, self.router.queue_for_key(carried)
+
     def _send_many(self, items: Iterable[T], timing: Timing) -> int:
-        router = self.router
         if not self.batch:
-            return sum(
-                self._send_alone(self.codec.encode(item), timing, router.queue_for(item))
-                for item in items
-            )
-        # Keyed items are packed per partition, so each message goes where all its keys belong;
-        # without a key one buffer is packed and its messages go round-robin.
-        buffers: dict[str | None, _Pending] = {}
+            sent = 0
+            for item in items:
+                carried, target = self._destination(item, None)
+                sent += self._send_alone(self.codec.encode(item), timing, target, carried)
+            return sent
         sent = 0
-        for item in items:
-            target = router.queue_for(item) if router.keyed else None
-            pending = buffers.setdefault(target, _Pending())
-            pending.add(self.codec.encode(item))
-            if pending.bytes >= PENDING_BYTES:
-                planned = plan_batches(pending.texts)
-                sent += self._send_planned(planned[:-1], timing, target)
-                buffers[target] = _Pending(planned[-1].texts)  # room for the next items
-        for target, pending in buffers.items():
-            sent += self._send_planned(plan_batches(pending.texts), timing, target)
+        for into, planned in packed_per_destination(
+            items,
+            destination=lambda item: self._destination(item, None),
+            encode=self.codec.encode,
+            routed_by_key=self.router.keyed,
+        ):
+            sent += self._send_planned(planned, timing, into)
         return sent
 
     def _send_planned(
-        self, planned: list[PlannedMessage], timing: Timing, target: str | None
+        self, planned: list[PlannedMessage], timing: Timing, into: Destination
     ) -> int:
-        """Send planned messages to ``target``, or round-robin when it is None."""
+        """Send planned messages of one key to their queue, or round-robin when it is None."""
+        key, target, sent = *into, 0
         for message in planned:
             queue = target or self.router.next_queue()
             if message.content is None:
-                self._send_alone(message.texts[0], timing, queue)
+                sent += self._send_alone(message.texts[0], timing, queue, key)
             else:
-                self._put(message.content, len(message.texts), timing, queue)
-        return len(planned)
+                put = partial(self._put, message.content, len(message.texts), timing, queue)
+                sent += self._once(key, message.texts, put)
+        return sent
 
-    def _send_alone(self, text: str, timing: Timing, target: str) -> int:
-        message = single_message(text, enveloped=timing.due is not None)
+    def _send_alone(self, text: str, timing: Timing, target: str, key: str | None) -> int:
+        return self._once(key, [text], partial(self._put_alone, text, timing, target, key))
+
+    def _once(self, key: str | None, texts: list[str], put: Callable[[], None]) -> int:
+        """``put()`` unless effect-once finds it put already; the messages put (1 or 0)."""
+        if self.once is None:
+            put()
+            return 1
+        return self.once.put_once(key, texts, put)
+
+    def _put_alone(self, text: str, timing: Timing, target: str, key: str | None) -> None:
+        message = single_message(text, enveloped=timing.due is not None, key=key)
         if isinstance(message, Packed):
-            self._put_stored(message, message_bytes(text), timing, target)
+            self._put_stored(message, message_bytes(text), timing, target, key)
         else:
             self._put(message, 1, timing, target)
-        return 1
 
-    def _put_stored(self, packed: Packed, text_bytes: int, timing: Timing, target: str) -> None:
+    def _put_stored(
+        self, packed: Packed, text_bytes: int, timing: Timing, target: str, key: str | None
+    ) -> None:
         store = self.payload_store
         if store is None:
             raise MessageTooLargeError(
@@ -245,7 +301,7 @@ class Publisher(Generic[T]):
         self.payloads_stored += 1
         log.debug("payload_stored", queue=self.queue_name, payload=name, size=len(packed.data))
         try:
-            self._put(blob_envelope(name, packed), packed.count, timing, target)
+            self._put(blob_envelope(name, packed, key=key), packed.count, timing, target)
         except TransientStorageError:
             log.warning("payload_kept_after_failed_put", queue=self.queue_name, payload=name)
             raise
@@ -277,20 +333,6 @@ class Publisher(Generic[T]):
             f"messages_sent={self.messages_sent}, items_sent={self.items_sent}, "
             f"payloads_stored={self.payloads_stored})"
         )
-
-
-class _Pending:
-    """Encoded items waiting to be packed, and their size in bytes."""
-
-    def __init__(self, texts: list[str] | None = None) -> None:
-        self.texts: list[str] = []
-        self.bytes = 0
-        for text in texts or []:
-            self.add(text)
-
-    def add(self, text: str) -> None:
-        self.texts.append(text)
-        self.bytes += message_bytes(text)
 
 
 def _partition_count(storage: QueueStorage, queue_name: str) -> int:

@@ -19,10 +19,11 @@ from listener.wire.frames import pack
 from listener.wire.packing import MAX_ENVELOPE_BYTES, message_bytes
 
 
-def remainder_content(texts: Sequence[str], *, attempts: int) -> str | None:
-    """The envelope carrying the failed items' codec texts and their attempt count; None when it
-    would not fit in a message (the caller then retries the whole original instead)."""
-    content = inline_envelope(pack(texts), attempts=attempts)
+def remainder_content(texts: Sequence[str], *, attempts: int, key: str | None = None) -> str | None:
+    """The envelope carrying the failed items' codec texts, their attempt count and the original's
+    ``key``; None when it would not fit in a message (the caller then retries the whole original
+    instead)."""
+    content = inline_envelope(pack(texts), attempts=attempts, key=key)
     return content if message_bytes(content) <= MAX_ENVELOPE_BYTES else None
 
 

@@ -153,7 +153,7 @@ def open_payload_store(
         return InMemoryPayloadStore()
     if isinstance(target, SqliteTarget):
         return FolderPayloadStore(target.path.parent / "payloads")
-    _check_blob_endpoint(target.connection_string)
+    check_blob_endpoint(target.connection_string)
     # Imported here so that only Azure users pay for importing the Azure SDK.
     from listener.stores.azure_payloads import AzureBlobPayloadStore
 
@@ -184,7 +184,7 @@ def open_tick_ledger(
         from listener.stores.tick_ledger import SqliteTickLedger
 
         return SqliteTickLedger(SqliteQueueStorage(target.path))
-    _check_blob_endpoint(target.connection_string)
+    check_blob_endpoint(target.connection_string)
     from listener.stores.azure_ticks import AzureTickLedger
 
     return AzureTickLedger.from_connection_string(target.connection_string)
@@ -252,7 +252,7 @@ def _parse_azure(connection_string: str) -> AzureTarget:
     )
 
 
-def _check_blob_endpoint(connection_string: str) -> None:
+def check_blob_endpoint(connection_string: str) -> None:
     """A string that names its endpoints (Azurite, SAS, custom domains) must name the blob one:
     the SDK would otherwise derive a public-cloud blob host that is not where the queues are."""
     settings = _settings(connection_string)

@@ -53,6 +53,11 @@ class InMemoryQueueStorage:
         self._queues: dict[str, dict[str, _Stored]] = {}
         self._metadata: dict[str, dict[str, str]] = {}
 
+    @property
+    def clock(self) -> Clock:
+        """The clock its times come from (its key ledger uses it too)."""
+        return self._clock
+
     def create_queue(self, queue_name: str) -> None:
         validate_queue_name(queue_name)
         with self._lock:

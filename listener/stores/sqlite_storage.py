@@ -216,9 +216,21 @@ class SqliteQueueStorage:
         with self._lock:
             self._db.close()
 
+    @property
+    def clock(self) -> Clock:
+        """The clock its times come from (ledgers in the same file use it too)."""
+        return self._clock
+
     def transaction(self) -> AbstractContextManager[sqlite3.Connection]:
-        """One write transaction on this file, for tables beside the queues (the tick ledger's)."""
+        """One write transaction on this file, for tables beside the queues (the ledgers')."""
         return self._transaction()
+
+    @contextmanager
+    def reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads only (no write lock taken: WAL readers see the last commit,
+        even while another process holds the write lock)."""
+        with self._lock, translate_errors():
+            yield self._db
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:

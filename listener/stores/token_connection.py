@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 from listener.errors import ConfigurationError
+from listener.stores.key_records import KeyLedger
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
 from listener.stores.tick_ledger import TickLedger
@@ -133,6 +134,16 @@ def open_token_tick_ledger(target: TokenTarget) -> TickLedger:
 
     return AzureTickLedger.from_account_url(
         _blob_url(target, "for periodic jobs"), open_credential(target.credential)
+    )
+
+
+def open_token_key_ledger(target: TokenTarget) -> KeyLedger:
+    """The message keys' ledger at the target's blob URL; ConfigurationError if it has none."""
+    from listener.stores.azure_keys import AzureKeyLedger
+    from listener.stores.credentials import open_credential
+
+    return AzureKeyLedger.from_account_url(
+        _blob_url(target, "for message keys"), open_credential(target.credential)
     )
 
 

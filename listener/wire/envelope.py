@@ -1,8 +1,12 @@
 """cloudqueue's envelope: a JSON object whose only key is ``$cloudqueue``, carrying items that
 are compressed, batched, or kept in the payload store (``listener.wire.payload`` says which and
 how they are read). Parsing is bounded by the JSON depth limit; fields are read by name, so a
-listener ignores fields it does not know (``attempts``, the trace context, ``due``) and merely
-does less with them.
+listener ignores fields it does not know (``attempts``, the trace context, ``due``, ``key``) and
+merely does less with them.
+
+``key`` (optional) is the message's key (``listener.wire.keys``): every item of the message shares
+it, since a publisher packs items per key. A plain item that has a key travels in a one-item
+envelope to carry it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from listener.stores.payload_store import validate_payload_name
 from listener.wire import bounded_json
 from listener.wire.encodings import strict_base64
 from listener.wire.frames import Inner, Packed
+from listener.wire.keys import check_key
 from listener.wire.limits import DEFAULT_LIMITS
 
 ENVELOPE_KEY = "$cloudqueue"
@@ -46,6 +51,8 @@ class Envelope:
     attempts: int = 0
     carrier: dict[str, str] = field(default_factory=dict, compare=False)
     """The trace context text fields it carries, as written (``trace_context`` validates them)."""
+    key: str | None = None
+    """The key its items share, when the publisher gave one (``listener.wire.keys``)."""
     fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Every field as parsed, those this listener does not know included: what is shown or
     rewritten of it is read from here, never by parsing the text again."""
@@ -55,19 +62,20 @@ class Envelope:
     """How often a listener hid it again because it was not due yet."""
 
 
-def inline_envelope(packed: Packed, *, attempts: int = 0) -> str:
+def inline_envelope(packed: Packed, *, attempts: int = 0, key: str | None = None) -> str:
     """The message text carrying packed items inline (kind ``gzip`` for one, ``batch`` for more),
-    ``attempts`` earlier deliveries recorded when there were any."""
+    ``attempts`` earlier deliveries recorded when there were any, and their ``key`` if any."""
     kind: Kind = "gzip" if packed.count == 1 else "batch"
     data = base64.b64encode(packed.data).decode("ascii")
     tried = {"attempts": attempts} if attempts else {}
-    return _dump({**_header(kind, packed), **tried, "data": data})
+    return _dump({**_header(kind, packed, key), **tried, "data": data})
 
 
-def blob_envelope(payload_name: str, packed: Packed) -> str:
+def blob_envelope(payload_name: str, packed: Packed, *, key: str | None = None) -> str:
     """The message text referring to packed items stored under ``payload_name``."""
     validate_payload_name(payload_name)
-    return _dump({**_header("blob", packed), "blob": payload_name, "bytes": len(packed.data)})
+    header = _header("blob", packed, key)
+    return _dump({**header, "blob": payload_name, "bytes": len(packed.data)})
 
 
 def is_reserved(text: str) -> bool:
@@ -136,8 +144,9 @@ def _reserved_value(text: str, max_json_depth: int) -> Any:
     return _NOT_RESERVED
 
 
-def _header(kind: Kind, packed: Packed) -> dict[str, Any]:
-    return {"v": VERSION, "kind": kind, "count": packed.count, "inner": packed.inner}
+def _header(kind: Kind, packed: Packed, key: str | None) -> dict[str, Any]:
+    header = {"v": VERSION, "kind": kind, "count": packed.count, "inner": packed.inner}
+    return header if key is None else {**header, "key": check_key(key)}
 
 
 def _dump(fields: dict[str, Any]) -> str:
@@ -153,7 +162,10 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
     attempts = fields.get("attempts", 0)
     if not _is_count(attempts) or attempts < 0:
         raise ValueError(f"attempts must be a non-negative integer, got {attempts!r}")
-    carrier = {key: value for key in TRACE_FIELDS if isinstance(value := fields.get(key), str)}
+    carrier = {name: value for name in TRACE_FIELDS if isinstance(value := fields.get(name), str)}
+    key = fields.get("key")
+    if key is not None:
+        key = check_key(key)
     due, hops = _due(fields), fields.get("hops", 0)
     if not _is_count(hops) or hops < 0:
         raise ValueError(f"hops must be a non-negative integer, got {hops!r}")
@@ -176,6 +188,7 @@ def _envelope(fields: dict[str, Any]) -> Envelope:
         fields=fields,
         due=due,
         hops=hops,
+        key=key,
     )
 
 

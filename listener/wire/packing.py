@@ -49,16 +49,19 @@ def single_message(
     max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
     max_bytes: int = MAX_MESSAGE_BYTES,
     enveloped: bool = False,
+    key: str | None = None,
 ) -> str | Packed:
     """The message for one item: its own text when that fits (as Azure Functions expects), else a
     gzip envelope when that fits, else the packed item, to be kept in the payload store.
-    ``enveloped``: never its own text, for an item whose envelope carries more (a due time)."""
-    if not enveloped and message_bytes(text) <= max_bytes and not is_reserved(text):
+    ``enveloped``: never its own text, for an item whose envelope carries more (a due time); an
+    item with a ``key`` always travels in an envelope, which carries the key."""
+    plain = not enveloped and key is None
+    if plain and message_bytes(text) <= max_bytes and not is_reserved(text):
         return text
     packed = pack([text])
     if len(text) > MAX_INLINE_BYTES:  # characters: never more than its UTF-8 bytes
         return packed  # however well it compresses, a listener would refuse it inline
-    envelope = inline_envelope(packed)
+    envelope = inline_envelope(packed, key=key)
     return envelope if message_bytes(envelope) <= max_envelope_bytes else packed
 
 
@@ -67,9 +70,11 @@ def plan_batches(
     *,
     max_envelope_bytes: int = MAX_ENVELOPE_BYTES,
     max_bytes: int = MAX_MESSAGE_BYTES,
+    key: str | None = None,
 ) -> list[PlannedMessage]:
     """Pack items, in order, into as few messages as fit: each message takes the longest run of
-    the next items whose batch envelope stays within ``max_envelope_bytes``.
+    the next items whose batch envelope stays within ``max_envelope_bytes``. Every envelope
+    carries ``key`` (the items all have it).
 
     An item larger than a message, or one that fits in no batch with its neighbour, travels alone.
     """
@@ -78,26 +83,28 @@ def plan_batches(
     for text in texts:
         if message_bytes(text) > max_bytes:
             # Not worth compressing together with others to find out: it travels alone.
-            planned += _batches(run, max_envelope_bytes)
+            planned += _batches(run, max_envelope_bytes, key)
             planned.append(PlannedMessage([text], None))
             run = []
         else:
             run.append(text)
-    return planned + _batches(run, max_envelope_bytes)
+    return planned + _batches(run, max_envelope_bytes, key)
 
 
-def _batches(texts: Sequence[str], limit: int) -> list[PlannedMessage]:
+def _batches(texts: Sequence[str], limit: int, key: str | None) -> list[PlannedMessage]:
     framed = frame(texts)  # once: base64-decoding every text for every probe would dominate
     planned: list[PlannedMessage] = []
     start, hint = 0, 2
     while start < len(texts):
-        end, content = _longest_batch(framed, start, limit, hint)
+        end, content = _longest_batch(framed, start, limit, hint, key)
         planned.append(PlannedMessage(list(texts[start:end]), content))
         start, hint = end, max(2, end - start)  # the next message likely holds about as many
     return planned
 
 
-def _longest_batch(framed: Framed, start: int, limit: int, hint: int) -> tuple[int, str | None]:
+def _longest_batch(
+    framed: Framed, start: int, limit: int, hint: int, key: str | None
+) -> tuple[int, str | None]:
     """The end of the longest run from ``start`` (at least one item) that fits in one batch
     envelope, and that envelope (None for a run of one: it travels as a single item).
 
@@ -112,7 +119,7 @@ def _longest_batch(framed: Framed, start: int, limit: int, hint: int) -> tuple[i
     while hi - fits > 1:
         probe = (fits + hi) // 2 if bisect else min(max(guess, fits + 1), hi - 1)
         width = hi - fits
-        content = inline_envelope(pack_frames(framed.inner, framed.frames[start:probe]))
+        content = inline_envelope(pack_frames(framed.inner, framed.frames[start:probe]), key=key)
         size = message_bytes(content)
         if size <= limit:
             fits, fits_content = probe, content

@@ -6,8 +6,8 @@ free loopback ports, and stops it again. A stopped instance restarts on the same
 can take storage away and bring it back; with ``location`` the queues survive the restart.
 
 As a pytest plugin (``pytest_plugins = ["tests.support.azurite"]``) it provides the session-scoped
-``azurite``, ``azurite_with_tables`` and ``azurite_connection_string`` fixtures and the
-function-scoped ``azurite_factory``.
+``azurite``, ``azurite_with_blobs``, ``azurite_with_tables`` and ``azurite_connection_string``
+fixtures and the function-scoped ``azurite_factory``.
 A machine without npm fails these tests loudly: skipping would let CI pass without ever touching
 the Azure backend.
 """
@@ -331,6 +331,13 @@ AzuriteFactory = Callable[..., AzuriteProcess]
 def azurite() -> Iterator[AzuriteProcess]:
     """One in-memory Azurite queue service for the whole test session."""
     with AzuriteProcess(REPO_ROOT) as process:
+        yield process
+
+
+@pytest.fixture(scope="session")
+def azurite_with_blobs() -> Iterator[AzuriteProcess]:
+    """An in-memory Azurite serving queues and blobs (ledgers, payloads), for the whole session."""
+    with AzuriteProcess(REPO_ROOT, blob=True) as process:
         yield process
 
 

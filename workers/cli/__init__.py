@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from workers.cli.cancel import cancel
 from workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
 from workers.cli.config_cmd import config_group
 from workers.cli.dashboard import dashboard
@@ -61,7 +62,7 @@ def cli() -> None:
 
 cli.params.append(config_option())
 commands = (run, enqueue, status, dashboard, config_group, demo, queues_group, poison_group)
-for command in (*commands, trigger, simulate, tune_command, replay_command):
+for command in (*commands, cancel, trigger, simulate, tune_command, replay_command):
     cli.add_command(command)
 
 

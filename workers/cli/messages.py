@@ -57,7 +57,8 @@ from workers.partitioning import PARTITIONS_HELP, partitioned_view
 @click.option(
     "--key",
     "key_field",
-    help="Route each item by this JSON field: one value, one partition [round-robin].",
+    help="Give each item the key in this JSON field: it travels with the message (idempotent "
+    "handling, per-key limits, cancel) and routes it (one key, one partition) [no key].",
 )
 def enqueue(
     *,
@@ -123,7 +124,7 @@ def enqueue(
                 batch=batch,
                 announcer=announcer,
                 trace_envelope=trace_envelope,
-                partition_key=None if key_field is None else _json_field(key_field),
+                key=None if key_field is None else _json_field(key_field),
             )
             with (
                 tracing.context_from_environment(),
@@ -145,7 +146,7 @@ def enqueue(
 
 
 def _json_field(field: str) -> Callable[[str], str]:
-    """A partition key: the item's JSON field ``field`` (ValueError naming it when missing)."""
+    """A message key: the item's JSON field ``field`` (ValueError naming it when missing)."""
 
     def key(text: str) -> str:
         try:

@@ -44,6 +44,13 @@ class WorkerMetrics:
             ["queue", "outcome"],
             registry=r,
         )
+        self.message_decisions = Counter(
+            "cloudqueue_message_decisions",
+            "Decisions of the key controls, by name: duplicate_skipped, cancelled, "
+            "cancel_too_late, key_busy (a message deferred while its key is busy).",
+            ["queue", "decision"],
+            registry=r,
+        )
         self.storage_operations = Counter(
             "cloudqueue_storage_operations",
             "Storage calls made (each is a billed transaction on Azure).",

@@ -9,7 +9,7 @@ the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's en
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from listener.consumer.listener import CloudQueueListener
@@ -74,6 +74,15 @@ class ProcessObservability:
         return ObservedHandling(
             queues[0], policy.rule_name, self.metrics, self.heartbeats, lower_queues=queues[1:]
         )
+
+    def count_decisions(self, queue: str) -> Callable[[str], None]:
+        """Counts a middleware's decisions on ``queue`` (``cloudqueue_message_decisions``)."""
+        counter = self.metrics.message_decisions
+
+        def count(decision: str) -> None:
+            counter.labels(queue, decision).inc()
+
+        return count
 
     def watch(
         self,

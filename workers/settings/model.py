@@ -26,6 +26,7 @@ from workers.settings.files import (
     toml_label,
     toml_source,
 )
+from workers.settings.key_sections import CancelSettings, IdempotencySettings, LimitsSettings
 from workers.settings.keys import (
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
@@ -41,6 +42,7 @@ from workers.settings.process_sections import (
     TriggerSettings,
 )
 from workers.settings.worker_sections import (
+    KEY_SECTIONS,
     WORKER_SECTIONS,
     BackoffSettings,
     BatchSettings,
@@ -91,6 +93,9 @@ class CloudQueueSettings(BaseSettings):
     batch: BatchSettings = Field(default_factory=BatchSettings)
     triggers: TriggerSettings = Field(default_factory=TriggerSettings)
     rate_limit: RateLimitSettings = Field(default_factory=RateLimitSettings)
+    idempotency: IdempotencySettings = Field(default_factory=IdempotencySettings)
+    limits: LimitsSettings = Field(default_factory=LimitsSettings)
+    cancel: CancelSettings = Field(default_factory=CancelSettings)
     logging: LoggingSettings = Field(default_factory=LoggingSettings)
     dashboard: DashboardSettings = Field(default_factory=DashboardSettings)
     cost: CostSettings = Field(default_factory=CostSettings)
@@ -172,9 +177,10 @@ class CloudQueueSettings(BaseSettings):
         if not isinstance(overrides, Mapping):
             raise ConfigurationError(f"{source} must map sections to settings, e.g. {_EXAMPLE}")
         for section, values in overrides.items():
-            if section not in WORKER_SECTIONS:
+            if section not in (*WORKER_SECTIONS, *KEY_SECTIONS):
                 raise ConfigurationError(
-                    f"{source} may override {', '.join(WORKER_SECTIONS)}, not {section!r}"
+                    f"{source} may override {', '.join((*WORKER_SECTIONS, *KEY_SECTIONS))}, "
+                    f"not {section!r}"
                 )
             if not isinstance(values, Mapping):
                 raise ConfigurationError(

@@ -13,7 +13,7 @@ from typing import Literal
 from pydantic import Field, SecretStr, field_validator
 
 from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
-from workers.settings.worker_sections import Section
+from workers.settings.worker_sections import Section, check_redis_url
 
 
 class TriggerSettings(Section):
@@ -37,14 +37,7 @@ class TriggerSettings(Section):
         "listener (off: such triggers are dropped and counted as rejected)",
     )
 
-    @field_validator("url")
-    @classmethod
-    def _redis_url(cls, url: SecretStr | None) -> SecretStr | None:
-        if url is not None and not url.get_secret_value().startswith(
-            ("redis://", "rediss://", "unix://")
-        ):
-            raise ValueError("must be a redis://, rediss:// or unix:// URL")
-        return url
+    _redis_url = field_validator("url")(check_redis_url)
 
     def url_value(self) -> str | None:
         return self.url.get_secret_value() if self.url is not None else None

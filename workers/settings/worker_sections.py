@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
 from listener.consumer.middleware import Middleware, make_middleware
@@ -34,6 +34,8 @@ BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 MAX_BATCH_ITEMS = 256
 """The most items one ``handle_batch`` call may get (gathered across gets of at most 32)."""
 WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding", "batch")
+KEY_SECTIONS = ("idempotency", "limits", "cancel")
+"""The sections of message keys (``workers.settings.key_sections``), overridable too."""
 """The sections a worker class's ``settings`` may override."""
 
 
@@ -41,6 +43,16 @@ class Section(BaseModel):
     """A settings section: an unknown key is an error, never silently dropped."""
 
     model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
+
+
+def check_redis_url(url: SecretStr | None) -> SecretStr | None:
+    """A Redis URL setting (triggers, fleet limits): ValueError unless redis://, rediss:// or
+    unix:// (the URL itself, a secret, is never quoted)."""
+    if url is not None and not url.get_secret_value().startswith(
+        ("redis://", "rediss://", "unix://")
+    ):
+        raise ValueError("must be a redis://, rediss:// or unix:// URL")
+    return url
 
 
 class ListenerSettings(Section):

@@ -1,0 +1,69 @@
+"""A worker's key middleware, as its settings describe them: the per-key limit (in this process,
+or across the fleet through Redis) and idempotent handling with cancelling, on the key ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from listener.consumer.middleware import Middleware
+from listener.limits.key_gate import KeyGate, LocalKeyGate
+from listener.limits.redis_key_gate import RedisKeyGate, key_set
+from listener.location import CloudQueueLocation
+from listener.middleware.decisions import Count
+from listener.middleware.keyed import KeyedHandling
+from listener.middleware.per_key import PerKeyLimit
+from listener.push.triggers import account_of
+from listener.stores.key_records import KeyLedger
+from workers.settings import CloudQueueSettings
+from workers.worker import QueueWorker
+
+HOLD_TIMEOUTS = 2
+"""A handling mark lasts this many visibility timeouts if its holder dies."""
+
+
+def wants_key_ledger(settings: CloudQueueSettings) -> bool:
+    """Whether a worker with these settings reads the key ledger."""
+    return bool(settings.idempotency.window_s) or settings.cancel.check
+
+
+def key_middleware(
+    worker: QueueWorker[Any],
+    settings: CloudQueueSettings,
+    location: CloudQueueLocation,
+    ledger: KeyLedger | None,
+    count: Count | None = None,
+) -> list[Middleware]:
+    """The per-key limit (outermost: a message waits for its key before the ledger is asked),
+    then idempotent handling and cancelling; none when the settings turn them off."""
+    made: list[Middleware] = []
+    if settings.limits.per_key:
+        made.append(
+            PerKeyLimit(
+                open_key_gate(settings, location),
+                concurrency_key=worker.concurrency_key_function(),
+                count=count,
+            )
+        )
+    if ledger is not None and wants_key_ledger(settings):
+        hold_s = HOLD_TIMEOUTS * settings.listener.visibility_timeout_s
+        window_s = settings.idempotency.window_s
+        made.append(KeyedHandling(ledger, window_s=window_s, hold_s=hold_s, count=count))
+    return made
+
+
+def open_key_gate(settings: CloudQueueSettings, location: CloudQueueLocation) -> KeyGate:
+    """The gate of ``limits.per_key``: fleet-wide with ``limits.url``, else this process's."""
+    limits = settings.limits
+    url = limits.url_value()
+    if url is None:
+        return LocalKeyGate(limits.per_key)
+    account = account_of(settings.connection_string_value())
+    return RedisKeyGate(
+        url,
+        prefix=key_set(account, location.queue_name, ""),
+        limit=limits.per_key,
+        lease_s=limits.lease_s,
+    )
+
+
+__all__ = ["key_middleware", "open_key_gate", "wants_key_ledger"]
