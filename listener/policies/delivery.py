@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from listener.errors import ConfigurationError
 from listener.policies.backoff import RandomSource, randomized_exponential_backoff
-from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
+from listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)

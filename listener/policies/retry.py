@@ -14,7 +14,7 @@ from typing import Any
 
 from listener.errors import ConfigurationError
 from listener.policies.delivery import DeliveryPolicy
-from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
+from listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
 
 GIVE_UP_PREFIX = "give_up: "
 """How the poison reason of a message given up on by a ``Retry`` begins."""

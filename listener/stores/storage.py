@@ -23,21 +23,13 @@ from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 from listener.errors import ConfigurationError
-
-MAX_BATCH_SIZE = 32
-"""The most messages one Get Messages call may return (a Queue API limit)."""
-
-MAX_MESSAGE_BYTES = 64 * 1024
-"""The largest message content, in UTF-8 bytes as stored (a Queue API limit)."""
-
-MAX_VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
-"""The longest visibility timeout or initial delay: 7 days."""
-
-DEFAULT_TIME_TO_LIVE_S = 7 * 24 * 3600
-"""A message's time-to-live when the producer does not choose one: 7 days."""
-
-NEVER_EXPIRES = -1
-"""Pass as ``time_to_live_s`` for a message that never expires."""
+from listener.queue_limits import (
+    DEFAULT_TIME_TO_LIVE_S,
+    MAX_BATCH_SIZE,
+    MAX_MESSAGE_BYTES,
+    MAX_VISIBILITY_TIMEOUT_S,
+    NEVER_EXPIRES,
+)
 
 _QUEUE_NAME = re.compile(r"^(?=.{3,63}$)[a-z0-9]+(-[a-z0-9]+)*$")
 
@@ -158,3 +150,16 @@ class QueueStorage(Protocol):
 
     def close(self) -> None:
         """Release connections; the storage is not used afterwards."""
+
+
+__all__ = [
+    "DEFAULT_TIME_TO_LIVE_S",  # the Queue service's limits (listener.queue_limits), for the stores
+    "MAX_BATCH_SIZE",
+    "MAX_MESSAGE_BYTES",
+    "MAX_VISIBILITY_TIMEOUT_S",
+    "NEVER_EXPIRES",
+    "QueueMessage",
+    "QueueStorage",
+    "check_put_times",
+    "validate_queue_name",
+]

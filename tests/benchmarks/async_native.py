@@ -45,10 +45,10 @@ from listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from listener.consumer.pool_control import ListenerLoad
 from listener.consumer.throughput import ThroughputMeter
 from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
+from listener.queue_limits import MAX_BATCH_SIZE
 from listener.scaling.cpu import ProcessCpuMeter
 from listener.scaling.scaler import ScalingPolicy, idle_delay_s, should_stop_idle, targets
 from listener.stores.azure_clients import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
-from listener.stores.storage import MAX_BATCH_SIZE
 from listener.wire.codec import Codec
 
 T = TypeVar("T")

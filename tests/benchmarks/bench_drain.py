@@ -53,8 +53,9 @@ from azure.storage.queue import QueueClient, TextBase64DecodePolicy
 from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
 from listener.poison.queue import poison_queue_name
+from listener.queue_limits import MAX_BATCH_SIZE
 from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
+from listener.stores.storage import QueueStorage
 from listener.wire.codec import MessageCodec
 from tests.benchmarks.drain_support import (
     BenchmarkError,

@@ -38,9 +38,9 @@ from listener.consumer.listener import CloudQueueListener
 from listener.location import CloudQueueLocation
 from listener.poison.queue import poison_queue_name
 from listener.policies.scaling_rules import drain_time
+from listener.queue_limits import MAX_BATCH_SIZE
 from listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.storage import MAX_BATCH_SIZE
 from listener.wire.codec import MessageCodec
 
 QUEUE = "bench"

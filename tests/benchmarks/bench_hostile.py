@@ -14,13 +14,14 @@ time (part ``decoding`` and part ``triggers``):
    limit. Every inline message is a real one: at most 65,535 characters.
 2. **Hostile messages in a real `cloudqueue run`** (the embedded SQLite store): four 64 KiB bombs
    of 5.6 million items ``{}``, or four batches of empty lists filling the inline limit, and 20
-   ordinary items, as ``tests/test_hostile_input.py`` puts them; the worker's peak resident size
-   (VmHWM) next to a run of the 20 ordinary items alone.
-3. **A trigger flood** on one idle listener (``tests/test_push.py``'s scenario: in-memory store,
-   ``MeteredStorage`` counting calls): 1,000 triggers at once (virtual clock, the wake at the end
-   of the back-off floor let through by hand, several runs), and triggers at the rate issue 26
-   reported for 10 s of real time; each beside the same listener with the floor set to 0, which
-   wakes on every trigger as the code before the debounce did.
+   ordinary items, as ``tests/workers/test_hostile_input.py`` puts them; the worker's peak
+   resident size (VmHWM) next to a run of the 20 ordinary items alone.
+3. **A trigger flood** on one idle listener (the scenario of
+   ``tests/listener/scaling/test_push.py``: in-memory store, ``MeteredStorage`` counting calls):
+   1,000 triggers at once (virtual clock, the wake at the end of the back-off floor let through by
+   hand, several runs), and triggers at the rate issue 26 reported for 10 s of real time; each
+   beside the same listener with the floor set to 0, which wakes on every trigger as the code
+   before the debounce did.
 
 Run: ``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.bench_hostile --write``
 (about two minutes).
@@ -56,7 +57,7 @@ from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.hostile import EMPTY_ITEM, MAX_CONTENT_BYTES, gzip_bomb, item
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, run_environment
-from tests.test_hostile_input import peak_rss_mib, stamp
+from tests.workers.test_hostile_input import peak_rss_mib, stamp
 from workers.settings import CloudQueueSettings
 
 BENCH = "bench_hostile"

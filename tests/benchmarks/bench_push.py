@@ -254,7 +254,8 @@ def counts_since(storage: MeteredStorage, before: dict[str, int]) -> dict[str, i
 
 
 def live_threads(listener: CloudQueueListener[str]) -> int:
-    """Dequeue threads that still exist (leaving ones included), as tests/test_push.py counts."""
+    """Dequeue threads that still exist (leaving ones included), as
+    tests/listener/scaling/test_push.py counts."""
     return listener.threads_alive
 
 

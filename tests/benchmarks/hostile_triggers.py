@@ -1,10 +1,10 @@
 """The trigger flood of ``bench_hostile``: storage calls of forged triggers on one idle listener.
 
-``tests/test_push.py``'s scenario (in-memory store, ``MeteredStorage`` counting every call, a
-listener idling down to zero threads): 1,000 triggers at once on a virtual clock, the wake at
-the end of the back-off floor let through by hand, several runs; and triggers at the rate issue
-26 reported for 10 s of real time. Each beside the same listener with its floor set to 0, which
-wakes on every trigger as the code before the debounce did.
+The scenario of ``tests/listener/scaling/test_push.py`` (in-memory store, ``MeteredStorage``
+counting every call, a listener idling down to zero threads): 1,000 triggers at once on a virtual
+clock, the wake at the end of the back-off floor let through by hand, several runs; and triggers
+at the rate issue 26 reported for 10 s of real time. Each beside the same listener with its floor
+set to 0, which wakes on every trigger as the code before the debounce did.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 from listener.push.triggers import InProcessTriggerChannel, WorkDetected
 from listener.scaling.scaler import ScalingPolicy, idle_delay_floor_s
 from listener.testing import ManualClock
+from tests.listener.scaling.test_push import ACCOUNT, Scenario, TickSleeper
 from tests.support.polling import eventually
-from tests.test_push import ACCOUNT, Scenario, TickSleeper
 
 QUEUE = "orders"
 BURST = 1_000

@@ -21,16 +21,15 @@ from listener.errors import (
     QueueNotFoundError,
     TransientStorageError,
 )
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import (
+from listener.queue_limits import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,
     MAX_VISIBILITY_TIMEOUT_S,
     NEVER_EXPIRES,
-    QueueMessage,
-    QueueStorage,
 )
+from listener.stores.partitioned import PartitionedQueueStorage
+from listener.stores.storage import QueueMessage, QueueStorage
 from tests.support.polling import eventually
 
 SHORT_S = 1
