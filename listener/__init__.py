@@ -16,7 +16,7 @@ from listener.consumer.events import (
     Scaled,
 )
 from listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
-from listener.consumer.middleware import Decision, MessageContext, Middleware, Outcome
+from listener.consumer.middleware import CallNext, Decision, MessageContext, Middleware, Outcome
 from listener.consumer.pool_control import ListenerLoad
 from listener.errors import (
     BatchFailed,
@@ -86,6 +86,7 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "BatchFailed",
     "BatchProcessed",
+    "CallNext",
     "Clock",
     "CloudQueueError",
     "CloudQueueListener",

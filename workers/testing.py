@@ -33,12 +33,14 @@ from listener.errors import (
 from listener.poison.queue import browse_poisoned, poison_queue_name
 from listener.poison.record import read_record
 from listener.producer.publisher import Publisher
+from listener.stores.key_ledger import key_ledger_for
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.testing import ManualClock, VirtualClock
 from listener.wire.codec import MessageCodec
 from listener.wire.payload import open_message
 from workers.async_handler import AsyncHandlerRunner
 from workers.controls import controls_for, subscribe_handler
+from workers.key_controls import key_middleware
 from workers.recorders import BatchRecorder, Recorder
 from workers.settings import CloudQueueSettings
 from workers.worker import QueueWorker
@@ -159,16 +161,25 @@ def _drain_worker(
 def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
     """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
     virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout),
-    with its handler controls (``workers.controls``)."""
+    with the same middleware: the key controls (its ledger in the same store), the handler
+    controls (``workers.controls``), the worker's own ``middleware`` and those of its settings."""
     clock = VirtualClock()
     options = settings.listener
     controls = controls_for(type(worker), settings)
+    storage = InMemoryQueueStorage(clock=clock)
+    location = worker.location(options.visibility_timeout_s, options.priority_policy())
+    middleware = [
+        *key_middleware(worker, settings, location, key_ledger_for(storage)),
+        *controls.middleware,
+        *worker.own_middleware(),
+        *options.build_middleware(),
+    ]
     return CloudQueueListener(
-        InMemoryQueueStorage(clock=clock),
-        worker.location(options.visibility_timeout_s, options.priority_policy()),
+        storage,
+        location,
         worker.item_type,
         codec=MessageCodec(worker.item_type, encoding=options.encoding),
-        middleware=controls.middleware,
+        middleware=middleware,
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=controls.delivery,

@@ -43,6 +43,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "MAX_MESSAGE_BYTES",
         "BatchFailed",
         "BatchProcessed",
+        "CallNext",
         "Clock",
         "CloudQueueError",
         "CloudQueueListener",

@@ -8,7 +8,14 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
+from listener import (
+    CallNext,
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    MessageContext,
+    Middleware,
+)
 from listener.errors import ConfigurationError, PermanentFailure
 from listener.testing import VirtualClock
 from workers import QueueWorker
@@ -169,6 +176,32 @@ def test_the_result_lists_the_poisoned_items_with_their_reasons() -> None:
     assert poisoned[1].error == "RuntimeError: job 1 keeps failing"
     assert poisoned[2].reason == "permanent_failure"
     assert poisoned[2].error == "PermanentFailure: job 2 is hopeless"
+
+
+def test_the_workers_own_middleware_and_its_key_controls_run_as_under_cloudqueue_run() -> None:
+    """A worker's ``middleware`` sees every message (here it skips odd jobs), and its idempotency
+    setting skips a job whose key was already handled: what the test drains is what runs."""
+
+    class SkipOdd(Middleware):
+        def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+            if context.items and context.items[0].job_id % 2:
+                context.skip("odd")
+                return
+            call_next()
+
+    class Once(QueueWorker[Job]):
+        queue_name = "jobs"
+        middleware = [SkipOdd]  # noqa: RUF012 - as users write it
+        settings = {"idempotency": {"window_s": 3600}}  # noqa: RUF012
+
+        def key(self, item: Job) -> str:
+            return str(item.job_id)
+
+        def handle(self, item: Job) -> None:
+            pass
+
+    jobs = [Job(job_id=n) for n in (0, 1, 2, 0, 3, 2)]
+    assert sorted(job.job_id for job in run_until_drained(Once, jobs)) == [0, 2]
 
 
 def test_an_item_that_cannot_be_decoded_is_listed_as_poisoned_with_its_text(
