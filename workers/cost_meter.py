@@ -1,7 +1,8 @@
 """The live cost meter: each queue's storage transactions per hour, and the month they project to.
 
-It reads the host's ``MeteredStorage`` (queue calls, the queue's ``-poison`` queue included) and
-``MeteredPayloadStore`` (blob calls for large payloads) each time the live state is published,
+It reads the host's ``MeteredStorage`` (queue calls, the queue's ``-poison`` queue included),
+``MeteredPayloadStore`` (blob calls for large payloads) and its key ledger (blob calls of the
+cancel check and idempotent handling on Azure) each time the live state is published,
 and turns the counts over the last ``window_s`` into a rate. Until it has counted for a whole
 window the rate is None, not a guess: the first seconds of a process (its threads backing off
 from 0.1 s, the queues created) cost more than its steady state and would project a wrong month.
@@ -18,6 +19,7 @@ from listener.simulation.cost import (
     DEFAULT_PRICE_PER_10K_USD,
     monthly_cost_from_hourly_usd,
 )
+from listener.stores.key_records import KeyLedger
 from listener.stores.metered import MeteredPayloadStore, MeteredStorage
 
 WINDOW_S = 600.0
@@ -43,6 +45,7 @@ class CostMeter:
         self,
         storage: MeteredStorage,
         payloads: MeteredPayloadStore | None = None,
+        ledger: KeyLedger | None = None,
         *,
         price_per_10k_usd: float = DEFAULT_PRICE_PER_10K_USD,
         clock: Clock = SYSTEM_CLOCK,
@@ -50,6 +53,7 @@ class CostMeter:
     ) -> None:
         self.storage = storage
         self.payloads = payloads
+        self.ledger = ledger
         self.price_per_10k_usd = price_per_10k_usd
         self.clock = clock
         self.window_s = window_s
@@ -61,6 +65,9 @@ class CostMeter:
         if self.payloads is not None:
             for queue, count in self.payloads.counts_by_queue().items():
                 counts[f"blob:{queue}"] = count
+        if self.ledger is not None:
+            for queue, count in self.ledger.counts_by_queue().items():
+                counts[f"keys:{queue}"] = count
         now_s = self.clock.monotonic()
         self._samples.append((now_s, counts))
         while len(self._samples) > 2 and self._samples[1][0] <= now_s - self.window_s:
@@ -80,5 +87,7 @@ class CostMeter:
 
 
 def _of_queue(counts: dict[str, int], queue: str) -> int:
-    """A queue's calls: its own, its poison queue's, and its payloads' blob calls."""
-    return sum(counts.get(key, 0) for key in (queue, poison_queue_name(queue), f"blob:{queue}"))
+    """A queue's calls: its own, its poison queue's, its payloads' and its key records' blob
+    calls."""
+    names = (queue, poison_queue_name(queue), f"blob:{queue}", f"keys:{queue}")
+    return sum(counts.get(key, 0) for key in names)

@@ -240,6 +240,7 @@ class WorkerHost:
         meter = CostMeter(
             self.storage,
             self.payloads,
+            self.keys.ledger,
             price_per_10k_usd=self.settings.cost.price_per_10k_transactions_usd,
         )
         self._publish(live, meter)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
@@ -76,6 +77,8 @@ class AzureKeyLedger:
         self._lock = threading.Lock()
         self._next_sweep = clock.monotonic() + SWEEP_INTERVAL_S
         self._sweeping: threading.Thread | None = None
+        self._calls: Counter[str] = Counter()
+        """Blob calls per queue: billed transactions, for the live cost meter."""
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **overrides: Any) -> AzureKeyLedger:
@@ -114,6 +117,10 @@ class AzureKeyLedger:
         _, stored = self._read(self._container.get_blob_client(blob_name(queue, kind, key)))
         return stored.live(self._clock.now())
 
+    def counts_by_queue(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._calls)
+
     def close(self) -> None:
         self._container.close()
 
@@ -121,6 +128,7 @@ class AzureKeyLedger:
         """Delete the records whose every time has passed; how many were deleted."""
         now, deleted = self._clock.now(), 0
         try:
+            # One list call every SWEEP_INTERVAL_S for all queues: not counted to any of them.
             with _translated("list"):
                 listed = list(self._container.list_blobs(include=["metadata"]))
         except errors.QueueNotFoundError:
@@ -138,7 +146,13 @@ class AzureKeyLedger:
         log.info("key_records_swept", deleted=deleted, container=KEYS_CONTAINER)
         return deleted
 
+    def _count(self, blob: BlobClient, calls: int = 1) -> None:
+        queue = blob.blob_name.partition("/")[0]
+        with self._lock:
+            self._calls[queue] += calls
+
     def _read(self, blob: BlobClient) -> _Version:
+        self._count(blob)
         try:
             with _translated("read"):
                 properties = blob.get_blob_properties()
@@ -149,6 +163,8 @@ class AzureKeyLedger:
     def _write(self, blob: BlobClient, etag: str | None, record: KeyRecord) -> _Version | None:
         """Write ``record`` if the blob is still at ``etag``; its new version (None: no blob)."""
         fields = record.to_fields()
+        if record.expires() is not None or etag is not None:
+            self._count(blob)
         try:
             with _translated("write"):
                 if record.expires() is None:
@@ -169,6 +185,7 @@ class AzureKeyLedger:
         try:
             return blob.upload_blob(b"", metadata=fields, overwrite=False)
         except ResourceNotFoundError:  # no container yet
+            self._count(blob, calls=2)
             with suppress(ResourceExistsError):
                 self._container.create_container()
             return blob.upload_blob(b"", metadata=fields, overwrite=False)

@@ -61,6 +61,9 @@ class InMemoryKeyLedger:
         with self._lock:
             return self._records.get((queue, kind, key), EMPTY).live(self._clock.now())
 
+    def counts_by_queue(self) -> dict[str, int]:
+        return {}  # no billed transactions
+
     def close(self) -> None:
         """Nothing to release."""
 
@@ -132,6 +135,9 @@ class SqliteKeyLedger:
     def record(self, queue: str, kind: RecordKind, key: str) -> KeyRecord:
         with self._database.reading() as db:
             return _read_row(db, (queue, kind, key)).live(self._clock.now())
+
+    def counts_by_queue(self) -> dict[str, int]:
+        return {}  # no billed transactions
 
     def close(self) -> None:
         if self._owns:

@@ -105,6 +105,10 @@ class KeyLedger(Protocol):
     def record(self, queue: str, kind: RecordKind, key: str) -> KeyRecord:
         """The live record (``EMPTY`` when there is none)."""
 
+    def counts_by_queue(self) -> dict[str, int]:
+        """The billed storage calls it has made, per queue (the live cost meter adds them to the
+        queue's own); an embedded store's ledger makes none."""
+
     def close(self) -> None:
         """Release connections."""
 

@@ -29,6 +29,7 @@ from listener.stores.metered import MeteredStorage
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.testing import ManualClock
 from tests.support.azurite import AzuriteProcess
+from workers.cost_meter import CostMeter
 
 QUEUE = "orders"
 
@@ -200,3 +201,31 @@ def test_azure_storage_has_no_ledger_to_find(azurite_with_blobs: AzuriteProcess)
     storage = AzureQueueStorage.from_connection_string(azurite_with_blobs.connection_string)
     assert key_ledger_for(storage) is None
     storage.close()
+
+
+def test_the_azure_ledgers_blob_calls_are_counted_per_queue_and_in_the_live_cost(
+    azurite_with_blobs: AzuriteProcess, clock: ManualClock
+) -> None:
+    """A keyed message costs 3 blob transactions (a read and a create as handling starts, a write
+    as it ends; the container made once besides): counted under its queue, and added by the cost
+    meter to the queue's own calls. An embedded store's ledger bills none."""
+    container = container_from_connection_string(
+        azurite_with_blobs.connection_string, f"keys{uuid.uuid4().hex[:12]}"
+    )
+    ledger = AzureKeyLedger(container, clock=clock)
+    storage = MeteredStorage(InMemoryQueueStorage())
+    meter = CostMeter(storage, None, ledger, clock=clock, window_s=10)
+    meter.sample()
+    assert start(ledger, "first") == "started"  # read, create: no container, made, create again
+    assert ledger.counts_by_queue() == {QUEUE: 4}
+    for n in range(10):
+        start(ledger, f"k{n}", f"m{n}")
+        finish(ledger, QUEUE, f"k{n}", message_id=f"m{n}", done_s=None)
+    assert ledger.counts_by_queue() == {QUEUE: 4 + 10 * 3}
+    begin(ledger, "other", "x", message_id="m", hold_s=60, dedupe=True)  # counted apart
+    assert ledger.counts_by_queue() == {QUEUE: 34, "other": 2}
+    clock.advance(10)
+    meter.sample()
+    assert meter.cost_of(QUEUE).storage_transactions_per_hour == pytest.approx(34 * 360)
+    ledger.close()
+    assert InMemoryKeyLedger(clock=clock).counts_by_queue() == {}
