@@ -81,6 +81,12 @@ class Batcher(Generic[T]):
         self.waiting = 0
         """Threads waiting for a batch to fill (a test's virtual clock tells them from idle)."""
 
+    @property
+    def open_messages(self) -> int:
+        """Messages with items in the batch still open: each waits for it to close."""
+        with self._lock:
+            return 0 if self._open is None else len(set(self._open.message_ids))
+
     def deliver(self, items: Sequence[T], message_id: str) -> list[Exception | None]:
         """Add one message's items to batches, wait for their results, return each item's."""
         joined: list[tuple[_Batch[T], int, concurrent.futures.Future[Results]]] = []

@@ -136,11 +136,16 @@ def _drain_worker(
     )
     threads = settings.listener.threads
     counted: Callable[[], int] = lambda: listener.threads_alive  # noqa: E731
+    quiet: Callable[[], bool] | None = None
     if batcher is not None:
         recorder = batches
         # Threads waiting for a batch to fill wait on the clock too: time moves only once the
-        # dequeue threads wait as well, so a batch fills before its deadline comes.
+        # dequeue threads wait as well, so a batch fills before its deadline comes. Handler
+        # threads are not counted, so time also waits for every message in flight to be in the
+        # open batch: none in a handler call or being settled (moved on, its visibility could
+        # pass and it would be handled twice).
         counted = lambda: listener.threads_alive + batcher.waiting  # noqa: E731
+        quiet = lambda: listener.counters.in_flight <= batcher.open_messages  # noqa: E731
     worker.on_start(listener)
     try:
         _drain(
@@ -151,6 +156,7 @@ def _drain_worker(
             fail_fast=fail_fast,
             timeout_s=timeout_s,
             waiting_threads=counted,
+            quiet=quiet,
         )
     finally:
         runner.close()
@@ -258,9 +264,10 @@ def _drain(
     fail_fast: bool,
     timeout_s: float,
     waiting_threads: Callable[[], int] | None = None,
+    quiet: Callable[[], bool] | None = None,
 ) -> None:
     """Publish, start, and move virtual time whenever ``waiting_threads()`` threads (the dequeue
-    threads by default) all wait, until the queue is empty."""
+    threads by default) all wait and ``quiet()`` holds, until the queue is empty."""
     clock = cast(VirtualClock, listener.sleeper)  # both callers made sure
     threads_waiting = waiting_threads or (lambda: listener.threads_alive)
     storage, queue = listener.storage, listener.queue_name
@@ -276,10 +283,12 @@ def _drain(
             if fail_fast:
                 _raise_first_failure(listener, recorder, failures_before)
             if clock.all_waiting(threads_waiting):
-                # Every thread idle: done if nothing is left, else on to the next wake-up.
-                if storage.approximate_message_count(queue) == 0:
-                    return
-                clock.advance_to_next_wake_up()
+                if quiet is not None and not quiet():
+                    time.sleep(0.001)  # a handler thread is still at work: a real pause, then look
+                elif storage.approximate_message_count(queue) == 0:
+                    return  # every thread idle and nothing left
+                else:
+                    clock.advance_to_next_wake_up()
             if time.monotonic() > deadline:
                 raise DrainTimeoutError(
                     f"queue {queue} not drained within {timeout_s} s of real time: "

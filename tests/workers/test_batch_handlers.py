@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import collections
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, ClassVar
 
@@ -15,11 +16,14 @@ from pydantic import ValidationError
 
 from listener import (
     BatchFailed,
+    CallNext,
     CloudQueueListener,
     CloudQueueLocation,
     ConfigurationError,
     DeliveryPolicy,
     MessageCodec,
+    MessageContext,
+    Middleware,
     Publisher,
     QueueStorage,
 )
@@ -121,6 +125,41 @@ def test_batch_failed_retries_only_the_failed_items(worker_type: type[FailsSomeO
     assert sorted(result) == list(range(100))
     assert result.poisoned == []
     assert all(len(call) <= 10 for call in worker.calls.calls)
+
+
+class SlowToSettle(Middleware):
+    """Holds item 7's message for a moment of real time after its batch call returned, as a
+    loaded machine may, before it is settled."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        call_next()
+        if 7 in context.items:
+            time.sleep(0.3)  # slow work, not a wait for a condition: virtual time must hold
+
+
+def test_virtual_time_waits_for_a_batch_message_still_being_settled() -> None:
+    """While a message of a finished batch is not yet settled, run_until_drained does not move
+    virtual time past its visibility timeout, though every other thread waits on the clock (a
+    failing item's retries call for 31 s of it): each item is handled once."""
+
+    class Rows(QueueWorker[int]):
+        queue_name = "rows"
+        middleware: ClassVar[list[Any]] = [SlowToSettle]
+        settings: ClassVar[dict[str, Any]] = {
+            "batch": {"max_items": 10, "max_wait_s": 0.5},
+            "listener": {"visibility_timeout_s": 5},
+        }
+        seen: ClassVar[list[int]] = []
+
+        def handle_batch(self, items: list[int]) -> None:
+            self.seen.extend(items)
+            refused = [position for position, item in enumerate(items) if item < 0]
+            if refused:
+                raise BatchFailed(refused, "negative")
+
+    result = run_until_drained(Rows, [*range(10), -1], fail_fast=False)
+    assert sorted(item for item in Rows.seen if item >= 0) == list(range(10))
+    assert [poisoned.item for poisoned in result.poisoned] == [-1]
 
 
 def test_any_other_exception_retries_every_item_of_the_call() -> None:
