@@ -10,7 +10,7 @@ from typing import IO
 
 import pytest
 
-from examples.billing_pipeline.config import CONTROLLER, PROCESSOR
+from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.initiator import prepare_queues, start_run
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import (
@@ -96,15 +96,22 @@ def test_workers_killed_mid_run_and_restarted_still_give_the_exact_totals(
 
     try:
         prepare_queues(storage)
-        for queue in ("billing-work", "billing-results"):
+        for queue in (WORK_QUEUE, RESULTS_QUEUE):
             storage.clear_queue(queue)  # the session's Azurite is shared with other tests
         run_id = start_run(storage, ledger, transactions, transactions_per_item=10)
         expected_items = ledger.progress(run_id).expected
-        processor, controller = start(PROCESSOR, "processor-1"), start(CONTROLLER, "controller-1")
-        eventually(lambda: ledger.progress(run_id).recorded >= 5, timeout_s=30)
+        # The processor is killed first, with results out for work it has not finished (a work
+        # message is deleted once all its items are priced): those items are priced again, and
+        # their second results meet the controller's deduplication. Killed while the controller
+        # ran beside it, it could finish first on a loaded machine and leave nothing to redo.
+        processor = start(PROCESSOR, "processor-1")
+        eventually(lambda: storage.approximate_message_count(RESULTS_QUEUE) >= 5, timeout_s=30)
         kill_worker(processor)
-        kill_worker(controller)
         processor.wait(10)
+        assert storage.approximate_message_count(WORK_QUEUE), "killed too late to test anything"
+        controller = start(CONTROLLER, "controller-1")
+        eventually(lambda: ledger.progress(run_id).recorded >= 5, timeout_s=30)
+        kill_worker(controller)
         controller.wait(10)
         assert not ledger.progress(run_id).complete, "killed too late to test anything"
         start(PROCESSOR, "processor-2"), start(CONTROLLER, "controller-2")
