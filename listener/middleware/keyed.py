@@ -30,10 +30,12 @@ from typing import Any
 
 import structlog
 
+from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from listener.consumer.middleware import CallNext, MessageContext, Middleware, Resume
 from listener.errors import StorageError
 from listener.limits.key_gate import LocalKeyGate
 from listener.middleware.decisions import Count, Decisions
+from listener.middleware.handling_marks import HandlingMarks
 from listener.stores.key_records import KeyLedger, begin, finish
 
 log = structlog.get_logger(__name__)
@@ -55,9 +57,11 @@ class KeyedHandling(Middleware):
         window_s: float = 0.0,
         hold_s: float = 60.0,
         count: Count | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        sleeper: Sleeper = EVENT_SLEEPER,
     ) -> None:
-        """``hold_s``: how long a handling mark lasts if its holder dies (a handler running
-        longer may meet a duplicate from another process)."""
+        """``hold_s``: how long a handling mark lasts if its holder dies; while its handler
+        runs, the mark is extended (``listener.middleware.handling_marks``)."""
         if window_s < 0 or hold_s <= 0:
             raise ValueError(f"window_s must be >= 0 and hold_s > 0, got {window_s}, {hold_s}")
         self.ledger = ledger
@@ -65,6 +69,7 @@ class KeyedHandling(Middleware):
         self.hold_s = hold_s
         self.decisions = Decisions(count)
         self._one_at_a_time = LocalKeyGate(1) if window_s else None
+        self.marks = HandlingMarks(ledger, hold_s, clock=clock, sleeper=sleeper)
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
         key, gate = context.key, self._one_at_a_time
@@ -118,7 +123,8 @@ class KeyedHandling(Middleware):
             self._decided("key_busy", context, key)
             context.defer("key_busy", resume_after_s=BUSY_RETRY_S)
         else:
-            call_next()
+            with self.marks.held(queue, key, message_id):
+                call_next()
             self._finish(context, key)
 
     def _finish(self, context: MessageContext[Any], key: str) -> None:

@@ -133,6 +133,18 @@ def begin(
     return ledger.change(queue, "key", key, decide)
 
 
+def extend(ledger: KeyLedger, queue: str, key: str, *, message_id: str, hold_s: float) -> bool:
+    """Push ``message_id``'s handling mark of ``key`` to ``hold_s`` from now, while its handler
+    still runs; False when the mark is no longer its (it expired and another message took it)."""
+
+    def decide(record: KeyRecord, now: datetime) -> tuple[KeyRecord | None, bool]:
+        if record.handling_by != message_id:
+            return None, False
+        return replace(record, handling_until=now + timedelta(seconds=hold_s)), True
+
+    return ledger.change(queue, "key", key, decide)
+
+
 def finish(
     ledger: KeyLedger, queue: str, key: str, *, message_id: str, done_s: float | None
 ) -> bool:
@@ -206,6 +218,7 @@ __all__ = [
     "RecordKind",
     "begin",
     "cancel",
+    "extend",
     "finish",
     "mark_sent",
     "moment",

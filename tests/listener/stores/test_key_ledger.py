@@ -20,6 +20,7 @@ from listener.stores.key_records import (
     KeyLedger,
     begin,
     cancel,
+    extend,
     finish,
     mark_sent,
     was_sent,
@@ -98,6 +99,22 @@ def test_a_cancel_before_handling_cancels_and_one_during_handling_is_too_late(
     assert cancel(ledger, QUEUE, "other", hold_s=100) == "done"
     clock.advance(101)
     assert start(ledger, "queued") == "started"
+
+
+def test_only_the_holder_extends_its_handling_mark_and_a_dead_holders_mark_expires(
+    ledger: KeyLedger, clock: ManualClock
+) -> None:
+    """extend pushes a running handler's mark to hold_s from now; another message cannot, and
+    once a holder stopped extending, its mark expires and another message of the key starts."""
+    assert start(ledger, "a") == "started"
+    clock.advance(50)
+    assert extend(ledger, QUEUE, "a", message_id="m1", hold_s=60) is True
+    clock.advance(50)  # past the first hold, inside the extended one
+    assert start(ledger, "a", "m2") == "busy"
+    assert extend(ledger, QUEUE, "a", message_id="m2", hold_s=60) is False
+    clock.advance(11)
+    assert start(ledger, "a", "m2") == "started"
+    assert extend(ledger, QUEUE, "a", message_id="m1", hold_s=60) is False  # lost to m2
 
 
 def test_one_of_many_concurrent_messages_of_a_key_starts(ledger: KeyLedger) -> None:
