@@ -109,6 +109,10 @@ class WorkerHost:
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         # Before any queue is touched: idempotency without a ledger is refused here.
         self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
+        if self.observability is not None:
+            self.observability.count_blobs_from(
+                {"payload_blob": self.payloads, "key_record_blob": self.keys.ledger}
+            )
         queues = _queues(workers)
         listening = self.listening = partitioned_storage(self.storage, settings, queues)
         # The further accounts of partitioned queues are opened here: the host closes them.

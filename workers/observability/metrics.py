@@ -53,7 +53,8 @@ class WorkerMetrics:
         )
         self.storage_operations = Counter(
             "cloudqueue_storage_operations",
-            "Storage calls made (each is a billed transaction on Azure).",
+            "Storage calls made (each is a billed transaction on Azure): queue operations, and "
+            "the blob calls of large payloads (payload_blob) and key records (key_record_blob).",
             ["queue", "operation"],
             registry=r,
         )

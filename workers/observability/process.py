@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Protocol
 
 from listener.consumer.listener import CloudQueueListener
 from listener.consumer.middleware import Middleware
@@ -24,6 +24,12 @@ from workers.observability.observed import ObservedHandling, ObservedStorage, ru
 from workers.observability.server import ObservabilityServer, observability_app
 from workers.settings import CloudQueueSettings
 from workers.supervisor import CHILD_SLOT_VARIABLE
+
+
+class CountsByQueue(Protocol):
+    """Billed calls per queue (``MeteredPayloadStore``, a ``KeyLedger``)."""
+
+    def counts_by_queue(self) -> dict[str, int]: ...
 
 
 class ProcessObservability:
@@ -43,6 +49,7 @@ class ProcessObservability:
         self._policies: dict[str, ScalingPolicy] = {}
         self._jobs: list[JobScheduler] = []
         self._metered: MeteredStorage | None = None
+        self._blob_counts: dict[str, CountsByQueue] = {}
         self.server: ObservabilityServer | None = None
         if serve and self.settings.metrics_port is not None:
             app = observability_app(self.metrics.registry, self.probes)
@@ -60,6 +67,11 @@ class ProcessObservability:
     def count_from(self, metered: MeteredStorage) -> None:
         """Where the storage call counts come from: the process's one meter."""
         self._metered = metered
+
+    def count_blobs_from(self, sources: dict[str, CountsByQueue | None]) -> None:
+        """Blob calls billed beside the queue calls, each counted under its operation label:
+        the payload store's (``payload_blob``), the key ledger's (``key_record_blob``)."""
+        self._blob_counts = {name: src for name, src in sources.items() if src is not None}
 
     def observe_storage(self, storage: QueueStorage) -> QueueStorage:
         """Watch the calls the listeners make (signs of life and reachability)."""
@@ -139,6 +151,9 @@ class ProcessObservability:
             self.metrics.sample_job_runs(scheduler.spec.name, scheduler.runs)
         if self._metered is not None:
             self.metrics.sample_storage(self._metered.counts_by_queue_and_operation())
+        for operation, source in self._blob_counts.items():
+            counts = source.counts_by_queue()
+            self.metrics.sample_storage({(queue, operation): n for queue, n in counts.items()})
         self.metrics.live.set(1 if self.probes.liveness().ok else 0)
         self.metrics.ready.set(1 if self.probes.readiness().ok else 0)
 

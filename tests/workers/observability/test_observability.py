@@ -14,13 +14,16 @@ from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientS
 from listener.location import CloudQueueLocation
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage
+from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+from listener.stores.payload_store import InMemoryPayloadStore
 from listener.testing import ManualClock
 from tests.support.polling import eventually
 from tests.support.scrape import get
+from workers import CloudQueueSettings
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 from workers.observability.metrics import WorkerMetrics
 from workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
+from workers.observability.process import ProcessObservability
 from workers.observability.server import ObservabilityServer, observability_app
 
 
@@ -194,3 +197,20 @@ def test_the_server_answers_metrics_and_each_probe_with_its_status(
     assert get(served, "/readyz") == (200, "ok\n")
     assert get(served, "/healthz") == (200, "ok\n")
     assert get(served, "/nothing")[0] == 404
+
+
+def test_blob_calls_billed_beside_the_queue_calls_reach_the_storage_operations_metric() -> None:
+    """A large payload's blob calls are billed transactions too: sampled under the operation
+    payload_blob (the key ledger's under key_record_blob), by the payload's queue."""
+    observability = ProcessObservability(CloudQueueSettings(), serve=False)
+    payloads = MeteredPayloadStore(InMemoryPayloadStore())
+    observability.count_blobs_from({"payload_blob": payloads, "key_record_blob": None})
+    name = "work/" + "0" * 32
+    payloads.put(name, b"x")
+    observability.sample()
+    payloads.get(name)
+    payloads.delete(name)
+    observability.sample()
+    count = observability.metrics.registry.get_sample_value
+    calls = "cloudqueue_storage_operations_total"
+    assert count(calls, {"queue": "work", "operation": "payload_blob"}) == 3
