@@ -11,6 +11,7 @@ from 0.1 s, the queues created) cost more than its steady state and would projec
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from listener.clock import SYSTEM_CLOCK, Clock
@@ -19,8 +20,7 @@ from listener.simulation.cost import (
     DEFAULT_PRICE_PER_10K_USD,
     monthly_cost_from_hourly_usd,
 )
-from listener.stores.key_records import KeyLedger
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+from listener.stores.metered import CountsByQueue, MeteredStorage
 
 WINDOW_S = 600.0
 """The rate follows the last ten minutes: recent enough to show a change, long enough to span
@@ -44,16 +44,15 @@ class CostMeter:
     def __init__(
         self,
         storage: MeteredStorage,
-        payloads: MeteredPayloadStore | None = None,
-        ledger: KeyLedger | None = None,
+        blobs: Mapping[str, CountsByQueue] | None = None,
         *,
         price_per_10k_usd: float = DEFAULT_PRICE_PER_10K_USD,
         clock: Clock = SYSTEM_CLOCK,
         window_s: float = WINDOW_S,
     ) -> None:
         self.storage = storage
-        self.payloads = payloads
-        self.ledger = ledger
+        self.blobs = dict(blobs or {})
+        """Billed blob calls by operation (``listener.stores.metered.blob_counts``)."""
         self.price_per_10k_usd = price_per_10k_usd
         self.clock = clock
         self.window_s = window_s
@@ -62,12 +61,9 @@ class CostMeter:
     def sample(self) -> None:
         """Record the counts now, forgetting samples older than the window needs."""
         counts = dict(self.storage.counts_by_queue())
-        if self.payloads is not None:
-            for queue, count in self.payloads.counts_by_queue().items():
-                counts[f"blob:{queue}"] = count
-        if self.ledger is not None:
-            for queue, count in self.ledger.counts_by_queue().items():
-                counts[f"keys:{queue}"] = count
+        for operation, source in self.blobs.items():
+            for queue, count in source.counts_by_queue().items():
+                counts[f"{operation}:{queue}"] = count
         now_s = self.clock.monotonic()
         self._samples.append((now_s, counts))
         while len(self._samples) > 2 and self._samples[1][0] <= now_s - self.window_s:
@@ -87,7 +83,6 @@ class CostMeter:
 
 
 def _of_queue(counts: dict[str, int], queue: str) -> int:
-    """A queue's calls: its own, its poison queue's, its payloads' and its key records' blob
-    calls."""
-    names = (queue, poison_queue_name(queue), f"blob:{queue}", f"keys:{queue}")
-    return sum(counts.get(key, 0) for key in names)
+    """A queue's calls: its own, its poison queue's, and its blob calls (payloads, key records)."""
+    own = (queue, poison_queue_name(queue))
+    return sum(n for name, n in counts.items() if name in own or name.endswith(f":{queue}"))

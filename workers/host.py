@@ -26,7 +26,7 @@ from listener.stores.connection import (
     open_storage,
 )
 from listener.stores.key_records import KeyLedger
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+from listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.stores.payload_store import PayloadStore
 from listener.stores.storage import QueueStorage
@@ -109,10 +109,10 @@ class WorkerHost:
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         # Before any queue is touched: idempotency without a ledger is refused here.
         self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
+        # Billed beside the queue calls: counted by the live cost and the metrics alike.
+        self.blobs = blob_counts(self.payloads, self.keys.ledger)
         if self.observability is not None:
-            self.observability.count_blobs_from(
-                {"payload_blob": self.payloads, "key_record_blob": self.keys.ledger}
-            )
+            self.observability.count_blobs_from(self.blobs)
         queues = _queues(workers)
         listening = self.listening = partitioned_storage(self.storage, settings, queues)
         # The further accounts of partitioned queues are opened here: the host closes them.
@@ -243,8 +243,7 @@ class WorkerHost:
         self.start()
         meter = CostMeter(
             self.storage,
-            self.payloads,
-            self.keys.ledger,
+            self.blobs,
             price_per_10k_usd=self.settings.cost.price_per_10k_transactions_usd,
         )
         self._publish(live, meter)

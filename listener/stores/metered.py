@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from listener.stores.forwarding import ForwardingStorage
 from listener.stores.payload_store import PayloadStore
@@ -60,6 +60,22 @@ class MeteredStorage(ForwardingStorage):
 
     def __repr__(self) -> str:
         return f"MeteredStorage({self.inner!r}, transactions={self.transactions})"
+
+
+class CountsByQueue(Protocol):
+    """Billed calls beside the queue calls, per queue: a ``MeteredPayloadStore``'s, or a key
+    ledger's (``listener.stores.key_records.KeyLedger``)."""
+
+    def counts_by_queue(self) -> dict[str, int]: ...
+
+
+def blob_counts(
+    payloads: CountsByQueue | None, key_ledger: CountsByQueue | None
+) -> dict[str, CountsByQueue]:
+    """A host's billed blob calls by the operation label they are counted under: the payload
+    store's (``payload_blob``) and the key ledger's (``key_record_blob``), those it has."""
+    sources = {"payload_blob": payloads, "key_record_blob": key_ledger}
+    return {operation: source for operation, source in sources.items() if source is not None}
 
 
 class MeteredPayloadStore:

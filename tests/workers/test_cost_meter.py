@@ -9,7 +9,7 @@ from typing import ClassVar
 import pytest
 
 from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+from listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
 from listener.stores.payload_store import InMemoryPayloadStore
 from listener.testing import ManualClock
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
@@ -32,7 +32,9 @@ def test_a_queues_rate_counts_its_poison_queue_and_blob_calls(storage: MeteredSt
     """10 s with 4 queue, 1 poison and 2 blob calls for invoices: 2,520 an hour; others apart."""
     clock = ManualClock()
     payloads = MeteredPayloadStore(InMemoryPayloadStore())
-    meter = CostMeter(storage, payloads, price_per_10k_usd=0.01, clock=clock, window_s=10)
+    meter = CostMeter(
+        storage, blob_counts(payloads, None), price_per_10k_usd=0.01, clock=clock, window_s=10
+    )
     meter.sample()
     for _ in range(4):
         storage.get_messages("invoices", max_messages=32, visibility_timeout_s=30)

@@ -9,13 +9,13 @@ the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's en
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
-from typing import Any, Protocol
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from listener.consumer.listener import CloudQueueListener
 from listener.consumer.middleware import Middleware
 from listener.scaling.scaler import ScalingPolicy
-from listener.stores.metered import MeteredStorage
+from listener.stores.metered import CountsByQueue, MeteredStorage
 from listener.stores.storage import QueueStorage
 from workers.job_scheduler import JobScheduler
 from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
@@ -24,12 +24,6 @@ from workers.observability.observed import ObservedHandling, ObservedStorage, ru
 from workers.observability.server import ObservabilityServer, observability_app
 from workers.settings import CloudQueueSettings
 from workers.supervisor import CHILD_SLOT_VARIABLE
-
-
-class CountsByQueue(Protocol):
-    """Billed calls per queue (``MeteredPayloadStore``, a ``KeyLedger``)."""
-
-    def counts_by_queue(self) -> dict[str, int]: ...
 
 
 class ProcessObservability:
@@ -68,10 +62,10 @@ class ProcessObservability:
         """Where the storage call counts come from: the process's one meter."""
         self._metered = metered
 
-    def count_blobs_from(self, sources: dict[str, CountsByQueue | None]) -> None:
-        """Blob calls billed beside the queue calls, each counted under its operation label:
-        the payload store's (``payload_blob``), the key ledger's (``key_record_blob``)."""
-        self._blob_counts = {name: src for name, src in sources.items() if src is not None}
+    def count_blobs_from(self, blobs: Mapping[str, CountsByQueue]) -> None:
+        """Blob calls billed beside the queue calls, by operation label
+        (``listener.stores.metered.blob_counts``)."""
+        self._blob_counts = dict(blobs)
 
     def observe_storage(self, storage: QueueStorage) -> QueueStorage:
         """Watch the calls the listeners make (signs of life and reachability)."""

@@ -26,7 +26,7 @@ from listener.stores.key_records import (
     was_sent,
 )
 from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage
+from listener.stores.metered import MeteredStorage, blob_counts
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from listener.testing import ManualClock
 from tests.support.azurite import AzuriteProcess
@@ -231,7 +231,7 @@ def test_the_azure_ledgers_blob_calls_are_counted_per_queue_and_in_the_live_cost
     )
     ledger = AzureKeyLedger(container, clock=clock)
     storage = MeteredStorage(InMemoryQueueStorage())
-    meter = CostMeter(storage, None, ledger, clock=clock, window_s=10)
+    meter = CostMeter(storage, blob_counts(None, ledger), clock=clock, window_s=10)
     meter.sample()
     assert start(ledger, "first") == "started"  # read, create: no container, made, create again
     assert ledger.counts_by_queue() == {QUEUE: 4}

@@ -14,7 +14,7 @@ from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientS
 from listener.location import CloudQueueLocation
 from listener.scaling.scaler import ScalingPolicy
 from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage
+from listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
 from listener.stores.payload_store import InMemoryPayloadStore
 from listener.testing import ManualClock
 from tests.support.polling import eventually
@@ -204,7 +204,7 @@ def test_blob_calls_billed_beside_the_queue_calls_reach_the_storage_operations_m
     payload_blob (the key ledger's under key_record_blob), by the payload's queue."""
     observability = ProcessObservability(CloudQueueSettings(), serve=False)
     payloads = MeteredPayloadStore(InMemoryPayloadStore())
-    observability.count_blobs_from({"payload_blob": payloads, "key_record_blob": None})
+    observability.count_blobs_from(blob_counts(payloads, None))
     name = "work/" + "0" * 32
     payloads.put(name, b"x")
     observability.sample()
