@@ -1,7 +1,8 @@
 """What metrics and probes cost: the same drain through ``WorkerHost`` with them off and on.
 
 Run ``.venv/bin/python -m tests.benchmarks.bench_metrics [--messages N] [--repetitions R]
-[--azurite]``.
+[--azurite | --write]``. ``--write`` measures both (in memory, then on Azurite, each at its
+default size) and saves the results that ``docs/how-to/observability.md`` shows.
 
 Each repetition fills a queue with N messages (before the clock starts), then drains it through a
 ``WorkerHost`` -- the way ``cloudqueue run`` hosts a worker, scaler included -- once with
@@ -22,12 +23,14 @@ from __future__ import annotations
 import argparse
 import logging
 import statistics
+import sys
 import threading
 import time
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -35,6 +38,7 @@ from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.memory_storage import InMemoryQueueStorage
 from listener.stores.storage import QueueStorage
 from listener.wire.codec import MessageCodec
+from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
@@ -44,6 +48,8 @@ TARGET_RATIO = 0.95
 SAMPLE_INTERVAL_S = 1.0
 DRAIN_TIMEOUT_S = 300.0
 OFF, ON = "off", "on"
+MEMORY, AZURITE = "memory", "azurite"
+DEFAULT_MESSAGES = {MEMORY: 20_000, AZURITE: 400}
 
 
 class NoOp(QueueWorker[dict[str, int]]):
@@ -153,12 +159,12 @@ def in_memory() -> Iterator[Opener]:
 
 
 def on_azurite() -> Iterator[Opener]:
-    with AzuriteProcess(REPO_ROOT / ".azurite") as azurite:
+    with AzuriteProcess(REPO_ROOT) as azurite:
         yield lambda: AzureQueueStorage.from_connection_string(azurite.connection_string)
 
 
-def report(where: str, drains: dict[str, list[Drain]]) -> bool:
-    """Wall-clock rates, and the CPU-bound throughput ratio the target is judged on.
+def summary(count: int, drains: dict[str, list[Drain]]) -> dict[str, Any]:
+    """Medians of both variants, and the CPU-bound throughput ratio the target is judged on.
 
     On a shared machine wall-clock rates swing with other load; the process's own CPU per
     message does not, and a CPU-bound drain's throughput is its inverse.
@@ -167,33 +173,86 @@ def report(where: str, drains: dict[str, list[Drain]]) -> bool:
     def median(variant: str, of: Callable[[Drain], float]) -> float:
         return statistics.median(of(d) for d in drains[variant])
 
-    rate_off, rate_on = (median(v, lambda d: d.rate_per_s) for v in (OFF, ON))
     cpu_off, cpu_on = (median(v, lambda d: d.cpu_us_per_message) for v in (OFF, ON))
-    ratio = cpu_off / cpu_on
-    verdict = "ok" if ratio >= TARGET_RATIO else "OVER BUDGET"
-    print(
-        f"{where}: median wall rate off {rate_off:.1f} / on {rate_on:.1f} msg/s "
-        f"(on/off {rate_on / rate_off:.3f}); CPU per message off {cpu_off:.1f} / on "
-        f"{cpu_on:.1f} us (+{cpu_on - cpu_off:.1f} us): throughput on/off {ratio:.3f} "
-        f"(target >= {TARGET_RATIO}): {verdict}"
+    return {
+        "messages": count,
+        "repetitions": len(drains[OFF]),
+        "rate_per_s_median": {v: median(v, lambda d: d.rate_per_s) for v in (OFF, ON)},
+        "cpu_us_per_message_median": {OFF: cpu_off, ON: cpu_on},
+        "throughput_ratio": cpu_off / cpu_on,
+        "target_ratio": TARGET_RATIO,
+    }
+
+
+def summary_line(where: str, part: dict[str, Any]) -> str:
+    rate, cpu = part["rate_per_s_median"], part["cpu_us_per_message_median"]
+    ratio = part["throughput_ratio"]
+    verdict = "ok" if ratio >= part["target_ratio"] else "OVER BUDGET"
+    return (
+        f"{where}: median wall rate off {rate[OFF]:.1f} / on {rate[ON]:.1f} msg/s; CPU per message "
+        f"off {cpu[OFF]:.1f} / on {cpu[ON]:.1f} us (+{cpu[ON] - cpu[OFF]:.1f} us): throughput "
+        f"on/off {ratio:.3f} (target >= {part['target_ratio']}): {verdict}"
     )
-    return ratio >= TARGET_RATIO
 
 
-def main() -> int:
+def render_markdown(results: dict[str, Any]) -> str:
+    """The docs block: both stores' CPU per message with metrics off and on."""
+    rows = [
+        "| drain (one thread, no-op handler, `WorkerHost`) | CPU µs/message, metrics off | on "
+        "| added by metrics | throughput on/off (from CPU) | target | wall msg/s off · on |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    names = {MEMORY: "in memory", AZURITE: "Azurite, fresh per round"}
+    for where in (MEMORY, AZURITE):
+        part = results.get(where)
+        if part is None:
+            continue
+        cpu, rate = part["cpu_us_per_message_median"], part["rate_per_s_median"]
+        ratio = part["throughput_ratio"]
+        met = "met" if ratio >= part["target_ratio"] else "**not met**"
+        rows.append(
+            f"| {names[where]}, {part['messages']:,} messages, {part['repetitions']} rounds "
+            f"| {cpu[OFF]:,.1f} | {cpu[ON]:,.1f} | {cpu[ON] - cpu[OFF]:+,.1f} | **{ratio:.3f}** "
+            f"| ≥ {part['target_ratio']}: {met} | {rate[OFF]:,.1f} · {rate[ON]:,.1f} |"
+        )
+    return "\n".join(
+        [
+            "**What metrics cost** — medians of alternating off/on drains; the throughput ratio is "
+            "CPU off / CPU on, since the process's own CPU per message does not swing with other "
+            "load the way wall-clock rates do.",
+            "",
+            *rows,
+            "",
+            header_line(results),
+        ]
+    )
+
+
+def measure(where: str, count: int, rounds: int) -> dict[str, Any]:
+    print(f"{where}, {count} messages", flush=True)
+    storage_for = on_azurite if where == AZURITE else in_memory
+    part = summary(count, repetitions(count, rounds, storage_for))
+    print(summary_line(where, part), flush=True)
+    return part
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", "-n", type=int, default=None)
     parser.add_argument("--repetitions", "-r", type=int, default=6)
     parser.add_argument("--azurite", action="store_true", help="drain Azurite, not memory")
-    args = parser.parse_args()
+    parser.add_argument(
+        "--write", action="store_true", help="both stores; save the results for the docs"
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
-    if args.azurite:
-        count = args.messages or 400
-        print(f"Azurite, {count} messages from depth {count}, fresh Azurite per round")
-        return 0 if report("azurite", repetitions(count, args.repetitions, on_azurite)) else 1
-    count = args.messages or 20_000
-    print(f"in memory, {count} messages")
-    return 0 if report("in memory", repetitions(count, args.repetitions, in_memory)) else 1
+    places = [MEMORY, AZURITE] if args.write else [AZURITE if args.azurite else MEMORY]
+    results = run_header("bench_metrics", list(sys.argv[1:] if argv is None else argv))
+    for where in places:
+        results[where] = measure(where, args.messages or DEFAULT_MESSAGES[where], args.repetitions)
+    if args.write:
+        report("bench_metrics", results, render_markdown, write=True)
+    return 0 if all(results[w]["throughput_ratio"] >= TARGET_RATIO for w in places) else 1
 
 
 if __name__ == "__main__":

@@ -1,12 +1,14 @@
 """Partitioned queues on two Azurite instances standing for two storage accounts.
 
-Run ``.venv/bin/python -m tests.benchmarks.bench_partitions [--quick] [--json PATH]``.
+Run ``.venv/bin/python -m tests.benchmarks.bench_partitions [--quick] [-r R] [--write]``;
+``--write`` saves the results that ``docs/concepts/partitions.md`` shows.
 
 Part 1, drain throughput: N pre-filled messages spread over K = 1, 2, 4 partitions (partition i on
 account i mod 2; K = 1 is one queue on one account), drained by one ``CloudQueueListener`` with
 the same T threads and a no-op observer. Each run gets two fresh Azurites (their garbage
 collection slows them after thousands of deletes); the clock starts after filling. Quoted as
-messages per second and as a ratio to K = 1 measured in the same invocation.
+messages per second and as a ratio to K = 1 of the same repetition; R repetitions rotate the
+order of K, and the table gives medians.
 
 Part 2, idle cost: an empty logical queue with K = 1 and K = 8 partitions, one listener with the
 host's default elastic scaler (one idle thread, back-off up to 1.5 s), for D seconds; every
@@ -20,14 +22,13 @@ variants of one invocation only.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
+import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from pathlib import Path
 from typing import Any
 
 import structlog
@@ -40,6 +41,7 @@ from listener.stores.azure_storage import AzureQueueStorage
 from listener.stores.metered import MeteredStorage
 from listener.stores.partitioned import PartitionedQueueStorage
 from listener.wire.codec import MessageCodec
+from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
 QUEUE = "bench"
@@ -128,40 +130,92 @@ def idle_run(partitions: int, duration_s: float) -> dict[str, Any]:
     }
 
 
-def main(argv: list[str] | None = None) -> int:
+def drains_by_partitions(messages: int, threads: int, repetitions: int) -> list[dict[str, Any]]:
+    """Every K's median rate over the repetitions, and its median ratio to K = 1 of the same
+    repetition (the order of K rotates, so no K always runs first)."""
+    runs: dict[int, list[dict[str, Any]]] = {k: [] for k in DRAIN_PARTITIONS}
+    for repetition in range(repetitions):
+        shift = repetition % len(DRAIN_PARTITIONS)
+        for k in DRAIN_PARTITIONS[shift:] + DRAIN_PARTITIONS[:shift]:
+            run = drain_run(k, messages, threads)
+            print(f"  repetition {repetition + 1} K={k}: {run['messages_per_s']} msg/s", flush=True)
+            runs[k].append(run)
+    rows = []
+    for k, mine in runs.items():
+        rates = [run["messages_per_s"] for run in mine]
+        paired = zip(mine, runs[1], strict=True)
+        ratios = [run["messages_per_s"] / base["messages_per_s"] for run, base in paired]
+        rows.append(
+            {
+                "partitions": k,
+                "messages": messages,
+                "threads": threads,
+                "repetitions": repetitions,
+                "messages_per_s": statistics.median(rates),
+                "messages_per_s_min": min(rates),
+                "messages_per_s_max": max(rates),
+                "ratio_to_k1": statistics.median(ratios),
+                "left_in_queue": max(run["left_in_queue"] for run in mine),
+            }
+        )
+    return rows
+
+
+def render_markdown(results: dict[str, Any]) -> str:
+    """The docs block: drain rates by K, and the idle cost of K = 1 against K = 8."""
+    drains, idles = results["drain"], results["idle"]
+    first = drains[0]
+    lines = [
+        f"**Partitions on two Azurites as two accounts** — drain: {first['messages']:,} messages, "
+        f"one listener with {first['threads']} threads and a no-op observer, median of "
+        f"{first['repetitions']} repetitions (ratio paired with K = 1 of the same repetition); "
+        "idle: an empty queue, one listener with the default scaler, storage calls of both "
+        "accounts counted.",
+        "",
+        "| partitions K | drain msg/s, median (min-max) | ratio to K = 1 | left in queue |",
+        "|---|---|---|---|",
+    ]
+    for row in drains:
+        lines.append(
+            f"| {row['partitions']} | {row['messages_per_s']:.1f} "
+            f"({row['messages_per_s_min']:.1f}-{row['messages_per_s_max']:.1f}) "
+            f"| {row['ratio_to_k1']:.2f} | {row['left_in_queue']} |"
+        )
+    lines += ["", "| partitions K | idle transactions/hour | measured over |", "|---|---|---|"]
+    for row in idles:
+        lines.append(
+            f"| {row['partitions']} | {row['transactions_per_hour']:,} "
+            f"| {row['seconds']:.0f} s ({row['transactions']} calls) |"
+        )
+    met = "met" if results["idle_goal_met"] else "**not met**"
+    lines += [
+        "",
+        f"Idle cost K = 8 / K = 1: **{results['idle_ratio_k8_to_k1']:.2f}** "
+        f"(goal ≤ {IDLE_RATIO_GOAL}: {met}).",
+        "",
+        header_line(results),
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    arguments = list(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="fewer messages, shorter idle runs")
-    parser.add_argument("--json", type=Path, help="also write the results here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--repetitions", "-r", type=int, default=3, help="drain runs per K")
+    parser.add_argument("--write", action="store_true", help="save the results for the docs")
+    args = parser.parse_args(arguments)
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     messages, threads, idle_s = (300, 4, 20.0) if args.quick else (1000, 4, 60.0)
-    drains = [drain_run(k, messages, threads) for k in DRAIN_PARTITIONS]
-    base = drains[0]["messages_per_s"]
-    for row in drains:
-        row["ratio_to_k1"] = round(row["messages_per_s"] / base, 2)
+    results = run_header("bench_partitions", arguments)
+    results["drain"] = drains_by_partitions(messages, threads, args.repetitions)
     idles = [idle_run(k, idle_s) for k in IDLE_PARTITIONS]
     idle_ratio = idles[1]["transactions_per_hour"] / max(1, idles[0]["transactions_per_hour"])
-    results = {
-        "drain": drains,
-        "idle": idles,
-        "idle_ratio_k8_to_k1": round(idle_ratio, 2),
-        "idle_goal_met": idle_ratio <= IDLE_RATIO_GOAL,
-    }
-    for row in drains:
-        print(
-            f"drain K={row['partitions']}: {row['messages']} messages, {row['threads']} threads, "
-            f"{row['seconds']} s, {row['messages_per_s']} msg/s ({row['ratio_to_k1']}x K=1), "
-            f"{row['left_in_queue']} left"
-        )
-    for row in idles:
-        print(
-            f"idle K={row['partitions']}: {row['transactions']} calls in {row['seconds']} s "
-            f"= {row['transactions_per_hour']}/hour"
-        )
-    print(f"idle K=8 / K=1 = {results['idle_ratio_k8_to_k1']} (goal <= {IDLE_RATIO_GOAL})")
-    if args.json:
-        args.json.write_text(json.dumps(results, indent=2))
+    results["idle"] = idles
+    results["idle_ratio_k8_to_k1"] = idle_ratio
+    results["idle_goal_met"] = idle_ratio <= IDLE_RATIO_GOAL
+    report("bench_partitions", results, render_markdown, write=args.write)
     return 0 if results["idle_goal_met"] else 1
 
 
