@@ -12,6 +12,7 @@ failures are logged and backed off; only ``stop`` (or a scale-in) ends a thread.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -80,7 +81,11 @@ class DequeueLoop:
         # one then holds that slot until the limit gives it back, never the loop itself.
         inline = self.settings.concurrency == 1 and parts.time_limits is None
         in_flight = InFlight(
-            self.settings.concurrency, parts.handlers, parts.slots_per_thread, inline=inline
+            self.settings.concurrency,
+            parts.handlers,
+            parts.slots_per_thread,
+            inline=inline,
+            follow_on=None if parts.time_limits is not None else self._follow_on,
         )
         try:
             self._loop(_LoopState(in_flight))
@@ -203,14 +208,27 @@ class DequeueLoop:
         if not state.in_flight.start(lambda: task(lease)):
             return self._error_wait(state)
         state.error_count = 0
-        state.stretch_handled += 1
+        state.stretch_handled += 1 + state.in_flight.take_followed()
         started = state.stretch_started
         if started is not None and self.clock.monotonic() - started >= STRETCH_S:
             self._end_stretch(state)
         return False
 
+    def _follow_on(self) -> Callable[[], bool] | None:
+        """The next waiting message for a handler thread of this loop that just settled one
+        (``InFlight``): none while stopping, or where a middleware gates each start (a rate
+        limit waits on the loop, not in a slot)."""
+        parts = self.parts
+        if parts.stack.gates or parts.signals.stopping.is_set():
+            return None
+        lease = parts.handoff.take()
+        if lease is None:
+            return None
+        return lambda: self._timed_process(lease)
+
     def _end_stretch(self, state: _LoopState) -> None:
         """Report the thread's rate over its stretch and raise batch_processed; start anew."""
+        state.stretch_handled += state.in_flight.take_followed()
         started, handled = state.stretch_started, state.stretch_handled
         state.stretch_started, state.stretch_handled = None, 0
         if started is None or handled == 0:

@@ -17,6 +17,7 @@ import pytest
 from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
 from listener.consumer.in_flight import (
     FAST_HANDLER_SLOTS,
+    MAX_FOLLOW_ONS,
     WAITING_HANDLER_S,
     HandlerPool,
     InFlight,
@@ -350,6 +351,102 @@ def test_handlers_that_wait_get_the_full_concurrency_and_fast_ones_two_slots() -
     assert slots_per_loop(8, 0.05) == 8
     assert slots_per_loop(8, WAITING_HANDLER_S / 10) == FAST_HANDLER_SLOTS == 2
     assert slots_per_loop(1, 0.0001) == 1
+
+
+def test_a_handler_thread_takes_on_waiting_messages_in_its_slot_up_to_a_batch() -> None:
+    """After its task, a handler thread runs the follow-on tasks the loop offers in the same slot
+    and on the same thread, at most ``MAX_FOLLOW_ONS`` of them; then the slot goes back, and the
+    loop is told how many it took on."""
+    waiting = list(range(MAX_FOLLOW_ONS + 5))
+    ran: list[tuple[int, str]] = []
+
+    def task_for(n: int) -> Callable[[], bool]:
+        def task() -> bool:
+            ran.append((n, threading.current_thread().name))
+            return True
+
+        return task
+
+    def follow_on() -> Callable[[], bool] | None:
+        return task_for(waiting.pop(0)) if waiting else None
+
+    in_flight = InFlight(8, HandlerPool("chain"), limit=lambda: 2, follow_on=follow_on)
+    in_flight.reserve()
+    in_flight.start(task_for(-1))
+    in_flight.drain()
+    assert [n for n, _ in ran] == list(range(-1, MAX_FOLLOW_ONS))
+    assert len({name for _, name in ran}) == 1
+    assert in_flight.take_followed() == MAX_FOLLOW_ONS
+    assert in_flight.take_followed() == 0
+    assert in_flight.in_use == 0
+
+
+def test_a_failed_task_ends_the_run_so_the_loop_sees_it_first() -> None:
+    """A task that failed is counted for the loop, and nothing more is taken on after it."""
+    offered: list[int] = []
+
+    def follow_on() -> Callable[[], bool] | None:
+        offered.append(1)
+        return lambda: True
+
+    in_flight = InFlight(8, HandlerPool("failing"), limit=lambda: 2, follow_on=follow_on)
+    in_flight.reserve()
+    in_flight.start(lambda: False)
+    in_flight.drain()
+    assert offered == []
+    assert in_flight.take_failures() == 1
+
+
+def test_a_draining_loop_takes_on_no_more() -> None:
+    """Once the loop drains (it is leaving), a running task's thread takes nothing more on."""
+    release, started = threading.Event(), threading.Event()
+    offered: list[int] = []
+
+    def held() -> bool:
+        started.set()
+        return release.wait(WAIT_S)
+
+    def follow_on() -> Callable[[], bool] | None:
+        offered.append(1)
+        return lambda: True
+
+    in_flight = InFlight(8, HandlerPool("draining"), limit=lambda: 2, follow_on=follow_on)
+    in_flight.reserve()
+    in_flight.start(held)
+    assert started.wait(WAIT_S)
+    drained = threading.Thread(target=in_flight.drain, daemon=True)
+    drained.start()
+    eventually(lambda: in_flight._closing, timeout_s=WAIT_S)
+    release.set()
+    drained.join(WAIT_S)
+    assert not drained.is_alive()
+    assert offered == []
+
+
+def test_quick_messages_reach_the_handler_threads_without_a_hand_over_each(
+    make_listener: Callable[..., CloudQueueListener[dict[str, int]]],
+    recording: RecordingStorage,
+    queue_name: str,
+) -> None:
+    """With two slots, most of a backlog of quick messages is taken on by the handler threads
+    themselves: far fewer hand-overs than messages, and every message settled once."""
+    listener = make_listener(concurrency=2)
+    handled: list[int] = []
+    listener.subscribe(lambda item: handled.append(item["n"]))
+    submitted = []
+    submit = listener._parts.handlers.submit
+
+    def counting_submit(task: Callable[[], None]) -> None:
+        submitted.append(1)
+        submit(task)
+
+    listener._parts.handlers.submit = counting_submit  # type: ignore[method-assign]
+    put(recording, queue_name, 200)
+    listener.start_listener(1)
+    eventually(lambda: listener.messages_processed == 200, timeout_s=WAIT_S)
+    assert sorted(handled) == list(range(200))
+    assert len(recording.deleted) == 200
+    assert len(submitted) < 100
 
 
 def test_a_loop_takes_no_message_beyond_the_limit_it_is_given() -> None:

@@ -93,14 +93,14 @@ def test_a_waiting_message_does_not_hold_its_slot_back_from_other_keys() -> None
     storage.create_queue(queue)
     publisher = Publisher(storage, queue, dict, key="k")
     publisher.publish({"id": "slow", "k": "A", "s": 1.0})
-    publisher.publish({"id": "waits", "k": "A", "s": 0})
-    for n in range(5):
-        publisher.publish({"id": n, "k": "B", "s": 0})
+    slow_started = threading.Event()
 
     worker = recording_worker(record, queue, handler_s=0.0)
     original = worker.handle
 
     def handle(self: Any, item: dict[str, Any]) -> None:
+        if item["id"] == "slow":
+            slow_started.set()
         time.sleep(item["s"])  # the slow one's own work
         original(self, item)
 
@@ -111,6 +111,12 @@ def test_a_waiting_message_does_not_hold_its_slot_back_from_other_keys() -> None
         scaling={"max_threads": 1},
     )
     with capture_logs() as logs, hosting(worker, storage, settings):
+        # The rest only once the slow one holds its key: else a handler thread started for
+        # "waits" could reach the key first.
+        assert slow_started.wait(30)
+        publisher.publish({"id": "waits", "k": "A", "s": 0})
+        for n in range(5):
+            publisher.publish({"id": n, "k": "B", "s": 0})
         drained(storage, queue, lambda: len(record.ids) == 7, timeout_s=30)
     ended = {span[0]: span[3] for span in record.spans}
     assert all(ended[n] < ended["slow"] for n in range(5))
