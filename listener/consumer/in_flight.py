@@ -128,6 +128,27 @@ class HandlerPool:
         return f"HandlerPool(threads={self.threads})"
 
 
+class _Tally:
+    """A count that handler threads add to and the loop takes (and so resets)."""
+
+    __slots__ = ("_count", "_lock")
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._lock = threading.Lock()
+
+    def add(self, amount: int = 1) -> None:
+        with self._lock:
+            self._count += amount
+
+    def take(self) -> int:
+        if not self._count:  # asked before every message: no lock for the usual answer
+            return 0
+        with self._lock:
+            count, self._count = self._count, 0
+        return count
+
+
 class Slot:
     """One started message's place among its loop's slots, given back once: when its task ends,
     or earlier, by the time limit, when its handler overran and the message was settled."""
@@ -176,10 +197,9 @@ class InFlight:
         self._limit = limit or (lambda: concurrency)
         self._in_use = 0
         self._released = threading.Condition()
-        self._failures = 0
-        self._lock = threading.Lock()
+        self._failures = _Tally()
         self._follow_on = follow_on
-        self._followed = 0
+        self._followed = _Tally()
         """Messages handler threads took on from the hand-off since ``take_followed``."""
         self._closing = False
 
@@ -221,19 +241,11 @@ class InFlight:
 
     def take_failures(self) -> int:
         """Unexpected failures of this loop's tasks since the last call."""
-        if not self._failures:  # asked before every message: no lock for the usual answer
-            return 0
-        with self._lock:
-            failures, self._failures = self._failures, 0
-        return failures
+        return self._failures.take()
 
     def take_followed(self) -> int:
         """Messages handler threads took on from the hand-off since the last call."""
-        if not self._followed:  # asked at every stretch: no lock for the usual answer
-            return 0
-        with self._lock:
-            followed, self._followed = self._followed, 0
-        return followed
+        return self._followed.take()
 
     def drain(self) -> None:
         """Wait until every message this loop started has been settled (and take on no more)."""
@@ -257,8 +269,7 @@ class InFlight:
                 if next_task is not None:
                     followed += 1
             if followed:
-                with self._lock:
-                    self._followed += followed
+                self._followed.add(followed)
         finally:
             _current_slot.set(None)
             self._give_back(slot)
@@ -270,8 +281,7 @@ class InFlight:
         except BaseException:  # pragma: no cover - the listener's task catches what it can
             log.critical("in_flight_task_crashed", exc_info=True)
         if not succeeded:
-            with self._lock:
-                self._failures += 1
+            self._failures.add()
         return succeeded
 
     def _give_back(self, slot: Slot) -> None:
