@@ -85,7 +85,7 @@ class DequeueLoop:
             parts.handlers,
             parts.slots_per_thread,
             inline=inline,
-            follow_on=None if parts.time_limits is not None else self._follow_on,
+            follow_on=self._follow_on,
         )
         try:
             self._loop(_LoopState(in_flight))

@@ -18,7 +18,8 @@ slower than one or two, with more CPU per message on both sides.
 A handler thread that settled its message and finds another one waiting in the listener's
 hand-off takes it on in the same slot (``follow_on``), up to ``MAX_FOLLOW_ONS`` in a row: handing
 each message over -- waking a handler thread, then waking the loop to give the slot back -- costs
-more CPU than a quick message itself. The loop still starts the first message of each run, and
+more CPU than a quick message itself. A slot a time limit gave back early (its handler overran)
+takes nothing more on. The loop still starts the first message of each run, and
 wakes at the end of it to count, fetch and look at its limits again.
 
 Handler threads are started only when work needs them and never poll storage, so an idle worker
@@ -263,7 +264,9 @@ class InFlight:
             while next_task is not None:
                 if not self._succeeded(next_task):
                     break  # the loop must see the failure (and back off) before more
-                if followed == MAX_FOLLOW_ONS or self._follow_on is None or self._closing:
+                if slot.given_back or followed == MAX_FOLLOW_ONS or self._follow_on is None:
+                    break  # a time limit gave the slot back: this thread holds none any more
+                if self._closing:
                     break
                 next_task = self._follow_on()
                 if next_task is not None:

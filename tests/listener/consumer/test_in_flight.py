@@ -21,6 +21,7 @@ from listener.consumer.in_flight import (
     WAITING_HANDLER_S,
     HandlerPool,
     InFlight,
+    current_slot,
     slots_per_loop,
 )
 from listener.policies.delivery import DeliveryPolicy
@@ -395,6 +396,29 @@ def test_a_failed_task_ends_the_run_so_the_loop_sees_it_first() -> None:
     in_flight.drain()
     assert offered == []
     assert in_flight.take_failures() == 1
+
+
+def test_a_slot_given_back_by_a_time_limit_takes_nothing_more_on() -> None:
+    """A task whose slot the time limit gave back (its handler overran) ends the run: the thread
+    no longer holds a slot, so it must not start another message."""
+    offered: list[int] = []
+
+    def overrunning() -> bool:
+        slot = current_slot()
+        assert slot is not None
+        slot.give_back()  # what the time limit does when the handler overruns
+        return True
+
+    def follow_on() -> Callable[[], bool] | None:
+        offered.append(1)
+        return lambda: True
+
+    in_flight = InFlight(8, HandlerPool("overrun"), limit=lambda: 2, follow_on=follow_on)
+    in_flight.reserve()
+    in_flight.start(overrunning)
+    in_flight.drain()
+    assert offered == []
+    assert in_flight.in_use == 0
 
 
 def test_a_draining_loop_takes_on_no_more() -> None:
