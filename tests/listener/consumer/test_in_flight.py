@@ -382,26 +382,32 @@ def test_a_handler_thread_takes_on_waiting_messages_in_its_slot_up_to_a_batch() 
     assert in_flight.in_use == 0
 
 
-def test_a_failed_task_ends_the_run_so_the_loop_sees_it_first() -> None:
-    """A task that failed is counted for the loop, and nothing more is taken on after it."""
-    offered: list[int] = []
+class Offers:
+    """A loop's follow-on that records each time it is asked and offers a task that succeeds."""
 
-    def follow_on() -> Callable[[], bool] | None:
-        offered.append(1)
+    def __init__(self) -> None:
+        self.asked = 0
+
+    def __call__(self) -> Callable[[], bool] | None:
+        self.asked += 1
         return lambda: True
 
+
+def test_a_failed_task_ends_the_run_so_the_loop_sees_it_first() -> None:
+    """A task that failed is counted for the loop, and nothing more is taken on after it."""
+    follow_on = Offers()
     in_flight = InFlight(8, HandlerPool("failing"), limit=lambda: 2, follow_on=follow_on)
     in_flight.reserve()
     in_flight.start(lambda: False)
     in_flight.drain()
-    assert offered == []
+    assert follow_on.asked == 0
     assert in_flight.take_failures() == 1
 
 
 def test_a_slot_given_back_by_a_time_limit_takes_nothing_more_on() -> None:
     """A task whose slot the time limit gave back (its handler overran) ends the run: the thread
     no longer holds a slot, so it must not start another message."""
-    offered: list[int] = []
+    follow_on = Offers()
 
     def overrunning() -> bool:
         slot = current_slot()
@@ -409,30 +415,22 @@ def test_a_slot_given_back_by_a_time_limit_takes_nothing_more_on() -> None:
         slot.give_back()  # what the time limit does when the handler overruns
         return True
 
-    def follow_on() -> Callable[[], bool] | None:
-        offered.append(1)
-        return lambda: True
-
     in_flight = InFlight(8, HandlerPool("overrun"), limit=lambda: 2, follow_on=follow_on)
     in_flight.reserve()
     in_flight.start(overrunning)
     in_flight.drain()
-    assert offered == []
+    assert follow_on.asked == 0
     assert in_flight.in_use == 0
 
 
 def test_a_draining_loop_takes_on_no_more() -> None:
     """Once the loop drains (it is leaving), a running task's thread takes nothing more on."""
     release, started = threading.Event(), threading.Event()
-    offered: list[int] = []
+    follow_on = Offers()
 
     def held() -> bool:
         started.set()
         return release.wait(WAIT_S)
-
-    def follow_on() -> Callable[[], bool] | None:
-        offered.append(1)
-        return lambda: True
 
     in_flight = InFlight(8, HandlerPool("draining"), limit=lambda: 2, follow_on=follow_on)
     in_flight.reserve()
@@ -444,7 +442,7 @@ def test_a_draining_loop_takes_on_no_more() -> None:
     release.set()
     drained.join(WAIT_S)
     assert not drained.is_alive()
-    assert offered == []
+    assert follow_on.asked == 0
 
 
 def test_quick_messages_reach_the_handler_threads_without_a_hand_over_each(
