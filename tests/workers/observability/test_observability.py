@@ -86,6 +86,38 @@ def test_a_thread_silent_in_a_call_past_the_bound_is_wedged(clock: ManualClock) 
     assert heartbeats.silent(10) == []  # a thread that has ended is forgotten
 
 
+def test_a_handler_thread_is_watched_again_in_its_next_call(clock: ManualClock) -> None:
+    """Between messages a handler thread is not named however long it waits; its next call is
+    watched from its start, as its first was."""
+    heartbeats = Heartbeats(clock)
+    waiting, second_call, release = threading.Event(), threading.Event(), threading.Event()
+
+    def two_messages() -> None:
+        heartbeats.enter()
+        heartbeats.leave()
+        waiting.set()
+        second_call.wait()
+        heartbeats.enter()
+        release.wait()
+        heartbeats.leave()
+
+    thread = threading.Thread(target=two_messages, name="cloudqueue:work:handler:1")
+    thread.start()
+    try:
+        assert waiting.wait(5)
+        clock.advance(60)
+        assert heartbeats.silent(10) == []  # waiting for work on purpose
+        second_call.set()
+        eventually(lambda: heartbeats.silent(-1) == ["cloudqueue:work:handler:1"])
+        assert heartbeats.silent(10) == []  # its beat is the call's start, not the first call's
+        clock.advance(10.5)
+        assert heartbeats.silent(10) == ["cloudqueue:work:handler:1"]
+    finally:
+        second_call.set()
+        release.set()
+        thread.join()
+
+
 def test_readiness_is_red_until_started_while_storage_fails_and_once_draining(
     probes: ProcessProbes,
 ) -> None:
