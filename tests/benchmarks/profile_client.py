@@ -1,23 +1,24 @@
-"""Where the client's CPU goes in a drain: py-spy's samples of the consumer, grouped by layer.
+"""Where the client's CPU goes in a drain: its Python work grouped by layer.
 
-``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.profile_client --write`` runs
-``py-spy record -r 250 --gil -f raw`` on ``tests.benchmarks.profile_drain`` (a no-op drain of
-4,000 messages at 4 threads on a fresh Azurite, cloudqueue by default) and saves the summary to
-``tests/benchmarks/results/profile_client.json``, shown on the docs' drain page;
-``--samples FILE`` summarizes an earlier recording instead.
+``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.profile_client --write`` drains
+4,000 messages with a no-op handler at 4 threads on a fresh Azurite (cloudqueue by default) and
+saves the summary to ``tests/benchmarks/results/profile_client.json``, shown on the docs' drain
+page. Two recorders:
 
-``--gil`` keeps only the thread holding the GIL at each tick: the Python work, which is what the
-request path's later changes can cut. A thread blocked on a lock, a queue or a socket has
-released it; that matters because py-spy's own idle detection counted threads blocked in C (a
-``with lock:``, a ``SimpleQueue.get``) as running, and without ``--gil`` a third of the "busy"
-samples were such waits. C work outside the GIL (the socket syscalls) is not in these samples.
-py-spy pauses the process for each sample, so the drain runs slower under it (the summary
-records how fast): the shares are a guide, the CPU per message is bench_drain's.
+* ``--profiler cprofile`` (the default): the drain runs in this process with cProfile on every
+  thread, and each function's own time and calls count for its layer
+  (``tests.benchmarks.call_profile``). Deterministic: the calls per message are exact; the
+  profiler's cost per call inflates layers of many small calls, so the shares are a guide.
+* ``--profiler py-spy``: ``py-spy record -r 250 --gil -f raw`` on ``tests.benchmarks.
+  profile_drain``; ``--samples FILE`` summarizes an earlier recording. ``--gil`` keeps the thread
+  holding the GIL at each tick. On this project's 2-core VMs it saw the GIL held in under a
+  tenth of the busy ticks and put up to 27 % of its samples on ``HandlerPool.submit`` (3 ms of
+  CPU in a 23 s drain by a timer around it), hence the default.
 
-Every sample of the consumer counts (dequeue, handler and lease threads, the host's start and
-stop); filling the queue, Azurite's start and the imports before the drain do not. A sample
-belongs to its innermost frame from a known layer (a stdlib frame counts for the layer that
-called it), and that frame names it in the top frames.
+Every call of the consumer counts (dequeue, handler and lease threads, the host's start and
+stop); filling the queue, Azurite's start and the imports before the drain do not. Work belongs
+to its innermost function of a known layer (a stdlib or builtin function counts for the layer
+that called it), and that function names it in the top functions.
 """
 
 from __future__ import annotations
@@ -31,6 +32,8 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.call_profile import EveryThreadProfile, summarize_calls
+from tests.benchmarks.profile_drain import drain_once
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT
 
@@ -60,6 +63,7 @@ LAYERS = (
         "azure-core pipeline policies (incl. the storage SDK's)",
         ("pipeline/policies/", "_shared/policies", "_shared/authentication"),
     ),
+    ("pydantic", ("pydantic",)),  # before azure-core: "core/" would take pydantic_core's files
     ("azure-core pipeline, transport, tracing decorator", ("core/",)),
     # py-spy names the SDK's files from below site-packages/azure/storage/ (queue/_generated/...).
     # Its XML and date parsing are stdlib (xml.etree, email.utils) and so count here through it;
@@ -67,7 +71,6 @@ LAYERS = (
     ("azure-storage-queue (models, XML, dates)", ("queue/_", "isodate/", "dateutil/")),
     ("requests", ("requests/",)),
     ("urllib3, http.client, socket", ("urllib3/", "http/client.py", "socket.py", "ssl.py")),
-    ("pydantic", ("pydantic",)),
     ("reactivex", ("reactivex/",)),
     ("structlog, logging", ("structlog/", "logging/")),
     ("json, base64", ("json/", "base64.py")),
@@ -99,13 +102,20 @@ def is_waiting(stack: list[str]) -> bool:
     return any(function == name or function.endswith(f".{name}") for name in WAITING_LEAVES)
 
 
+def layer_of(path: str) -> str | None:
+    """The layer a source file belongs to, if any (a stdlib file of none counts for its caller)."""
+    for layer, prefixes in LAYERS:
+        if any(prefix in path for prefix in prefixes):
+            return layer
+    return None
+
+
 def attribution(stack: list[str]) -> tuple[str, str]:
     """The layer of a sample's innermost frame that belongs to one, and that frame."""
     for frame in reversed(stack):
-        path = frame.rpartition("(")[2]
-        for layer, prefixes in LAYERS:
-            if any(prefix in path for prefix in prefixes):
-                return layer, _short(frame)
+        layer = layer_of(frame.rpartition("(")[2])
+        if layer is not None:
+            return layer, _short(frame)
     return OTHER, _short(stack[-1]) if stack else "?"
 
 
@@ -165,8 +175,46 @@ def record(consumer: str, threads: int, messages: int) -> tuple[list[str], str]:
         return output.read_text().splitlines(), said[-1] if said else "not recorded"
 
 
+def record_calls(consumer: str, threads: int, messages: int) -> dict[str, Any]:
+    """Run the drain here under cProfile: its summary by layer, and the drain's own report."""
+    profile = EveryThreadProfile()
+    drain = drain_once(consumer, threads, messages, around_drain=profile)
+    summary = summarize_calls(profile.stats(), messages, layer_of, OTHER)
+    return {"profiler": "cprofile", "drain_under_profiler": drain, **summary}
+
+
+def render_calls(results: dict[str, Any]) -> str:
+    """The docs block of a cProfile summary: own time and calls per message by layer."""
+    layers = results["layers"]
+    total = sum(layer["own_us_per_msg"] for layer in layers) or 1.0
+    lines = [
+        f"**Where the client's Python time goes** — {results['consumer']}, no-op handler, "
+        f"{results['threads']} threads, {results['messages']:,} messages on Azurite, every call "
+        "counted by cProfile on each thread's CPU clock: a function's own CPU time (a stdlib or "
+        "builtin function's counts for the layer that called it; time blocked on a socket, a "
+        "lock or the GIL does not count). cProfile's cost per call inflates layers of many "
+        "small calls, so the shares are a guide and the calls exact. Under the profiler the "
+        "drain ran slower "
+        f"({results.get('drain_under_profiler') or 'not recorded'}).",
+        "",
+        "| layer | share of own time | calls per message | top functions (own µs per message) |",
+        "|---|---|---|---|",
+    ]
+    for layer in layers:
+        top = ", ".join(
+            f"`{entry['function']}` {entry['own_us_per_msg']:.1f}"
+            for entry in layer["top_functions"]
+        )
+        share = 100 * layer["own_us_per_msg"] / total
+        lines.append(f"| {layer['layer']} | {share:.0f} % | {layer['calls_per_msg']:.1f} | {top} |")
+    lines += ["", header_line(results)]
+    return "\n".join(lines) + "\n"
+
+
 def render_markdown(results: dict[str, Any]) -> str:
-    """The docs block: each layer's share of the samples, with its top frames."""
+    """The docs block: each layer's share of the client's Python work, with its top functions."""
+    if results.get("profiler") == "cprofile":
+        return render_calls(results)
     busy = results["busy_samples"] or 1
     lines = [
         f"**Where the client's Python time goes** — {results['consumer']}, no-op handler, "
@@ -204,18 +252,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--consumer", choices=("cloudqueue", "loop"), default="cloudqueue")
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--messages", "-n", type=int, default=4000)
+    parser.add_argument("--profiler", choices=("cprofile", "py-spy"), default="cprofile")
     parser.add_argument("--samples", type=Path, help="summarize this py-spy raw file instead")
     parser.add_argument("--keep", type=Path, help="also save the raw samples recorded here")
     parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(arguments)
     results = run_header(BENCH, arguments)
+    results.update(consumer=args.consumer, threads=args.threads, messages=args.messages)
+    if args.profiler == "cprofile" and not args.samples:
+        results.update(record_calls(args.consumer, args.threads, args.messages))
+        report(BENCH, results, render_markdown, write=args.write)
+        return 0
     if args.samples:
         lines, drain = args.samples.read_text().splitlines(), None
     else:
         lines, drain = record(args.consumer, args.threads, args.messages)
         if args.keep:
             args.keep.write_text("\n".join(lines) + "\n")
-    results.update(consumer=args.consumer, threads=args.threads, messages=args.messages)
     results["drain_under_profiler"] = drain
     results.update(summarize(parse(lines)))
     report(BENCH, results, render_markdown, write=args.write)

@@ -5,12 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 import time
 
+import pytest
 from azure.storage.queue import QueueClient
 
+from tests.benchmarks.call_profile import EveryThreadProfile, summarize_calls
 from tests.benchmarks.drain_support import tree_cpu_s
-from tests.benchmarks.profile_client import parse, summarize
+from tests.benchmarks.profile_client import OTHER, layer_of, parse, summarize
 from tests.support.azurite import AzuriteProcess
 from tests.support.latency_proxy import latency_proxy_process
 
@@ -79,3 +82,57 @@ def test_the_client_profile_counts_each_busy_sample_for_its_innermost_known_laye
     assert summary["layers"][0]["top_frames"] == [
         {"frame": "StorageHeadersPolicy.on_request (_shared/policies.py)", "samples": 3}
     ]
+
+
+def test_the_call_profile_counts_a_builtin_for_the_layers_that_called_it() -> None:
+    """Own time of a function without a layer goes up its call paths, shared as they spent it;
+    a stdlib function called by a stdlib function counts for the first layered caller above."""
+    policy = ("/site-packages/azure/storage/queue/_shared/policies.py", 9, "on_request")
+    process = ("/work/listener/consumer/processing.py", 1, "process")
+    uuid4 = ("/usr/lib/python3.11/uuid.py", 1, "uuid4")
+    urandom = ("~", 0, "<built-in method posix.urandom>")
+    orphan = ("~", 0, "<built-in method builtins.len>")
+    stats = {
+        policy: (10, 10, 0.004, 0.010, {}),
+        process: (10, 10, 0.002, 0.003, {}),
+        uuid4: (
+            20,
+            20,
+            0.002,
+            0.005,
+            {policy: (15, 15, 0.0015, 0.004), process: (5, 5, 0.0005, 0.001)},
+        ),
+        urandom: (20, 20, 0.003, 0.003, {uuid4: (20, 20, 0.003, 0.003)}),
+        orphan: (4, 4, 0.001, 0.001, {}),
+    }
+    summary = summarize_calls(stats, 10, layer_of, OTHER)
+    by_layer = {layer["layer"]: layer for layer in summary["layers"]}
+    sdk = by_layer["azure-core pipeline policies (incl. the storage SDK's)"]
+    ours = by_layer["cloudqueue (listener, workers)"]
+    # The policy: its own 4 ms, 3/4 of uuid4's 2 ms and 3/4 of urandom's 3 ms; per message.
+    assert sdk["own_us_per_msg"] == pytest.approx(1e6 * (0.004 + 0.75 * 0.002 + 0.75 * 0.003) / 10)
+    assert ours["own_us_per_msg"] == pytest.approx(1e6 * (0.002 + 0.25 * 0.002 + 0.25 * 0.003) / 10)
+    assert sdk["calls_per_msg"] == pytest.approx((10 + 0.75 * 20 + 0.75 * 20) / 10)
+    assert by_layer[OTHER]["top_functions"] == [
+        {"function": "<built-in method builtins.len>", "own_us_per_msg": 100.0}
+    ]
+
+
+def test_every_thread_started_in_a_call_profile_is_counted() -> None:
+    """Calls on a thread started inside the profile count, with the entering thread's."""
+
+    def work() -> None:
+        for _ in range(7):
+            sorted([3, 1, 2])
+
+    with EveryThreadProfile() as profile:
+        thread = threading.Thread(target=work)
+        thread.start()
+        thread.join()
+        sorted([2, 1])
+    sorts = [
+        entry
+        for key, entry in profile.stats().items()
+        if key[2] == "<built-in method builtins.sorted>"
+    ]
+    assert sum(entry[1] for entry in sorts) == 8
