@@ -52,6 +52,7 @@ import structlog
 
 from listener.consumer.events import QueueEmptyDecision
 from listener.consumer.listener import CloudQueueListener
+from listener.consumer.pool_control import PoolControl
 from listener.location import CloudQueueLocation
 from listener.push.redis_triggers import RedisTriggerChannel
 from listener.push.triggers import WorkDetected, account_of
@@ -166,28 +167,19 @@ class PickupProbe:
             return self._at.get(item)
 
 
-class CapProbe:
-    """Between the listener and its scaler: sees when an idle poller's back-off is at its cap."""
+class CapProbedScaler(ElasticScaler):
+    """The default scaler, noting when an idle poller's back-off has reached its cap."""
 
-    def __init__(
-        self, listener: CloudQueueListener[str], scaler: ElasticScaler, max_idle_s: float
-    ) -> None:
-        self._scaler = scaler
+    def __init__(self, pool: PoolControl, policy: ScalingPolicy, max_idle_s: float) -> None:
         self.max_idle_s = max_idle_s
         self.at_cap = threading.Event()
-        listener.pool_control.bind(self)  # the loop's events now pass through the probe
+        super().__init__(pool, policy)
 
     def on_queue_empty(self, idle_count: int) -> QueueEmptyDecision:
-        decision = self._scaler.on_queue_empty(idle_count)
+        decision = super().on_queue_empty(idle_count)
         if not decision.stop and decision.delay_s >= self.max_idle_s:
             self.at_cap.set()  # the poller waits max_idle_s from (about) now
         return decision
-
-    def on_queue_work_detected(self) -> None:
-        self._scaler.on_queue_work_detected()
-
-    def on_batch_processed(self) -> None:
-        self._scaler.on_batch_processed()
 
     def wait_next_poll_at_cap(self) -> None:
         self.at_cap.clear()
@@ -274,7 +266,7 @@ class Bench:
         self,
         mode: Mode,
         listener: CloudQueueListener[str],
-        scaler: ElasticScaler,
+        scaler: CapProbedScaler,
         storage: MeteredStorage,
         producer: AzureQueueStorage,
         publish: Callable[[WorkDetected], bool] | None,
@@ -292,7 +284,7 @@ class Bench:
         self.rng = rng
         self.probe = PickupProbe()
         listener.subscribe(self.probe)
-        self.cap = CapProbe(listener, scaler, MAX_IDLE_S)
+        self.scaler = scaler
         self.failed_publishes = 0
 
     def settle(self) -> None:
@@ -300,7 +292,7 @@ class Bench:
         if self.mode.push:
             wait_for_zero_threads(self.listener)
         else:
-            self.cap.wait_next_poll_at_cap()
+            self.scaler.wait_next_poll_at_cap()
 
     def phase_wait(self) -> None:
         """Before a put: push waits a fixed gap; poll a uniform share of its current period."""
@@ -403,13 +395,14 @@ def trigger_plumbing(
 
 def build_listener(
     mode: Mode, storage: MeteredStorage
-) -> tuple[CloudQueueListener[str], ElasticScaler]:
+) -> tuple[CloudQueueListener[str], CapProbedScaler]:
     listener = CloudQueueListener(
         storage, CloudQueueLocation(QUEUE, visibility_timeout_s=VISIBILITY_TIMEOUT_S), str
     )
-    scaler = ElasticScaler(
+    scaler = CapProbedScaler(
         listener.pool_control,
         ScalingPolicy(min_threads=0) if mode.push else ScalingPolicy(),
+        MAX_IDLE_S,
     )
     return listener, scaler
 
