@@ -113,7 +113,6 @@ def summarize_calls(
     }
 
 
-
 class _Owners:
     """Which layered functions a function's time counts for, as shares summing to 1."""
 
