@@ -9,9 +9,9 @@ for the functions that called it, in proportion to the time each call path spent
 first caller that has a layer; so ``uuid4`` counts for the SDK's headers policy and the email
 parser for ``http.client``'s ``parse_headers``.
 
-Why cProfile and not a sampler: on this project's 2-core VMs ``py-spy --gil`` saw the GIL held
-in under a tenth of the ticks the process was busy, and put up to 27 % of its samples on
-``HandlerPool.submit``, which a timer around it showed taking 3 ms of CPU in a 23 s drain. A
+Why cProfile and not a sampler: on this project's 2-core VMs ``py-spy --gil`` put up to 27 % of
+its samples on ``HandlerPool.submit``, which a timer around it showed taking 3 ms of CPU in a
+23 s drain. A
 deterministic profiler counts every call; its own cost per call makes layers of many small calls
 look bigger, so the shares are a guide, and the calls per message are exact.
 """

@@ -11,9 +11,9 @@ page. Two recorders:
   profiler's cost per call inflates layers of many small calls, so the shares are a guide.
 * ``--profiler py-spy``: ``py-spy record -r 250 --gil -f raw`` on ``tests.benchmarks.
   profile_drain``; ``--samples FILE`` summarizes an earlier recording. ``--gil`` keeps the thread
-  holding the GIL at each tick. On this project's 2-core VMs it saw the GIL held in under a
-  tenth of the busy ticks and put up to 27 % of its samples on ``HandlerPool.submit`` (3 ms of
-  CPU in a 23 s drain by a timer around it), hence the default.
+  holding the GIL at each tick. On this project's 2-core VMs it put up to 27 % of its samples
+  on ``HandlerPool.submit`` (3 ms of CPU in a 23 s drain by a timer around it), hence the
+  default.
 
 Every call of the consumer counts (dequeue, handler and lease threads, the host's start and
 stop); filling the queue, Azurite's start and the imports before the drain do not. Work belongs
