@@ -40,38 +40,49 @@ TOP_FUNCTIONS = 3
 
 
 class EveryThreadProfile:
-    """cProfile on the thread that enters it and on every thread started inside it."""
+    """cProfile on the thread that enters it and on every thread started inside it.
+
+    Each profile is only ever enabled on its own thread (two threads in one profile corrupt its
+    call stack), and ``stats`` reads only those of threads that have ended: reading one still in
+    use disables and flushes it under its thread's feet.
+    """
 
     def __init__(self) -> None:
-        self.profiles: list[cProfile.Profile] = []
+        self._main = cProfile.Profile(time.thread_time)
+        self._threads: list[tuple[threading.Thread, cProfile.Profile]] = []
         self._run = threading.Thread.run
 
     def __enter__(self) -> EveryThreadProfile:
-        run, profiles = self._run, self.profiles
+        run, threads = self._run, self._threads
 
         def profiled_run(thread: threading.Thread) -> None:
             profile = cProfile.Profile(time.thread_time)
-            profiles.append(profile)
+            threads.append((thread, profile))
             profile.enable()
             try:
                 run(thread)
             finally:
                 profile.disable()
 
+        self._main.enable()
         threading.Thread.run = profiled_run  # type: ignore[method-assign, assignment]
-        self.profiles.append(cProfile.Profile(time.thread_time))
-        self.profiles[0].enable()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        self.profiles[0].disable()
         threading.Thread.run = self._run  # type: ignore[method-assign]
+        self._main.disable()
+
+    @property
+    def still_running(self) -> int:
+        """Threads started inside that have not ended (their calls are left out of ``stats``)."""
+        return sum(thread.is_alive() for thread, _ in self._threads)
 
     def stats(self) -> dict[Function, Entry]:
-        """Every thread's profile merged (a thread still running counts so far)."""
-        merged = pstats.Stats(self.profiles[0])
-        for profile in self.profiles[1:]:
-            merged.add(profile)
+        """The profiles of the entering thread and of every ended thread, merged."""
+        merged = pstats.Stats(self._main)
+        for thread, profile in list(self._threads):
+            if not thread.is_alive():
+                merged.add(profile)
         return merged.stats  # type: ignore[attr-defined, no-any-return]
 
 

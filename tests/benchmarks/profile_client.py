@@ -180,7 +180,12 @@ def record_calls(consumer: str, threads: int, messages: int) -> dict[str, Any]:
     profile = EveryThreadProfile()
     drain = drain_once(consumer, threads, messages, around_drain=profile)
     summary = summarize_calls(profile.stats(), messages, layer_of, OTHER)
-    return {"profiler": "cprofile", "drain_under_profiler": drain, **summary}
+    return {
+        "profiler": "cprofile",
+        "drain_under_profiler": drain,
+        "threads_left_out": profile.still_running,  # started by the drain, not ended after it
+        **summary,
+    }
 
 
 def render_calls(results: dict[str, Any]) -> str:

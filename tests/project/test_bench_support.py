@@ -5,16 +5,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import threading
 import time
 
 import pytest
 from azure.storage.queue import QueueClient
 
-from tests.benchmarks.call_profile import EveryThreadProfile, summarize_calls
+from tests.benchmarks.call_profile import summarize_calls
 from tests.benchmarks.drain_support import tree_cpu_s
 from tests.benchmarks.profile_client import OTHER, layer_of, parse, summarize
-from tests.support.azurite import AzuriteProcess
+from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.latency_proxy import latency_proxy_process
 
 DELAY_S = 0.05
@@ -118,21 +117,39 @@ def test_the_call_profile_counts_a_builtin_for_the_layers_that_called_it() -> No
     ]
 
 
-def test_every_thread_started_in_a_call_profile_is_counted() -> None:
-    """Calls on a thread started inside the profile count, with the entering thread's."""
+PROFILED_THREADS = """
+import threading
+from tests.benchmarks.call_profile import EveryThreadProfile
 
-    def work() -> None:
-        for _ in range(7):
-            sorted([3, 1, 2])
+def work():
+    for _ in range(7):
+        sorted([3, 1, 2])
 
-    with EveryThreadProfile() as profile:
-        thread = threading.Thread(target=work)
-        thread.start()
-        thread.join()
-        sorted([2, 1])
-    sorts = [
-        entry
-        for key, entry in profile.stats().items()
-        if key[2] == "<built-in method builtins.sorted>"
-    ]
-    assert sum(entry[1] for entry in sorts) == 8
+release = threading.Event()
+with EveryThreadProfile() as profile:
+    ended = threading.Thread(target=work)
+    ended.start()
+    ended.join()
+    running = threading.Thread(target=lambda: (sorted([1]), release.wait()))
+    running.start()
+    sorted([2, 1])
+    stats = profile.stats()
+sorts = sum(e[1] for k, e in stats.items() if k[2] == "<built-in method builtins.sorted>")
+print(sorts, profile.still_running)
+release.set()
+"""
+"""A child process: a pytest worker's own leftover threads would be profiled too."""
+
+
+def test_a_call_profile_counts_the_entering_thread_and_each_ended_thread() -> None:
+    """Calls on a thread started inside the profile count once it has ended, with the entering
+    thread's; a thread still running is left out, and counted as such."""
+    child = subprocess.run(
+        [sys.executable, "-c", PROFILED_THREADS],
+        cwd=REPO_ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert child.stdout.split() == ["8", "1"]
