@@ -260,15 +260,13 @@ class InFlight:
         _current_slot.set(slot)
         try:
             next_task: Callable[[], bool] | None = task
-            followed = 0
+            followed, follow_on = 0, self._follow_on
             while next_task is not None:
                 if not self._succeeded(next_task):
                     break  # the loop must see the failure (and back off) before more
-                if slot.given_back or followed == MAX_FOLLOW_ONS or self._follow_on is None:
-                    break  # a time limit gave the slot back: this thread holds none any more
-                if self._closing:
+                if follow_on is None or not self._may_take_more(slot, followed):
                     break
-                next_task = self._follow_on()
+                next_task = follow_on()
                 if next_task is not None:
                     followed += 1
             if followed:
@@ -276,6 +274,12 @@ class InFlight:
         finally:
             _current_slot.set(None)
             self._give_back(slot)
+
+    def _may_take_more(self, slot: Slot, followed: int) -> bool:
+        """Whether the thread of this run may take on the next waiting message: not once a time
+        limit gave its slot back (it holds none any more), nor while the loop is leaving, nor
+        past a batch (the loop then counts, looks at its limits and fetches)."""
+        return not (slot.given_back or self._closing or followed == MAX_FOLLOW_ONS)
 
     def _succeeded(self, task: Callable[[], bool]) -> bool:
         succeeded = False
