@@ -156,8 +156,10 @@ def _calls(callers: Callers) -> int:
 
 
 def _name(function: Function) -> str:
-    """``name (folder/file)``, as the sampler's summary names frames."""
     path, _, name = function
-    if path == "~":
-        return name
+    return name if path == "~" else function_name(name, path)
+
+
+def function_name(name: str, path: str) -> str:
+    """``name (folder/file)``: how both profiles' summaries name a function."""
     return f"{name} ({'/'.join(path.split('/')[-2:])})"

@@ -32,7 +32,7 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from tests.benchmarks.call_profile import EveryThreadProfile, summarize_calls
+from tests.benchmarks.call_profile import EveryThreadProfile, function_name, summarize_calls
 from tests.benchmarks.profile_drain import drain_once
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT
@@ -122,8 +122,7 @@ def attribution(stack: list[str]) -> tuple[str, str]:
 def _short(frame: str) -> str:
     """``function (path:line)`` as ``function (file)``: one entry per function."""
     function, _, where = frame.partition(" (")
-    path = where.rpartition(":")[0] or where.rstrip(")")
-    return f"{function} ({'/'.join(path.split('/')[-2:])})"
+    return function_name(function, where.rpartition(":")[0] or where.rstrip(")"))
 
 
 def summarize(stacks: Sequence[tuple[list[str], int]]) -> dict[str, Any]:
