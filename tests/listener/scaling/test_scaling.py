@@ -255,14 +255,11 @@ def make_listener(
 
 
 def test_work_detected_starts_threads_up_to_the_rule_and_logs_the_decision(
-    storage: InMemoryQueueStorage,
-    queue_name: str,
-    clock: ManualClock,
-    listeners: list[CloudQueueListener[Any]],
+    held: CloudQueueListener[int], queue_name: str, clock: ManualClock
 ) -> None:
-    """300 waiting messages with proportional(32) and max 8: the pool goes to 8, logged once."""
-    fill(storage, queue_name, 300)
-    listener = make_listener(storage, queue_name, clock, listeners)
+    """300 waiting messages with proportional(32) and max 8: the pool goes to 8, logged once.
+    (Held messages: a pool that drained the queue would scale down before the check.)"""
+    listener = held
     scaler = ElasticScaler(
         listener.pool_control,
         ScalingPolicy(rule=proportional(32), max_threads=8),
@@ -388,6 +385,8 @@ def test_a_capped_scale_up_is_looked_at_again_on_a_timer(
     with capture_logs() as logs:
         held.start_listener(1)  # its first batch asks the scaler, which is capped
         eventually(lambda: held.active_dequeue_tasks == 8)
+        # The scaler logs once the threads have started: wait for the line, not just the threads.
+        eventually(lambda: any(e["event"] == "scaled_up" for e in logs))
     assert 2.5 in clock.waits
     assert [e["reason"] for e in logs if e["event"] == "scaling_capped"] == ["cpu_saturated"]
     assert [e["reason"] for e in logs if e["event"] == "scaled_up"] == [
