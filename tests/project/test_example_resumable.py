@@ -23,6 +23,7 @@ from listener import Publisher, open_storage
 from tests.support.azurite import AzuriteProcess
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import eventually
+from tests.support.written_lines import complete_lines
 
 WORKER = "examples.resumable.worker:CloseAccountWorker"
 SUBSCRIPTIONS, INVOICES = 2, 6
@@ -107,7 +108,7 @@ def started(path: Path, step: str) -> int:
     """How often the worker that wrote this log started the step."""
     return sum(
         '"event": "step_started"' in line and f'"step": "{step}"' in line
-        for line in path.read_text(errors="replace").splitlines()
+        for line in complete_lines(path)
     )
 
 

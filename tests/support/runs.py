@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -11,6 +10,8 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.support.written_lines import log_events
 
 WORKER = "tests.support.workers:RecordingWorker"
 
@@ -45,9 +46,7 @@ class Run:
     log_path: Path
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
-        lines = self.log_path.read_text(errors="replace").splitlines()
-        parsed = [json.loads(line) for line in lines if line.startswith("{")]
-        return [e for e in parsed if name is None or e.get("event") == name]
+        return log_events(self.log_path, name)
 
     def handled(self) -> set[int]:
         return {int(e["n"]) for e in self.events("handled")}

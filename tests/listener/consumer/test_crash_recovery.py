@@ -10,9 +10,9 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
 from tests.support.polling import eventually
+from tests.support.written_lines import log_events
 
 BURST = 200
 MAX_THREADS = 4
@@ -20,13 +20,8 @@ VISIBILITY_TIMEOUT_S = 10
 """A third of the default: what the test shows is "about one timeout", and it waits one out."""
 
 
-def events(path: Path, name: str) -> list[dict[str, Any]]:
-    lines = path.read_text(errors="replace").splitlines()
-    return [e for e in (json.loads(x) for x in lines if x.startswith("{")) if e["event"] == name]
-
-
 def handled(path: Path) -> list[int]:
-    return [int(e["n"]) for e in events(path, "handled")]
+    return [int(e["n"]) for e in log_events(path, "handled")]
 
 
 def start(env: dict[str, str], log_path: Path) -> subprocess.Popen[bytes]:

@@ -12,6 +12,7 @@ from pathlib import Path
 from listener import MessageCodec
 from listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.polling import eventually
+from tests.support.written_lines import complete_lines
 
 IN_FLIGHT = 200
 VISIBILITY_TIMEOUT_S = 2
@@ -19,10 +20,7 @@ WORKER = "tests.support.in_flight_workers:HoldingWorker"
 
 
 def recorded(path: Path, what: str) -> set[int]:
-    if not path.exists():
-        return set()
-    lines = path.read_text().splitlines()
-    return {int(line.split()[1]) for line in lines if line.startswith(f"{what} ")}
+    return {int(line.split()[1]) for line in complete_lines(path) if line.startswith(f"{what} ")}
 
 
 def collect_all(storage: SqliteQueueStorage, queue: str) -> set[int]:

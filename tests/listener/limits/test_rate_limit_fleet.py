@@ -24,6 +24,7 @@ from listener.testing import ManualClock
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
+from tests.support.written_lines import log_events
 from workers.rate_limits import open_rate_limiter
 from workers.settings import CloudQueueSettings, load_settings
 
@@ -200,12 +201,9 @@ MESSAGES = 2_000
 def handled_times(log_path: Path) -> dict[int, list[datetime]]:
     """When each process (by pid) logged `handled`, from its JSON log lines."""
     times: dict[int, list[datetime]] = {}
-    for line in log_path.read_text(errors="replace").splitlines():
-        if line.startswith("{"):
-            event = json.loads(line)
-            if event.get("event") == "handled":
-                stamp = datetime.fromisoformat(event["timestamp"])
-                times.setdefault(int(event["pid"]), []).append(stamp)
+    for event in log_events(log_path, "handled"):
+        stamp = datetime.fromisoformat(event["timestamp"])
+        times.setdefault(int(event["pid"]), []).append(stamp)
     return times
 
 

@@ -24,6 +24,7 @@ import pytest
 from listener.stores.key_connection import open_key_ledger
 from tests.support.azurite import AzuriteProcess
 from tests.support.polling import eventually
+from tests.support.written_lines import complete_lines
 
 KEYS = 120
 COPIES = 2
@@ -50,10 +51,8 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 
 
 def lines(path: Path) -> list[tuple[str, int, int]]:
-    if not path.exists():
-        return []
     found = []
-    for line in path.read_text().splitlines():
+    for line in complete_lines(path):
         what, n, pid = line.split()
         found.append((what, int(n), int(pid)))
     return found

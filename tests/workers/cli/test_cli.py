@@ -16,6 +16,7 @@ import pytest
 
 from tests.support.cli import cloudqueue
 from tests.support.polling import eventually
+from tests.support.written_lines import log_events
 
 INVOICE = (
     '{"invoice_id": %d, "customer": "acme",'
@@ -53,10 +54,6 @@ def worker(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[str
         process.wait(10)
 
 
-def events(log_path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in log_path.read_text().splitlines() if line.startswith("{")]
-
-
 def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
     """Items given as arguments or on stdin land on the queue; status reports the depth as JSON."""
     assert cloudqueue("enqueue", "invoices", "a", "b", env=env).returncode == 0
@@ -90,13 +87,14 @@ def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
     assert cloudqueue("enqueue", "invoices", env=env, stdin=items).returncode == 0
     log_path = tmp_path / "worker.log"
     eventually(
-        lambda: sum(e["event"] == "invoice_billed" for e in events(log_path)) == 20, timeout_s=30
+        lambda: sum(e["event"] == "invoice_billed" for e in log_events(log_path)) == 20,
+        timeout_s=30,
     )
     live = json.loads(cloudqueue("status", "invoices", "--json", env=env).stdout)["workers"]
     assert [w["pid"] for w in live] == [worker.pid]  # status shows the running worker
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(30) == 0
-    billed = [e for e in events(log_path) if e["event"] == "invoice_billed"]
+    billed = log_events(log_path, "invoice_billed")
     assert {e["total_cents"] for e in billed} == {360}
     assert all("message_id" in e and e["queue"] == "invoices" for e in billed)
     status = json.loads(cloudqueue("status", "invoices", "--json", env=env).stdout)

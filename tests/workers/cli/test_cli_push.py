@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 from listener.producer.announce import WorkAnnouncer
 from listener.producer.publisher import Publisher
@@ -20,13 +18,9 @@ from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.runs import Runs, run_environment
+from tests.support.written_lines import log_events
 
 QUEUE = "pushed"
-
-
-def events(path: Path, name: str) -> list[dict[str, Any]]:
-    lines = path.read_text(errors="replace").splitlines()
-    return [e for e in (json.loads(x) for x in lines if x.startswith("{")) if e["event"] == name]
 
 
 def test_a_worker_at_zero_threads_is_woken_by_enqueue_and_by_a_manual_trigger(
@@ -53,16 +47,18 @@ def test_a_worker_at_zero_threads_is_woken_by_enqueue_and_by_a_manual_trigger(
             stderr=subprocess.STDOUT,
         )
     try:
-        eventually(lambda: events(log_path, "dequeue_thread_stopped"), timeout_s=30)
+        eventually(lambda: log_events(log_path, "dequeue_thread_stopped"), timeout_s=30)
         ok("enqueue", QUEUE, '{"n": 1}', env=env)
-        eventually(lambda: [e["n"] for e in events(log_path, "handled")] == [1], timeout_s=30)
+        eventually(lambda: [e["n"] for e in log_events(log_path, "handled")] == [1], timeout_s=30)
         # Enqueued with no trigger channel configured, then announced by hand.
-        eventually(lambda: len(events(log_path, "dequeue_thread_stopped")) >= 2, timeout_s=30)
+        eventually(lambda: len(log_events(log_path, "dequeue_thread_stopped")) >= 2, timeout_s=30)
         quiet = {key: value for key, value in env.items() if key != "CLOUDQUEUE_TRIGGERS__URL"}
         quiet["CLOUDQUEUE_SCALING__MIN_THREADS"] = "1"
         ok("enqueue", QUEUE, '{"n": 2}', env=quiet)
         assert "trigger sent" in ok("trigger", QUEUE, env=env)
-        eventually(lambda: [e["n"] for e in events(log_path, "handled")] == [1, 2], timeout_s=30)
+        eventually(
+            lambda: [e["n"] for e in log_events(log_path, "handled")] == [1, 2], timeout_s=30
+        )
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(30) == 0

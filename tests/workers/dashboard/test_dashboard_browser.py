@@ -7,7 +7,6 @@ missing). Everything asserted is read from the rendered page.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -26,6 +25,7 @@ from tests.support.azurite import free_port, port_accepts
 from tests.support.chromium import CHROMIUM_ARGS, ensure_chromium
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import eventually
+from tests.support.written_lines import log_events
 
 QUEUE = "invoices"
 ARTIFACTS = REPO_ROOT / "build" / "test-artifacts"
@@ -40,9 +40,7 @@ class Scene:
     url: str
 
     def handled(self) -> set[int]:
-        lines = self.worker_log.read_text(errors="replace").splitlines()
-        events = [json.loads(line) for line in lines if line.startswith("{")]
-        return {int(event["n"]) for event in events if event.get("event") == "handled"}
+        return {int(event["n"]) for event in log_events(self.worker_log, "handled")}
 
 
 def _start(args: list[str], env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
