@@ -13,8 +13,8 @@ from typing import ClassVar
 import structlog
 from pydantic import BaseModel, Field
 
-from listener import current_envelope
-from workers import QueueWorker
+from cloudqueue.listener import current_envelope
+from cloudqueue.workers import QueueWorker
 
 log = structlog.get_logger(__name__)
 

@@ -6,7 +6,7 @@ thread finds work and the pool scales up, the burst drains, the malformed messag
 ``invoices-poison``, the surplus threads stop back to a single poller, and the demo stops the host
 and sums up -- messages, drain time, peak threads, storage transactions, and what the same burst
 plus an idle hour would have cost with a fixed pool polling every second (simulated by
-``listener.simulation`` with the same policies the worker ran).
+``cloudqueue.listener.simulation`` with the same policies the worker ran).
 
 On a terminal it narrates (a live status line, one short line per scaling or poison event, a
 summary table); otherwise it logs JSON lines, every event kept, the summary in ``demo_finished``.
@@ -26,16 +26,14 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
-from examples.billing import Invoice, InvoiceLine, InvoiceWorker
-from examples.narration import Narrator
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     MessageCodec,
     QueueStorage,
     ScalingPolicy,
     poison_queue_name,
 )
-from listener.simulation import (
+from cloudqueue.listener.simulation import (
     DEFAULT_PRICE_PER_10K_USD,
     ServiceModel,
     bursts,
@@ -45,7 +43,7 @@ from listener.simulation import (
     naive_poller,
     simulate,
 )
-from workers import (
+from cloudqueue.workers import (
     CloudQueueSettings,
     ConsoleStream,
     ListenerSettings,
@@ -54,6 +52,8 @@ from workers import (
     WorkerHost,
     configure_logging,
 )
+from examples.billing import Invoice, InvoiceLine, InvoiceWorker
+from examples.narration import Narrator
 
 BURST = 400
 MALFORMED = 1

@@ -1,12 +1,12 @@
 """cloudqueue's listener: an auto-scaling, observable consumer of Azure Storage Queues.
 
-The public surface is what ``__all__`` names, with ``listener.testing`` (test clocks) and
-``listener.simulation`` (the cost simulator); everything else is internal.
+The public surface is what ``__all__`` names, with ``cloudqueue.listener.testing`` (test clocks) and
+``cloudqueue.listener.simulation`` (the cost simulator); everything else is internal.
 """
 
-from listener.clock import Clock, EventSleeper, Sleeper, SystemClock
-from listener.consumer.current import MessageEnvelope, current_envelope
-from listener.consumer.events import (
+from cloudqueue.listener.clock import Clock, EventSleeper, Sleeper, SystemClock
+from cloudqueue.listener.consumer.current import MessageEnvelope, current_envelope
+from cloudqueue.listener.consumer.events import (
     BatchProcessed,
     ListenerStarted,
     ListenerStopped,
@@ -15,10 +15,16 @@ from listener.consumer.events import (
     QueueWorkDetected,
     Scaled,
 )
-from listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
-from listener.consumer.middleware import CallNext, Decision, MessageContext, Middleware, Outcome
-from listener.consumer.pool_control import ListenerLoad
-from listener.errors import (
+from cloudqueue.listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
+from cloudqueue.listener.consumer.middleware import (
+    CallNext,
+    Decision,
+    MessageContext,
+    Middleware,
+    Outcome,
+)
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.errors import (
     BatchFailed,
     CloudQueueError,
     ConfigurationError,
@@ -35,51 +41,60 @@ from listener.errors import (
     TimeLimitExceeded,
     TransientStorageError,
 )
-from listener.limits.key_gate import KeyGate, LocalKeyGate
-from listener.limits.limiter import LocalRateLimiter, RateLimiter
-from listener.limits.redis_key_gate import RedisKeyGate
-from listener.limits.redis_limiter import RedisRateLimiter
-from listener.location import CloudQueueLocation
-from listener.middleware.keyed import KeyedHandling
-from listener.middleware.per_key import PerKeyLimit
-from listener.middleware.rate_limit import RateLimit
-from listener.middleware.retry import RetryPolicy
-from listener.poison.queue import poison_queue_name
-from listener.poison.record import PoisonRecord
-from listener.policies.backoff import randomized_exponential_backoff
-from listener.policies.delivery import DeliveryPolicy
-from listener.policies.priority import Priority
-from listener.policies.retry import Retry
-from listener.policies.scaling_rules import (
+from cloudqueue.listener.limits.key_gate import KeyGate, LocalKeyGate
+from cloudqueue.listener.limits.limiter import LocalRateLimiter, RateLimiter
+from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate
+from cloudqueue.listener.limits.redis_limiter import RedisRateLimiter
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.middleware.keyed import KeyedHandling
+from cloudqueue.listener.middleware.per_key import PerKeyLimit
+from cloudqueue.listener.middleware.rate_limit import RateLimit
+from cloudqueue.listener.middleware.retry import RetryPolicy
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.record import PoisonRecord
+from cloudqueue.listener.policies.backoff import randomized_exponential_backoff
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.policies.priority import Priority
+from cloudqueue.listener.policies.retry import Retry
+from cloudqueue.listener.policies.scaling_rules import (
     ScalingInput,
     ScalingRule,
     drain_time,
     proportional,
     steps,
 )
-from listener.producer.announce import WorkAnnouncer
-from listener.producer.publisher import Publisher
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import (
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+from cloudqueue.listener.push.triggers import (
     InProcessTriggerChannel,
     TriggerChannel,
     WorkDetected,
     account_of,
 )
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.scaling.waker import TriggerWaker, Watchdog
-from listener.stores.connection import open_payload_store, open_storage
-from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_ledger import key_ledger_for
-from listener.stores.key_records import KeyLedger
-from listener.stores.layouts import QueueLayout, read_layout
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import MAX_BATCH_SIZE, MAX_MESSAGE_BYTES, QueueMessage, QueueStorage
-from listener.wire.codec import Codec, MessageCodec
-from listener.wire.limits import DecodingLimits
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.scaling.waker import TriggerWaker, Watchdog
+from cloudqueue.listener.stores.connection import open_payload_store, open_storage
+from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_ledger import key_ledger_for
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.payload_store import (
+    FolderPayloadStore,
+    InMemoryPayloadStore,
+    PayloadStore,
+)
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import (
+    MAX_BATCH_SIZE,
+    MAX_MESSAGE_BYTES,
+    QueueMessage,
+    QueueStorage,
+)
+from cloudqueue.listener.wire.codec import Codec, MessageCodec
+from cloudqueue.listener.wire.limits import DecodingLimits
 
 __all__ = [
     "MAX_BATCH_SIZE",

@@ -12,7 +12,7 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   ├── MessageTooLargeError      the encoded message exceeds the queue's size limit
     │   └── PayloadNotFoundError      a large payload's blob is gone (deleted, or never written)
     ├── DecodeError                   a message's text cannot become an item of the listener's type
-    │   ├── LimitExceededError        it is over a decoding limit (``listener.wire.limits``)
+    │   ├── LimitExceededError        it is over a decoding limit (``wire.limits``)
     │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     ├── BatchFailed                   raised by a batch handler: retry only these items

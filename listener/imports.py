@@ -22,9 +22,9 @@ import sys
 from collections.abc import Iterable
 from types import ModuleType
 
-from listener.errors import ConfigurationError, MissingExtraError
+from cloudqueue.listener.errors import ConfigurationError, MissingExtraError
 
-OWN_PACKAGES = ("listener", "workers")
+OWN_PACKAGES = ("cloudqueue",)
 """A missing module under these is a bug in cloudqueue, never a missing extra."""
 
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from listener.errors import ConfigurationError
-from listener.poison.queue import poison_queue_name
-from listener.policies.priority import STRICT, Priority, check_queue_names
-from listener.stores.partitioned import split_message_id
-from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S, validate_queue_name
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.policies.priority import STRICT, Priority, check_queue_names
+from cloudqueue.listener.stores.partitioned import split_message_id
+from cloudqueue.listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S, validate_queue_name
 
 
 @dataclass(frozen=True, slots=True)
@@ -18,9 +18,9 @@ class CloudQueueLocation:
     """A queue name (valid for Azure, with room for its poison queue) and a visibility timeout.
 
     ``lower_queues`` are further queues the same listener reads, in falling priority after
-    ``queue_name``, shared among its gets as ``priority`` says (``listener.policies.priority``);
-    each keeps its own ``-poison`` queue. ``CloudQueueLocation.of(("urgent", "normal"))`` builds
-    one from the queues in priority order.
+    ``queue_name``, shared among its gets as ``priority`` says
+    (``cloudqueue.listener.policies.priority``); each keeps its own ``-poison`` queue.
+    ``CloudQueueLocation.of(("urgent", "normal"))`` builds one from the queues in priority order.
     """
 
     queue_name: str
@@ -59,7 +59,8 @@ class CloudQueueLocation:
 
     def queue_of(self, message_id: str) -> str:
         """The queue a fetched message came from: the one its id names (a listener on several
-        queues reads them through ``listener.stores.prioritized``), else ``queue_name``."""
+        queues reads them through ``cloudqueue.listener.stores.prioritized``), else
+        ``queue_name``."""
         if not self.lower_queues:
             return self.queue_name
         named = split_message_id(message_id)[1]

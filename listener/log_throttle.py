@@ -12,7 +12,7 @@ from typing import Any
 
 import structlog
 
-from listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 
 log = structlog.get_logger(__name__)
 

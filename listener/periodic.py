@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 from typing import Self
 
-from listener.clock import EVENT_SLEEPER, Sleeper
+from cloudqueue.listener.clock import EVENT_SLEEPER, Sleeper
 
 
 class PeriodicThread:

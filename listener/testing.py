@@ -5,7 +5,7 @@ Two injectable clocks, each both a ``Clock`` and a ``Sleeper``:
 * ``VirtualClock`` moves only when told to. A dequeue thread that waits on it blocks until virtual
   time reaches the end of its wait (or its stop event is set); ``advance_when_all_waiting`` moves
   time to the next wake-up only once every dequeue thread is waiting, so a test never races ahead
-  of work in progress. ``workers.testing.run_until_drained`` drives it.
+  of work in progress. ``cloudqueue.workers.testing.run_until_drained`` drives it.
 * ``ManualClock`` advances time by every wait instead of blocking: the simplest fake for tests
   that count waits, but an idle poller on it moves virtual time forward as fast as it can loop.
 """

@@ -3,15 +3,15 @@
 
 * A ``Publisher`` call (and so ``cloudqueue enqueue``) runs in a PRODUCER span ``send <queue>``
   and writes that span's W3C trace context into each message it puts, where the message has room
-  for it (``listener.wire.trace_context``). ``cloudqueue enqueue`` continues the trace named
-  by the ``TRACEPARENT`` / ``TRACESTATE`` environment variables, when set.
+  for it (``cloudqueue.listener.wire.trace_context``). ``cloudqueue enqueue`` continues the trace
+  named by the ``TRACEPARENT`` / ``TRACESTATE`` environment variables, when set.
 * The listener handles each message inside a CONSUMER span ``process <queue>``: a child of the
   producer's context when the message carries one, with a link to it as well (the messaging
   conventions' way to relate the two), so spans the handler starts join the producer's trace.
   A handler's exception marks that span failed (``record_failure``). A producer context whose
   sampled flag is off is linked but not made the parent: the span starts a trace of its own and
   the consumer's sampler decides, so a message (whoever wrote it) cannot switch off the
-  consumer's tracing. Malformed context is ignored (``listener.wire.trace_context``).
+  consumer's tracing. Malformed context is ignored (``cloudqueue.listener.wire.trace_context``).
 
 Attributes follow the OpenTelemetry messaging semantic conventions: ``messaging.system``
 (``azure_queue``: the conventions list no value for Azure Storage Queues), ``messaging.operation
@@ -36,11 +36,11 @@ from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from listener.imports import extra_installed
-from listener.redaction import redact
-from listener.stores.storage import QueueMessage
-from listener.wire.envelope import Envelope
-from listener.wire.trace_context import (
+from cloudqueue.listener.imports import extra_installed
+from cloudqueue.listener.redaction import redact
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.listener.wire.envelope import Envelope
+from cloudqueue.listener.wire.trace_context import (
     TRACEPARENT,
     TRACESTATE,
     Carrier,
@@ -84,7 +84,8 @@ def producer_span(queue_name: str) -> AbstractContextManager[SentCounter]:
 
 def stamp(content: str, *, wrap_plain: bool = False) -> str:
     """The message text carrying the current trace context where it can (see
-    ``listener.wire.trace_context``); unchanged without a valid context or the package."""
+    ``cloudqueue.listener.wire.trace_context``); unchanged without a valid context or the
+    package."""
     if not enabled():
         return content
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator

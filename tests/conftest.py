@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 import structlog
 
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.testing import ManualClock, VirtualClock
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import ManualClock, VirtualClock
 
 pytest_plugins = [
     "tests.support.azurite",
@@ -45,7 +45,7 @@ def make_storage(kind: str, request: pytest.FixtureRequest, tmp_path: Path) -> Q
     if kind == "sqlite":
         return SqliteQueueStorage(tmp_path / "queues.db")
     if kind == "azure":
-        from listener.stores.azure_storage import AzureQueueStorage
+        from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 
         connection_string: str = request.getfixturevalue("azurite_connection_string")
         return AzureQueueStorage.from_connection_string(connection_string)

@@ -1,5 +1,5 @@
-"""``python -m workers`` is the ``cloudqueue`` command."""
+"""``python -m cloudqueue.workers`` is the ``cloudqueue`` command."""
 
-from workers.cli import main
+from cloudqueue.workers.cli import main
 
 main()

@@ -1,9 +1,9 @@
 """Running ``async def`` handlers: every message's coroutine on one event loop per worker.
 
-The loop runs on a thread of its own (``listener.consumer.coroutines.LoopThread``), started with
-the first awaitable. A thread handling a message (a dequeue thread, or a handler thread when
-``listener.concurrency`` > 1) submits the handler's coroutine there and waits for its outcome, so
-the listener settles the message exactly as for a plain function -- deleted when it returned,
+The loop runs on a thread of its own (``cloudqueue.listener.consumer.coroutines.LoopThread``),
+started with the first awaitable. A thread handling a message (a dequeue thread, or a handler thread
+when ``listener.concurrency`` > 1) submits the handler's coroutine there and waits for its outcome,
+so the listener settles the message exactly as for a plain function -- deleted when it returned,
 retried when it raised. Many messages in flight are many coroutines awaiting concurrently on that
 one loop, which is also why a handler may keep one ``aiohttp`` session or database pool for all
 its messages: they all share this loop, as do the worker's async middleware. ``close()`` stops the
@@ -16,8 +16,8 @@ import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
-from listener.consumer.coroutines import LoopThread
-from listener.consumer.time_limits import wait_within_limit
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.time_limits import wait_within_limit
 
 T = TypeVar("T")
 

@@ -26,10 +26,10 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.consumer.coroutines import LoopThread
-from listener.consumer.time_limits import wait_within_limit
-from listener.errors import BatchFailed
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.time_limits import wait_within_limit
+from cloudqueue.listener.errors import BatchFailed
 
 T = TypeVar("T")
 

@@ -1,8 +1,9 @@
 """What a worker's handler controls make of its listener: a retry policy, a time limit, batches.
 
-``cloudqueue run`` (``workers.hosted_worker``) and ``workers.testing.run_until_drained`` build a
-worker's listener from the same ``Controls``, so a worker's ``retry``, ``listener.time_limit_s``
-and ``handle_batch`` behave alike in production and in its tests.
+``cloudqueue run`` (``cloudqueue.workers.hosted_worker``) and
+``cloudqueue.workers.testing.run_until_drained`` build a worker's listener from the same
+``Controls``, so a worker's ``retry``, ``listener.time_limit_s`` and ``handle_batch`` behave alike
+in production and in its tests.
 """
 
 from __future__ import annotations
@@ -11,15 +12,15 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from listener.consumer.coroutines import LoopThread
-from listener.consumer.listener import CloudQueueListener
-from listener.consumer.middleware import Middleware
-from listener.errors import ConfigurationError
-from listener.middleware.retry import RetryPolicy
-from listener.policies.delivery import DeliveryPolicy
-from workers.batch_handler import Batcher
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.middleware.retry import RetryPolicy
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.workers.batch_handler import Batcher
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 
 
 @dataclass(frozen=True)

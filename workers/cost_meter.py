@@ -14,13 +14,13 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.poison.queue import poison_queue_name
-from listener.simulation.cost import (
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.simulation.cost import (
     DEFAULT_PRICE_PER_10K_USD,
     monthly_cost_from_hourly_usd,
 )
-from listener.stores.metered import CountsByQueue, MeteredStorage
+from cloudqueue.listener.stores.metered import CountsByQueue, MeteredStorage
 
 WINDOW_S = 600.0
 """The rate follows the last ten minutes: recent enough to show a change, long enough to span
@@ -52,7 +52,7 @@ class CostMeter:
     ) -> None:
         self.storage = storage
         self.blobs = dict(blobs or {})
-        """Billed blob calls by operation (``listener.stores.metered.blob_counts``)."""
+        """Billed blob calls by operation (``cloudqueue.listener.stores.metered.blob_counts``)."""
         self.price_per_10k_usd = price_per_10k_usd
         self.clock = clock
         self.window_s = window_s

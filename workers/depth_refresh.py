@@ -18,9 +18,9 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.listener import CloudQueueListener
-from listener.consumer.pool_control import PoolControl
-from listener.errors import StorageError
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.pool_control import PoolControl
+from cloudqueue.listener.errors import StorageError
 
 DEFAULT_REFRESH_S = 5.0
 

@@ -16,38 +16,43 @@ from typing import Any
 
 import structlog
 
-from listener.clock import SYSTEM_CLOCK
-from listener.consumer.listener import CloudQueueListener
-from listener.push.triggers import account_of
-from listener.simulation.profile import ProfileRecorder
-from listener.stores.connection import (
+from cloudqueue.listener.clock import SYSTEM_CLOCK
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.simulation.profile import ProfileRecorder
+from cloudqueue.listener.stores.connection import (
     describe_storage,
     open_payload_store_if_available,
     open_storage,
 )
-from listener.stores.key_records import KeyLedger
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
-from listener.stores.tick_ledger import TickLedger
-from workers.cost_meter import CostMeter
-from workers.host_keys import HostKeyLedger
-from workers.hosted_jobs import HostedJobs
-from workers.hosted_worker import (
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.tick_ledger import TickLedger
+from cloudqueue.workers.cost_meter import CostMeter
+from cloudqueue.workers.host_keys import HostKeyLedger
+from cloudqueue.workers.hosted_jobs import HostedJobs
+from cloudqueue.workers.hosted_worker import (
     finish,
     host_worker,
     open_trigger_channel,
     wake_on_triggers,
 )
-from workers.live_state import LiveStatePublisher
-from workers.observability.process import ProcessObservability
-from workers.partitioning import layout_of, partitioned_storage, settle_layout, worker_queues
-from workers.periodic_job import PeriodicJob
-from workers.plain_queue import PlainQueueWatch
-from workers.settings import CloudQueueSettings, ListenerSettings
-from workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
-from workers.worker import QueueWorker, check_key_methods
+from cloudqueue.workers.live_state import LiveStatePublisher
+from cloudqueue.workers.observability.process import ProcessObservability
+from cloudqueue.workers.partitioning import (
+    layout_of,
+    partitioned_storage,
+    settle_layout,
+    worker_queues,
+)
+from cloudqueue.workers.periodic_job import PeriodicJob
+from cloudqueue.workers.plain_queue import PlainQueueWatch
+from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
+from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
+from cloudqueue.workers.worker import QueueWorker, check_key_methods
 
 log = structlog.get_logger(__name__)
 

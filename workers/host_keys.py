@@ -12,13 +12,13 @@ from collections.abc import Sequence
 
 import structlog
 
-from listener.errors import ConfigurationError
-from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_ledger import key_ledger_for
-from listener.stores.key_records import KeyLedger
-from listener.stores.storage import QueueStorage
-from workers.key_controls import wants_key_ledger
-from workers.settings import CloudQueueSettings
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_ledger import key_ledger_for
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.key_controls import wants_key_ledger
+from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)
 

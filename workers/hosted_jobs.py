@@ -7,13 +7,13 @@ import socket
 import uuid
 from collections.abc import Sequence
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.stores.connection import open_tick_ledger
-from listener.stores.tick_ledger import TickLedger
-from workers.job_scheduler import JobScheduler
-from workers.live_state import JobLiveState
-from workers.periodic_job import PeriodicJob, job_spec
-from workers.settings import CloudQueueSettings
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.stores.connection import open_tick_ledger
+from cloudqueue.listener.stores.tick_ledger import TickLedger
+from cloudqueue.workers.job_scheduler import JobScheduler
+from cloudqueue.workers.live_state import JobLiveState
+from cloudqueue.workers.periodic_job import PeriodicJob, job_spec
+from cloudqueue.workers.settings import CloudQueueSettings
 
 
 class HostedJobs:

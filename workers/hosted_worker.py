@@ -8,27 +8,27 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.listener import CloudQueueListener
-from listener.middleware.rate_limit import RateLimit
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import TriggerChannel
-from listener.scaling.scaler import ElasticScaler
-from listener.scaling.waker import TriggerWaker, Watchdog
-from listener.simulation.profile import ProfileRecorder
-from listener.stores.key_records import KeyLedger
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
-from listener.wire.codec import reading_codec
-from workers.async_handler import AsyncHandlerRunner
-from workers.batch_handler import Batcher
-from workers.controls import controls_for, subscribe_handler
-from workers.depth_refresh import DepthRefresher
-from workers.key_controls import key_middleware
-from workers.observability.process import ProcessObservability
-from workers.rate_limits import open_rate_limiter
-from workers.recording import Recording
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.middleware.rate_limit import RateLimit
+from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+from cloudqueue.listener.push.triggers import TriggerChannel
+from cloudqueue.listener.scaling.scaler import ElasticScaler
+from cloudqueue.listener.scaling.waker import TriggerWaker, Watchdog
+from cloudqueue.listener.simulation.profile import ProfileRecorder
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import reading_codec
+from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.batch_handler import Batcher
+from cloudqueue.workers.controls import controls_for, subscribe_handler
+from cloudqueue.workers.depth_refresh import DepthRefresher
+from cloudqueue.workers.key_controls import key_middleware
+from cloudqueue.workers.observability.process import ProcessObservability
+from cloudqueue.workers.rate_limits import open_rate_limiter
+from cloudqueue.workers.recording import Recording
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 

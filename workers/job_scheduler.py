@@ -19,11 +19,11 @@ from datetime import datetime
 
 import structlog
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.errors import StorageError
-from listener.stores.tick_ledger import TickLedger
-from workers.async_handler import AsyncHandlerRunner
-from workers.periodic_job import JobSpec, PeriodicJob
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.stores.tick_ledger import TickLedger
+from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.periodic_job import JobSpec, PeriodicJob
 
 log = structlog.get_logger(__name__)
 

@@ -2,8 +2,8 @@
 
 A tick is a moment every process computes alike from the schedule alone, so that processes that
 never talk to each other agree on which tick is due and the store can record it once
-(``listener.stores.tick_ledger``). Interval ticks are the multiples of ``every_s`` since the Unix
-epoch; cron ticks are those ``cronsim`` yields, in UTC. Both are pure: no clock, no I/O.
+(``cloudqueue.listener.stores.tick_ledger``). Interval ticks are the multiples of ``every_s`` since
+the Unix epoch; cron ticks are those ``cronsim`` yields, in UTC. Both are pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Protocol
 
 from cronsim import CronSim, CronSimError
 
-from listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 from typing import Any
 
-from listener.consumer.middleware import Middleware
-from listener.limits.key_gate import KeyGate, LocalKeyGate
-from listener.limits.redis_key_gate import RedisKeyGate, key_set
-from listener.location import CloudQueueLocation
-from listener.middleware.decisions import Count
-from listener.middleware.keyed import KeyedHandling
-from listener.middleware.per_key import PerKeyLimit
-from listener.push.triggers import account_of
-from listener.stores.key_records import KeyLedger
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.limits.key_gate import KeyGate, LocalKeyGate
+from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate, key_set
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.middleware.decisions import Count
+from cloudqueue.listener.middleware.keyed import KeyedHandling
+from cloudqueue.listener.middleware.per_key import PerKeyLimit
+from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 
 HOLD_TIMEOUTS = 2
 """A handling mark lasts this many visibility timeouts if its holder dies."""

@@ -15,9 +15,9 @@ from typing import TextIO, cast
 import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
-from listener.redaction import redact
-from workers.settings import LoggingSettings
-from workers.supervisor import CHILD_SLOT_VARIABLE
+from cloudqueue.listener.redaction import redact
+from cloudqueue.workers.settings import LoggingSettings
+from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE
 
 
 def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

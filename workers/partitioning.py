@@ -2,9 +2,9 @@
 
 With ``listener.partitions = 1`` everywhere, no ``drain_partitions``, no further accounts and no
 recorded layout, the storage is used as it is: the queue is the very queue a host without
-partitions reads. A queue's layout is recorded in the store (``listener.stores.layouts``): a
-worker checks its settings against the record at start and records them; the commands find the
-layout there, so that nobody has to repeat ``--partitions``.
+partitions reads. A queue's layout is recorded in the store
+(``cloudqueue.listener.stores.layouts``): a worker checks its settings against the record at start
+and records them; the commands find the layout there, so that nobody has to repeat ``--partitions``.
 """
 
 from __future__ import annotations
@@ -15,15 +15,15 @@ from typing import Any
 
 import structlog
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
-from listener.stores.connection import open_storage
-from listener.stores.layouts import QueueLayout, read_layout, record_layout
-from listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_queue
-from listener.stores.partitioned import Partition, PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
-from workers.settings import CloudQueueSettings, ListenerSettings
-from workers.worker import QueueWorker
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import ConfigurationError, QueueNotFoundError, StorageError
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout, record_layout
+from cloudqueue.listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_queue
+from cloudqueue.listener.stores.partitioned import Partition, PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
+from cloudqueue.workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 

@@ -11,7 +11,7 @@ Example::
             build_report(for_day=tick.date())
 
 ``cloudqueue run app.jobs:NightlyReport`` runs it, alone or beside queue workers. However many
-processes run it on one store, each tick fires once (``listener.stores.tick_ledger``).
+processes run it on one store, each tick fires once (``cloudqueue.listener.stores.tick_ledger``).
 """
 
 from __future__ import annotations
@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, ClassVar, Literal
 
-from listener.errors import ConfigurationError
-from listener.imports import import_object
-from workers.job_schedules import CronSchedule, EverySchedule, Schedule
-from workers.worker import QueueWorker, load_worker
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import import_object
+from cloudqueue.workers.job_schedules import CronSchedule, EverySchedule, Schedule
+from cloudqueue.workers.worker import QueueWorker, load_worker
 
 MissedTicks = Literal["skip", "run_once"]
 MISSED_POLICIES: tuple[str, ...] = ("skip", "run_once")

@@ -14,12 +14,17 @@ from datetime import datetime
 
 import structlog
 
-from listener.clock import EVENT_SLEEPER, Sleeper
-from listener.errors import ConfigurationError, QueueNotFoundError, StorageError
-from listener.periodic import PeriodicThread
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import MAX_BATCH_SIZE, NEVER_EXPIRES, QueueMessage, QueueStorage
-from workers.partitioning import plain_queue_depth
+from cloudqueue.listener.clock import EVENT_SLEEPER, Sleeper
+from cloudqueue.listener.errors import ConfigurationError, QueueNotFoundError, StorageError
+from cloudqueue.listener.periodic import PeriodicThread
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import (
+    MAX_BATCH_SIZE,
+    NEVER_EXPIRES,
+    QueueMessage,
+    QueueStorage,
+)
+from cloudqueue.workers.partitioning import plain_queue_depth
 
 CHECK_INTERVAL_S = 60.0
 """How often a partitioned worker counts the plain queue beside its partitions."""

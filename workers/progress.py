@@ -2,8 +2,8 @@
 
 ``cloudqueue run`` and the demo show one line per queue, redrawn a few times a second, so a person
 watching sees the threads follow the backlog. Everything on it comes from in-memory counters and
-the listener's known depth (``listener.consumer.depth``: its last count, or 0 after an empty get,
-with its age when that is a second or more): drawing it costs no storage transaction.
+the listener's known depth (``cloudqueue.listener.consumer.depth``: its last count, or 0 after an
+empty get, with its age when that is a second or more): drawing it costs no storage transaction.
 
 Log lines must not tear the line apart: while it is shown, structlog writes through the same
 ``rich`` console (``ConsoleStream``), which prints them above the status line.
@@ -29,7 +29,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.listener import CloudQueueListener
 
 REFRESH_INTERVAL_S = 0.25
 

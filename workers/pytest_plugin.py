@@ -1,7 +1,7 @@
 """cloudqueue's pytest plugin, registered by the package (``pytest11`` entry point).
 
 Installing cloudqueue gives every test suite two fixtures for testing workers without Azure or
-real time; ``workers.testing.run_until_drained`` is the helper that uses them.
+real time; ``cloudqueue.workers.testing.run_until_drained`` is the helper that uses them.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.testing import VirtualClock
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.testing import VirtualClock
 
 
 @pytest.fixture

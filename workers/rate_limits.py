@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from listener.errors import ConfigurationError
-from listener.limits.limiter import LocalRateLimiter, RateLimiter
-from listener.limits.redis_limiter import RedisRateLimiter, bucket_key
-from listener.location import CloudQueueLocation
-from listener.push.triggers import account_of
-from workers.settings import CloudQueueSettings
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.limits.limiter import LocalRateLimiter, RateLimiter
+from cloudqueue.listener.limits.redis_limiter import RedisRateLimiter, bucket_key
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.workers.settings import CloudQueueSettings
 
 
 def open_rate_limiter(

@@ -1,5 +1,6 @@
 """What ``run_until_drained`` keeps of a worker's handling: the items its handler finished and
-the first exception it raised, for ``handle`` and for ``handle_batch`` (``workers.testing``)."""
+the first exception it raised, for ``handle`` and for ``handle_batch``
+(``cloudqueue.workers.testing``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar, cast
 
-from listener.errors import BatchFailed
+from cloudqueue.listener.errors import BatchFailed
 
 T = TypeVar("T")
 

@@ -2,7 +2,7 @@
 
 A middleware, as the metrics are: each first delivery counts as an arrival at its message's
 insertion time, and each delivery's handling time, size and outcome go to the ``ProfileRecorder``
-(``listener.simulation.profile``), which writes one line per minute.
+(``cloudqueue.listener.simulation.profile``), which writes one line per minute.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from listener.consumer.middleware import CallNext, MessageContext, Middleware
-from listener.simulation.profile import ProfileRecorder
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.simulation.profile import ProfileRecorder
 
 SEEN_MESSAGES = 4_096
 """Message ids remembered, so that a message retried soon after is not a second arrival."""

@@ -18,8 +18,8 @@ from typing import Any
 
 import structlog
 
-from listener.imports import import_extra
-from workers.supervisor import Supervisor
+from cloudqueue.listener.imports import import_extra
+from cloudqueue.workers.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ The prediction is told what the real run met, so that only the policies' behavio
 * the handling times the handlers took (as a recording worker measures them);
 * the storage service: the mean delete's latency, and how many calls a second it answered at
   its busiest, the producer's puts included (they take their turn at it as the consumer's calls
-  do: ``listener.simulation.storage_line``).
+  do: ``cloudqueue.listener.simulation.storage_line``).
 
 The transactions compared are the consumer's billed calls on the queue (gets, deletes, depth
 checks, visibility updates): the producer's puts cost the same under any settings and are left
@@ -34,18 +34,23 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
-from listener.producer.announce import WorkAnnouncer
-from listener.producer.publisher import Publisher
-from listener.push.triggers import account_of
-from listener.simulation.report import Latency, ServiceModel
-from listener.simulation.workload import Workload
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.storage import QueueStorage
-from workers.host import WorkerHost
-from workers.hosted_worker import open_trigger_channel
-from workers.replay_prediction import CONSUMER_OPERATIONS, ReplayReport, predict, service_met
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.simulation.report import Latency, ServiceModel
+from cloudqueue.listener.simulation.workload import Workload
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.hosted_worker import open_trigger_channel
+from cloudqueue.workers.replay_prediction import (
+    CONSUMER_OPERATIONS,
+    ReplayReport,
+    predict,
+    service_met,
+)
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 
 R = TypeVar("R")
 

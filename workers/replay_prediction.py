@@ -12,11 +12,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from listener.simulation.compare import simulate
-from listener.simulation.policies import PolicySpec
-from listener.simulation.report import Latency, ServiceModel
-from listener.simulation.workload import Workload
-from workers.settings import CloudQueueSettings
+from cloudqueue.listener.simulation.compare import simulate
+from cloudqueue.listener.simulation.policies import PolicySpec
+from cloudqueue.listener.simulation.report import Latency, ServiceModel
+from cloudqueue.listener.simulation.workload import Workload
+from cloudqueue.workers.settings import CloudQueueSettings
 
 CONSUMER_OPERATIONS = (
     "get_messages",

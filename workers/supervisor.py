@@ -23,8 +23,8 @@ from typing import Protocol
 
 import structlog
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.policies.backoff import randomized_exponential_backoff
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.policies.backoff import randomized_exponential_backoff
 
 log = structlog.get_logger(__name__)
 

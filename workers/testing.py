@@ -23,27 +23,27 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
-from listener.consumer.listener import CloudQueueListener
-from listener.errors import (
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.errors import (
     CloudQueueError,
     ConfigurationError,
     DecodeError,
     QueueNotFoundError,
 )
-from listener.poison.queue import browse_poisoned, poison_queue_name
-from listener.poison.record import read_record
-from listener.producer.publisher import Publisher
-from listener.stores.key_ledger import key_ledger_for
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.testing import ManualClock, VirtualClock
-from listener.wire.codec import MessageCodec
-from listener.wire.payload import open_message
-from workers.async_handler import AsyncHandlerRunner
-from workers.controls import controls_for, subscribe_handler
-from workers.key_controls import key_middleware
-from workers.recorders import BatchRecorder, Recorder
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
+from cloudqueue.listener.poison.queue import browse_poisoned, poison_queue_name
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.stores.key_ledger import key_ledger_for
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.testing import ManualClock, VirtualClock
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.payload import open_message
+from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.controls import controls_for, subscribe_handler
+from cloudqueue.workers.key_controls import key_middleware
+from cloudqueue.workers.recorders import BatchRecorder, Recorder
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 
 T = TypeVar("T")
 
@@ -168,7 +168,8 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
     """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
     virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout),
     with the same middleware: the key controls (its ledger in the same store), the handler
-    controls (``workers.controls``), the worker's own ``middleware`` and those of its settings."""
+    controls (``cloudqueue.workers.controls``), the worker's own ``middleware`` and those of its
+    settings."""
     clock = VirtualClock()
     options = settings.listener
     controls = controls_for(type(worker), settings)

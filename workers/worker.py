@@ -7,17 +7,17 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
-from listener.consumer.middleware import Middleware, make_middleware
-from listener.errors import ConfigurationError
-from listener.imports import import_object
-from listener.location import CloudQueueLocation
-from listener.policies.priority import STRICT, Priority
-from listener.policies.retry import Retry
+from cloudqueue.listener.consumer.middleware import Middleware, make_middleware
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import import_object
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.priority import STRICT, Priority
+from cloudqueue.listener.policies.retry import Retry
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
-    from listener.consumer.listener import CloudQueueListener
+    from cloudqueue.listener.consumer.listener import CloudQueueListener
 
 T = TypeVar("T")
 
@@ -42,8 +42,9 @@ class QueueWorker(Generic[T]):
     ``async def``, whose coroutines share one event loop per worker. Returning deletes the
     message; raising leaves it in the queue for another try. ``settings`` overrides the
     process-wide settings for this worker only (any listener, backoff or scaling field);
-    ``middleware`` wraps the handling of each message (``listener.Middleware``); ``retry``
-    shapes its retries (``Retry``). A worker may define ``handle_batch`` instead of ``handle``.
+    ``middleware`` wraps the handling of each message (``cloudqueue.listener.Middleware``);
+    ``retry`` shapes its retries (``Retry``). A worker may define ``handle_batch`` instead of
+    ``handle``.
     ``key`` and ``concurrency_key``, when defined, give the keys that idempotent handling,
     cancelling and the per-key limit use (see each).
     """

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import click
 
-from workers.cli import cli
+from cloudqueue.workers.cli import cli
 
 PROGRAM = "cloudqueue"
 HELP_WIDTH = 78

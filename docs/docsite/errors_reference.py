@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import inspect
 
-import listener.errors
-from listener.errors import CloudQueueError
-from listener.poison.reasons import POISON_REASONS
+from cloudqueue.listener import errors
+from cloudqueue.listener.errors import CloudQueueError
+from cloudqueue.listener.poison.reasons import POISON_REASONS
 
 
 def error_types() -> list[tuple[int, type[CloudQueueError]]]:
-    """Every error type of ``listener.errors`` with its depth below ``CloudQueueError``."""
+    """Every error type of ``cloudqueue.listener.errors`` with its depth below
+    ``CloudQueueError``."""
     ordered: list[tuple[int, type[CloudQueueError]]] = []
 
     def walk(error: type[CloudQueueError], depth: int) -> None:
         ordered.append((depth, error))
         for child in error.__subclasses__():
-            if child.__module__ == listener.errors.__name__:
+            if child.__module__ == errors.__name__:
                 walk(child, depth + 1)
 
     walk(CloudQueueError, 0)

@@ -1,8 +1,9 @@
 """MkDocs hooks (``hooks:`` in ``mkdocs.yml``): generated pages and the repository's images.
 
 MkDocs loads this file by path, so the repository root and ``docs/`` go on ``sys.path`` first:
-the generators (this package, ``docs/docsite``) import ``listener``, ``workers`` and the
-benchmark renderers in ``tests.benchmarks``.
+the generators (this package, ``docs/docsite``) import ``cloudqueue.listener``,
+``cloudqueue.workers`` and the benchmark renderers in ``tests.benchmarks``. The API reference
+reads the package from ``build/package-tree`` (``mkdocs.yml``), laid out here as it installs.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ for folder in (ROOT, ROOT / "docs"):
 from mkdocs.structure.files import File, Files  # noqa: E402
 
 from docsite import generated  # noqa: E402
+from tests.support.package_tree import lay_out_package  # noqa: E402
+
+lay_out_package()
 
 REPOSITORY_IMAGES = {"images/dashboard.png": ROOT / "examples" / "dashboard" / "dashboard.png"}
 """Images kept beside the code they show, published under docs' own paths."""

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from prometheus_client.metrics import MetricWrapperBase
 
-from workers.observability.metrics import WorkerMetrics
+from cloudqueue.workers.observability.metrics import WorkerMetrics
 
 
 @dataclass(frozen=True, slots=True)

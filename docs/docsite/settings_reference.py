@@ -21,8 +21,8 @@ import annotated_types
 from pydantic import BaseModel, SecretStr
 from pydantic.fields import FieldInfo
 
-from workers.settings import DEFAULT_CONFIG_FILE, CloudQueueSettings
-from workers.settings.keys import env_name
+from cloudqueue.workers.settings import DEFAULT_CONFIG_FILE, CloudQueueSettings
+from cloudqueue.workers.settings.keys import env_name
 
 ROOT = Path(__file__).resolve().parents[2]
 TOML_FILE = ROOT / DEFAULT_CONFIG_FILE

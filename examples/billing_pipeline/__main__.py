@@ -13,14 +13,14 @@ import sys
 import time
 from collections.abc import Sequence
 
+from cloudqueue.listener import open_storage
+from cloudqueue.workers import CloudQueueSettings
 from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, ledger_path
 from examples.billing_pipeline.initiator import prepare_queues, start_run
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import expected_totals, sample_transactions
 from examples.processes import spawn_worker, stop_worker
-from listener import open_storage
-from workers import CloudQueueSettings
 
 PROGRESS_INTERVAL_S = 1.0
 SHOWN_CUSTOMERS = 10

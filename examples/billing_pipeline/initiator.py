@@ -7,10 +7,10 @@ from collections.abc import Sequence
 
 import structlog
 
+from cloudqueue.listener import Publisher, QueueStorage, WorkAnnouncer
 from examples.billing_pipeline.config import RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import Transaction, WorkItem, split
-from listener import Publisher, QueueStorage, WorkAnnouncer
 
 log = structlog.get_logger(__name__)
 

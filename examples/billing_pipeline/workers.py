@@ -13,6 +13,8 @@ from typing import Any
 
 import structlog
 
+from cloudqueue.listener import CloudQueueListener, Publisher, WorkAnnouncer, current_envelope
+from cloudqueue.workers import CloudQueueSettings, QueueWorker
 from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import (
     RESULTS_QUEUE,
@@ -22,8 +24,6 @@ from examples.billing_pipeline.config import (
 )
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import PricedItem, WorkItem, price
-from listener import CloudQueueListener, Publisher, WorkAnnouncer, current_envelope
-from workers import CloudQueueSettings, QueueWorker
 
 log = structlog.get_logger(__name__)
 

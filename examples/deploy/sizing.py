@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from listener import ConfigurationError, ScalingInput
-from workers import CloudQueueSettings, ScalingSettings, load_settings
+from cloudqueue.listener import ConfigurationError, ScalingInput
+from cloudqueue.workers import CloudQueueSettings, ScalingSettings, load_settings
 
 SHUTDOWN_MARGIN_S = 10
 """Seconds past ``shutdown_grace_s`` before Kubernetes kills the pod: joining the threads and

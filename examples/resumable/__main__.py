@@ -17,13 +17,13 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 
+from cloudqueue.listener import Publisher, QueueStorage, open_storage
+from cloudqueue.workers import CloudQueueSettings
 from examples.processes import spawn_worker, stop_worker
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path, open_state_store
 from examples.resumable.intent import STEPS, CloseAccount
 from examples.resumable.state import StateStore
-from listener import Publisher, QueueStorage, open_storage
-from workers import CloudQueueSettings
 
 WORKER = "examples.resumable.worker:CloseAccountWorker"
 VISIBILITY_ENV = "CLOUDQUEUE_LISTENER__VISIBILITY_TIMEOUT_S"

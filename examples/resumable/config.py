@@ -11,9 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from cloudqueue.listener import ConfigurationError
 from examples.resumable.sqlite_state import SqliteStateStore
 from examples.resumable.state import StateStore
-from listener import ConfigurationError
 
 QUEUE = "close-account"
 ACCOUNTS_ENV = "RESUMABLE_ACCOUNTS_DB"

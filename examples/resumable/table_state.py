@@ -10,8 +10,8 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
+from cloudqueue.listener import ConfigurationError
 from examples.resumable.state import ConflictError, JobState, Versioned
-from listener import ConfigurationError
 
 if TYPE_CHECKING:
     from azure.data.tables import TableClient

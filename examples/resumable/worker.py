@@ -20,6 +20,8 @@ from typing import Any
 
 import structlog
 
+from cloudqueue.listener import CloudQueueListener, current_envelope
+from cloudqueue.workers import CloudQueueSettings, QueueWorker
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import (
     QUEUE,
@@ -31,8 +33,6 @@ from examples.resumable.config import (
 from examples.resumable.intent import STEPS, CloseAccount
 from examples.resumable.state import JobState, StateStore, load_or_create, update
 from examples.resumable.steps import STEP_FUNCTIONS
-from listener import CloudQueueListener, current_envelope
-from workers import CloudQueueSettings, QueueWorker
 
 log = structlog.get_logger(__name__)
 

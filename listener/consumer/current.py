@@ -11,7 +11,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime
 
-from listener.stores.storage import QueueMessage
+from cloudqueue.listener.stores.storage import QueueMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +26,8 @@ class MessageEnvelope:
     content_chars: int = 0
     """The length of the message's text as stored (what a workload recording sizes)."""
     key: str | None = None
-    """The message's key (``listener.wire.keys``), carried or the worker's; None without one."""
+    """The message's key (``cloudqueue.listener.wire.keys``), carried or the worker's; None without
+    one."""
 
     @classmethod
     def of(cls, queue_name: str, message: QueueMessage, key: str | None = None) -> MessageEnvelope:

@@ -22,10 +22,10 @@ import itertools
 import threading
 from dataclasses import dataclass
 
-from listener.clock import Clock
-from listener.consumer.handoff import HandOff
-from listener.consumer.leases import Lease
-from listener.consumer.middleware import Resume
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer.handoff import HandOff
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.middleware import Resume
 
 MAX_DEFERRED = 1024
 """Deferred messages one listener holds at most: past it, its threads fetch no more until some

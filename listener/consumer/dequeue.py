@@ -3,11 +3,11 @@
 Each thread repeats: take the next fetched message from the listener's hand-off, or, when none is
 waiting, get a batch (up to 32) with a visibility timeout and put it there -- so one get feeds
 every thread and no thread keeps a batch of slow messages to itself. Each message goes to the
-processor (``listener.consumer.processing``) in one of the thread's in-flight slots. An empty get
-raises ``QueueEmpty``, whose answer (the scaler's, as a middleware) says how long the thread waits
-and whether it stops; a thread that was idle and finds work (and the listener's first non-empty
-get) raises ``QueueWorkDetected``. Threads never die from errors: storage outages and unexpected
-failures are logged and backed off; only ``stop`` (or a scale-in) ends a thread.
+processor (``cloudqueue.listener.consumer.processing``) in one of the thread's in-flight slots. An
+empty get raises ``QueueEmpty``, whose answer (the scaler's, as a middleware) says how long the
+thread waits and whether it stops; a thread that was idle and finds work (and the listener's first
+non-empty get) raises ``QueueWorkDetected``. Threads never die from errors: storage outages and
+unexpected failures are logged and backed off; only ``stop`` (or a scale-in) ends a thread.
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from dataclasses import dataclass
 
 import structlog
 
-from listener.clock import Clock, Sleeper
-from listener.consumer.events import (
+from cloudqueue.listener.clock import Clock, Sleeper
+from cloudqueue.listener.consumer.events import (
     BatchProcessed,
     QueueEmpty,
     QueueEmptyDecision,
     QueueWorkDetected,
 )
-from listener.consumer.in_flight import InFlight
-from listener.consumer.leases import Lease
-from listener.consumer.loop_parts import LoopParts, LoopSettings
-from listener.policies.backoff import RandomSource, randomized_exponential_backoff
-from listener.stores.storage import QueueMessage
+from cloudqueue.listener.consumer.in_flight import InFlight
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.loop_parts import LoopParts, LoopSettings
+from cloudqueue.listener.policies.backoff import RandomSource, randomized_exponential_backoff
+from cloudqueue.listener.stores.storage import QueueMessage
 
 log = structlog.get_logger(__name__)
 

@@ -1,4 +1,5 @@
-"""The listener's events, as its middleware receive them (``listener.consumer.middleware``).
+"""The listener's events, as its middleware receive them
+(``cloudqueue.listener.consumer.middleware``).
 
 Two of them are the design's own callbacks, under its names: ``QueueEmpty`` (a get came back
 empty: how long should the thread wait, and should it stop?) and ``QueueWorkDetected`` (a thread
@@ -58,7 +59,8 @@ class QueueWorkDetected:
 
 @dataclass(frozen=True, slots=True)
 class BatchProcessed:
-    """A dequeue thread finished a stretch of work (``listener.consumer.dequeue.STRETCH_S``)."""
+    """A dequeue thread finished a stretch of work
+    (``cloudqueue.listener.consumer.dequeue.STRETCH_S``)."""
 
     queue_name: str
     messages: int

@@ -2,7 +2,8 @@
 
 A handler runs beneath reactivex's observer wrappers, the async runner's event loop and
 cloudqueue's fan-out; a raw traceback is mostly their frames. The one-line account of each failure
-(type, message, what happens next) is logged by ``listener.consumer.processing``; this module
+(type, message, what happens next) is logged by ``cloudqueue.listener.consumer.processing``; this
+module
 adds the traceback, trimmed to the frames that are not the framework's:
 
 * at **warning**, the first time an error is raised at a given place (its type and the line that
@@ -19,7 +20,7 @@ reads each settled message's failures (``MessageContext.failures``) and outcome.
 A ``PermanentFailure`` is a handler's deliberate verdict, not a bug: its traceback stays at debug.
 The text goes under the ``exception`` key, which structlog's console renderer prints as a block
 and the JSON renderer keeps as one string. ``FailureMemory`` is the one bounded memory of failures
-(places here, each message's first error in ``listener.consumer.processing``).
+(places here, each message's first error in ``cloudqueue.listener.consumer.processing``).
 """
 
 from __future__ import annotations
@@ -33,8 +34,8 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
-from listener.consumer.middleware import MessageContext, Middleware
-from listener.errors import PermanentFailure
+from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
+from cloudqueue.listener.errors import PermanentFailure
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -45,9 +46,9 @@ FRAMEWORK_MODULES = ("reactivex", "asyncio", "concurrent.futures")
 """Packages whose frames never help to find a handler's bug."""
 
 OWN_MODULES = (
-    "listener.consumer.subscribers",
-    "listener.consumer.coroutines",
-    "workers.async_handler",
+    "cloudqueue.listener.consumer.subscribers",
+    "cloudqueue.listener.consumer.coroutines",
+    "cloudqueue.workers.async_handler",
 )
 """cloudqueue's modules between the dequeue thread and the handler."""
 

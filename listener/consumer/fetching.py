@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import structlog
 
-from listener.consumer.handoff import fetch_size
-from listener.consumer.pool import DequeuePool
-from listener.consumer.queues import QueueCreator
-from listener.consumer.stack import MiddlewareStack
-from listener.consumer.throughput import ThroughputMeter
-from listener.errors import QueueNotFoundError, StorageError
-from listener.location import CloudQueueLocation
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.consumer.handoff import fetch_size
+from cloudqueue.listener.consumer.pool import DequeuePool
+from cloudqueue.listener.consumer.queues import QueueCreator
+from cloudqueue.listener.consumer.stack import MiddlewareStack
+from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.errors import QueueNotFoundError, StorageError
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.leases import Lease
 
 FETCH_HORIZON_FRACTION = 0.5
 """Fetch no more than the pool can start within this fraction of the visibility timeout."""

@@ -1,10 +1,10 @@
 """Delays beyond 7 days, on the listener's side: a message taken before it is due is hidden again.
 
 A ``Publisher`` puts a message delayed longer than 7 days hidden for 7 days, with its due time in
-its envelope (``listener.wire.due``). When it shows up early, the listener does not handle it: it
-puts a copy hidden for the rest of the delay (at most ``DeliveryPolicy.max_hop_s``, 7 days), its
-``hops`` one higher and every other field kept, then deletes the one it took. The copy keeps the
-original's expiry (``listener.producer.republish``).
+its envelope (``cloudqueue.listener.wire.due``). When it shows up early, the listener does not
+handle it: it puts a copy hidden for the rest of the delay (at most ``DeliveryPolicy.max_hop_s``, 7
+days), its ``hops`` one higher and every other field kept, then deletes the one it took. The copy
+keeps the original's expiry (``cloudqueue.listener.producer.republish``).
 
 A re-put rather than a longer visibility timeout on the same message: a get raises a message's
 dequeue count, and the processor poisons a message delivered more than ``max_dequeue_count``
@@ -22,15 +22,15 @@ from typing import Any
 
 import structlog
 
-from listener.clock import Clock
-from listener.consumer import lease_calls
-from listener.consumer.leases import Lease
-from listener.consumer.middleware import MessageContext, Outcome
-from listener.consumer.settlement import Settlement
-from listener.errors import StorageError
-from listener.producer.republish import republish
-from listener.wire.due import next_hop
-from listener.wire.envelope import Envelope
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer import lease_calls
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
+from cloudqueue.listener.consumer.settlement import Settlement
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.producer.republish import republish
+from cloudqueue.listener.wire.due import next_hop
+from cloudqueue.listener.wire.envelope import Envelope
 
 log = structlog.get_logger(__name__)
 

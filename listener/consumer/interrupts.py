@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import ctypes
 
-from listener.errors import TimeLimitExceeded
+from cloudqueue.listener.errors import TimeLimitExceeded
 
 
 def interrupt(thread_id: int, error: type[BaseException] = TimeLimitExceeded) -> bool:

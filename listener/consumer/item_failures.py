@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from listener.errors import PermanentFailure
+from cloudqueue.listener.errors import PermanentFailure
 
 MAX_ERROR_CHARS = 2000
 """The longest error text kept (a poison record holds two of them beside the content)."""

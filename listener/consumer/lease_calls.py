@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import structlog
 
-from listener.consumer.leases import Lease
-from listener.errors import StorageError
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
-from listener.wire.payload import retire_payload
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.payload import retire_payload
 
 log = structlog.get_logger(__name__)
 

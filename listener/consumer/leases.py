@@ -20,9 +20,9 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from listener.clock import Clock
-from listener.errors import MessageNotFoundError, StorageError
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.errors import MessageNotFoundError, StorageError
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 
@@ -48,9 +48,11 @@ class Lease:
     """True when storage said the message is gone or re-taken while we held it."""
     abandoned: bool = False
     """True once its handler passed the time limit: the limit settled the message and ended the
-    lease (``listener.consumer.time_limits``); the handler's thread, if it returns, does neither."""
+    lease (``cloudqueue.listener.consumer.time_limits``); the handler's thread, if it returns, does
+    neither."""
     parked: bool = False
-    """True while a middleware deferred it (``listener.consumer.deferrals``): still held."""
+    """True while a middleware deferred it (``cloudqueue.listener.consumer.deferrals``): still
+    held."""
 
     def settle(self, action: Callable[[str], None]) -> None:
         """Run ``action(current_pop_receipt)`` and end the lease, with no renewal in between."""

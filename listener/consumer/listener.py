@@ -23,24 +23,24 @@ import structlog
 from reactivex import Observable, abc
 from reactivex.disposable import Disposable
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.consumer.coroutines import LoopThread
-from listener.consumer.dequeue import DequeueLoop
-from listener.consumer.events import ListenerStarted, ListenerStopped
-from listener.consumer.loop_parts import Inputs, LoopSettings, assemble
-from listener.consumer.middleware import Middleware
-from listener.consumer.pool_control import ListenerLoad, PoolControl
-from listener.consumer.processing import KeyFunction
-from listener.consumer.stats import ListenerCounters, ListenerMeters
-from listener.consumer.subscribers import BatchObserver, Subscribers
-from listener.location import CloudQueueLocation
-from listener.policies.backoff import RandomSource, default_rng
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.payload_store import PayloadStore
-from listener.stores.prioritized import PrioritizedQueueStorage
-from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
-from listener.wire.codec import Codec, MessageCodec
-from listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.dequeue import DequeueLoop
+from cloudqueue.listener.consumer.events import ListenerStarted, ListenerStopped
+from cloudqueue.listener.consumer.loop_parts import Inputs, LoopSettings, assemble
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.consumer.pool_control import ListenerLoad, PoolControl
+from cloudqueue.listener.consumer.processing import KeyFunction
+from cloudqueue.listener.consumer.stats import ListenerCounters, ListenerMeters
+from cloudqueue.listener.consumer.subscribers import BatchObserver, Subscribers
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.backoff import RandomSource, default_rng
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.prioritized import PrioritizedQueueStorage
+from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
+from cloudqueue.listener.wire.codec import Codec, MessageCodec
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
 
 T = TypeVar("T")
 
@@ -80,11 +80,11 @@ class CloudQueueListener(Observable[T]):
     its last thread has exited.
 
     ``middleware`` wrap the handling of each message and receive the listener's events, in order
-    (``listener.consumer.middleware``); every listener has ``FailureLogs`` and ``ConsumerTracing``
-    first. Messages sent by a ``Publisher`` may be compressed, batched or kept in a payload store;
-    the listener unpacks them transparently (without a ``payload_store`` such messages are
-    poisoned as undecodable). ``decoding`` bounds the work one message may cost before its items
-    are built (over a limit: poisoned as ``over_limit``).
+    (``cloudqueue.listener.consumer.middleware``); every listener has ``FailureLogs`` and
+    ``ConsumerTracing`` first. Messages sent by a ``Publisher`` may be compressed, batched or kept
+    in a payload store; the listener unpacks them transparently (without a ``payload_store`` such
+    messages are poisoned as undecodable). ``decoding`` bounds the work one message may cost before
+    its items are built (over a limit: poisoned as ``over_limit``).
     """
 
     def __init__(
@@ -113,9 +113,9 @@ class CloudQueueListener(Observable[T]):
     ) -> None:
         """``loop`` runs the coroutines of async middleware (by default one of its own).
         ``time_limit_s`` (0: none) bounds each message's handling
-        (``listener.consumer.time_limits``); ``adaptive_slots=False`` keeps every thread's
-        ``concurrency`` slots in use however fast handlers return (a batch handler's); ``key``
-        gives the key of an item whose message carries none (``MessageContext.key``)."""
+        (``cloudqueue.listener.consumer.time_limits``); ``adaptive_slots=False`` keeps every
+        thread's ``concurrency`` slots in use however fast handlers return (a batch handler's);
+        ``key`` gives the key of an item whose message carries none (``MessageContext.key``)."""
         super().__init__()
         rng = rng or default_rng()
         settings = LoopSettings(
@@ -272,7 +272,8 @@ class CloudQueueListener(Observable[T]):
 
     def slots_per_thread(self) -> int:
         """Messages each dequeue thread keeps in flight now: ``concurrency`` while handlers wait,
-        fewer while they return at once (``listener.consumer.in_flight.slots_per_loop``)."""
+        fewer while they return at once
+        (``cloudqueue.listener.consumer.in_flight.slots_per_loop``)."""
         return self._parts.slots_per_thread()
 
     @property
@@ -344,7 +345,8 @@ class CloudQueueListener(Observable[T]):
 
     def subscribe_batches(self, observer: BatchObserver[T]) -> None:
         """Hand each message's items to ``observer`` at once, to be handled in batches with
-        other messages' (``workers.batch_handler``); at most one, before the listener starts."""
+        other messages' (``cloudqueue.workers.batch_handler``); at most one, before the listener
+        starts."""
         if self._parts.signals.stopping.is_set() or self._started:
             raise RuntimeError("subscribe_batches must be called before start_listener")
         if self._subscribers.batches is not None:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from listener.consumer.handoff import HandOff
-from listener.consumer.pool import DequeuePool
-from listener.consumer.pool_control import ListenerLoad
-from listener.consumer.stats import ListenerMeters
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.consumer.handoff import HandOff
+from cloudqueue.listener.consumer.pool import DequeuePool
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.consumer.stats import ListenerMeters
+from cloudqueue.listener.stores.storage import QueueStorage
 
 
 class LoadReader:

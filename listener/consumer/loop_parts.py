@@ -8,35 +8,35 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from listener.clock import Clock
-from listener.consumer.coroutines import LoopThread
-from listener.consumer.deferrals import Deferrals
-from listener.consumer.failure_logs import FailureLogs
-from listener.consumer.fetching import Fetcher
-from listener.consumer.handoff import HandOff
-from listener.consumer.in_flight import HandlerPool, slots_per_loop
-from listener.consumer.leases import Lease, LeaseKeeper
-from listener.consumer.load import LoadReader
-from listener.consumer.middleware import MessageContext, Middleware
-from listener.consumer.pool import DequeuePool
-from listener.consumer.pool_control import ListenerPoolControl
-from listener.consumer.processing import KeyFunction, MessageProcessor
-from listener.consumer.queue_tally import QueueTally
-from listener.consumer.queues import QueueCreator
-from listener.consumer.settlement import Settlement
-from listener.consumer.stack import MiddlewareStack
-from listener.consumer.stats import ListenerMeters
-from listener.consumer.subscribers import Subscribers
-from listener.consumer.time_limits import TimeLimits
-from listener.consumer.tracing import ConsumerTracing
-from listener.errors import ConfigurationError
-from listener.location import CloudQueueLocation
-from listener.policies.backoff import RandomSource
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
-from listener.wire.codec import Codec
-from listener.wire.limits import DecodingLimits
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.deferrals import Deferrals
+from cloudqueue.listener.consumer.failure_logs import FailureLogs
+from cloudqueue.listener.consumer.fetching import Fetcher
+from cloudqueue.listener.consumer.handoff import HandOff
+from cloudqueue.listener.consumer.in_flight import HandlerPool, slots_per_loop
+from cloudqueue.listener.consumer.leases import Lease, LeaseKeeper
+from cloudqueue.listener.consumer.load import LoadReader
+from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
+from cloudqueue.listener.consumer.pool import DequeuePool
+from cloudqueue.listener.consumer.pool_control import ListenerPoolControl
+from cloudqueue.listener.consumer.processing import KeyFunction, MessageProcessor
+from cloudqueue.listener.consumer.queue_tally import QueueTally
+from cloudqueue.listener.consumer.queues import QueueCreator
+from cloudqueue.listener.consumer.settlement import Settlement
+from cloudqueue.listener.consumer.stack import MiddlewareStack
+from cloudqueue.listener.consumer.stats import ListenerMeters
+from cloudqueue.listener.consumer.subscribers import Subscribers
+from cloudqueue.listener.consumer.time_limits import TimeLimits
+from cloudqueue.listener.consumer.tracing import ConsumerTracing
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.backoff import RandomSource
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, QueueStorage
+from cloudqueue.listener.wire.codec import Codec
+from cloudqueue.listener.wire.limits import DecodingLimits
 
 
 @dataclass(frozen=True)
@@ -92,7 +92,7 @@ class LoopParts:
     load: LoadReader
     control: ListenerPoolControl
     slots_per_thread: Callable[[], int]
-    """Messages each thread keeps in flight now (``listener.consumer.in_flight``)."""
+    """Messages each thread keeps in flight now (``cloudqueue.listener.consumer.in_flight``)."""
     on_last_thread_stopped: Callable[[], None]
     tally: QueueTally | None = None
     """What each queue's messages became, for a listener on several queues."""

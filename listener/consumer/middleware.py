@@ -16,13 +16,13 @@ list outermost:
   outcome and its reason (``MessageContext.outcome``).
 * the bus's events: ``on_queue_empty`` (the design's ``QueueEmpty``: may decide the idle wait),
   ``on_queue_work_detected`` (the design's ``QueueWorkDetected``), ``on_batch_processed`` and
-  ``on_scaled`` (``listener.consumer.events``).
+  ``on_scaled`` (``cloudqueue.listener.consumer.events``).
 
 A hook that raises is contained and logged like a failing observer: in ``around_handle`` the
 message counts as failed (and is retried, then poisoned); anywhere else the error is logged and
 the listener goes on. Any hook may be an ``async def``: its coroutine runs to completion on the
-listener's event loop (``listener.consumer.coroutines``); an async ``around_handle`` awaits
-``call_next()``, which then runs the rest of the chain on a worker thread.
+listener's event loop (``cloudqueue.listener.consumer.coroutines``); an async ``around_handle``
+awaits ``call_next()``, which then runs the rest of the chain on a worker thread.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Generic, Literal, TypeVar
 
-from listener.consumer.events import (
+from cloudqueue.listener.consumer.events import (
     BatchProcessed,
     ListenerStarted,
     ListenerStopped,
@@ -41,10 +41,10 @@ from listener.consumer.events import (
     QueueWorkDetected,
     Scaled,
 )
-from listener.consumer.item_failures import ItemFailure
-from listener.errors import ConfigurationError
-from listener.stores.storage import QueueMessage
-from listener.wire.envelope import Envelope
+from cloudqueue.listener.consumer.item_failures import ItemFailure
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.listener.wire.envelope import Envelope
 
 T = TypeVar("T")
 
@@ -63,8 +63,8 @@ OutcomeKind = Literal[
 back-off, or its failed items re-published); ``poisoned``; ``dropped`` (a duplicate of done
 work); ``skipped`` or ``rerouted`` by a middleware; ``left`` where it was (lost lease, storage
 failure: it reappears); ``delayed``: not due yet, hidden again unhandled (a delay beyond 7 days,
-``listener.consumer.hops``); ``deferred`` by a middleware: still held, it comes back in line
-later."""
+``cloudqueue.listener.consumer.hops``); ``deferred`` by a middleware: still held, it comes back in
+line later."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,7 +92,7 @@ Resume = Callable[[], None]
 """Puts a deferred message back in line (callable from any thread, once; later calls do nothing)."""
 
 Deferrer = Callable[["MessageContext[Any]", "float | None"], Resume]
-"""What the listener gives each context to defer it: parks its lease (``listener.consumer
+"""What the listener gives each context to defer it: parks its lease (``cloudqueue.listener.consumer
 .deferrals``) and returns how to resume it, at once or after the given seconds."""
 
 
@@ -110,12 +110,12 @@ class MessageContext(Generic[T]):
     * ``reroute(queue_name)``: put its text on another queue, then delete it here;
     * ``defer(reason)``: not now -- the message stays held (its lease renewed) but gives up its
       handler slot, and goes back in line when the returned ``Resume`` is called (or after
-      ``resume_after_s``); no delivery is counted (a busy key: ``listener.middleware``).
+      ``resume_after_s``); no delivery is counted (a busy key: ``cloudqueue.listener.middleware``).
 
     A middleware that neither calls ``call_next`` nor decides leaves the message failed: it is
     retried, never silently deleted. A ``retry`` or ``give_up`` decided after ``call_next`` about
     a message whose observers failed on some items applies to those items only (the others were
-    handled: see ``listener.consumer.settlement``).
+    handled: see ``cloudqueue.listener.consumer.settlement``).
     """
 
     queue_name: str
@@ -142,7 +142,7 @@ class MessageContext(Generic[T]):
     reached: int = 0
     """How deep the middleware chain went (the stack tells a middleware that went on)."""
     key: str | None = None
-    """The message's key (``listener.wire.keys``): the one it carries, else the worker's
+    """The message's key (``cloudqueue.listener.wire.keys``): the one it carries, else the worker's
     ``key(item)`` (a message whose items give different keys has none)."""
     deferrer: Deferrer | None = field(default=None, repr=False)
     """Set by the listener: how ``defer`` parks this message."""

@@ -18,13 +18,13 @@ from dataclasses import dataclass, replace
 
 import structlog
 
-from listener.clock import Clock
-from listener.consumer.leases import Lease
-from listener.consumer.stats import ListenerCounters
-from listener.errors import StorageError
-from listener.poison.move import poison_message
-from listener.stores.prioritized import as_in_queue
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.stats import ListenerCounters
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.poison.move import poison_message
+from cloudqueue.listener.stores.prioritized import as_in_queue
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 

@@ -15,16 +15,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
-from listener.consumer.events import (
+from cloudqueue.listener.consumer.events import (
     BatchProcessed,
     QueueEmpty,
     QueueEmptyDecision,
     QueueWorkDetected,
     Scaled,
 )
-from listener.consumer.middleware import Middleware
-from listener.consumer.pool import DequeuePool
-from listener.consumer.stack import MiddlewareStack
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.consumer.pool import DequeuePool
+from cloudqueue.listener.consumer.stack import MiddlewareStack
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,7 +61,8 @@ class ScalingHooks(Protocol):
         ...
 
     def on_batch_processed(self) -> None:
-        """A thread finished a stretch of work (see ``listener.consumer.dequeue.STRETCH_S``)."""
+        """A thread finished a stretch of work (see
+        ``cloudqueue.listener.consumer.dequeue.STRETCH_S``)."""
         ...
 
 

@@ -1,8 +1,9 @@
 """Handling one fetched message: read it once, open it, hand its items through the middleware to
-the observers, then give it to settlement (``listener.consumer.settlement``).
+the observers, then give it to settlement (``cloudqueue.listener.consumer.settlement``).
 
-A message carries one item, or -- when a publisher batched them (``listener.wire.payload``) --
-several, inline or in a stored payload that is fetched first. Its text is parsed once, first,
+A message carries one item, or -- when a publisher batched them
+(``cloudqueue.listener.wire.payload``) -- several, inline or in a stored payload that is fetched
+first. Its text is parsed once, first,
 inside the guard that settles it; the middleware see that parse (``MessageContext.envelope``:
 the consumer span reads its trace context from it), so no message can raise outside the guard.
 Each item goes to every observer in turn, in the order published, and the next item is delivered
@@ -14,12 +15,13 @@ over a decoding limit (``over_limit``: the error names the limit and its setting
 another queue's stored payload (``payload_foreign``: that payload is left alone) or to one that is
 gone (``payload_missing``), or arrives past ``max_dequeue_count`` (a worker crashed on it each
 time). A message whose earlier move to the poison queue failed is only moved there now. A message
-delayed beyond 7 days that is not due yet is hidden again, unopened (``listener.consumer.hops``).
+delayed beyond 7 days that is not due yet is hidden again, unopened
+(``cloudqueue.listener.consumer.hops``).
 
 The message's key (``MessageContext.key``) is the one its envelope carries, else what the
 worker's key function gives for its items; a key function that raises poisons the message at
 once (``key_failed``: it would raise on every delivery). A message a middleware deferred is left
-held (``listener.consumer.deferrals``), not settled.
+held (``cloudqueue.listener.consumer.deferrals``), not settled.
 """
 
 from __future__ import annotations
@@ -31,32 +33,32 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from listener.clock import Clock
-from listener.consumer.current import set_current_message
-from listener.consumer.deferrals import Deferrals
-from listener.consumer.hops import DelayHops
-from listener.consumer.item_failures import ItemFailure, describe_errors, label
-from listener.consumer.leases import Lease
-from listener.consumer.middleware import MessageContext, Outcome, Resume
-from listener.consumer.settlement import Settlement
-from listener.consumer.stack import MiddlewareStack
-from listener.consumer.subscribers import Subscribers
-from listener.consumer.time_limits import TimeLimits
-from listener.errors import (
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer.current import set_current_message
+from cloudqueue.listener.consumer.deferrals import Deferrals
+from cloudqueue.listener.consumer.hops import DelayHops
+from cloudqueue.listener.consumer.item_failures import ItemFailure, describe_errors, label
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, Resume
+from cloudqueue.listener.consumer.settlement import Settlement
+from cloudqueue.listener.consumer.stack import MiddlewareStack
+from cloudqueue.listener.consumer.subscribers import Subscribers
+from cloudqueue.listener.consumer.time_limits import TimeLimits
+from cloudqueue.listener.errors import (
     DecodeError,
     ForeignPayloadError,
     LimitExceededError,
     PayloadNotFoundError,
     StorageError,
 )
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
-from listener.wire.bounded_json import values_limited
-from listener.wire.codec import Codec
-from listener.wire.envelope import Envelope, parse_envelope
-from listener.wire.keys import key_text
-from listener.wire.limits import DecodingLimits
-from listener.wire.payload import MessageContents, open_envelope
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import MAX_VISIBILITY_TIMEOUT_S
+from cloudqueue.listener.wire.bounded_json import values_limited
+from cloudqueue.listener.wire.codec import Codec
+from cloudqueue.listener.wire.envelope import Envelope, parse_envelope
+from cloudqueue.listener.wire.keys import key_text
+from cloudqueue.listener.wire.limits import DecodingLimits
+from cloudqueue.listener.wire.payload import MessageContents, open_envelope
 
 T = TypeVar("T")
 
@@ -120,7 +122,8 @@ class MessageProcessor(Generic[T]):
         """Told (1 message, seconds) the observers took on each message, settlement excluded."""
         self.hops = DelayHops(settlement, clock=clock, max_hop_s=max_hop_s)
         self.time_limits = time_limits
-        """Times the observers' calls for each message (``listener.consumer.time_limits``)."""
+        """Times the observers' calls for each message
+        (``cloudqueue.listener.consumer.time_limits``)."""
         self.key_of = key_of
         self.deferrals = deferrals
 

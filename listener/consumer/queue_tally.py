@@ -12,8 +12,8 @@ import threading
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from listener.consumer.middleware import MessageContext, Middleware
-from listener.stores.storage import QueueMessage
+from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
+from cloudqueue.listener.stores.storage import QueueMessage
 
 COUNTED = {
     "deleted": "processed",

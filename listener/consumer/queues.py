@@ -6,9 +6,9 @@ from collections.abc import Sequence
 
 import structlog
 
-from listener.errors import StorageError
-from listener.poison.queue import poison_queue_name
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.stores.storage import QueueStorage
 
 log = structlog.get_logger(__name__)
 

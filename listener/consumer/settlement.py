@@ -6,7 +6,7 @@ Every message ends in exactly one place, recorded as its ``MessageContext.outcom
   is replaced by a tombstone (a failure there is logged and leaves the payload, never an error);
 * **dropped** (deleted with a ``duplicate_dropped`` info event, not handled) when its stored
   payload is a tombstone: it is a second copy, left by a repeated put, of a message whose work is
-  done (see ``listener.wire.payload``);
+  done (see ``cloudqueue.listener.wire.payload``);
 * **skipped** or **rerouted** by a middleware (deleted here; a rerouted message's text is put on
   the queue it names first);
 * **retried**: an observer raised (or a middleware asked for it). A message of one item, or whose
@@ -15,10 +15,10 @@ Every message ends in exactly one place, recorded as its ``MessageContext.outcom
   back after that back-off in a new message, and the original is deleted. The new message is put
   before the original is deleted, so a crash in between duplicates items and loses none;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted
-  (``listener.consumer.poisoning``, which also keeps the reason when that copy fails);
+  (``cloudqueue.listener.consumer.poisoning``, which also keeps the reason when that copy fails);
 * **left** where it is when storage fails while settling: it reappears after its timeout;
 * **deferred** by a middleware: nothing happens to it here; still held, it is handled later
-  (``listener.consumer.deferrals``).
+  (``cloudqueue.listener.consumer.deferrals``).
 """
 
 from __future__ import annotations
@@ -28,20 +28,20 @@ from typing import Any
 
 import structlog
 
-from listener.clock import Clock
-from listener.consumer import lease_calls
-from listener.consumer.failure_logs import FailureMemory
-from listener.consumer.item_failures import describe_items, is_permanent
-from listener.consumer.leases import Lease
-from listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
-from listener.consumer.poisoning import PoisonDecision, PoisonMover
-from listener.consumer.stats import ListenerCounters
-from listener.errors import StorageError
-from listener.policies.backoff import RandomSource
-from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from listener.producer.republish import remainder_content, republish
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer import lease_calls
+from cloudqueue.listener.consumer.failure_logs import FailureMemory
+from cloudqueue.listener.consumer.item_failures import describe_items, is_permanent
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
+from cloudqueue.listener.consumer.poisoning import PoisonDecision, PoisonMover
+from cloudqueue.listener.consumer.stats import ListenerCounters
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.policies.backoff import RandomSource
+from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
+from cloudqueue.listener.producer.republish import remainder_content, republish
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 

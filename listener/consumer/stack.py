@@ -16,10 +16,10 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.coroutines import LoopThread
-from listener.consumer.events import QueueEmptyDecision
-from listener.consumer.middleware import HOOKS, MessageContext, Middleware, overrides
-from listener.errors import ConfigurationError
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.events import QueueEmptyDecision
+from cloudqueue.listener.consumer.middleware import HOOKS, MessageContext, Middleware, overrides
+from cloudqueue.listener.errors import ConfigurationError
 
 log = structlog.get_logger(__name__)
 

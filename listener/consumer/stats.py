@@ -5,9 +5,9 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field, fields
 
-from listener.clock import Clock
-from listener.consumer.depth import KnownDepth
-from listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer.depth import KnownDepth
+from cloudqueue.listener.consumer.throughput import ThroughputMeter
 
 
 @dataclass
@@ -60,7 +60,8 @@ class ListenerMeters:
     per thread (the scaler's rules size in-flight capacity from it)."""
     handler_time: ThroughputMeter
     """Seconds the observers take on one message, settlement excluded: how many messages a
-    thread keeps in flight follows from it (``listener.consumer.in_flight.slots_per_loop``)."""
+    thread keeps in flight follows from it
+    (``cloudqueue.listener.consumer.in_flight.slots_per_loop``)."""
     known_depth: KnownDepth
     """The visible depth last counted, or 0 after an empty get: the figures read it."""
 

@@ -1,11 +1,11 @@
 """How fast one dequeue thread gets through messages, measured as the listener runs.
 
 Each sample is a stretch of one thread's work: the messages it completed and the seconds it spent,
-its gets included and its idle waits not (``listener.consumer.dequeue.STRETCH_S`` long, or one
-message when handling is slower). An exponentially weighted mean of the seconds per message smooths
-the samples -- averaging seconds, not rates, so a slow stretch counts for what it cost -- and the
-estimate follows a handler that slows down or speeds up within a few samples. The ``drain_time``
-scaling rule turns it into a thread count (Little's law).
+its gets included and its idle waits not (``cloudqueue.listener.consumer.dequeue.STRETCH_S`` long,
+or one message when handling is slower). An exponentially weighted mean of the seconds per message
+smooths the samples -- averaging seconds, not rates, so a slow stretch counts for what it cost --
+and the estimate follows a handler that slows down or speeds up within a few samples. The
+``drain_time`` scaling rule turns it into a thread count (Little's law).
 """
 
 from __future__ import annotations

@@ -31,12 +31,12 @@ from typing import Any, Literal, TypeVar
 
 import structlog
 
-from listener.clock import Clock
-from listener.consumer.in_flight import Slot, current_slot
-from listener.consumer.interrupts import interrupt, withdraw_interrupt
-from listener.consumer.leases import Lease
-from listener.consumer.middleware import MessageContext
-from listener.errors import TimeLimitExceeded
+from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.consumer.in_flight import Slot, current_slot
+from cloudqueue.listener.consumer.interrupts import interrupt, withdraw_interrupt
+from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.middleware import MessageContext
+from cloudqueue.listener.errors import TimeLimitExceeded
 
 R = TypeVar("R")
 

@@ -1,13 +1,13 @@
 """Each message handled in a CONSUMER span that continues its producer's trace (with the
 ``otel`` extra): a middleware every listener has, a no-op until the application sets a tracer
-provider (see ``listener.tracing``)."""
+provider (see ``cloudqueue.listener.tracing``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from listener.consumer.middleware import CallNext, MessageContext, Middleware
-from listener.tracing import consumer_span, record_failure, tracing_on
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.tracing import consumer_span, record_failure, tracing_on
 
 
 class ConsumerTracing(Middleware):

@@ -2,5 +2,5 @@
 
 ``RateLimiter`` is the seam the listener calls before each message; ``LocalRateLimiter`` holds
 the limit across one process's threads and ``RedisRateLimiter`` across every process sharing a
-Redis. The decision itself is the pure token bucket of ``listener.policies.rate_limit``.
+Redis. The decision itself is the pure token bucket of ``cloudqueue.listener.policies.rate_limit``.
 """

@@ -19,7 +19,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Protocol
 
-from listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 
 Resume = Callable[[], None]
 Defer = Callable[[float | None], Resume]

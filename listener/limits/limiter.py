@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 from typing import Protocol
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.policies.rate_limit import check_limit, default_burst, reserve
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.policies.rate_limit import check_limit, default_burst, reserve
 
 
 class RateLimiter(Protocol):

@@ -23,9 +23,9 @@ import uuid
 import redis
 import structlog
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.limits.key_gate import Defer, LocalKeyGate, Resume
-from listener.redaction import redact
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.limits.key_gate import Defer, LocalKeyGate, Resume
+from cloudqueue.listener.redaction import redact
 
 log = structlog.get_logger(__name__)
 

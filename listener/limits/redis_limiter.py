@@ -1,7 +1,8 @@
 """A rate limit shared by a fleet of processes through Redis.
 
-Each turn is one atomic Lua script: the GCRA reservation of ``listener.policies.rate_limit``
-kept in one key per queue, on the Redis server's clock (``TIME``), so every process lines up on
+Each turn is one atomic Lua script: the GCRA reservation of
+``cloudqueue.listener.policies.rate_limit`` kept in one key per queue, on the Redis server's clock
+(``TIME``), so every process lines up on
 one timeline whatever its own clock says. Why GCRA rather than ``INCR`` over fixed windows:
 fixed windows let a full window's worth through at the end of one window and again at the start
 of the next (twice the limit over that second); GCRA spaces messages evenly with a small,
@@ -28,12 +29,12 @@ import threading
 import redis
 import structlog
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.errors import ConfigurationError
-from listener.limits.limiter import LocalRateLimiter
-from listener.log_throttle import ThrottledWarning
-from listener.policies.rate_limit import check_limit, default_burst
-from listener.redaction import redact
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.limits.limiter import LocalRateLimiter
+from cloudqueue.listener.log_throttle import ThrottledWarning
+from cloudqueue.listener.policies.rate_limit import check_limit, default_burst
+from cloudqueue.listener.redaction import redact
 
 log = structlog.get_logger(__name__)
 

@@ -1,1 +1,2 @@
-"""Middleware that ship with cloudqueue, each on the one seam (``listener.consumer.middleware``)."""
+"""Middleware that ship with cloudqueue, each on the one seam
+(``cloudqueue.listener.consumer.middleware``)."""

@@ -1,10 +1,10 @@
 """Handling marks kept alive while their handlers run.
 
 When idempotent handling starts a message, the key's record says "being handled by this message"
-until ``hold_s`` from then (``listener.stores.key_records.begin``), so that another process's
-message of the same key waits, and so that a mark whose holder died expires by itself. A handler
-that runs longer than ``hold_s`` would lose its mark while still working, and a duplicate from
-another process could start beside it. So, as long as a handler runs, its mark is pushed to
+until ``hold_s`` from then (``cloudqueue.listener.stores.key_records.begin``), so that another
+process's message of the same key waits, and so that a mark whose holder died expires by itself. A
+handler that runs longer than ``hold_s`` would lose its mark while still working, and a duplicate
+from another process could start beside it. So, as long as a handler runs, its mark is pushed to
 ``hold_s`` from now once it is a third of ``hold_s`` old: one ledger change (on Azure one blob
 write) per running handler every ``hold_s / 3``; none for the handlers that end sooner.
 """
@@ -18,10 +18,10 @@ from dataclasses import dataclass
 
 import structlog
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.errors import StorageError
-from listener.periodic import PeriodicThread
-from listener.stores.key_records import KeyLedger, extend
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.periodic import PeriodicThread
+from cloudqueue.listener.stores.key_records import KeyLedger, extend
 
 log = structlog.get_logger(__name__)
 

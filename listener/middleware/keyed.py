@@ -1,7 +1,7 @@
 """Idempotent handling and cancelling by key, as a middleware on the key ledger.
 
 For a message with a key (``MessageContext.key``), before its handler runs, one atomic change of
-the key's record in the queue's own store (``listener.stores.key_records.begin``) says:
+the key's record in the queue's own store (``cloudqueue.listener.stores.key_records.begin``) says:
 
 * ``cancelled``: the key was cancelled (``cloudqueue cancel``, ``Publisher.cancel``): the message
   is deleted unhandled, logged ``cancelled`` and counted;
@@ -30,13 +30,13 @@ from typing import Any
 
 import structlog
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.consumer.middleware import CallNext, MessageContext, Middleware, Resume
-from listener.errors import StorageError
-from listener.limits.key_gate import LocalKeyGate
-from listener.middleware.decisions import Count, Decisions
-from listener.middleware.handling_marks import HandlingMarks
-from listener.stores.key_records import KeyLedger, begin, finish
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware, Resume
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.limits.key_gate import LocalKeyGate
+from cloudqueue.listener.middleware.decisions import Count, Decisions
+from cloudqueue.listener.middleware.handling_marks import HandlingMarks
+from cloudqueue.listener.stores.key_records import KeyLedger, begin, finish
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +61,7 @@ class KeyedHandling(Middleware):
         sleeper: Sleeper = EVENT_SLEEPER,
     ) -> None:
         """``hold_s``: how long a handling mark lasts if its holder dies; while its handler
-        runs, the mark is extended (``listener.middleware.handling_marks``)."""
+        runs, the mark is extended (``cloudqueue.listener.middleware.handling_marks``)."""
         if window_s < 0 or hold_s <= 0:
             raise ValueError(f"window_s must be >= 0 and hold_s > 0, got {window_s}, {hold_s}")
         self.ledger = ledger

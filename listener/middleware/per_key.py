@@ -4,8 +4,8 @@ The key is the worker's ``concurrency_key(item)`` where it has one, else the mes
 (``MessageContext.key``); a message without one is not limited. A message whose key is full is
 deferred (``key_busy``, logged once per message and counted each time): it gives up its handler
 slot, keeps its visibility (its lease is renewed), and comes back when a permit frees
-(``listener.limits.key_gate``: in this process, or across the fleet through Redis). Other keys
-flow meanwhile.
+(``cloudqueue.listener.limits.key_gate``: in this process, or across the fleet through Redis). Other
+keys flow meanwhile.
 """
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.events import ListenerStopped
-from listener.consumer.middleware import CallNext, MessageContext, Middleware
-from listener.limits.key_gate import KeyGate, Resume
-from listener.middleware.decisions import Count, Decisions
-from listener.wire.keys import key_text
+from cloudqueue.listener.consumer.events import ListenerStopped
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.limits.key_gate import KeyGate, Resume
+from cloudqueue.listener.middleware.decisions import Count, Decisions
+from cloudqueue.listener.wire.keys import key_text
 
 log = structlog.get_logger(__name__)
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import threading
 
-from listener.consumer.events import ListenerStarted, ListenerStopped
-from listener.consumer.middleware import Middleware
-from listener.limits.limiter import RateLimiter
-from listener.stores.storage import QueueMessage
+from cloudqueue.listener.consumer.events import ListenerStarted, ListenerStopped
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.limits.limiter import RateLimiter
+from cloudqueue.listener.stores.storage import QueueMessage
 
 
 class RateLimit(Middleware):

@@ -14,9 +14,9 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.middleware import CallNext, MessageContext, Middleware
-from listener.errors import BatchFailed, PermanentFailure, TimeLimitExceeded
-from listener.policies.retry import Retry, give_up_reason
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.errors import BatchFailed, PermanentFailure, TimeLimitExceeded
+from cloudqueue.listener.policies.retry import Retry, give_up_reason
 
 log = structlog.get_logger(__name__)
 

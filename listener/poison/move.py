@@ -13,11 +13,11 @@ from datetime import datetime
 
 import structlog
 
-from listener.errors import MessageTooLargeError, QueueNotFoundError, StorageError
-from listener.poison.queue import poison_queue_name
-from listener.poison.record import PoisonRecord
-from listener.stores.partitioned import split_message_id
-from listener.stores.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
+from cloudqueue.listener.errors import MessageTooLargeError, QueueNotFoundError, StorageError
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.record import PoisonRecord
+from cloudqueue.listener.stores.partitioned import split_message_id
+from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
 

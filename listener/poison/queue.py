@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator
 
-from listener.errors import AmbiguousIdError, MessageNotFoundError
-from listener.poison.record import read_record
-from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
+from cloudqueue.listener.errors import AmbiguousIdError, MessageNotFoundError
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
 
 POISON_SUFFIX = "-poison"
 

@@ -13,7 +13,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
-from listener.errors import UnreadableRecordError
+from cloudqueue.listener.errors import UnreadableRecordError
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from listener.errors import StorageError, UnreadableRecordError
-from listener.poison.queue import poison_queue_name, release, take_pages, take_poisoned
-from listener.poison.record import PoisonRecord, parse_record
-from listener.stores.partition_names import partition_of_queue
-from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
-from listener.wire.envelope import without_attempts
+from cloudqueue.listener.errors import StorageError, UnreadableRecordError
+from cloudqueue.listener.poison.queue import poison_queue_name, release, take_pages, take_poisoned
+from cloudqueue.listener.poison.record import PoisonRecord, parse_record
+from cloudqueue.listener.stores.partition_names import partition_of_queue
+from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
+from cloudqueue.listener.wire.envelope import without_attempts
 
 log = structlog.get_logger(__name__)
 

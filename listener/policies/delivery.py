@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from listener.errors import ConfigurationError
-from listener.policies.backoff import RandomSource, randomized_exponential_backoff
-from listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.backoff import RandomSource, randomized_exponential_backoff
+from cloudqueue.listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,7 +27,8 @@ class DeliveryPolicy:
     """Extend the visibility of held messages at half their timeout while they are handled."""
     max_hop_s: int = MAX_VISIBILITY_TIMEOUT_S
     """The longest a message delayed beyond 7 days is hidden again when it shows up early (7 days:
-    Azure's cap, the fewest hops; ``listener.consumer.hops``). Lower only to watch hops happen."""
+    Azure's cap, the fewest hops; ``cloudqueue.listener.consumer.hops``). Lower only to watch hops
+    happen."""
     retry_delays_s: tuple[float, ...] = ()
     """Seconds hidden after the 1st, 2nd... failure, the last repeating (a worker's ``Retry``);
     empty: the exponential back-off above."""

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-from listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError
 
 PriorityMode = Literal["strict", "weighted"]
 MODES: tuple[str, ...] = get_args(PriorityMode)

@@ -5,7 +5,8 @@ instead of tokens. Its whole state is one number, the *theoretical arrival time*
 the bucket will next hold a full token at the current pace. ``burst`` tokens of capacity become a
 tolerance of ``(burst - 1)`` emission intervals, and a caller's wait is how far ``tat_s`` lies
 beyond that tolerance. One number is why it suits Redis (one key, one atomic script) as well as a
-lock in one process: the Redis script in ``listener.limits.redis_limiter`` is this function.
+lock in one process: the Redis script in ``cloudqueue.listener.limits.redis_limiter`` is this
+function.
 
 Every call *reserves*: it takes the next slot and says how long to wait for it, so concurrent
 callers line up one interval apart instead of all waking and racing for the same token. A caller
@@ -20,7 +21,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError
 
 DEFAULT_BURST_S = 0.05
 """Burst capacity, in seconds of the limit: enough to absorb a late wake-up (scheduling jitter,

@@ -12,9 +12,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Any
 
-from listener.errors import ConfigurationError
-from listener.policies.delivery import DeliveryPolicy
-from listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
 
 GIVE_UP_PREFIX = "give_up: "
 """How the poison reason of a message given up on by a ``Retry`` begins."""

@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from listener.errors import ConfigurationError
-from listener.imports import import_object
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import import_object
 
 
 @dataclass(frozen=True, slots=True)

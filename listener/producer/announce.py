@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from typing import Literal
 
-from listener.errors import StorageError
-from listener.push.triggers import TriggerChannel, WorkDetected
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.push.triggers import TriggerChannel, WorkDetected
+from cloudqueue.listener.stores.storage import QueueStorage
 
 AnnounceMode = Literal["per_put", "per_batch", "when_empty"]
 

@@ -2,9 +2,9 @@
 
 Items are buffered per destination -- their message key and, when routed by key, their
 partition -- so every message goes where all its items belong and carries their one key
-(``listener.wire.keys``); items without a key and not routed by one share one buffer, whose
-messages go round-robin. A buffer is packed whenever ``PENDING_BYTES`` of encoded text wait, so a
-stream of items of any length is sent with bounded memory.
+(``cloudqueue.listener.wire.keys``); items without a key and not routed by one share one buffer,
+whose messages go round-robin. A buffer is packed whenever ``PENDING_BYTES`` of encoded text wait,
+so a stream of items of any length is sent with bounded memory.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Iterator
 from typing import TypeVar
 
-from listener.wire.packing import PlannedMessage, message_bytes, plan_batches
+from cloudqueue.listener.wire.packing import PlannedMessage, message_bytes, plan_batches
 
 T = TypeVar("T")
 

@@ -1,8 +1,8 @@
 """Cancelling the queued messages of keys: ``Publisher.cancel`` and ``cloudqueue cancel``.
 
-Each key's record in the queue's key ledger (``listener.stores.key_records.cancel``) says that
-messages of it fetched while the cancel holds are deleted unhandled; a listener checks it before
-each keyed message (``listener.middleware.keyed``).
+Each key's record in the queue's key ledger (``cloudqueue.listener.stores.key_records.cancel``) says
+that messages of it fetched while the cancel holds are deleted unhandled; a listener checks it
+before each keyed message (``cloudqueue.listener.middleware.keyed``).
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from listener.stores.key_records import Cancelled, KeyLedger, cancel
-from listener.wire.keys import check_key
+from cloudqueue.listener.stores.key_records import Cancelled, KeyLedger, cancel
+from cloudqueue.listener.wire.keys import check_key
 
 log = structlog.get_logger(__name__)
 

@@ -1,9 +1,11 @@
-"""How a publish call's delay and time-to-live become a put's (``listener.producer.publisher``).
+"""How a publish call's delay and time-to-live become a put's
+(``cloudqueue.listener.producer.publisher``).
 
 A delay of up to ``max_hop_s`` (7 days: Azure's cap on a put's visibility delay) is the put's
 own. A longer one goes in hops: the message is put hidden for ``max_hop_s`` with its due time in
-its envelope (``listener.wire.due``), and each time it shows up before then a listener hides it
-again, for the rest of the delay or another ``max_hop_s`` (``listener.consumer.hops``).
+its envelope (``cloudqueue.listener.wire.due``), and each time it shows up before then a listener
+hides it again, for the rest of the delay or another ``max_hop_s``
+(``cloudqueue.listener.consumer.hops``).
 
 Time-to-live: without one, a delayed message lives 7 days (Azure's default) after it is due, as
 an undelayed one lives 7 days after its put, so no delay outlives its message. One given counts
@@ -15,13 +17,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from listener.stores.storage import (
+from cloudqueue.listener.stores.storage import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_VISIBILITY_TIMEOUT_S,
     NEVER_EXPIRES,
     check_put_times,
 )
-from listener.wire.due import due_time
+from cloudqueue.listener.wire.due import due_time
 
 MAX_HOP_S = MAX_VISIBILITY_TIMEOUT_S
 """The longest one hop hides a message: Azure's 7 days, the fewest hops (lower it only to watch

@@ -2,8 +2,9 @@
 
 A handler that publishes and then fails is retried, and publishes again: without help, the next
 queue gets the message twice. A ``Publisher`` with ``effect_once_s`` remembers, in the key ledger
-of the queue's store (``listener.stores.key_records``), a mark for each message it put -- a hash
-of the message's key and its items' text -- for that long, and skips a put whose mark is there.
+of the queue's store (``cloudqueue.listener.stores.key_records``), a mark for each message it put --
+a hash of the message's key and its items' text -- for that long, and skips a put whose mark is
+there.
 
 The mark is written right *after* the put, so nothing is ever lost: a crash in the instant
 between the put and the mark leaves the message put and unmarked, and the retry puts it again.
@@ -18,7 +19,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from listener.stores.key_records import KeyLedger, mark_sent, was_sent
+from cloudqueue.listener.stores.key_records import KeyLedger, mark_sent, was_sent
 
 log = structlog.get_logger(__name__)
 

@@ -1,10 +1,10 @@
 """Publisher: puts items on a queue, one per message or packed into batches, large ones compressed
-or kept in a payload store (the wire format is in ``listener.wire.payload``).
+or kept in a payload store (the wire format is in ``cloudqueue.listener.wire.payload``).
 
 Each message is one storage transaction to put and two to take (get + delete), so packing a
 hundred small items into one message makes them a hundred times cheaper to move; a listener hands
 them to its observers one by one. A batch item that fails is retried alone, in a new message,
-while the items that succeeded are done (see ``listener.consumer.processing``).
+while the items that succeeded are done (see ``cloudqueue.listener.consumer.processing``).
 
 Delivery is at-least-once from this end too. A put that fails with ``TransientStorageError`` (a
 timeout, a 500 or 503) may have happened all the same. The publisher does not retry it itself: it
@@ -12,18 +12,19 @@ raises, and a caller that publishes again may create a duplicate. That is tolera
 because handlers must be idempotent anyway (any message can be delivered twice). cloudqueue mints
 no message id for deduplication (it would differ between the put and the caller's retry); the
 message *key* belongs to the item instead (``key=``, an invoice number, an idempotency token):
-it travels with the message (``listener.wire.keys``), survives any retry, and a listener with
-idempotent handling handles a key once. ``effect_once_s`` goes further for handlers that publish
-(``listener.producer.effect_once``), and ``cancel(key)`` withdraws the queued messages of a key.
+it travels with the message (``cloudqueue.listener.wire.keys``), survives any retry, and a listener
+with idempotent handling handles a key once. ``effect_once_s`` goes further for handlers that
+publish (``cloudqueue.listener.producer.effect_once``), and ``cancel(key)`` withdraws the queued
+messages of a key.
 
 A stored payload whose message could not be put is deleted again when the failure was definite,
 and kept after a transient one: the message referring to it may exist.
 
 Delayed and expiring work: ``delay_s`` (or ``delay``, a timedelta) keeps a message invisible that
 long after the put, any length: beyond 7 days (Azure's cap) in hops that listeners re-hide
-(``listener.producer.delays``). ``time_to_live_s`` makes it expire that long after the put,
-delivered or not (``NEVER_EXPIRES``, -1, for never; by default 7 days after it is due). Both are
-checked before anything is sent or stored.
+(``cloudqueue.listener.producer.delays``). ``time_to_live_s`` makes it expire that long after the
+put, delivered or not (``NEVER_EXPIRES``, -1, for never; by default 7 days after it is due). Both
+are checked before anything is sent or stored.
 """
 
 from __future__ import annotations
@@ -35,36 +36,42 @@ from typing import Generic, Protocol, TypeVar
 
 import structlog
 
-from listener import tracing
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import (
+from cloudqueue.listener import tracing
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import (
     ConfigurationError,
     MessageTooLargeError,
     StorageError,
     TransientStorageError,
 )
-from listener.producer.announce import WorkAnnouncer
-from listener.producer.batching import PENDING_BYTES, Destination, packed_per_destination
-from listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
-from listener.producer.delays import MAX_HOP_S, Timing, check_max_hop_s, delay_seconds, plan_timing
-from listener.producer.effect_once import EffectOnce
-from listener.producer.routing import ItemKey, PartitionRouter, key_of_item
-from listener.stores.key_ledger import required_ledger
-from listener.stores.key_records import Cancelled, KeyLedger
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.payload_store import PayloadStore, new_payload_name
-from listener.stores.storage import (
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.batching import PENDING_BYTES, Destination, packed_per_destination
+from cloudqueue.listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
+from cloudqueue.listener.producer.delays import (
+    MAX_HOP_S,
+    Timing,
+    check_max_hop_s,
+    delay_seconds,
+    plan_timing,
+)
+from cloudqueue.listener.producer.effect_once import EffectOnce
+from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_of_item
+from cloudqueue.listener.stores.key_ledger import required_ledger
+from cloudqueue.listener.stores.key_records import Cancelled, KeyLedger
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.payload_store import PayloadStore, new_payload_name
+from cloudqueue.listener.stores.storage import (
     MAX_MESSAGE_BYTES,
     QueueStorage,
     check_put_times,
     validate_queue_name,
 )
-from listener.wire.codec import Codec, MessageCodec
-from listener.wire.due import with_due
-from listener.wire.envelope import blob_envelope
-from listener.wire.frames import Packed
-from listener.wire.keys import check_key
-from listener.wire.packing import PlannedMessage, message_bytes, single_message
+from cloudqueue.listener.wire.codec import Codec, MessageCodec
+from cloudqueue.listener.wire.due import with_due
+from cloudqueue.listener.wire.envelope import blob_envelope
+from cloudqueue.listener.wire.frames import Packed
+from cloudqueue.listener.wire.keys import check_key
+from cloudqueue.listener.wire.packing import PlannedMessage, message_bytes, single_message
 
 T = TypeVar("T")
 
@@ -72,7 +79,8 @@ log = structlog.get_logger(__name__)
 
 
 class ArrivalRecorder(Protocol):
-    """Told of each message put: a workload recording (``listener.simulation.ProfileRecorder``)."""
+    """Told of each message put: a workload recording
+    (``cloudqueue.listener.simulation.ProfileRecorder``)."""
 
     def arrived(self, at: datetime, count: int = 1) -> None: ...
 
@@ -87,7 +95,7 @@ class Publisher(Generic[T]):
     the queue; without a store that raises MessageTooLargeError. The queue must exist.
 
     With opentelemetry installed, each call runs in a producer span whose trace context goes
-    into envelopes and CloudEvents (``listener.tracing``); ``trace_envelope=True`` sends
+    into envelopes and CloudEvents (``cloudqueue.listener.tracing``); ``trace_envelope=True`` sends
     single items in a one-item envelope too, so they carry it -- for queues only cloudqueue
     listeners read.
 

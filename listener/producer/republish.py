@@ -1,5 +1,5 @@
 """Re-publishing the failed items of a batch as a message of their own (see
-``listener.consumer.processing``).
+``cloudqueue.listener.consumer.processing``).
 
 The new message carries how often its items were tried (the envelope's ``attempts``), keeps the
 original's remaining time-to-live, and becomes visible after the retry back-off, as the original
@@ -13,10 +13,10 @@ import math
 from collections.abc import Sequence
 from datetime import datetime
 
-from listener.stores.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
-from listener.wire.envelope import inline_envelope
-from listener.wire.frames import pack
-from listener.wire.packing import MAX_ENVELOPE_BYTES, message_bytes
+from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage, QueueStorage
+from cloudqueue.listener.wire.envelope import inline_envelope
+from cloudqueue.listener.wire.frames import pack
+from cloudqueue.listener.wire.packing import MAX_ENVELOPE_BYTES, message_bytes
 
 
 def remainder_content(texts: Sequence[str], *, attempts: int, key: str | None = None) -> str | None:

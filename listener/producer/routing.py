@@ -13,8 +13,8 @@ import threading
 from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
-from listener.stores.partition_names import partition_for_key, partition_queue_names
-from listener.wire.keys import key_text
+from cloudqueue.listener.stores.partition_names import partition_for_key, partition_queue_names
+from cloudqueue.listener.wire.keys import key_text
 
 T = TypeVar("T")
 

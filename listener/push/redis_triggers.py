@@ -8,10 +8,10 @@ channel emits a wildcard event (``ANY`` account and queue): listeners then check
 instead of trusting that no trigger was missed.
 
 Whoever can publish on the channel may send anything, so every trigger is parsed defensively
-(``listener.push.wire``); a bad one -- and, unless ``accept_wildcard``, one naming ``*`` -- is
-dropped, counted and logged at most once a minute (``trigger_rejected``). The receiver never dies
-of what it receives: an unexpected failure is logged and the channel resubscribes, and should the
-thread end anyway (something raised past every guard) a new one takes its place and, as after a
+(``cloudqueue.listener.push.wire``); a bad one -- and, unless ``accept_wildcard``, one naming ``*``
+-- is dropped, counted and logged at most once a minute (``trigger_rejected``). The receiver never
+dies of what it receives: an unexpected failure is logged and the channel resubscribes, and should
+the thread end anyway (something raised past every guard) a new one takes its place and, as after a
 reconnect, re-announces with a wildcard.
 """
 
@@ -25,12 +25,16 @@ import structlog
 from reactivex import Observable
 from reactivex.subject import Subject
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import MalformedTriggerError
-from listener.log_throttle import ThrottledWarning
-from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
-from listener.push.triggers import ANY, WorkDetected
-from listener.redaction import redact
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import MalformedTriggerError
+from cloudqueue.listener.log_throttle import ThrottledWarning
+from cloudqueue.listener.policies.backoff import (
+    RandomSource,
+    default_rng,
+    randomized_exponential_backoff,
+)
+from cloudqueue.listener.push.triggers import ANY, WorkDetected
+from cloudqueue.listener.redaction import redact
 
 log = structlog.get_logger(__name__)
 

@@ -2,8 +2,9 @@
 
 The design's ``WorkDetected`` event names the storage account, the queue and the payload size. A
 ``TriggerChannel`` carries events between producers and listeners: in one process (a reactivex
-Subject) or across processes and machines (Redis pub/sub, ``listener.push.redis_triggers``). A
-listener subscribes to ``channel.events`` and reacts only to events for its own account and queue.
+Subject) or across processes and machines (Redis pub/sub,
+``cloudqueue.listener.push.redis_triggers``). A listener subscribes to ``channel.events`` and reacts
+only to events for its own account and queue.
 
 Triggers are an accelerator, never the only path: publishing never fails a put (a lost trigger
 is logged), and a watchdog's occasional depth check catches anything a lost trigger would strand.
@@ -20,9 +21,9 @@ import structlog
 from reactivex import Observable
 from reactivex.subject import Subject
 
-from listener.errors import ConfigurationError
-from listener.push.wire import parse_trigger
-from listener.stores.connection import parse_connection_string
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.push.wire import parse_trigger
+from cloudqueue.listener.stores.connection import parse_connection_string
 
 log = structlog.get_logger(__name__)
 

@@ -14,7 +14,7 @@ import json
 import re
 from typing import Any, NoReturn
 
-from listener.errors import MalformedTriggerError
+from cloudqueue.listener.errors import MalformedTriggerError
 
 MAX_TRIGGER_BYTES = 8192
 """A real trigger is well under 1 KiB; an embedded store's account (its file path) is the

@@ -15,7 +15,7 @@
 
 The decisions are pure functions (``idle_delay_s``, ``should_stop_idle``, ``decide``); the
 ``ElasticScaler`` only measures, applies and logs them, through the listener's ``PoolControl``
-(``listener.consumer.pool_control``), the one thing it is given.
+(``cloudqueue.listener.consumer.pool_control``), the one thing it is given.
 """
 
 from __future__ import annotations
@@ -26,20 +26,24 @@ from typing import Any
 
 import structlog
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.consumer.events import QueueEmptyDecision
-from listener.consumer.pool_control import ListenerLoad, PoolControl
-from listener.errors import ConfigurationError, StorageError
-from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
-from listener.policies.rate_limit import capped_by_limit
-from listener.policies.scaling_rules import (
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.events import QueueEmptyDecision
+from cloudqueue.listener.consumer.pool_control import ListenerLoad, PoolControl
+from cloudqueue.listener.errors import ConfigurationError, StorageError
+from cloudqueue.listener.policies.backoff import (
+    RandomSource,
+    default_rng,
+    randomized_exponential_backoff,
+)
+from cloudqueue.listener.policies.rate_limit import capped_by_limit
+from cloudqueue.listener.policies.scaling_rules import (
     ScalingInput,
     ScalingRule,
     bounded,
     proportional,
     thread_capacity_per_s,
 )
-from listener.scaling.cpu import CpuMeter, ProcessCpuMeter
+from cloudqueue.listener.scaling.cpu import CpuMeter, ProcessCpuMeter
 
 log = structlog.get_logger(__name__)
 

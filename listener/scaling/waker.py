@@ -17,12 +17,12 @@ from typing import Protocol
 import structlog
 from reactivex.abc import DisposableBase
 
-from listener.clock import EVENT_SLEEPER, Clock, Sleeper
-from listener.errors import StorageError
-from listener.periodic import PeriodicThread
-from listener.push.triggers import TriggerChannel, WorkDetected
-from listener.scaling.scaler import ElasticScaler, idle_delay_floor_s
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.clock import EVENT_SLEEPER, Clock, Sleeper
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.periodic import PeriodicThread
+from cloudqueue.listener.push.triggers import TriggerChannel, WorkDetected
+from cloudqueue.listener.scaling.scaler import ElasticScaler, idle_delay_floor_s
+from cloudqueue.listener.stores.storage import QueueStorage
 
 log = structlog.get_logger(__name__)
 

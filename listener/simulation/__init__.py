@@ -2,7 +2,7 @@
 
 ::
 
-    from listener.simulation import bursts, simulate, standard_contenders
+    from cloudqueue.listener.simulation import bursts, simulate, standard_contenders
     results = simulate(bursts(500, 1800.0, 86_400.0), standard_contenders())
 
 Modules: ``workload`` (when messages arrive), ``queue`` (a queue with Azure's semantics that counts
@@ -14,10 +14,14 @@ in virtual time, with its parts ``timeline``, ``pool``, ``idle``, ``settlement``
 idle cost of a worker on several queues, with the real listener in virtual time).
 """
 
-from listener.simulation.compare import simulate
-from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
-from listener.simulation.goals import Goals
-from listener.simulation.policies import (
+from cloudqueue.listener.simulation.compare import simulate
+from cloudqueue.listener.simulation.cost import (
+    DEFAULT_PRICE_PER_10K_USD,
+    cost_usd,
+    monthly_cost_usd,
+)
+from cloudqueue.listener.simulation.goals import Goals
+from cloudqueue.listener.simulation.policies import (
     PolicySpec,
     cloudqueue_defaults,
     cloudqueue_push,
@@ -26,12 +30,17 @@ from listener.simulation.policies import (
     naive_poller,
     standard_contenders,
 )
-from listener.simulation.presets import PRESETS, Scenario
-from listener.simulation.profile import ProfileRecorder, RecordedProfile, load_profile, read_profile
-from listener.simulation.report import PolicyResult, ServiceModel
-from listener.simulation.table import format_table, table_notes
-from listener.simulation.tuning import Tuning, tune
-from listener.simulation.workload import (
+from cloudqueue.listener.simulation.presets import PRESETS, Scenario
+from cloudqueue.listener.simulation.profile import (
+    ProfileRecorder,
+    RecordedProfile,
+    load_profile,
+    read_profile,
+)
+from cloudqueue.listener.simulation.report import PolicyResult, ServiceModel
+from cloudqueue.listener.simulation.table import format_table, table_notes
+from cloudqueue.listener.simulation.tuning import Tuning, tune
+from cloudqueue.listener.simulation.workload import (
     Workload,
     bursts,
     constant,

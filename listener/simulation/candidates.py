@@ -10,11 +10,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from listener.policies.scaling_rules import proportional
-from listener.scaling.scaler import ScalingPolicy
-from listener.simulation.cost import monthly_cost_usd
-from listener.simulation.policies import PolicySpec
-from listener.simulation.report import PolicyResult
+from cloudqueue.listener.policies.scaling_rules import proportional
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.simulation.cost import monthly_cost_usd
+from cloudqueue.listener.simulation.policies import PolicySpec
+from cloudqueue.listener.simulation.report import PolicyResult
 
 DEFAULT_MAX_THREADS = ScalingPolicy().max_threads
 DEFAULT_MESSAGES_PER_THREAD = 32

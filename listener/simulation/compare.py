@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from listener.simulation.policies import PolicySpec
-from listener.simulation.report import PolicyResult, ServiceModel
-from listener.simulation.simulator import PolicySimulation
-from listener.simulation.workload import Workload
+from cloudqueue.listener.simulation.policies import PolicySpec
+from cloudqueue.listener.simulation.report import PolicyResult, ServiceModel
+from cloudqueue.listener.simulation.simulator import PolicySimulation
+from cloudqueue.listener.simulation.workload import Workload
 
 
 def simulate(

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from listener.simulation.candidates import Trial
-from listener.simulation.report import PolicyResult
+from cloudqueue.listener.simulation.candidates import Trial
+from cloudqueue.listener.simulation.report import PolicyResult
 
 
 @dataclass(frozen=True, slots=True)

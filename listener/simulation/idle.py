@@ -15,10 +15,10 @@ from __future__ import annotations
 
 import random
 
-from listener.consumer.events import QueueEmptyDecision
-from listener.simulation.policies import PolicySpec
-from listener.simulation.pool import SimThread, SimulatedPool
-from listener.simulation.queue import SimulatedQueue
+from cloudqueue.listener.consumer.events import QueueEmptyDecision
+from cloudqueue.listener.simulation.policies import PolicySpec
+from cloudqueue.listener.simulation.pool import SimThread, SimulatedPool
+from cloudqueue.listener.simulation.queue import SimulatedQueue
 
 
 class IdlePolicy:

@@ -22,16 +22,16 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S, Watchdog
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.testing import VirtualClock
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S, Watchdog
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import VirtualClock
+from cloudqueue.listener.wire.codec import MessageCodec
 
 R = TypeVar("R")
 

@@ -9,8 +9,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from listener.imports import import_extra
-from listener.simulation.report import PolicyResult
+from cloudqueue.listener.imports import import_extra
+from cloudqueue.listener.simulation.report import PolicyResult
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

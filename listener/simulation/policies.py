@@ -10,11 +10,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from listener.consumer.events import QueueEmptyDecision
-from listener.policies.backoff import RandomSource, randomized_exponential_backoff
-from listener.policies.delivery import DeliveryPolicy
-from listener.scaling.scaler import ScalingPolicy
-from listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S
+from cloudqueue.listener.consumer.events import QueueEmptyDecision
+from cloudqueue.listener.policies.backoff import RandomSource, randomized_exponential_backoff
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S
 
 IdlePolicy = Callable[[int, RandomSource], QueueEmptyDecision]
 """A queue_empty decision from the count of consecutive empty gets and a random source."""

@@ -11,11 +11,11 @@ import itertools
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from listener.consumer.pool_control import ListenerLoad, ScalingHooks
-from listener.consumer.throughput import ThroughputMeter
-from listener.simulation.queue import SimulatedQueue
-from listener.simulation.stand_ins import SIMULATED_QUEUE
-from listener.simulation.timeline import SimClock
+from cloudqueue.listener.consumer.pool_control import ListenerLoad, ScalingHooks
+from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.simulation.queue import SimulatedQueue
+from cloudqueue.listener.simulation.stand_ins import SIMULATED_QUEUE
+from cloudqueue.listener.simulation.timeline import SimClock
 
 
 @dataclass(slots=True)

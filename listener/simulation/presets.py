@@ -10,15 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from listener.simulation.policies import (
+from cloudqueue.listener.simulation.policies import (
     PolicySpec,
     cloudqueue_defaults,
     cloudqueue_push,
     naive_poller,
     standard_contenders,
 )
-from listener.simulation.report import ServiceModel
-from listener.simulation.workload import Workload, bursts, idle
+from cloudqueue.listener.simulation.report import ServiceModel
+from cloudqueue.listener.simulation.workload import Workload, bursts, idle
 
 IDLE_HOURS = 22
 HOUR_S = 3_600.0

@@ -31,9 +31,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
 
-from listener.errors import ConfigurationError
-from listener.simulation.report import ServiceModel, nearest_rank
-from listener.simulation.workload import Workload, read_day_profile
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.simulation.report import ServiceModel, nearest_rank
+from cloudqueue.listener.simulation.workload import Workload, read_day_profile
 
 FORMAT_VERSION = 1
 HANDLER_MS_BOUNDS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 30_000)

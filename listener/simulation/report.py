@@ -1,7 +1,7 @@
 """What a simulation measures per policy: transactions, cost, pickup latency, threads.
 
-The per-day figures divide by the days the workload stands for (see ``listener.simulation.cost``
-for the price arithmetic).
+The per-day figures divide by the days the workload stands for (see
+``cloudqueue.listener.simulation.cost`` for the price arithmetic).
 """
 
 from __future__ import annotations
@@ -11,13 +11,17 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-from listener.errors import ConfigurationError
-from listener.policies.backoff import RandomSource
-from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD, cost_usd, monthly_cost_usd
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.backoff import RandomSource
+from cloudqueue.listener.simulation.cost import (
+    DEFAULT_PRICE_PER_10K_USD,
+    cost_usd,
+    monthly_cost_usd,
+)
 
 if TYPE_CHECKING:
-    from listener.simulation.queue import SimulatedQueue
-    from listener.simulation.workload import Workload
+    from cloudqueue.listener.simulation.queue import SimulatedQueue
+    from cloudqueue.listener.simulation.workload import Workload
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from listener.policies.backoff import RandomSource
-from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from listener.simulation.queue import SimulatedMessage, SimulatedQueue
-from listener.simulation.report import Sample
+from cloudqueue.listener.policies.backoff import RandomSource
+from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
+from cloudqueue.listener.simulation.queue import SimulatedMessage, SimulatedQueue
+from cloudqueue.listener.simulation.report import Sample
 
 
 @dataclass(slots=True)

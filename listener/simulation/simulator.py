@@ -27,22 +27,29 @@ import random
 from collections import deque
 from typing import Any, cast
 
-from listener.consumer.dequeue import STRETCH_S
-from listener.consumer.handoff import fetch_size
-from listener.consumer.throughput import ThroughputMeter
-from listener.errors import ConfigurationError
-from listener.scaling.scaler import ElasticScaler
-from listener.scaling.waker import Watchdog
-from listener.simulation.idle import IdlePolicy
-from listener.simulation.policies import PolicySpec
-from listener.simulation.pool import SimThread, SimulatedPool
-from listener.simulation.queue import SimulatedMessage, SimulatedQueue
-from listener.simulation.report import PolicyResult, Sample, ServiceModel
-from listener.simulation.settlement import Tally, settle
-from listener.simulation.stand_ins import QUIET_SCALER_LOG, NoCpu, WatchedListener
-from listener.simulation.storage_line import StorageLine
-from listener.simulation.timeline import ARRIVAL, SAMPLE, THREAD, WATCHDOG, EventQueue, SimClock
-from listener.simulation.workload import Workload
+from cloudqueue.listener.consumer.dequeue import STRETCH_S
+from cloudqueue.listener.consumer.handoff import fetch_size
+from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.scaling.scaler import ElasticScaler
+from cloudqueue.listener.scaling.waker import Watchdog
+from cloudqueue.listener.simulation.idle import IdlePolicy
+from cloudqueue.listener.simulation.policies import PolicySpec
+from cloudqueue.listener.simulation.pool import SimThread, SimulatedPool
+from cloudqueue.listener.simulation.queue import SimulatedMessage, SimulatedQueue
+from cloudqueue.listener.simulation.report import PolicyResult, Sample, ServiceModel
+from cloudqueue.listener.simulation.settlement import Tally, settle
+from cloudqueue.listener.simulation.stand_ins import QUIET_SCALER_LOG, NoCpu, WatchedListener
+from cloudqueue.listener.simulation.storage_line import StorageLine
+from cloudqueue.listener.simulation.timeline import (
+    ARRIVAL,
+    SAMPLE,
+    THREAD,
+    WATCHDOG,
+    EventQueue,
+    SimClock,
+)
+from cloudqueue.listener.simulation.workload import Workload
 
 _DELETE_DUE = "delete due"
 """Marks a handled message whose delete has yet to be asked of a limited storage service."""

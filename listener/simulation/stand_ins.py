@@ -11,7 +11,7 @@ import logging
 
 import structlog
 
-from listener.simulation.queue import SimulatedQueue
+from cloudqueue.listener.simulation.queue import SimulatedQueue
 
 SIMULATED_QUEUE = "simulated"
 

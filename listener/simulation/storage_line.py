@@ -10,7 +10,7 @@ deletes queue up behind its puts and each other as they did.
 
 from __future__ import annotations
 
-from listener.simulation.report import ServiceModel
+from cloudqueue.listener.simulation.report import ServiceModel
 
 
 class StorageLine:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
-from listener.simulation.policies import DEFAULTS_NAME, PUSH_NAME
-from listener.simulation.report import PolicyResult
+from cloudqueue.listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
+from cloudqueue.listener.simulation.policies import DEFAULTS_NAME, PUSH_NAME
+from cloudqueue.listener.simulation.report import PolicyResult
 
 CAPTION = (
     "get, delete, count: totals for the run; txn/day, $/day, $/month: scaled to a day, a month"

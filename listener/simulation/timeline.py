@@ -11,7 +11,7 @@ import itertools
 from datetime import datetime, timedelta
 from typing import Any
 
-from listener.testing import START
+from cloudqueue.listener.testing import START
 
 ARRIVAL, THREAD, SAMPLE, WATCHDOG = 0, 1, 2, 3
 """Event kinds, in the order they run at one instant: puts first, charts last."""

@@ -30,12 +30,16 @@ from concurrent.futures import Executor, ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from functools import partial
 
-from listener.simulation.candidates import DEFAULT_MAX_THREADS, Candidate, Trial
-from listener.simulation.compare import simulate
-from listener.simulation.goals import Goals, binding
-from listener.simulation.policies import cloudqueue_defaults, functions_like, naive_poller
-from listener.simulation.report import PolicyResult, ServiceModel
-from listener.simulation.workload import Workload
+from cloudqueue.listener.simulation.candidates import DEFAULT_MAX_THREADS, Candidate, Trial
+from cloudqueue.listener.simulation.compare import simulate
+from cloudqueue.listener.simulation.goals import Goals, binding
+from cloudqueue.listener.simulation.policies import (
+    cloudqueue_defaults,
+    functions_like,
+    naive_poller,
+)
+from cloudqueue.listener.simulation.report import PolicyResult, ServiceModel
+from cloudqueue.listener.simulation.workload import Workload
 
 DELTAS_S = (0.05, 0.1, 0.25, 0.5)
 REFERENCE_DELTA_S = 0.1

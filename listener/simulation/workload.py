@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError
 
 DAY_S = 86_400.0
 

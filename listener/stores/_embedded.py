@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from listener.errors import MessageTooLargeError, QueueNotFoundError
-from listener.stores.storage import (
+from cloudqueue.listener.errors import MessageTooLargeError, QueueNotFoundError
+from cloudqueue.listener.stores.storage import (
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,
     MAX_VISIBILITY_TIMEOUT_S,

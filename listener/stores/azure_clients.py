@@ -4,8 +4,8 @@ The SDK defaults suit a script, not a worker: a 15 s first back-off, 20/60 s tim
 connections. ``client_options`` replaces them for every client (queues, payload blobs, the tick
 ledger), sending requests through a pooled ``requests`` session. ``queue_client_options`` does the
 same for the queue clients, which carry one or more requests per message, and there gives the
-requests to urllib3 directly (``listener.stores.urllib3_transport``) unless the environment or the
-caller's options hold something only ``requests`` applies.
+requests to urllib3 directly (``cloudqueue.listener.stores.urllib3_transport``) unless the
+environment or the caller's options hold something only ``requests`` applies.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from typing import Any
 
 from azure.storage.queue import ExponentialRetry
 
-from listener.stores.http_session import ca_bundle, pooled_session
-from listener.stores.urllib3_transport import transport_for_queues
+from cloudqueue.listener.stores.http_session import ca_bundle, pooled_session
+from cloudqueue.listener.stores.urllib3_transport import transport_for_queues
 
 __all__ = [
     "CONNECTION_POOL_SIZE",

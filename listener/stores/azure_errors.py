@@ -1,4 +1,5 @@
-"""Azure SDK exceptions turned into ``listener.errors``, at one boundary, without secrets.
+"""Azure SDK exceptions turned into ``cloudqueue.listener.errors``, at one boundary, without
+secrets.
 
 Every Azure module here (queues, payload blobs, the tick ledger) runs its SDK calls through
 ``translate_error``: the project's error type chosen from the service's error code or the HTTP
@@ -22,8 +23,8 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from listener import errors
-from listener.redaction import redact
+from cloudqueue.listener import errors
+from cloudqueue.listener.redaction import redact
 
 __all__ = ["error_code", "translate_error", "translated"]
 

@@ -34,14 +34,14 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import BlobClient, ContainerClient
 
-from listener import errors
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.stores.azure_errors import translate_error
-from listener.stores.azure_payloads import (
+from cloudqueue.listener import errors
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.stores.azure_errors import translate_error
+from cloudqueue.listener.stores.azure_payloads import (
     container_from_account_url,
     container_from_connection_string,
 )
-from listener.stores.key_records import (
+from cloudqueue.listener.stores.key_records import (
     EMPTY,
     SWEEP_INTERVAL_S,
     Decide,

@@ -4,7 +4,8 @@ The blobs live in one container of the queue's storage account, ``cloudqueue-pay
 named ``<queue>/<32 hex digits>``; the container is created on the first put that needs it. The
 SDK clients get the options of ``azure_clients.client_options``: retries measured in fractions of
 a second, bounded connect and read timeouts, a pooled ``requests`` session (downloads stream).
-SDK exceptions become ``listener.errors`` through ``azure_errors``, with messages free of secrets.
+SDK exceptions become ``cloudqueue.listener.errors`` through ``azure_errors``, with messages free of
+secrets.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ from azure.core.exceptions import (
 )
 from azure.storage.blob import ContainerClient
 
-from listener import errors
-from listener.redaction import redact
-from listener.stores.azure_clients import client_options
-from listener.stores.azure_errors import translate_error
-from listener.stores.payload_store import validate_payload_name
+from cloudqueue.listener import errors
+from cloudqueue.listener.redaction import redact
+from cloudqueue.listener.stores.azure_clients import client_options
+from cloudqueue.listener.stores.azure_errors import translate_error
+from cloudqueue.listener.stores.payload_store import validate_payload_name
 
 __all__ = [
     "DEFAULT_CONTAINER",

@@ -2,10 +2,10 @@
 
 The queue operations on the SDK's clients, one cached client per queue. The clients are built with
 ``azure_clients.queue_client_options`` (retries in fractions of a second, bounded timeouts, the
-urllib3 transport), every SDK exception becomes a ``listener.errors`` one in ``azure_errors``, and
-the limits the service would reject anyway are checked client-side first (the same checks as the
-embedded stores'). Content is stored exactly as given (the SDK's default no-encode policy): the
-project's codec does its own base64.
+urllib3 transport), every SDK exception becomes a ``cloudqueue.listener.errors`` one in
+``azure_errors``, and the limits the service would reject anyway are checked client-side first (the
+same checks as the embedded stores'). Content is stored exactly as given (the SDK's default
+no-encode policy): the project's codec does its own base64.
 """
 
 from __future__ import annotations
@@ -22,17 +22,17 @@ from azure.core.exceptions import HttpResponseError, ResourceExistsError
 from azure.storage.queue import QueueClient, QueueServiceClient
 from azure.storage.queue import QueueMessage as SdkQueueMessage
 
-from listener import errors
-from listener.stores._embedded import (
+from cloudqueue.listener import errors
+from cloudqueue.listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
     check_metadata,
     check_put_arguments,
     check_update_arguments,
 )
-from listener.stores.azure_clients import queue_client_options
-from listener.stores.azure_errors import error_code, translated
-from listener.stores.storage import QueueMessage, validate_queue_name
+from cloudqueue.listener.stores.azure_clients import queue_client_options
+from cloudqueue.listener.stores.azure_errors import error_code, translated
+from cloudqueue.listener.stores.storage import QueueMessage, validate_queue_name
 
 __all__ = ["AzureQueueStorage"]
 

@@ -25,14 +25,14 @@ from azure.core.credentials import TokenCredential
 from azure.core.exceptions import AzureError, ResourceExistsError, ResourceNotFoundError
 from azure.storage.blob import BlobClient, BlobLeaseClient, ContainerClient
 
-from listener import errors
-from listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from listener.stores.azure_errors import translate_error
-from listener.stores.azure_payloads import (
+from cloudqueue.listener import errors
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.stores.azure_errors import translate_error
+from cloudqueue.listener.stores.azure_payloads import (
     container_from_account_url,
     container_from_connection_string,
 )
-from listener.stores.tick_ledger import Claim, JobRecord, claimed, released, renewed
+from cloudqueue.listener.stores.tick_ledger import Claim, JobRecord, claimed, released, renewed
 
 __all__ = ["JOBS_CONTAINER", "AzureTickLedger"]
 

@@ -32,11 +32,15 @@ from urllib.parse import urlsplit
 
 import structlog
 
-from listener.errors import ConfigurationError
-from listener.stores.payload_store import FolderPayloadStore, InMemoryPayloadStore, PayloadStore
-from listener.stores.storage import QueueStorage
-from listener.stores.tick_ledger import TickLedger
-from listener.stores.token_connection import (
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.payload_store import (
+    FolderPayloadStore,
+    InMemoryPayloadStore,
+    PayloadStore,
+)
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.tick_ledger import TickLedger
+from cloudqueue.listener.stores.token_connection import (
     open_token_payload_store,
     open_token_storage,
     open_token_tick_ledger,
@@ -120,15 +124,15 @@ def open_storage(
         return open_token_storage(token)
     target = parse_connection_string(connection_string, default_path=default_path)
     if isinstance(target, MemoryTarget):
-        from listener.stores.memory_storage import InMemoryQueueStorage
+        from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 
         return InMemoryQueueStorage()
     if isinstance(target, SqliteTarget):
-        from listener.stores.sqlite_storage import SqliteQueueStorage
+        from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 
         return SqliteQueueStorage(target.path)
     # Imported here so that only Azure users pay for importing the Azure SDK.
-    from listener.stores.azure_storage import AzureQueueStorage
+    from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 
     return AzureQueueStorage.from_connection_string(target.connection_string)
 
@@ -155,7 +159,7 @@ def open_payload_store(
         return FolderPayloadStore(target.path.parent / "payloads")
     check_blob_endpoint(target.connection_string)
     # Imported here so that only Azure users pay for importing the Azure SDK.
-    from listener.stores.azure_payloads import AzureBlobPayloadStore
+    from cloudqueue.listener.stores.azure_payloads import AzureBlobPayloadStore
 
     return AzureBlobPayloadStore.from_connection_string(target.connection_string)
 
@@ -176,16 +180,16 @@ def open_tick_ledger(
         return open_token_tick_ledger(token)
     target = parse_connection_string(connection_string, default_path=default_path)
     if isinstance(target, MemoryTarget):
-        from listener.stores.tick_ledger import InMemoryTickLedger
+        from cloudqueue.listener.stores.tick_ledger import InMemoryTickLedger
 
         return InMemoryTickLedger()
     if isinstance(target, SqliteTarget):
-        from listener.stores.sqlite_storage import SqliteQueueStorage
-        from listener.stores.tick_ledger import SqliteTickLedger
+        from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+        from cloudqueue.listener.stores.tick_ledger import SqliteTickLedger
 
         return SqliteTickLedger(SqliteQueueStorage(target.path))
     check_blob_endpoint(target.connection_string)
-    from listener.stores.azure_ticks import AzureTickLedger
+    from cloudqueue.listener.stores.azure_ticks import AzureTickLedger
 
     return AzureTickLedger.from_connection_string(target.connection_string)
 

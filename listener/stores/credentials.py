@@ -24,9 +24,9 @@ from typing import Any
 from azure.core.credentials import AccessToken, TokenCredential
 from azure.core.exceptions import ClientAuthenticationError
 
-from listener.errors import ConfigurationError
-from listener.imports import import_extra, import_object
-from listener.redaction import redact
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import import_extra, import_object
+from cloudqueue.listener.redaction import redact
 
 __all__ = ["BUILT_IN_CREDENTIALS", "NamedCredential", "open_credential"]
 

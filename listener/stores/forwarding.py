@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TypeVar
 
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 R = TypeVar("R")
 

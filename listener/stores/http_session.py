@@ -15,8 +15,8 @@ A CA bundle path also costs requests a ``os.path.isdir`` call per request, even 
 (Azurite), where there is nothing to verify; the adapter leaves it out of such requests.
 
 The queue clients skip ``requests`` altogether when the environment has no proxy or netrc setting
-(``listener.stores.urllib3_transport``); the blob clients, and the queue clients when it has one,
-use this session.
+(``cloudqueue.listener.stores.urllib3_transport``); the blob clients, and the queue clients when it
+has one, use this session.
 """
 
 from __future__ import annotations

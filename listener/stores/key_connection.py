@@ -1,19 +1,20 @@
-"""Opening the key ledger (``listener.stores.key_records``) that goes with a connection string:
-a table in the SQLite file, memory, or the ``cloudqueue-keys`` blob container of the account."""
+"""Opening the key ledger (``cloudqueue.listener.stores.key_records``) that goes with a connection
+string: a table in the SQLite file, memory, or the ``cloudqueue-keys`` blob container of the
+account."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from listener.stores.connection import (
+from cloudqueue.listener.stores.connection import (
     DEFAULT_PATH,
     MemoryTarget,
     SqliteTarget,
     check_blob_endpoint,
     parse_connection_string,
 )
-from listener.stores.key_records import KeyLedger
-from listener.stores.token_connection import open_token_key_ledger, token_target
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.token_connection import open_token_key_ledger, token_target
 
 
 def open_key_ledger(
@@ -34,16 +35,16 @@ def open_key_ledger(
         return open_token_key_ledger(token)
     target = parse_connection_string(connection_string, default_path=default_path)
     if isinstance(target, MemoryTarget):
-        from listener.stores.key_ledger import InMemoryKeyLedger
+        from cloudqueue.listener.stores.key_ledger import InMemoryKeyLedger
 
         return InMemoryKeyLedger()
     if isinstance(target, SqliteTarget):
-        from listener.stores.key_ledger import SqliteKeyLedger
-        from listener.stores.sqlite_storage import SqliteQueueStorage
+        from cloudqueue.listener.stores.key_ledger import SqliteKeyLedger
+        from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 
         return SqliteKeyLedger(SqliteQueueStorage(target.path), owns=True)
     check_blob_endpoint(target.connection_string)
-    from listener.stores.azure_keys import AzureKeyLedger
+    from cloudqueue.listener.stores.azure_keys import AzureKeyLedger
 
     return AzureKeyLedger.from_connection_string(target.connection_string)
 

@@ -1,13 +1,13 @@
 """The key ledger of the embedded stores: in memory, and a table in the queues' SQLite file.
 
 Both change a record in one atomic step (a lock; one ``BEGIN IMMEDIATE`` transaction) with the
-decisions of ``listener.stores.key_records``. Expired records are removed without a scan per
-message: in memory from a heap ordered by expiry (each record popped once, when it has passed);
+decisions of ``cloudqueue.listener.stores.key_records``. Expired records are removed without a scan
+per message: in memory from a heap ordered by expiry (each record popped once, when it has passed);
 in SQLite by one indexed delete at most every ``SWEEP_INTERVAL_S``.
 
 ``key_ledger_for`` finds the ledger that goes with an embedded storage object, so a publisher
 and a listener sharing one in-memory store share its ledger too; the Azure ledger is opened
-from the connection string (``listener.stores.key_connection.open_key_ledger``).
+from the connection string (``cloudqueue.listener.stores.key_connection.open_key_ledger``).
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ import weakref
 from datetime import UTC, datetime
 from sqlite3 import Connection as Sqlite
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import ConfigurationError
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.key_records import (
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.key_records import (
     EMPTY,
     SWEEP_INTERVAL_S,
     Decide,
@@ -30,10 +30,10 @@ from listener.stores.key_records import (
     R,
     RecordKind,
 )
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
 
 _Ident = tuple[str, str, str]
 

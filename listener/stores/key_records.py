@@ -1,6 +1,6 @@
 """What the queue's store remembers about a message key, and the rules that change it.
 
-One record per queue and key (``listener.wire.keys``) serves idempotent handling and
+One record per queue and key (``cloudqueue.listener.wire.keys``) serves idempotent handling and
 cancelling; marks of effect-once publishing are records of their own kind (``sent``)::
 
     done_until       completed (idempotency): another message of the key is a duplicate until then
@@ -97,7 +97,8 @@ is; ``EMPTY``: remove it) and the answer to return."""
 
 
 class KeyLedger(Protocol):
-    """Records per queue and key in the queue's own store (``listener.stores.key_ledger``)."""
+    """Records per queue and key in the queue's own store
+    (``cloudqueue.listener.stores.key_ledger``)."""
 
     def change(self, queue: str, kind: RecordKind, key: str, decide: Decide[R]) -> R:
         """Read the record (live, as of now), decide, write what was decided: atomically."""

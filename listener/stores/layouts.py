@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from listener.errors import ConfigurationError, QueueNotFoundError
-from listener.stores.partition_names import (
+from cloudqueue.listener.errors import ConfigurationError, QueueNotFoundError
+from cloudqueue.listener.stores.partition_names import (
     check_partitions,
     partition_queue_name,
     partition_queue_names,
 )
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
 
 PARTITIONS_KEY = "cloudqueue_partitions"
 DRAINING_KEY = "cloudqueue_draining"

@@ -13,9 +13,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import MessageNotFoundError, PopReceiptMismatchError
-from listener.stores._embedded import (
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import MessageNotFoundError, PopReceiptMismatchError
+from cloudqueue.listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
     check_metadata,
@@ -26,7 +26,7 @@ from listener.stores._embedded import (
     peeked,
     queue_not_found,
 )
-from listener.stores.storage import QueueMessage, validate_queue_name
+from cloudqueue.listener.stores.storage import QueueMessage, validate_queue_name
 
 
 @dataclass(slots=True)

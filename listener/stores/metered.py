@@ -14,9 +14,9 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Protocol, TypeVar
 
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
 
 R = TypeVar("R")
 
@@ -64,7 +64,7 @@ class MeteredStorage(ForwardingStorage):
 
 class CountsByQueue(Protocol):
     """Billed calls beside the queue calls, per queue: a ``MeteredPayloadStore``'s, or a key
-    ledger's (``listener.stores.key_records.KeyLedger``)."""
+    ledger's (``cloudqueue.listener.stores.key_records.KeyLedger``)."""
 
     def counts_by_queue(self) -> dict[str, int]: ...
 

@@ -14,8 +14,8 @@ from __future__ import annotations
 import hashlib
 import re
 
-from listener.errors import ConfigurationError
-from listener.stores.storage import validate_queue_name
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.storage import validate_queue_name
 
 PARTITION_SEPARATOR = "-p"
 """Between a logical queue's name and a partition's index: ``orders-p3``."""

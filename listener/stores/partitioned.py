@@ -31,10 +31,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from listener.errors import ConfigurationError, MessageNotFoundError, QueueNotFoundError
-from listener.stores._embedded import check_max_messages
-from listener.stores.partition_names import check_partitions, partition_queue_names
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.errors import ConfigurationError, MessageNotFoundError, QueueNotFoundError
+from cloudqueue.listener.stores._embedded import check_max_messages
+from cloudqueue.listener.stores.partition_names import check_partitions, partition_queue_names
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 R = TypeVar("R")
 

@@ -1,18 +1,19 @@
 """Where payloads too large for a queue message live: the ``PayloadStore`` protocol.
 
 A payload is stored under a name; the queue carries only a small envelope naming it (see
-``listener.wire.payload``). Three implementations: Azure Blob Storage
-(``listener.stores.azure_payloads``, for the Azure queue backend), a local folder (for the embedded
-SQLite store) and memory (for the in-memory store and tests).
-``listener.stores.connection.open_payload_store`` picks the one that matches a connection string.
+``cloudqueue.listener.wire.payload``). Three implementations: Azure Blob Storage
+(``cloudqueue.listener.stores.azure_payloads``, for the Azure queue backend), a local folder (for
+the embedded SQLite store) and memory (for the in-memory store and tests).
+``cloudqueue.listener.stores.connection.open_payload_store`` picks the one that matches a connection
+string.
 
 Lifetime: the publisher writes the payload before it puts the message; once the message is
 handled and deleted, the listener overwrites the payload with an empty *tombstone* (never for a
 poisoned message: the poison record still refers to it, so a requeue works). Two messages refer to
 one payload only if the SDK repeated a put that had in fact succeeded (a 500 after the write); the
 tombstone tells the second copy that the work is done, so it is dropped rather than poisoned as
-``payload_missing`` (see ``listener.wire.payload``). Tombstones, and payloads of messages that
-expired unread, stay behind: give the container a lifecycle rule (or clean the folder) for
+``payload_missing`` (see ``cloudqueue.listener.wire.payload``). Tombstones, and payloads of messages
+that expired unread, stay behind: give the container a lifecycle rule (or clean the folder) for
 anything older than the queue's time-to-live.
 
 Ownership: a payload belongs to the queue its name starts with (``check_payload_owner``); one
@@ -28,9 +29,9 @@ import uuid
 from pathlib import Path
 from typing import Protocol, runtime_checkable
 
-from listener.errors import ForeignPayloadError, PayloadNotFoundError, StorageError
-from listener.stores.file_modes import PRIVATE_FILE, private_folder
-from listener.stores.partition_names import PARTITION_SEPARATOR
+from cloudqueue.listener.errors import ForeignPayloadError, PayloadNotFoundError, StorageError
+from cloudqueue.listener.stores.file_modes import PRIVATE_FILE, private_folder
+from cloudqueue.listener.stores.partition_names import PARTITION_SEPARATOR
 
 _NAME = re.compile(r"[a-z0-9][a-z0-9-]{1,61}[a-z0-9]/[0-9a-f]{32}")
 """Matched whole (``fullmatch``): ``$`` would also accept a name ending in a newline."""

@@ -4,7 +4,8 @@ A listener whose location names several queues (``CloudQueueLocation.queue_names
 priority first) reads them through a ``PrioritizedQueueStorage`` over the process's storage. On
 the first queue's name:
 
-* **get** asks the queues in the order ``listener.policies.priority`` gives (strict or weighted,
+* **get** asks the queues in the order ``cloudqueue.listener.policies.priority`` gives (strict or
+weighted,
   and only two of them while idle) and returns the first batch found. Each message's id names its
   queue (``<id>@<queue>``), as a partitioned queue's ids name their partition;
 * **count** sums the queues, one count each, and remembers each one's (``depths``);
@@ -22,10 +23,10 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from listener.policies.priority import Priority, asking_order, weighted_pick
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.partitioned import ID_SEPARATOR, split_message_id
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.policies.priority import Priority, asking_order, weighted_pick
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.partitioned import ID_SEPARATOR, split_message_id
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 
 @dataclass(slots=True)

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from listener.errors import StorageError, TransientStorageError
-from listener.stores.file_modes import (
+from cloudqueue.listener.errors import StorageError, TransientStorageError
+from cloudqueue.listener.stores.file_modes import (
     STATE_FOLDER_NAME,
     private_file,
     private_folder,

@@ -11,8 +11,8 @@ from datetime import UTC, datetime
 
 import structlog
 
-from listener.stores._embedded import new_pop_receipt
-from listener.stores.storage import QueueMessage
+from cloudqueue.listener.stores._embedded import new_pop_receipt
+from cloudqueue.listener.stores.storage import QueueMessage
 
 __all__ = [
     "MESSAGE_COLUMNS",

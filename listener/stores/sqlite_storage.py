@@ -19,12 +19,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import (
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import (
     MessageNotFoundError,
     PopReceiptMismatchError,
 )
-from listener.stores._embedded import (
+from cloudqueue.listener.stores._embedded import (
     check_get_arguments,
     check_max_messages,
     check_metadata,
@@ -35,8 +35,8 @@ from listener.stores._embedded import (
     peeked,
     queue_not_found,
 )
-from listener.stores.sqlite_database import immediate, open_database, translate_errors
-from listener.stores.sqlite_rows import (
+from cloudqueue.listener.stores.sqlite_database import immediate, open_database, translate_errors
+from cloudqueue.listener.stores.sqlite_rows import (
     MESSAGE_COLUMNS,
     SELECTED_COLUMNS,
     UNEXPIRED,
@@ -45,7 +45,7 @@ from listener.stores.sqlite_rows import (
     to_message,
     to_row,
 )
-from listener.stores.storage import QueueMessage, validate_queue_name
+from cloudqueue.listener.stores.storage import QueueMessage, validate_queue_name
 
 
 class SqliteQueueStorage:

@@ -11,7 +11,7 @@ in-memory store) and one contract test suite proves it. The semantics are Azure'
 Beside the message operations the listener uses, it carries the queue administration and
 inspection that the command line and the poison tooling need: list, delete and clear queues, and
 peek at messages without taking them; and, as Azure has it, a few name-value pairs of metadata
-per queue (where a partitioned queue records its layout: ``listener.stores.layouts``).
+per queue (where a partitioned queue records its layout: ``cloudqueue.listener.stores.layouts``).
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from listener.errors import ConfigurationError
-from listener.queue_limits import (
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.queue_limits import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,

@@ -17,8 +17,8 @@ processes.
 
 Three implementations, one per store, opened from the same connection string as the queues
 (``open_tick_ledger``): memory (a lock), SQLite (a row per job, changed in one write
-transaction) and Azure (``listener.stores.azure_ticks``: a blob per job, changed under a blob
-lease). The decisions themselves are the pure functions below, shared by all three.
+transaction) and Azure (``cloudqueue.listener.stores.azure_ticks``: a blob per job, changed under a
+blob lease). The decisions themselves are the pure functions below, shared by all three.
 """
 
 from __future__ import annotations
@@ -29,8 +29,8 @@ from datetime import UTC, datetime, timedelta
 from sqlite3 import Connection as Sqlite
 from typing import Protocol
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 
 
 @dataclass(frozen=True, slots=True)

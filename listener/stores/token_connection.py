@@ -9,8 +9,8 @@ Accepted forms of the connection string when signing in with a token::
                                                     private endpoints, Azurite)
 
 A URL alone selects token sign-in with the ``default`` credential unless ``credential`` names
-another (see ``listener.stores.credentials``). Bearer tokens travel over HTTPS only, so an
-``http://`` URL is refused up front instead of on the first call. Neither form holds a secret.
+another (see ``cloudqueue.listener.stores.credentials``). Bearer tokens travel over HTTPS only, so
+an ``http://`` URL is refused up front instead of on the first call. Neither form holds a secret.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from listener.errors import ConfigurationError
-from listener.stores.key_records import KeyLedger
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
-from listener.stores.tick_ledger import TickLedger
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.tick_ledger import TickLedger
 
 __all__ = ["TokenTarget", "open_token_payload_store", "open_token_storage", "token_target"]
 
@@ -110,16 +110,16 @@ def _derived_blob_url(queue_url: str) -> str | None:
 
 def open_token_storage(target: TokenTarget) -> QueueStorage:
     """Azure queues at the target's URL, signed in with its credential."""
-    from listener.stores.azure_storage import AzureQueueStorage
-    from listener.stores.credentials import open_credential
+    from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+    from cloudqueue.listener.stores.credentials import open_credential
 
     return AzureQueueStorage.from_account_url(target.queue_url, open_credential(target.credential))
 
 
 def open_token_payload_store(target: TokenTarget) -> PayloadStore:
     """The payload container at the target's blob URL; ConfigurationError if it has none."""
-    from listener.stores.azure_payloads import AzureBlobPayloadStore
-    from listener.stores.credentials import open_credential
+    from cloudqueue.listener.stores.azure_payloads import AzureBlobPayloadStore
+    from cloudqueue.listener.stores.credentials import open_credential
 
     return AzureBlobPayloadStore.from_account_url(
         _blob_url(target, "to keep large payloads in blob storage"),
@@ -129,8 +129,8 @@ def open_token_payload_store(target: TokenTarget) -> PayloadStore:
 
 def open_token_tick_ledger(target: TokenTarget) -> TickLedger:
     """The periodic jobs' ledger at the target's blob URL; ConfigurationError if it has none."""
-    from listener.stores.azure_ticks import AzureTickLedger
-    from listener.stores.credentials import open_credential
+    from cloudqueue.listener.stores.azure_ticks import AzureTickLedger
+    from cloudqueue.listener.stores.credentials import open_credential
 
     return AzureTickLedger.from_account_url(
         _blob_url(target, "for periodic jobs"), open_credential(target.credential)
@@ -139,8 +139,8 @@ def open_token_tick_ledger(target: TokenTarget) -> TickLedger:
 
 def open_token_key_ledger(target: TokenTarget) -> KeyLedger:
     """The message keys' ledger at the target's blob URL; ConfigurationError if it has none."""
-    from listener.stores.azure_keys import AzureKeyLedger
-    from listener.stores.credentials import open_credential
+    from cloudqueue.listener.stores.azure_keys import AzureKeyLedger
+    from cloudqueue.listener.stores.credentials import open_credential
 
     return AzureKeyLedger.from_account_url(
         _blob_url(target, "for message keys"), open_credential(target.credential)

@@ -13,7 +13,8 @@ So this transport gives each request straight to a ``urllib3.PoolManager`` (the 
 azure-core errors ``RequestsTransport`` raises for the same cause, so the SDK's retry policy and
 the listener's error translation see no difference. It is used only where ``requests`` would add
 nothing: ``transport_for_queues`` answers None when the environment holds proxy or netrc settings,
-and the caller then keeps the ``requests`` session (see ``listener.stores.http_session``).
+and the caller then keeps the ``requests`` session (see
+``cloudqueue.listener.stores.http_session``).
 """
 
 from __future__ import annotations
@@ -44,7 +45,7 @@ from urllib3.exceptions import (
     ReadTimeoutError,
 )
 
-from listener.stores.http_session import ca_bundle, requests_reads_environment
+from cloudqueue.listener.stores.http_session import ca_bundle, requests_reads_environment
 
 __all__ = ["Urllib3Transport", "transport_for_queues"]
 

@@ -19,7 +19,7 @@ from contextvars import ContextVar
 from itertools import accumulate
 from typing import Any
 
-from listener.wire.limits import DEFAULT_LIMITS, over_limit
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, over_limit
 
 _STRING = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"')
 """A JSON string literal (brackets inside one do not nest); unrolled, so it scans at C speed."""

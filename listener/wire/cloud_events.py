@@ -23,7 +23,7 @@ from typing import Any, get_origin
 from azure.core.messaging import CloudEvent
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
-from listener.errors import DecodeError
+from cloudqueue.listener.errors import DecodeError
 
 __all__ = ["CloudEventAdapter", "EventGridEvent", "cloud_event_to_dict", "is_cloud_event_type"]
 

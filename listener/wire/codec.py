@@ -5,7 +5,7 @@ Text and bytes travel as they are; everything else travels as JSON. Published te
 base64-encoded by default, as Azure Functions and WebJobs consumers expect; ``plain`` publishes the
 text as it is, for consumers using an SDK's defaults.
 
-Reading, the ``encoding`` says what the content may be (see ``listener.wire.encodings``):
+Reading, the ``encoding`` says what the content may be (see ``cloudqueue.listener.wire.encodings``):
 ``base64`` and ``plain`` accept only that form; ``auto`` (the default) reads what producers not
 written here put in a queue, plain or base64, message by message. JSON nested deeper than
 ``max_json_depth`` is refused before it is parsed (``LimitExceededError``).
@@ -19,10 +19,10 @@ from typing import Generic, Literal, Protocol, TypeVar, cast
 import pydantic
 import structlog
 
-from listener.errors import ConfigurationError, DecodeError, LimitExceededError
-from listener.wire import bounded_json, encodings
-from listener.wire.cloud_events import CloudEventAdapter, is_cloud_event_type
-from listener.wire.limits import DEFAULT_LIMITS
+from cloudqueue.listener.errors import ConfigurationError, DecodeError, LimitExceededError
+from cloudqueue.listener.wire import bounded_json, encodings
+from cloudqueue.listener.wire.cloud_events import CloudEventAdapter, is_cloud_event_type
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS
 
 T = TypeVar("T")
 

@@ -4,9 +4,9 @@ Azure hides a message for at most 7 days. A message delayed longer travels as an
 ``due`` field says when it may be handled -- an ISO 8601 UTC time to the second, for people to
 read: ``{"$cloudqueue":{"v":1,"kind":"gzip",...,"due":"2026-02-01T09:00:00Z","hops":2,"data":...}}``
 -- and whose ``hops`` counts how often a listener took it before then and hid it again
-(``listener.consumer.hops``). A plain item is wrapped in a one-item envelope to carry the field,
-so only cloudqueue listeners read a message delayed beyond 7 days (to Azure Functions it is an
-envelope, as with ``trace_envelope``). A listener that predates the field ignores it: it handles
+(``cloudqueue.listener.consumer.hops``). A plain item is wrapped in a one-item envelope to carry the
+field, so only cloudqueue listeners read a message delayed beyond 7 days (to Azure Functions it is
+an envelope, as with ``trace_envelope``). A listener that predates the field ignores it: it handles
 the message when it first becomes visible, 7 days after the put.
 """
 
@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from listener.errors import DecodeError, LimitExceededError
-from listener.wire.envelope import Envelope, envelope_text, parse_envelope
+from cloudqueue.listener.errors import DecodeError, LimitExceededError
+from cloudqueue.listener.wire.envelope import Envelope, envelope_text, parse_envelope
 
 DUE_FORMAT = "%Y-%m-%dT%H:%M:%SZ"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 
-from listener.errors import DecodeError
+from cloudqueue.listener.errors import DecodeError
 
 PREVIEW_CHARS = 40
 """How much of an undecodable message its poison reason quotes: enough to recognise it."""

@@ -1,12 +1,12 @@
 """cloudqueue's envelope: a JSON object whose only key is ``$cloudqueue``, carrying items that
-are compressed, batched, or kept in the payload store (``listener.wire.payload`` says which and
-how they are read). Parsing is bounded by the JSON depth limit; fields are read by name, so a
-listener ignores fields it does not know (``attempts``, the trace context, ``due``, ``key``) and
-merely does less with them.
+are compressed, batched, or kept in the payload store (``cloudqueue.listener.wire.payload`` says
+which and how they are read). Parsing is bounded by the JSON depth limit; fields are read by name,
+so a listener ignores fields it does not know (``attempts``, the trace context, ``due``, ``key``)
+and merely does less with them.
 
-``key`` (optional) is the message's key (``listener.wire.keys``): every item of the message shares
-it, since a publisher packs items per key. A plain item that has a key travels in a one-item
-envelope to carry it.
+``key`` (optional) is the message's key (``cloudqueue.listener.wire.keys``): every item of the
+message shares it, since a publisher packs items per key. A plain item that has a key travels in a
+one-item envelope to carry it.
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from listener.errors import DecodeError, LimitExceededError
-from listener.stores.payload_store import validate_payload_name
-from listener.wire import bounded_json
-from listener.wire.encodings import strict_base64
-from listener.wire.frames import Inner, Packed
-from listener.wire.keys import check_key
-from listener.wire.limits import DEFAULT_LIMITS
+from cloudqueue.listener.errors import DecodeError, LimitExceededError
+from cloudqueue.listener.stores.payload_store import validate_payload_name
+from cloudqueue.listener.wire import bounded_json
+from cloudqueue.listener.wire.encodings import strict_base64
+from cloudqueue.listener.wire.frames import Inner, Packed
+from cloudqueue.listener.wire.keys import check_key
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS
 
 ENVELOPE_KEY = "$cloudqueue"
 VERSION = 1
@@ -52,12 +52,12 @@ class Envelope:
     carrier: dict[str, str] = field(default_factory=dict, compare=False)
     """The trace context text fields it carries, as written (``trace_context`` validates them)."""
     key: str | None = None
-    """The key its items share, when the publisher gave one (``listener.wire.keys``)."""
+    """The key its items share, when the publisher gave one (``cloudqueue.listener.wire.keys``)."""
     fields: dict[str, Any] = field(default_factory=dict, compare=False, repr=False)
     """Every field as parsed, those this listener does not know included: what is shown or
     rewritten of it is read from here, never by parsing the text again."""
     due: datetime | None = None
-    """When a message delayed beyond 7 days may be handled (``listener.wire.due``)."""
+    """When a message delayed beyond 7 days may be handled (``cloudqueue.listener.wire.due``)."""
     hops: int = 0
     """How often a listener hid it again because it was not due yet."""
 

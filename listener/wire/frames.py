@@ -1,5 +1,5 @@
 """Items packed as gzip of *frames*: for each item in order, its length as 4 bytes big-endian,
-then its bytes (``listener.wire.payload`` says where packed items travel).
+then its bytes (``cloudqueue.listener.wire.payload`` says where packed items travel).
 
 ``inner`` says how each item's codec text became those bytes. ``base64``: every text was
 canonical base64 and its decoded bytes are stored (base64 inside gzip compresses about a third
@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from listener.errors import DecodeError
-from listener.wire.encodings import canonical_base64
-from listener.wire.limits import DEFAULT_LIMITS, over_limit
+from cloudqueue.listener.errors import DecodeError
+from cloudqueue.listener.wire.encodings import canonical_base64
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, over_limit
 
 Inner = Literal["base64", "text"]
 

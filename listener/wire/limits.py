@@ -12,14 +12,14 @@ same way each time.
 A listener's memory is then bounded by the limits times the messages it opens at once (see
 docs/security/threat-model.md for the figures): the inflated bytes bound the text, the JSON
 values what decoding it may build. The settings are the ``[decoding]`` section of
-a worker's settings (``workers.settings.DecodingSettings``).
+a worker's settings (``cloudqueue.workers.settings.DecodingSettings``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from listener.errors import ConfigurationError, LimitExceededError
+from cloudqueue.listener.errors import ConfigurationError, LimitExceededError
 
 MIB = 1024 * 1024
 

@@ -5,8 +5,8 @@ may use all of it, as it always could. An envelope stops ``POISON_HEADROOM_BYTES
 if it is ever poisoned, the poison record (its content plus reason, worker and two errors of up to
 2,000 characters each) still fits in one message and keeps those details.
 
-Messages stay within the listener's default decoding limits (``listener.wire.limits``): a batch
-holds at most ``max_items_per_message`` items and inflates to at most
+Messages stay within the listener's default decoding limits (``cloudqueue.listener.wire.limits``): a
+batch holds at most ``max_items_per_message`` items and inflates to at most
 ``max_inflated_bytes_per_message``, and a single item that would inflate past that goes to the
 payload store rather than inline.
 """
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from itertools import accumulate
 
-from listener.stores.storage import MAX_MESSAGE_BYTES
-from listener.wire.envelope import inline_envelope, is_reserved
-from listener.wire.frames import Framed, Packed, frame, pack, pack_frames
-from listener.wire.limits import DEFAULT_LIMITS
+from cloudqueue.listener.stores.storage import MAX_MESSAGE_BYTES
+from cloudqueue.listener.wire.envelope import inline_envelope, is_reserved
+from cloudqueue.listener.wire.frames import Framed, Packed, frame, pack, pack_frames
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS
 
 POISON_HEADROOM_BYTES = 6 * 1024
 MAX_ENVELOPE_BYTES = MAX_MESSAGE_BYTES - POISON_HEADROOM_BYTES

@@ -12,8 +12,8 @@ JSON object whose only key is ``$cloudqueue``::
   payload store under the name ``blob`` (``bytes`` long, for operators).
 * ``attempts`` (optional, 0 when absent): how many times these items were delivered before they
   were put in this message. The listener writes it when it re-publishes the failed items of a
-  batch (see ``listener.consumer.processing``), so their poison decision counts every attempt.
-  A listener that does not know the key ignores it and merely retries them longer.
+  batch (see ``cloudqueue.listener.consumer.processing``), so their poison decision counts every
+  attempt. A listener that does not know the key ignores it and merely retries them longer.
 * ``data`` (base64), or the stored payload, is gzip of the *frames*: for each item in order, its
   length as 4 bytes big-endian, then its bytes.
 * ``inner`` says how each item's codec text became those bytes. ``base64``: every text was
@@ -36,9 +36,9 @@ duplicate of done work, while a payload that is simply gone still means ``payloa
 Tombstones live in the store itself, so every worker process sees them; they are removed by the
 same clean-up as orphaned payloads (anything older than the queue's time-to-live).
 
-Reading is bounded (``listener.wire.limits``): the announced ``count`` is checked before the
-data is inflated, inflating stops at the cap, splitting stops at the announced count, and JSON is
-parsed only within the depth limit. A stored payload belongs to the queue its name starts with
+Reading is bounded (``cloudqueue.listener.wire.limits``): the announced ``count`` is checked before
+the data is inflated, inflating stops at the cap, splitting stops at the announced count, and JSON
+is parsed only within the depth limit. A stored payload belongs to the queue its name starts with
 (``<queue>/<32 hex digits>``, written by the publisher of that queue): a listener reads only its
 own queue's payloads (or its partitions'), so a message naming another queue's payload is poisoned
 as ``payload_foreign`` and that payload is left alone for its own message.
@@ -48,11 +48,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from listener.errors import DecodeError
-from listener.stores.payload_store import PayloadStore, check_payload_owner
-from listener.wire.envelope import Envelope, parse_envelope
-from listener.wire.frames import Packed, unpack
-from listener.wire.limits import DEFAULT_LIMITS, DecodingLimits, over_limit
+from cloudqueue.listener.errors import DecodeError
+from cloudqueue.listener.stores.payload_store import PayloadStore, check_payload_owner
+from cloudqueue.listener.wire.envelope import Envelope, parse_envelope
+from cloudqueue.listener.wire.frames import Packed, unpack
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits, over_limit
 
 TOMBSTONE = b""
 """What a handled message's payload is replaced with (see the module docstring)."""

@@ -1,5 +1,5 @@
 """Where a message carries its W3C trace context, so that a consumer's span continues a
-producer's trace (``listener.tracing``).
+producer's trace (``cloudqueue.listener.tracing``).
 
 Storage queues have no message properties: everything travels in the text. cloudqueue never
 changes the text a foreign consumer decodes, so the context goes only where readers already
@@ -23,7 +23,7 @@ Reading, a message's context is only a hint: anyone who may add messages writes 
 checked strictly against the W3C Trace Context format (version ``00``, lower-case hex, ids not all
 zero; a ``tracestate`` of at most 32 well-formed members in 512 characters), and what does not
 match is ignored -- a malformed ``tracestate`` alone is dropped, the ``traceparent`` kept. Its
-sampled flag is not obeyed either (``listener.tracing``): a message cannot switch off
+sampled flag is not obeyed either (``cloudqueue.listener.tracing``): a message cannot switch off
 the consumer's tracing.
 """
 
@@ -34,18 +34,18 @@ import json
 import re
 from typing import Any
 
-from listener.errors import DecodeError
-from listener.stores.storage import MAX_MESSAGE_BYTES
-from listener.wire import bounded_json, encodings
-from listener.wire.envelope import (
+from cloudqueue.listener.errors import DecodeError
+from cloudqueue.listener.stores.storage import MAX_MESSAGE_BYTES
+from cloudqueue.listener.wire import bounded_json, encodings
+from cloudqueue.listener.wire.envelope import (
     ENVELOPE_KEY,
     Envelope,
     inline_envelope,
     is_reserved,
     parse_envelope,
 )
-from listener.wire.frames import pack
-from listener.wire.packing import message_bytes
+from cloudqueue.listener.wire.frames import pack
+from cloudqueue.listener.wire.packing import message_bytes
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"

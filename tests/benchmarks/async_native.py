@@ -1,9 +1,10 @@
 """A prototype, for measurement only: ``async def`` handlers on dequeue *tasks* of one event loop.
 
 cloudqueue runs dequeue threads and sends ``async def handle`` coroutines to an event loop of their
-own (``workers.async_handler``). This sketch is the design's other shape: the dequeue loops are
-tasks on that same loop, talking to the aio SDK (aiohttp), so a message never crosses a thread.
-``tests/benchmarks/bench_async_path.py`` measures it against the product; it is not product code.
+own (``cloudqueue.workers.async_handler``). This sketch is the design's other shape: the dequeue
+loops are tasks on that same loop, talking to the aio SDK (aiohttp), so a message never crosses a
+thread. ``tests/benchmarks/bench_async_path.py`` measures it against the product; it is not product
+code.
 
 What it shares with the product: the pure policies decide -- ``fetch_size`` how many to get,
 ``idle_delay_s`` / ``should_stop_idle`` the idle back-off and when a surplus task stops,
@@ -40,16 +41,25 @@ from azure.storage.queue import QueueMessage
 from azure.storage.queue._shared.policies_async import ExponentialRetry as AsyncExponentialRetry
 from azure.storage.queue.aio import QueueClient
 
-from listener.consumer.handoff import fetch_size
-from listener.consumer.in_flight import DEFAULT_CONCURRENCY
-from listener.consumer.pool_control import ListenerLoad
-from listener.consumer.throughput import ThroughputMeter
-from listener.policies.backoff import RandomSource, default_rng, randomized_exponential_backoff
-from listener.queue_limits import MAX_BATCH_SIZE
-from listener.scaling.cpu import ProcessCpuMeter
-from listener.scaling.scaler import ScalingPolicy, idle_delay_s, should_stop_idle, targets
-from listener.stores.azure_clients import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
-from listener.wire.codec import Codec
+from cloudqueue.listener.consumer.handoff import fetch_size
+from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.policies.backoff import (
+    RandomSource,
+    default_rng,
+    randomized_exponential_backoff,
+)
+from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
+from cloudqueue.listener.scaling.cpu import ProcessCpuMeter
+from cloudqueue.listener.scaling.scaler import (
+    ScalingPolicy,
+    idle_delay_s,
+    should_stop_idle,
+    targets,
+)
+from cloudqueue.listener.stores.azure_clients import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
+from cloudqueue.listener.wire.codec import Codec
 
 T = TypeVar("T")
 

@@ -35,7 +35,8 @@ from typing import Any
 import structlog
 from azure.storage.queue.aio import QueueClient
 
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.workers.settings import CloudQueueSettings
 from tests.benchmarks.async_native import AsyncNativeConsumer, aio_client_options
 from tests.benchmarks.bench_io import (
     ASYNCIO_LOOP,
@@ -53,7 +54,6 @@ from tests.benchmarks.bench_io import (
 from tests.benchmarks.drain_support import Stopwatch, cpu_ms_per_message, format_spread, spread
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from workers.settings import CloudQueueSettings
 
 BENCH = "bench_async_path"
 PROTOTYPE = "asyncio-native prototype"

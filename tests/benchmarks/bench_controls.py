@@ -63,9 +63,9 @@ def drain(kind: str, count: int) -> dict[str, float]:
 
     The baselines use only what the listener had before the controls, so that ``--main`` can run
     them on older code."""
-    from listener.consumer.listener import CloudQueueListener
-    from listener.location import CloudQueueLocation
-    from listener.stores.memory_storage import InMemoryQueueStorage
+    from cloudqueue.listener.consumer.listener import CloudQueueListener
+    from cloudqueue.listener.location import CloudQueueLocation
+    from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 
     storage = InMemoryQueueStorage()
     storage.create_queue(QUEUE)
@@ -99,9 +99,9 @@ def _controls(kind: str, options: dict[str, Any]) -> Any:
     if kind.startswith("time_limit"):
         options["time_limit_s"] = 60.0
     elif kind == "retry_inline":
-        from listener.middleware.retry import RetryPolicy
-        from listener.policies.delivery import DeliveryPolicy
-        from listener.policies.retry import Retry
+        from cloudqueue.listener.middleware.retry import RetryPolicy
+        from cloudqueue.listener.policies.delivery import DeliveryPolicy
+        from cloudqueue.listener.policies.retry import Retry
 
         retry = Retry(delays_s=(5, 30), give_up_on=(ValueError,))
         options["middleware"] = [RetryPolicy(retry)]
@@ -112,8 +112,8 @@ def _controls(kind: str, options: dict[str, Any]) -> Any:
 
 
 def _batches(listener: Any) -> Any:
-    from listener.consumer.coroutines import LoopThread
-    from workers.batch_handler import Batcher
+    from cloudqueue.listener.consumer.coroutines import LoopThread
+    from cloudqueue.workers.batch_handler import Batcher
 
     loop = LoopThread("bench-batches")
     listener.subscribe_batches(

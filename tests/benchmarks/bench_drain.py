@@ -50,13 +50,16 @@ import pydantic
 import structlog
 from azure.storage.queue import QueueClient, TextBase64DecodePolicy
 
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.poison.queue import poison_queue_name
-from listener.queue_limits import MAX_BATCH_SIZE
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 from tests.benchmarks.drain_support import (
     BenchmarkError,
     Stopwatch,
@@ -71,9 +74,6 @@ from tests.benchmarks.drain_support import (
 )
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from workers.host import WorkerHost
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
 
 BENCH = "bench_drain"
 QUEUE = "bench"

@@ -34,14 +34,14 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.poison.queue import poison_queue_name
-from listener.policies.scaling_rules import drain_time
-from listener.queue_limits import MAX_BATCH_SIZE
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.policies.scaling_rules import drain_time
+from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
 
 QUEUE = "bench"
 CODEC = MessageCodec(int)

@@ -43,22 +43,26 @@ from typing import Any
 
 import structlog
 
-from listener import open_storage, poison_queue_name
-from listener.errors import LimitExceededError
-from listener.stores.payload_store import FolderPayloadStore, PayloadStore, new_payload_name
-from listener.wire.bounded_json import values_in, values_limited
-from listener.wire.codec import MessageCodec
-from listener.wire.envelope import blob_envelope, inline_envelope
-from listener.wire.frames import pack
-from listener.wire.limits import MIB, DecodingLimits
-from listener.wire.payload import open_message
+from cloudqueue.listener import open_storage, poison_queue_name
+from cloudqueue.listener.errors import LimitExceededError
+from cloudqueue.listener.stores.payload_store import (
+    FolderPayloadStore,
+    PayloadStore,
+    new_payload_name,
+)
+from cloudqueue.listener.wire.bounded_json import values_in, values_limited
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.envelope import blob_envelope, inline_envelope
+from cloudqueue.listener.wire.frames import pack
+from cloudqueue.listener.wire.limits import MIB, DecodingLimits
+from cloudqueue.listener.wire.payload import open_message
+from cloudqueue.workers.settings import CloudQueueSettings
 from tests.benchmarks.hostile_triggers import render_triggers, trigger_costs
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.hostile import EMPTY_ITEM, MAX_CONTENT_BYTES, gzip_bomb, item
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, run_environment
 from tests.workers.test_hostile_input import peak_rss_mib, stamp
-from workers.settings import CloudQueueSettings
 
 BENCH = "bench_hostile"
 PARTS = ("decoding", "triggers")

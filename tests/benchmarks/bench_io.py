@@ -40,8 +40,11 @@ import structlog
 from azure.storage.queue import QueueClient
 from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 
-from listener.poison.queue import poison_queue_name
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 from tests.benchmarks.drain_support import (
     Stopwatch,
     cpu_ms_per_message,
@@ -50,9 +53,6 @@ from tests.benchmarks.drain_support import (
     spread,
 )
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from workers.host import WorkerHost
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
 
 QUEUE = "bench-io"
 RESULTS_PATH = Path(__file__).parent / "results" / "bench_io.json"

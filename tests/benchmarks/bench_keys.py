@@ -43,10 +43,10 @@ from typing import Any
 
 import structlog
 
-from listener import InMemoryQueueStorage, Publisher
+from cloudqueue.listener import InMemoryQueueStorage, Publisher
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from tests.benchmarks.keys_drain import DRAIN_TIMEOUT_S, QUEUE
 from tests.benchmarks.results_file import header_line, report, run_header
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
 VARIANTS: dict[str, tuple[bool, dict[str, Any]]] = {
     "plain, none": (False, {"cancel": {"check": False}}),

@@ -34,13 +34,13 @@ from typing import Any
 
 import structlog
 
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
 QUEUE = "bench-metrics"
 TARGET_RATIO = 0.95

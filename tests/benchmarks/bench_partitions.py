@@ -33,14 +33,14 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.producer.publisher import Publisher
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 

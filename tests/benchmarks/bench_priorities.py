@@ -4,7 +4,8 @@ Run ``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.bench_prioritie
 [--write]`` (about 6 minutes; ``--write`` saves tests/benchmarks/results/bench_priorities.json,
 which the docs' table is rendered from).
 
-* **Idle, simulated**: ``listener.simulation.idle_queues.idle_cost`` -- the real listener over K
+* **Idle, simulated**: ``cloudqueue.listener.simulation.idle_queues.idle_cost`` -- the real listener
+over K
   = 1, 2, 4 empty queues (a ``PrioritizedQueueStorage``, strict), its ``ElasticScaler`` with the
   default policy and, with push triggers, ``min_threads = 0`` and the ``Watchdog`` (300 s), on
   the in-memory store in virtual time: one idle hour after a minute's warm-up.
@@ -32,16 +33,16 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.policies.priority import Priority
-from listener.producer.publisher import Publisher
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.simulation.idle_queues import idle_cost
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.prioritized import PrioritizedQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.priority import Priority
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.simulation.idle_queues import idle_cost
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.prioritized import PrioritizedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 

@@ -63,7 +63,7 @@ def worker_command(processes: int, state_dir: str) -> list[str]:
     return [
         sys.executable,
         "-m",
-        "workers",
+        "cloudqueue.workers",
         "run",
         WORKER,
         "--processes",

@@ -50,17 +50,17 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.events import QueueEmptyDecision
-from listener.consumer.listener import CloudQueueListener
-from listener.consumer.pool_control import PoolControl
-from listener.location import CloudQueueLocation
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import WorkDetected, account_of
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.consumer.events import QueueEmptyDecision
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.pool_control import PoolControl
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+from cloudqueue.listener.push.triggers import WorkDetected, account_of
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.scaling.waker import DEFAULT_WATCHDOG_INTERVAL_S, TriggerWaker, Watchdog
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.wire.codec import MessageCodec
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.redis_server import RedisServer

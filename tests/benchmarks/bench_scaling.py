@@ -51,13 +51,13 @@ from typing import Any
 
 import structlog
 
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
 from tests.benchmarks.results_file import header_line, run_header, write_results
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 

@@ -17,7 +17,7 @@ import statistics
 import time
 from pathlib import Path
 
-from listener.simulation import PRESETS, simulate
+from cloudqueue.listener.simulation import PRESETS, simulate
 
 SAMPLES = 500
 

@@ -9,8 +9,8 @@ Two parts, both written to ``results/bench_tune.json`` with ``--write``:
 2. **Proof by replay**: a recorded bursty hour (written by the recorder from a seeded arrival
    pattern: a burst of 60 messages every 5 minutes, one message every 10 s between, handlers
    of about 200 ms) is tuned for p95 pickup <= 2 s without push, then replayed at 60x on Azurite
-   with those settings by ``workers.replay`` (the code behind ``cloudqueue replay``), several
-   times, each on a fresh Azurite. Each run's measured consumer transactions and p95 pickup
+   with those settings by ``cloudqueue.workers.replay`` (the code behind ``cloudqueue replay``),
+   several times, each on a fresh Azurite. Each run's measured consumer transactions and p95 pickup
    are compared with the simulator's prediction for the same sped-up stretch; the goal is the
    issue's: transactions within 10 %, p95 pickup within 20 % (the median of the runs; how many
    single runs fall outside is counted too).
@@ -39,16 +39,16 @@ from typing import Any
 
 from pydantic import SecretStr
 
-from listener.simulation import ServiceModel, constant, idle
-from listener.simulation.goals import Goals
-from listener.simulation.profile import ProfileRecorder, load_profile
-from listener.simulation.tuning import tune
-from listener.stores.connection import open_storage
+from cloudqueue.listener.simulation import ServiceModel, constant, idle
+from cloudqueue.listener.simulation.goals import Goals
+from cloudqueue.listener.simulation.profile import ProfileRecorder, load_profile
+from cloudqueue.listener.simulation.tuning import tune
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.workers.cli.profile_options import service_for
+from cloudqueue.workers.replay import replay
+from cloudqueue.workers.settings import CloudQueueSettings
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from workers.cli.profile_options import service_for
-from workers.replay import replay
-from workers.settings import CloudQueueSettings
 
 BENCH = "bench_tune"
 PICKUP_P95_GOAL_S = 2.0

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from azure.storage.queue import QueueClient
 
-from listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.queue import poison_queue_name
 from tests.support.azurite import AzuriteProcess
 from tests.support.latency_proxy import latency_proxy_process
 

@@ -14,9 +14,9 @@ import threading
 import time
 from typing import Any
 
-from listener.push.triggers import InProcessTriggerChannel, WorkDetected
-from listener.scaling.scaler import ScalingPolicy, idle_delay_floor_s
-from listener.testing import ManualClock
+from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
+from cloudqueue.listener.scaling.scaler import ScalingPolicy, idle_delay_floor_s
+from cloudqueue.listener.testing import ManualClock
 from tests.listener.scaling.test_push import ACCOUNT, Scenario, TickSleeper
 from tests.support.polling import eventually
 

@@ -3,8 +3,8 @@
 process's CPU microseconds per message.
 
 Run ``python tests/benchmarks/keys_drain.py N keyed|plain '{"cancel": {"check": false}}'``. It
-imports only ``listener`` and ``workers``, so with ``PYTHONPATH=<another checkout>`` it measures
-that tree (the baseline before the key controls).
+imports only ``cloudqueue.listener`` and ``cloudqueue.workers``, so with ``PYTHONPATH=<another
+checkout>`` it measures that tree (the baseline before the key controls).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any
 
 import structlog
 
-from listener import InMemoryQueueStorage, Publisher
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.listener import InMemoryQueueStorage, Publisher
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 
 QUEUE = "bench-keys"
 DRAIN_TIMEOUT_S = 300.0

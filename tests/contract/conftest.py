@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
 from tests.conftest import BACKENDS, make_storage
 
 PARTITION_COUNTS = [1, 3]

@@ -13,7 +13,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from listener.errors import (
+from cloudqueue.listener.errors import (
     ConfigurationError,
     MessageNotFoundError,
     MessageTooLargeError,
@@ -21,15 +21,15 @@ from listener.errors import (
     QueueNotFoundError,
     TransientStorageError,
 )
-from listener.queue_limits import (
+from cloudqueue.listener.queue_limits import (
     DEFAULT_TIME_TO_LIVE_S,
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,
     MAX_VISIBILITY_TIMEOUT_S,
     NEVER_EXPIRES,
 )
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 from tests.support.polling import eventually
 
 SHORT_S = 1

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from listener.redaction import MASK, redact
+from cloudqueue.listener.redaction import MASK, redact
 
 KEY = "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw=="
 SIGNATURE = "a1B2c3D4%2Bq%2Fz9%3D"

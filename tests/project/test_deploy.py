@@ -13,11 +13,11 @@ import kubernetes_validate
 import pytest
 import yaml
 
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.workers.settings import CloudQueueSettings, ScalingSettings, load_settings
 from examples.billing import InvoiceWorker
 from examples.deploy.sizing import messages_per_pod, sizing
-from listener.errors import ConfigurationError
 from tests.support.paths import REPO_ROOT
-from workers.settings import CloudQueueSettings, ScalingSettings, load_settings
 
 DEPLOY = REPO_ROOT / "examples" / "deploy"
 K8S = DEPLOY / "k8s"

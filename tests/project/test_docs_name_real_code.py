@@ -12,8 +12,9 @@ import pytest
 from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
-QUOTED = re.compile(r"``?((?:listener|workers)(?:\.\w+)+)(?:\(\))?``?")
-"""A dotted name quoted as code: ``listener.x.y`` in a docstring, `workers.x` on a page."""
+QUOTED = re.compile(r"``?((?:cloudqueue\.)?(?:listener|workers)(?:\.\w+)+)(?:\(\))?``?")
+"""A dotted name quoted as code: ``cloudqueue.listener.x`` in a docstring, `listener.concurrency`
+(a setting) on a page."""
 
 
 def quoted_names(text: str) -> set[str]:
@@ -28,7 +29,7 @@ def sources() -> list[Path]:
 
 def is_setting(dotted: str) -> bool:
     """``listener.concurrency`` on a page is the setting (section ``listener``), not code."""
-    from workers.settings import ListenerSettings
+    from cloudqueue.workers.settings import ListenerSettings
 
     section, _, key = dotted.partition(".")
     return section == "listener" and key in ListenerSettings.model_fields
@@ -39,6 +40,8 @@ def resolves(dotted: str) -> bool:
     setting's key, or a file's name, counts as resolved)."""
     if is_setting(dotted) or dotted.endswith(".py"):
         return True
+    if not dotted.startswith("cloudqueue."):
+        return False  # code is named by the name it installs as
     parts = dotted.split(".")
     for end in range(len(parts), 0, -1):
         module_name = ".".join(parts[:end])
@@ -56,11 +59,17 @@ def resolves(dotted: str) -> bool:
 
 def test_quoting_finds_module_paths_and_names() -> None:
     """The pattern picks quoted dotted names and leaves plain words alone."""
-    text = "see ``listener.wire.payload`` and `workers.settings.CloudQueueSettings`; listener ok"
-    assert quoted_names(text) == {"listener.wire.payload", "workers.settings.CloudQueueSettings"}
-    assert resolves("listener.consumer.dequeue.STRETCH_S")
+    text = (
+        "see ``cloudqueue.listener.wire.payload`` and "
+        "`cloudqueue.workers.settings.CloudQueueSettings`; listener ok"
+    )
+    assert quoted_names(text) == {
+        "cloudqueue.listener.wire.payload",
+        "cloudqueue.workers.settings.CloudQueueSettings",
+    }
+    assert resolves("cloudqueue.listener.consumer.dequeue.STRETCH_S")
     assert not resolves("listener.handling")
-    assert not resolves("listener.wire.payload.no_such_name")
+    assert not resolves("cloudqueue.listener.wire.payload.no_such_name")
 
 
 @pytest.mark.parametrize("path", sources(), ids=lambda path: str(path.relative_to(ROOT)))

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from click.testing import CliRunner
 
+from cloudqueue.workers.cli import cli
 from tests.support.paths import REPO_ROOT
-from workers.cli import cli
 
 SCALING_PAGE = REPO_ROOT / "docs" / "concepts" / "scaling.md"
 

@@ -16,16 +16,16 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from cloudqueue.listener.poison.reasons import POISON_REASONS
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.settings.keys import env_name, known_keys
 from docsite import generated, settings_reference
 from docsite.cli_reference import command_paths
 from docsite.errors_reference import error_types
 from docsite.metrics_reference import metrics
-
-from listener.poison.reasons import POISON_REASONS
 from tests.benchmarks.render_readme import docs_blocks, render_block
 from tests.support.paths import REPO_ROOT
-from workers.settings import CloudQueueSettings
-from workers.settings.keys import env_name, known_keys
 
 ROOT = REPO_ROOT
 
@@ -133,8 +133,7 @@ def test_the_performance_pages_show_every_committed_result(site: Path) -> None:
 
 def test_the_api_reference_documents_the_public_names(site: Path) -> None:
     """mkdocstrings renders every name of the package roots' __all__."""
-    import listener
-    import workers
+    from cloudqueue import listener, workers
 
     for package, page in ((listener, "reference/api-listener"), (workers, "reference/api-workers")):
         text = page_text(site, page)

@@ -10,6 +10,7 @@ from typing import IO
 
 import pytest
 
+from cloudqueue.listener import open_storage
 from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.initiator import prepare_queues, start_run
 from examples.billing_pipeline.ledger import BillingLedger
@@ -21,7 +22,6 @@ from examples.billing_pipeline.model import (
     split,
 )
 from examples.processes import kill_worker, spawn_worker, stop_worker
-from listener import open_storage
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import eventually
 

@@ -13,13 +13,13 @@ from typing import IO
 
 import pytest
 
+from cloudqueue.listener import Publisher, open_storage
 from examples.processes import kill_worker, spawn_worker, stop_worker
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import QUEUE, open_state_store
 from examples.resumable.intent import STEPS, CloseAccount
 from examples.resumable.sqlite_state import SqliteStateStore
 from examples.resumable.state import ConflictError, JobState, StateStore, update
-from listener import Publisher, open_storage
 from tests.support.azurite import AzuriteProcess
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import eventually

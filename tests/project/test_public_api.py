@@ -17,8 +17,7 @@ def test_all_names_exist_and_are_sorted(package: str) -> None:
 
 def test_the_core_names_are_public() -> None:
     """The names users build on are importable from the package roots."""
-    import listener
-    import workers
+    from cloudqueue import listener, workers
 
     for name in [
         "CloudQueueListener",
@@ -35,8 +34,7 @@ def test_the_core_names_are_public() -> None:
 
 def test_the_public_surface_is_exactly_this() -> None:
     """Adding or removing a public name is a deliberate change: it shows up in this list."""
-    import listener
-    import workers
+    from cloudqueue import listener, workers
 
     assert list(listener.__all__) == [
         "MAX_BATCH_SIZE",

@@ -1,12 +1,13 @@
 """What users are shown imports only the public API: the examples and the docs' Python blocks.
 
-The public modules are the package roots ``listener`` and ``workers`` and three documented
-sub-modules: ``listener.testing`` and ``workers.testing`` (the test helpers, which have their own
-sections in the API reference pages) and ``listener.simulation`` (the cost simulator's Python
-entry point, documented in the "What will it cost?" and "The cheapest settings" how-tos). Each
-has an ``__all__``; a name is public when it is in its module's ``__all__``. So
-``from listener import Publisher`` passes, while ``from listener.messages.publisher import
-Publisher`` and ``import listener.stores`` are refused: they would break when the internals move.
+The public modules are the package roots ``cloudqueue.listener`` and ``cloudqueue.workers`` and
+three documented sub-modules: ``cloudqueue.listener.testing`` and ``cloudqueue.workers.testing``
+(the test helpers, which have their own sections in the API reference pages) and
+``cloudqueue.listener.simulation`` (the cost simulator's Python entry point, documented in the "What
+will it cost?" and "The cheapest settings" how-tos). Each has an ``__all__``; a name is public when
+it is in its module's ``__all__``. So ``from cloudqueue.listener import Publisher`` passes, while
+``from cloudqueue.listener.messages.publisher import Publisher`` and ``import
+cloudqueue.listener.stores`` are refused: they would break when the internals move.
 
 Checked: every ``.py`` under ``examples/``, and the ``python`` code blocks of ``README.md`` and of
 every Markdown page under ``docs/`` and ``examples/`` (a ``--8<--`` snippet line inside a block is
@@ -27,13 +28,14 @@ import pytest
 from tests.support.paths import REPO_ROOT
 
 ROOT = REPO_ROOT
-PACKAGES = ("listener", "workers")
+PACKAGES = ("cloudqueue",)
 PUBLIC_MODULES = (
-    "listener",
-    "workers",
-    "listener.testing",
-    "workers.testing",
-    "listener.simulation",
+    "cloudqueue",
+    "cloudqueue.listener",
+    "cloudqueue.workers",
+    "cloudqueue.listener.testing",
+    "cloudqueue.workers.testing",
+    "cloudqueue.listener.simulation",
 )
 FENCE = re.compile(r"^(?P<indent>\s*)```\s*(?P<info>[^`]*)$")
 PYTHON_INFO = re.compile(r"^(python|py|\{\s*\.python\s*\})$")
@@ -146,21 +148,21 @@ def test_deep_and_non_exported_imports_are_refused() -> None:
     """Deep module paths, names missing from ``__all__`` and non-public modules are all refused."""
     code = "\n".join(
         [
-            "from listener import Publisher, QueueStorage",
-            "from workers.testing import run_until_drained",
-            "from listener.simulation import simulate",
-            "import listener, workers",
-            "from listener.messages.publisher import Publisher",
-            "from workers import host",
-            "import listener.stores.connection",
-            "from listener.testing import START",
+            "from cloudqueue.listener import Publisher, QueueStorage",
+            "from cloudqueue.workers.testing import run_until_drained",
+            "from cloudqueue.listener.simulation import simulate",
+            "import cloudqueue.listener, cloudqueue.workers",
+            "from cloudqueue.listener.messages.publisher import Publisher",
+            "from cloudqueue.workers import host",
+            "import cloudqueue.listener.stores.connection",
+            "from cloudqueue.listener.testing import START",
             "from . import sibling",
             "import json",
         ]
     )
     assert refusals(ast.parse(code), public_names()) == [
-        "line 5: from listener.messages.publisher import Publisher",
-        "line 6: from workers import host",
-        "line 7: import listener.stores.connection",
-        "line 8: from listener.testing import START",
+        "line 5: from cloudqueue.listener.messages.publisher import Publisher",
+        "line 6: from cloudqueue.workers import host",
+        "line 7: import cloudqueue.listener.stores.connection",
+        "line 8: from cloudqueue.listener.testing import START",
     ]

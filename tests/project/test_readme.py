@@ -15,7 +15,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from listener.stores.connection import AzureTarget, parse_connection_string
+from cloudqueue.listener.stores.connection import AzureTarget, parse_connection_string
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import eventually
 

@@ -8,7 +8,7 @@ import os
 import time
 from typing import Any
 
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 RECORD_PATH = os.environ.get("TEST_RECORD_PATH", "record.txt")
 HANDLER_S = float(os.environ.get("TEST_HANDLER_DELAY_S", "0.05"))

@@ -14,7 +14,7 @@ from typing import Any
 
 import structlog
 
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 log = structlog.get_logger("tests.flaky_workers")
 

@@ -14,9 +14,9 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from listener.stores.payload_store import new_payload_name
-from listener.wire.envelope import ENVELOPE_KEY, blob_envelope, inline_envelope
-from listener.wire.frames import pack
+from cloudqueue.listener.stores.payload_store import new_payload_name
+from cloudqueue.listener.wire.envelope import ENVELOPE_KEY, blob_envelope, inline_envelope
+from cloudqueue.listener.wire.frames import pack
 
 EMPTY_ITEM = b"\0\0\0\x02{}"
 """One frame of the item ``{}`` as a batch stores it: its length (4 bytes), then its bytes."""

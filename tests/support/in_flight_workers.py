@@ -12,7 +12,7 @@ import asyncio
 import os
 from typing import Any
 
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 RECORD_PATH = os.environ.get("TEST_RECORD_PATH", "handled.txt")
 HOLD_AT = int(os.environ.get("TEST_HOLD_AT", "200"))

@@ -13,7 +13,7 @@ from datetime import datetime
 
 import structlog
 
-from workers import PeriodicJob
+from cloudqueue.workers import PeriodicJob
 
 log = structlog.get_logger("tests.jobs")
 

@@ -15,9 +15,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
 
 @dataclass

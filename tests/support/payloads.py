@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from listener.wire.payload import TOMBSTONE
+from cloudqueue.listener.wire.payload import TOMBSTONE
 
 
 class ListablePayloads(Protocol):

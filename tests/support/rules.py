@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from listener.policies.scaling_rules import ScalingInput
+from cloudqueue.listener.policies.scaling_rules import ScalingInput
 
 
 def double_the_pool(load: ScalingInput) -> int:

@@ -13,7 +13,7 @@ from typing import Any
 
 import structlog
 
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 log = structlog.get_logger("tests.workers")
 

@@ -14,7 +14,7 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import ValidationError
 
-from listener import (
+from cloudqueue.listener import (
     BatchFailed,
     CallNext,
     CloudQueueListener,
@@ -27,16 +27,16 @@ from listener import (
     Publisher,
     QueueStorage,
 )
-from listener.consumer.coroutines import LoopThread
-from listener.poison.queue import browse_poisoned
-from listener.poison.record import read_record
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.testing import ManualClock
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.poison.queue import browse_poisoned
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.batch_handler import Batcher
+from cloudqueue.workers.controls import controls_for
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.batch_handler import Batcher
-from workers.controls import controls_for
-from workers.testing import run_until_drained
 
 
 class Calls:

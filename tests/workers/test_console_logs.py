@@ -6,8 +6,8 @@ import io
 
 import structlog
 
-from workers.logging import configure_logging
-from workers.settings import LoggingSettings
+from cloudqueue.workers.logging import configure_logging
+from cloudqueue.workers.settings import LoggingSettings
 
 
 class Terminal(io.StringIO):

@@ -8,13 +8,13 @@ from typing import ClassVar
 
 import pytest
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
-from listener.stores.payload_store import InMemoryPayloadStore
-from listener.testing import ManualClock
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.cost_meter import WINDOW_S, CostMeter
-from workers.live_state import LiveState, LiveStatePublisher
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
+from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.cost_meter import WINDOW_S, CostMeter
+from cloudqueue.workers.live_state import LiveState, LiveStatePublisher
 
 PAYLOAD = "invoices/" + "0" * 32
 

@@ -8,16 +8,21 @@ from typing import ClassVar
 
 import pytest
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, Publisher
-from listener.scaling.scaler import ScalingPolicy
-from listener.stores.metered import MeteredStorage
-from listener.testing import ManualClock
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    Publisher,
+)
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.depth_refresh import DepthRefresher
+from cloudqueue.workers.live_state import QueueLiveState
+from cloudqueue.workers.progress import QueueProgress
+from cloudqueue.workers.views.sampler import Sampler
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.depth_refresh import DepthRefresher
-from workers.live_state import QueueLiveState
-from workers.progress import QueueProgress
-from workers.views.sampler import Sampler
 
 QUEUE = "figures"
 BACKLOG = 351

@@ -10,11 +10,11 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from listener import CloudQueueListener, InMemoryQueueStorage, MessageCodec
-from listener.errors import ConfigurationError
-from listener.stores.payload_store import InMemoryPayloadStore
+from cloudqueue.listener import CloudQueueListener, InMemoryQueueStorage, MessageCodec
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
 SETTINGS = CloudQueueSettings(shutdown_grace_s=5)
 
@@ -187,7 +187,9 @@ def test_the_payload_store_the_host_opened_is_closed_when_it_stops(
 ) -> None:
     """What the host opens from the settings it also closes (an Azure blob client holds sockets)."""
     opened = RecordingPayloadStore()
-    monkeypatch.setattr("workers.host.open_payload_store_if_available", lambda *_, **__: opened)
+    monkeypatch.setattr(
+        "cloudqueue.workers.host.open_payload_store_if_available", lambda *_, **__: opened
+    )
     settings = SETTINGS.model_copy(
         update={"connection_string": SecretStr(f"sqlite:///{tmp_path / 'q.db'}")}
     )

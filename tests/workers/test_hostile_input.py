@@ -18,9 +18,15 @@ from typing import Any
 
 import pytest
 
-from listener import PoisonRecord, Publisher, open_payload_store, open_storage, poison_queue_name
-from listener.stores.payload_store import PayloadStore
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener import (
+    PoisonRecord,
+    Publisher,
+    open_payload_store,
+    open_storage,
+    poison_queue_name,
+)
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.hostile import HostileMix, gzip_bomb, item
 from tests.support.polling import eventually

@@ -17,13 +17,17 @@ import pytest
 import structlog
 from click.testing import CliRunner
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
-from listener.stores.connection import describe_storage
-from listener.stores.metered import MeteredStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from tests.support.polling import eventually
-from workers.cli import cli
-from workers.live_state import (
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    MessageCodec,
+)
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.live_state import (
     STALE_AFTER_S,
     LiveState,
     LiveStatePublisher,
@@ -31,6 +35,7 @@ from workers.live_state import (
     pid_is_alive,
     read_live_states,
 )
+from tests.support.polling import eventually
 
 T0 = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
 HOST = socket.gethostname()

@@ -15,16 +15,16 @@ from typing import ClassVar
 import pytest
 from structlog.testing import capture_logs
 
-from listener import InMemoryQueueStorage
-from listener.errors import ConfigurationError
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.tick_ledger import InMemoryTickLedger, SqliteTickLedger, TickLedger
-from listener.testing import ManualClock
+from cloudqueue.listener import InMemoryQueueStorage
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.tick_ledger import InMemoryTickLedger, SqliteTickLedger, TickLedger
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import CloudQueueSettings, WorkerHost
+from cloudqueue.workers.job_scheduler import JobScheduler
+from cloudqueue.workers.job_schedules import CronSchedule, EverySchedule
+from cloudqueue.workers.periodic_job import PeriodicJob, job_spec
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, WorkerHost
-from workers.job_scheduler import JobScheduler
-from workers.job_schedules import CronSchedule, EverySchedule
-from workers.periodic_job import PeriodicJob, job_spec
 
 START = datetime(2026, 3, 1, 12, 0, 0, 500_000, tzinfo=UTC)
 """Half a second past a whole minute, so the first two-second tick is 1.5 s away."""

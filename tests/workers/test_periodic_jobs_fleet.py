@@ -21,8 +21,8 @@ from azure.core.exceptions import HttpResponseError
 from azure.storage.blob import ContainerClient
 from structlog.testing import capture_logs
 
-from listener.stores.azure_ticks import JOBS_CONTAINER, AzureTickLedger
-from listener.stores.tick_ledger import JobRecord
+from cloudqueue.listener.stores.azure_ticks import JOBS_CONTAINER, AzureTickLedger
+from cloudqueue.listener.stores.tick_ledger import JobRecord
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.polling import eventually
 from tests.support.runs import Run, run_environment
@@ -55,7 +55,7 @@ def fleet(env: dict[str, str], tmp_path: Path) -> Iterator[list[Run]]:
         log_path = tmp_path / f"run{index}.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "workers", "run", JOB],
+                [sys.executable, "-m", "cloudqueue.workers", "run", JOB],
                 env={**env, "CLOUDQUEUE_STATE_DIR": str(tmp_path / f"state{index}")},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

@@ -10,17 +10,17 @@ from typing import ClassVar
 
 import pytest
 
-from listener.stores.layouts import QueueLayout, read_layout
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.cli.status_text import worker_line
+from cloudqueue.workers.live_state import LiveStatePublisher
+from cloudqueue.workers.settings import ObservabilitySettings
+from cloudqueue.workers.testing import run_until_drained
+from cloudqueue.workers.views.fleet import running_workers
 from tests.support.cli import cloudqueue
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.cli.status_text import worker_line
-from workers.live_state import LiveStatePublisher
-from workers.settings import ObservabilitySettings
-from workers.testing import run_until_drained
-from workers.views.fleet import running_workers
 
 URGENT, NORMAL = "urgent", "normal"
 
@@ -124,7 +124,7 @@ def test_queues_of_a_worker_may_be_partitioned_each_with_its_layout(
 
 
 WORKERS = """
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 
 class Twice(QueueWorker[str]):

@@ -1,4 +1,5 @@
-"""``workers.replay``: what a replay measures, and what its prediction is told of the run."""
+"""``cloudqueue.workers.replay``: what a replay measures, and what its prediction is told of the
+run."""
 
 from __future__ import annotations
 
@@ -7,12 +8,12 @@ from pathlib import Path
 import pytest
 from pydantic import SecretStr
 
-from listener.simulation import ServiceModel, Workload
-from listener.simulation.report import Latency
-from listener.stores.connection import open_storage
-from workers.replay import _Pickups, replay
-from workers.replay_prediction import ReplayReport, service_met
-from workers.settings import BackoffSettings, CloudQueueSettings
+from cloudqueue.listener.simulation import ServiceModel, Workload
+from cloudqueue.listener.simulation.report import Latency
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.workers.replay import _Pickups, replay
+from cloudqueue.workers.replay_prediction import ReplayReport, service_met
+from cloudqueue.workers.settings import BackoffSettings, CloudQueueSettings
 
 
 def test_the_prediction_is_told_the_handling_and_storage_times_the_run_met() -> None:

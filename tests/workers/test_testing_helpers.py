@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from listener import (
+from cloudqueue.listener import (
     CallNext,
     CloudQueueListener,
     CloudQueueLocation,
@@ -16,10 +16,10 @@ from listener import (
     MessageContext,
     Middleware,
 )
-from listener.errors import ConfigurationError, PermanentFailure
-from listener.testing import VirtualClock
-from workers import QueueWorker
-from workers.testing import DrainTimeoutError, HandlerFailedError, run_until_drained
+from cloudqueue.listener.errors import ConfigurationError, PermanentFailure
+from cloudqueue.listener.testing import VirtualClock
+from cloudqueue.workers import QueueWorker
+from cloudqueue.workers.testing import DrainTimeoutError, HandlerFailedError, run_until_drained
 
 
 class Job(BaseModel):

@@ -10,9 +10,9 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
+from cloudqueue.workers import QueueWorker
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.paths import REPO_ROOT
-from workers import QueueWorker
-from workers.testing import run_until_drained
 
 
 class Invoice(BaseModel):

@@ -1,4 +1,4 @@
-"""The ``cloudqueue`` command line (``python -m workers`` too).
+"""The ``cloudqueue`` command line (``python -m cloudqueue.workers`` too).
 
 Built on click, the well-kept standard for Python command lines, so every command has ``--help``
 with examples. Each command lives in its own module; this one only assembles the group, gives
@@ -11,20 +11,20 @@ from typing import Any
 
 import click
 
-from workers.cli.cancel import cancel
-from workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
-from workers.cli.config_cmd import config_group
-from workers.cli.dashboard import dashboard
-from workers.cli.demo import demo
-from workers.cli.messages import enqueue
-from workers.cli.poison import poison_group
-from workers.cli.queues import queues_group
-from workers.cli.replay import replay_command
-from workers.cli.run import run
-from workers.cli.simulate import simulate
-from workers.cli.status import status
-from workers.cli.trigger import trigger
-from workers.cli.tune import tune_command
+from cloudqueue.workers.cli.cancel import cancel
+from cloudqueue.workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
+from cloudqueue.workers.cli.config_cmd import config_group
+from cloudqueue.workers.cli.dashboard import dashboard
+from cloudqueue.workers.cli.demo import demo
+from cloudqueue.workers.cli.messages import enqueue
+from cloudqueue.workers.cli.poison import poison_group
+from cloudqueue.workers.cli.queues import queues_group
+from cloudqueue.workers.cli.replay import replay_command
+from cloudqueue.workers.cli.run import run
+from cloudqueue.workers.cli.simulate import simulate
+from cloudqueue.workers.cli.status import status
+from cloudqueue.workers.cli.trigger import trigger
+from cloudqueue.workers.cli.tune import tune_command
 
 
 class CloudQueueGroup(click.Group):

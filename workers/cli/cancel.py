@@ -4,21 +4,21 @@ from __future__ import annotations
 
 import click
 
-from listener.errors import QueueNotFoundError
-from listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
-from listener.stores.connection import describe_storage
-from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_records import Cancelled
-from listener.wire.keys import check_key
-from workers.cli.common import (
+from cloudqueue.listener.errors import QueueNotFoundError
+from cloudqueue.listener.producer.cancelling import CANCEL_HOLD_S, cancel_keys
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_records import Cancelled
+from cloudqueue.listener.wire.keys import check_key
+from cloudqueue.workers.cli.common import (
     BadInput,
     checked_queue,
     current_settings,
     json_text,
     opened_storage,
 )
-from workers.cli.durations import Duration
-from workers.partitioning import partitioned_view
+from cloudqueue.workers.cli.durations import Duration
+from cloudqueue.workers.partitioning import partitioned_view
 
 _SAID: dict[Cancelled, str] = {
     "cancelled": "cancelled: its queued messages will be deleted unhandled",

@@ -20,13 +20,13 @@ import click
 import pydantic
 import structlog
 
-from listener.errors import CloudQueueError, ConfigurationError, StorageError
-from listener.redaction import redact
-from listener.stores.connection import describe_storage, open_storage, outlives_process
-from listener.stores.storage import QueueStorage, validate_queue_name
-from workers.logging import configure_logging
-from workers.settings import CloudQueueSettings, load_settings
-from workers.settings.keys import closest, known_keys
+from cloudqueue.listener.errors import CloudQueueError, ConfigurationError, StorageError
+from cloudqueue.listener.redaction import redact
+from cloudqueue.listener.stores.connection import describe_storage, open_storage, outlives_process
+from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
+from cloudqueue.workers.logging import configure_logging
+from cloudqueue.workers.settings import CloudQueueSettings, load_settings
+from cloudqueue.workers.settings.keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
 SECRET_FIELDS = frozenset({"connection_string", "triggers.url", "dashboard.token"})

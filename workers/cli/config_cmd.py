@@ -6,15 +6,15 @@ import json
 
 import click
 
-from workers.cli.common import (
+from cloudqueue.workers.cli.common import (
     config_file,
     current_settings,
     import_from_working_directory,
     parse_overrides,
 )
-from workers.cli.run import worker_settings
-from workers.settings.sources import SettingValue, WorkerOverrides, explain_settings
-from workers.worker import load_worker
+from cloudqueue.workers.cli.run import worker_settings
+from cloudqueue.workers.settings.sources import SettingValue, WorkerOverrides, explain_settings
+from cloudqueue.workers.worker import load_worker
 
 
 @click.group("config")

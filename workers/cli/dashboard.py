@@ -1,4 +1,5 @@
-"""``cloudqueue dashboard``: serve the live dashboard (``workers.dashboard``) until Ctrl-C.
+"""``cloudqueue dashboard``: serve the live dashboard (``cloudqueue.workers.dashboard``) until
+Ctrl-C.
 
 Starlette and uvicorn come with the optional ``dashboard`` extra; they are imported only when
 the command runs, so the rest of the command line works without them.
@@ -10,10 +11,10 @@ from contextlib import closing
 
 import click
 
-from listener.imports import import_extra
-from listener.stores.connection import describe_storage
-from workers.cli.common import checked_queue, current_settings, opened_storage
-from workers.partitioning import LayoutViews
+from cloudqueue.listener.imports import import_extra
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
+from cloudqueue.workers.partitioning import LayoutViews
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787
@@ -56,9 +57,9 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
         import_extra(module, extra="dashboard", needed_by="cloudqueue dashboard")
     import uvicorn
 
-    from workers.dashboard.access import Access, chosen_token, is_loopback
-    from workers.dashboard.app import create_app
-    from workers.views.sampler import Sampler
+    from cloudqueue.workers.dashboard.access import Access, chosen_token, is_loopback
+    from cloudqueue.workers.dashboard.app import create_app
+    from cloudqueue.workers.views.sampler import Sampler
 
     settings = current_settings()
     configured = settings.dashboard.token

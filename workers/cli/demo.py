@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import click
 
-from workers.cli.common import import_from_working_directory
+from cloudqueue.workers.cli.common import import_from_working_directory
 
 DEMO_MODULE = "examples.demo"
 

@@ -11,8 +11,8 @@ import re
 
 import click
 
-from listener.stores.storage import NEVER_EXPIRES
-from workers.cli.common import BadInput
+from cloudqueue.listener.stores.storage import NEVER_EXPIRES
+from cloudqueue.workers.cli.common import BadInput
 
 UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
 

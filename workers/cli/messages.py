@@ -9,19 +9,19 @@ from contextlib import AbstractContextManager, nullcontext
 
 import click
 
-from listener import tracing
-from listener.clock import SYSTEM_CLOCK
-from listener.producer.announce import WorkAnnouncer
-from listener.producer.delays import plan_timing
-from listener.producer.publisher import Publisher
-from listener.push.triggers import account_of
-from listener.stores.connection import describe_storage, open_payload_store_if_available
-from listener.stores.partition_names import MAX_PARTITIONS
-from listener.wire.codec import MessageCodec
-from workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
-from workers.cli.durations import Duration
-from workers.hosted_worker import open_trigger_channel
-from workers.partitioning import PARTITIONS_HELP, partitioned_view
+from cloudqueue.listener import tracing
+from cloudqueue.listener.clock import SYSTEM_CLOCK
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.delays import plan_timing
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.stores.connection import describe_storage, open_payload_store_if_available
+from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
+from cloudqueue.workers.cli.durations import Duration
+from cloudqueue.workers.hosted_worker import open_trigger_channel
+from cloudqueue.workers.partitioning import PARTITIONS_HELP, partitioned_view
 
 
 @click.command()

@@ -1,11 +1,11 @@
 """``cloudqueue poison``: look at what a queue's listeners gave up on, then requeue or purge it.
 
 Every command takes the main queue's name (``invoices``) and works on its poison queue
-(``invoices-poison``). A poison message is a JSON record (``listener.poison.record.PoisonRecord``),
-or the original content itself when wrapping it would have exceeded 64 KiB; such an *unwrapped*
-message has no original id, so the commands also accept the poison message's own id. Any id may be
-given as a unique prefix (as git takes commits); an ambiguous one lists the candidates (exit code
-2).
+(``invoices-poison``). A poison message is a JSON record
+(``cloudqueue.listener.poison.record.PoisonRecord``), or the original content itself when wrapping
+it would have exceeded 64 KiB; such an *unwrapped* message has no original id, so the commands also
+accept the poison message's own id. Any id may be given as a unique prefix (as git takes commits);
+an ambiguous one lists the candidates (exit code 2).
 
 Anyone who may add messages to the poison queue can write anything there: every command shows a
 message that holds no valid record as "not a readable poison record", with why and its start, and
@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import click
 
-from listener.errors import AmbiguousIdError, QueueNotFoundError, UnreadableRecordError
-from listener.poison.queue import browse_poisoned, find_poisoned, poison_queue_name
-from listener.poison.record import read_record
-from listener.poison.requeue import requeue_all, requeue_poisoned_by_id
-from listener.stores.partition_names import MAX_PARTITIONS
-from listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
-from workers.cli.common import (
+from cloudqueue.listener.errors import AmbiguousIdError, QueueNotFoundError, UnreadableRecordError
+from cloudqueue.listener.poison.queue import browse_poisoned, find_poisoned, poison_queue_name
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.poison.requeue import requeue_all, requeue_poisoned_by_id
+from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
+from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, QueueMessage, QueueStorage
+from cloudqueue.workers.cli.common import (
     BadInput,
     checked_queue,
     configured_storage,
@@ -35,11 +35,11 @@ from workers.cli.common import (
     json_text,
     refuse_unattended,
 )
-from workers.cli.poison_text import render, table_lines
-from workers.cli.queues import progress_spinner
-from workers.logging import printable
-from workers.partitioning import PARTITIONS_HELP, partitioned_view
-from workers.views.poison import details, poison_summary
+from cloudqueue.workers.cli.poison_text import render, table_lines
+from cloudqueue.workers.cli.queues import progress_spinner
+from cloudqueue.workers.logging import printable
+from cloudqueue.workers.partitioning import PARTITIONS_HELP, partitioned_view
+from cloudqueue.workers.views.poison import details, poison_summary
 
 MIN_PREFIX = 4
 """The shortest id prefix taken (git's minimum): shorter ones too easily name the wrong message."""

@@ -1,8 +1,8 @@
 """How ``cloudqueue poison`` reads on a terminal: the listing's table and ``show``'s record.
 
-The rows and details come from ``workers.views.poison``, every value whole; here the listing's
-errors are cut to their first line and everything is escaped for the terminal (``printable``),
-which would otherwise act on control characters someone wrote into a poison record.
+The rows and details come from ``cloudqueue.workers.views.poison``, every value whole; here the
+listing's errors are cut to their first line and everything is escaped for the terminal
+(``printable``), which would otherwise act on control characters someone wrote into a poison record.
 """
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import json
 from datetime import datetime
 from typing import Any
 
-from workers.logging import printable
-from workers.views.poison import UNREADABLE
+from cloudqueue.workers.logging import printable
+from cloudqueue.workers.views.poison import UNREADABLE
 
 ERROR_WIDTH = 80
 """The most characters of an error's first line that the text listing shows."""

@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
-from listener.simulation import ServiceModel
-from listener.simulation.profile import LoadedProfile
+from cloudqueue.listener.simulation import ServiceModel
+from cloudqueue.listener.simulation.profile import LoadedProfile
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -18,20 +18,20 @@ from typing import TextIO
 
 import click
 
-from listener.errors import QueueNotFoundError
-from listener.stores.layouts import QueueLayout, read_layout, record_layout
-from listener.stores.partition_names import MAX_PARTITIONS
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
-from workers.cli.common import (
+from cloudqueue.listener.errors import QueueNotFoundError
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout, record_layout
+from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.cli.common import (
     BadInput,
     checked_queue,
     configured_storage,
     current_settings,
     refuse_unattended,
 )
-from workers.live_state import utc_now
-from workers.partitioning import (
+from cloudqueue.workers.live_state import utc_now
+from cloudqueue.workers.partitioning import (
     PARTITIONS_HELP,
     command_layout,
     partitioned_view,
@@ -39,8 +39,8 @@ from workers.partitioning import (
     plain_queue_warning,
     viewed_as,
 )
-from workers.plain_queue import merge_plain_queue
-from workers.views.queue_list import listed_depths, listing_rows
+from cloudqueue.workers.plain_queue import merge_plain_queue
+from cloudqueue.workers.views.queue_list import listed_depths, listing_rows
 
 PARTITIONS_OPTION = click.option(
     "--partitions", type=click.IntRange(1, MAX_PARTITIONS), help=PARTITIONS_HELP

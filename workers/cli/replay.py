@@ -7,13 +7,18 @@ from pathlib import Path
 
 import click
 
-from listener.errors import ConfigurationError
-from listener.simulation.profile import load_profile
-from listener.stores.storage import validate_queue_name
-from workers.cli.common import BadInput, current_settings, opened_storage, parse_overrides
-from workers.cli.profile_options import CSV_SERVICE_S, service_for
-from workers.replay import replay
-from workers.replay_prediction import CONSUMER_OPERATIONS, ReplayReport
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.simulation.profile import load_profile
+from cloudqueue.listener.stores.storage import validate_queue_name
+from cloudqueue.workers.cli.common import (
+    BadInput,
+    current_settings,
+    opened_storage,
+    parse_overrides,
+)
+from cloudqueue.workers.cli.profile_options import CSV_SERVICE_S, service_for
+from cloudqueue.workers.replay import replay
+from cloudqueue.workers.replay_prediction import CONSUMER_OPERATIONS, ReplayReport
 
 
 @click.command(name="replay")

@@ -12,9 +12,9 @@ import pydantic
 import structlog
 from rich.console import Console
 
-from listener.errors import StorageError
-from listener.stores.connection import describe_storage
-from workers.cli.common import (
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.workers.cli.common import (
     BadInput,
     config_file,
     current_settings,
@@ -22,17 +22,17 @@ from workers.cli.common import (
     one_line,
     parse_overrides,
 )
-from workers.controls import controls_for
-from workers.host import WorkerHost
-from workers.logging import configure_logging
-from workers.observability.multiprocess import SupervisorEndpoint
-from workers.partitioning import check_layouts, worker_queues
-from workers.periodic_job import PeriodicJob, load_target
-from workers.progress import ConsoleStream, LiveProgress, shows_progress
-from workers.reload import run_reloading, watched_folders
-from workers.settings import CloudQueueSettings
-from workers.supervisor import Supervisor
-from workers.worker import QueueWorker
+from cloudqueue.workers.controls import controls_for
+from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.logging import configure_logging
+from cloudqueue.workers.observability.multiprocess import SupervisorEndpoint
+from cloudqueue.workers.partitioning import check_layouts, worker_queues
+from cloudqueue.workers.periodic_job import PeriodicJob, load_target
+from cloudqueue.workers.progress import ConsoleStream, LiveProgress, shows_progress
+from cloudqueue.workers.reload import run_reloading, watched_folders
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.supervisor import Supervisor
+from cloudqueue.workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 
@@ -223,7 +223,7 @@ def _child_command(
     """The same run with the same config file and overrides: in one process by default, and
     without a status line (one terminal cannot show one per child)."""
     config = config_file()
-    command = [sys.executable, "-m", "workers"]
+    command = [sys.executable, "-m", "cloudqueue.workers"]
     if config is not None:
         command += ["--config", str(config)]
     command += ["run", "--progress" if progress else "--no-progress"]

@@ -1,7 +1,7 @@
 """``cloudqueue simulate``: what polling costs, before deployment, with the real policies.
 
 Builds a workload from the options (or a preset), runs each chosen policy over it in virtual
-time (``listener.simulation``), and prints a table, JSON, or a chart. Touches no storage.
+time (``cloudqueue.listener.simulation``), and prints a table, JSON, or a chart. Touches no storage.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import click
 
-from listener.simulation import (
+from cloudqueue.listener.simulation import (
     PRESETS,
     PolicySpec,
     ServiceModel,
@@ -27,14 +27,18 @@ from listener.simulation import (
     naive_poller,
     table_notes,
 )
-from listener.simulation import simulate as run_simulation
-from listener.simulation.plot import require_plot_extra
-from listener.simulation.presets import Scenario
-from listener.simulation.profile import load_profile
-from listener.simulation.workload import DAY_S
-from workers.cli.common import BadInput, current_settings
-from workers.cli.durations import Duration
-from workers.cli.profile_options import DEFAULT_SERVICE, request_latency_option, service_s_option
+from cloudqueue.listener.simulation import simulate as run_simulation
+from cloudqueue.listener.simulation.plot import require_plot_extra
+from cloudqueue.listener.simulation.presets import Scenario
+from cloudqueue.listener.simulation.profile import load_profile
+from cloudqueue.listener.simulation.workload import DAY_S
+from cloudqueue.workers.cli.common import BadInput, current_settings
+from cloudqueue.workers.cli.durations import Duration
+from cloudqueue.workers.cli.profile_options import (
+    DEFAULT_SERVICE,
+    request_latency_option,
+    service_s_option,
+)
 
 PLOT_SAMPLES = 500
 TABLE_SAMPLES = 1
@@ -182,7 +186,7 @@ def simulate(
         samples=PLOT_SAMPLES if plot is not None else TABLE_SAMPLES,
     )
     if plot is not None:
-        from listener.simulation.plot import save_plot
+        from cloudqueue.listener.simulation.plot import save_plot
 
         save_plot(results, plot)
     if as_json:

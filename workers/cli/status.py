@@ -1,9 +1,9 @@
 """``cloudqueue status``: a queue's depth and the workers on it, once or as a live view.
 
-What a refresh sees is computed by ``workers.views.snapshot`` (the queue's depths and facts, and
-the workers' published live state) and worded by ``workers.cli.status_text``. The queue's layout
-is read once, at start, from the store (``listener.stores.layouts``). Without a queue it shows
-every queue (``workers.cli.status_overview``).
+What a refresh sees is computed by ``cloudqueue.workers.views.snapshot`` (the queue's depths and
+facts, and the workers' published live state) and worded by ``cloudqueue.workers.cli.status_text``.
+The queue's layout is read once, at start, from the store (``cloudqueue.listener.stores.layouts``).
+Without a queue it shows every queue (``cloudqueue.workers.cli.status_overview``).
 ``--watch`` compares each refresh with the one before it to show rates: messages handled per
 second and storage transactions per hour.
 """
@@ -18,14 +18,14 @@ from collections.abc import Callable
 import click
 from click.core import ParameterSource
 
-from listener.stores.connection import describe_storage
-from listener.stores.partition_names import MAX_PARTITIONS
-from workers.cli.common import checked_queue, current_settings, opened_storage
-from workers.cli.interrupts import ended_by_ctrl_c
-from workers.cli.status_overview import print_overview
-from workers.cli.status_text import describe_facts, headline, worker_line
-from workers.partitioning import PARTITIONS_HELP, partitioned_view, plain_queue_warning
-from workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
+from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
+from cloudqueue.workers.cli.interrupts import ended_by_ctrl_c
+from cloudqueue.workers.cli.status_overview import print_overview
+from cloudqueue.workers.cli.status_text import describe_facts, headline, worker_line
+from cloudqueue.workers.partitioning import PARTITIONS_HELP, partitioned_view, plain_queue_warning
+from cloudqueue.workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
 
 DEFAULT_INTERVAL_S = 2.0
 

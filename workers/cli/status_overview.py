@@ -1,7 +1,8 @@
 """``cloudqueue status`` without a queue: a table of every queue, then the periodic jobs.
 
-What it shows is computed by ``workers.views.overview`` (the queues and the workers on them) and
-``workers.views.jobs`` (the running periodic jobs, with their last and next firing).
+What it shows is computed by ``cloudqueue.workers.views.overview`` (the queues and the workers on
+them) and ``cloudqueue.workers.views.jobs`` (the running periodic jobs, with their last and next
+firing).
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from pathlib import Path
 
 import click
 
-from listener.stores.connection import describe_storage
-from workers.cli.common import opened_storage
-from workers.partitioning import LayoutViews, plain_queue_warning
-from workers.settings import CloudQueueSettings
-from workers.views.fleet import WorkerView
-from workers.views.jobs import JobRow, job_rows
-from workers.views.overview import QueueRow, overview, overview_report
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.workers.cli.common import opened_storage
+from cloudqueue.workers.partitioning import LayoutViews, plain_queue_warning
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.views.fleet import WorkerView
+from cloudqueue.workers.views.jobs import JobRow, job_rows
+from cloudqueue.workers.views.overview import QueueRow, overview, overview_report
 
 
 def print_overview(settings: CloudQueueSettings, *, as_json: bool) -> None:

@@ -1,15 +1,15 @@
 """How ``cloudqueue status QUEUE`` reads on a terminal: the headline, the queue's facts and a line
-per worker. What the lines say is computed in ``workers.views`` (``snapshot``, ``fleet``,
+per worker. What the lines say is computed in ``cloudqueue.workers.views`` (``snapshot``, ``fleet``,
 ``queue_facts``); this module only words it.
 """
 
 from __future__ import annotations
 
-from workers.live_state import QueueLiveState, utc_now
-from workers.progress import processed_text
-from workers.views.fleet import WorkerView, totals
-from workers.views.queue_facts import QueueFacts
-from workers.views.snapshot import Snapshot
+from cloudqueue.workers.live_state import QueueLiveState, utc_now
+from cloudqueue.workers.progress import processed_text
+from cloudqueue.workers.views.fleet import WorkerView, totals
+from cloudqueue.workers.views.queue_facts import QueueFacts
+from cloudqueue.workers.views.snapshot import Snapshot
 
 
 def headline(snapshot: Snapshot, *, rates: bool) -> str:

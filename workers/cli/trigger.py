@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import click
 
-from listener.push.triggers import WorkDetected, account_of
-from workers.cli.common import BadInput, checked_queue, current_settings
-from workers.hosted_worker import open_trigger_channel
+from cloudqueue.listener.push.triggers import WorkDetected, account_of
+from cloudqueue.workers.cli.common import BadInput, checked_queue, current_settings
+from cloudqueue.workers.hosted_worker import open_trigger_channel
 
 
 @click.command()

@@ -2,8 +2,8 @@
 
 Reads a profile (recorded by ``cloudqueue run --record``, or a hand-made ``minute,count`` CSV),
 searches the settings that decide cost and latency with the real policies in virtual time
-(``listener.simulation.tuning``), and prints the winner as a TOML block, its monthly cost beside
-today's defaults and the peers' defaults, and the trade-off between cost and p95 pickup.
+(``cloudqueue.listener.simulation.tuning``), and prints the winner as a TOML block, its monthly cost
+beside today's defaults and the peers' defaults, and the trade-off between cost and p95 pickup.
 """
 
 from __future__ import annotations
@@ -14,16 +14,20 @@ from typing import Any
 
 import click
 
-from listener.simulation import format_table
-from listener.simulation.candidates import Trial
-from listener.simulation.cost import monthly_cost_usd
-from listener.simulation.goals import Goals
-from listener.simulation.plot import require_plot_extra, save_tradeoff
-from listener.simulation.profile import LoadedProfile, RecordedProfile, load_profile
-from listener.simulation.tuning import Tuning, tune
-from workers.cli.common import BadInput, current_settings
-from workers.cli.durations import Seconds
-from workers.cli.profile_options import CSV_SERVICE_S, request_latency_option, service_for
+from cloudqueue.listener.simulation import format_table
+from cloudqueue.listener.simulation.candidates import Trial
+from cloudqueue.listener.simulation.cost import monthly_cost_usd
+from cloudqueue.listener.simulation.goals import Goals
+from cloudqueue.listener.simulation.plot import require_plot_extra, save_tradeoff
+from cloudqueue.listener.simulation.profile import LoadedProfile, RecordedProfile, load_profile
+from cloudqueue.listener.simulation.tuning import Tuning, tune
+from cloudqueue.workers.cli.common import BadInput, current_settings
+from cloudqueue.workers.cli.durations import Seconds
+from cloudqueue.workers.cli.profile_options import (
+    CSV_SERVICE_S,
+    request_latency_option,
+    service_for,
+)
 
 INFEASIBLE_EXIT = 1
 

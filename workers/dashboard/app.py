@@ -7,10 +7,10 @@ Routes (every one behind ``access.Access``):
   queue: ``queue``, ``depth``, ``visible_depth``, ``in_flight``, ``oldest_message_age_s``,
   ``threads``, ``target_threads``, ``processed_per_s``, ``counters`` (``processed`` messages,
   ``items_processed``, ``failed``, ``poisoned``, ``dequeue_errors``,
-  ``storage_transactions_per_hour``, ``projected_cost_per_month_usd``), ``workers`` (as ``cloudqueue
-  status --json`` has them, with an ``id``), ``poison`` (``count``, ``latest`` records as
-  ``cloudqueue poison list --json``) and ``history`` (columns over the last ``history_s``: ``t`` in
-  epoch seconds, ``visible_depth``, ``in_flight``, ``threads``, ``target_threads``,
+  ``storage_transactions_per_hour``, ``projected_cost_per_month_usd``), ``workers`` (as
+  ``cloudqueue status --json`` has them, with an ``id``), ``poison`` (``count``, ``latest`` records
+  as ``cloudqueue poison list --json``) and ``history`` (columns over the last ``history_s``: ``t``
+  in epoch seconds, ``visible_depth``, ``in_flight``, ``threads``, ``target_threads``,
   ``processed_per_s``, ``worker_threads`` by worker id); or just ``queue`` and ``error`` while the
   queue cannot be read.
 * ``POST /api/queues/{queue}/poison/requeue``: JSON ``{"id": ORIGINAL_ID}`` moves that message
@@ -36,13 +36,13 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp
 
-from listener.errors import StorageError, UnreadableRecordError
-from listener.poison.requeue import Requeued, requeue_all, requeue_poisoned_by_id
-from listener.redaction import redact
-from workers.dashboard.access import TOKEN_COOKIE, TOKEN_QUERY, Access, presented_token
-from workers.views.sampler import Sampler
+from cloudqueue.listener.errors import StorageError, UnreadableRecordError
+from cloudqueue.listener.poison.requeue import Requeued, requeue_all, requeue_poisoned_by_id
+from cloudqueue.listener.redaction import redact
+from cloudqueue.workers.dashboard.access import TOKEN_COOKIE, TOKEN_QUERY, Access, presented_token
+from cloudqueue.workers.views.sampler import Sampler
 
-STATIC_DIR = Path(str(files("workers.dashboard") / "static"))
+STATIC_DIR = Path(str(files("cloudqueue.workers.dashboard") / "static"))
 
 
 def create_app(sampler: Sampler, access: Access, *, run_sampler: bool = True) -> Starlette:

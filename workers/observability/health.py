@@ -25,8 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.errors import (
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import (
     MessageNotFoundError,
     MessageTooLargeError,
     PayloadNotFoundError,

@@ -19,9 +19,9 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry
 from prometheus_client.multiprocess import MultiProcessCollector, mark_process_dead
 
-from workers.observability.health import ProbeResult
-from workers.observability.server import ObservabilityServer, observability_app
-from workers.settings import ObservabilitySettings
+from cloudqueue.workers.observability.health import ProbeResult
+from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
+from cloudqueue.workers.settings import ObservabilitySettings
 
 MULTIPROC_VARIABLE = "PROMETHEUS_MULTIPROC_DIR"
 

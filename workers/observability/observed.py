@@ -11,16 +11,16 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from listener.consumer.events import Scaled
-from listener.consumer.middleware import CallNext, MessageContext, Middleware
-from listener.consumer.pool_control import ListenerLoad
-from listener.errors import BatchFailed
-from listener.policies.retry import GIVE_UP_PREFIX
-from listener.scaling.scaler import ScalingPolicy, targets
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.storage import QueueStorage
-from workers.observability.health import Heartbeats, Reachability
-from workers.observability.metrics import WorkerMetrics
+from cloudqueue.listener.consumer.events import Scaled
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.errors import BatchFailed
+from cloudqueue.listener.policies.retry import GIVE_UP_PREFIX
+from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.observability.health import Heartbeats, Reachability
+from cloudqueue.workers.observability.metrics import WorkerMetrics
 
 R = TypeVar("R")
 

@@ -12,18 +12,23 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from listener.consumer.listener import CloudQueueListener
-from listener.consumer.middleware import Middleware
-from listener.scaling.scaler import ScalingPolicy
-from listener.stores.metered import CountsByQueue, MeteredStorage
-from listener.stores.storage import QueueStorage
-from workers.job_scheduler import JobScheduler
-from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
-from workers.observability.metrics import WorkerMetrics
-from workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
-from workers.observability.server import ObservabilityServer, observability_app
-from workers.settings import CloudQueueSettings
-from workers.supervisor import CHILD_SLOT_VARIABLE
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.metered import CountsByQueue, MeteredStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.job_scheduler import JobScheduler
+from cloudqueue.workers.observability.health import (
+    Heartbeats,
+    ProcessProbes,
+    Reachability,
+    WatchedPool,
+)
+from cloudqueue.workers.observability.metrics import WorkerMetrics
+from cloudqueue.workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
+from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE
 
 
 class ProcessObservability:
@@ -64,7 +69,7 @@ class ProcessObservability:
 
     def count_blobs_from(self, blobs: Mapping[str, CountsByQueue]) -> None:
         """Blob calls billed beside the queue calls, by operation label
-        (``listener.stores.metered.blob_counts``)."""
+        (``cloudqueue.listener.stores.metered.blob_counts``)."""
         self._blob_counts = dict(blobs)
 
     def observe_storage(self, storage: QueueStorage) -> QueueStorage:

@@ -29,8 +29,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from workers.host_names import host_name, is_loopback
-from workers.observability.health import ProbeResult, Probes
+from cloudqueue.workers.host_names import host_name, is_loopback
+from cloudqueue.workers.observability.health import ProbeResult, Probes
 
 log = structlog.get_logger(__name__)
 

@@ -14,21 +14,21 @@ naming the source and the closest valid key, never a silent default. ``model`` h
 sections; ``sources`` says where each effective value came from (``cloudqueue config show``).
 """
 
-from workers.settings.files import DEFAULT_CONFIG_FILE, config_file_path
-from workers.settings.model import (
+from cloudqueue.workers.settings.files import DEFAULT_CONFIG_FILE, config_file_path
+from cloudqueue.workers.settings.model import (
     DOTENV_SOURCE,
     OVERRIDE_SOURCE,
     CloudQueueSettings,
     load_settings,
 )
-from workers.settings.process_sections import (
+from cloudqueue.workers.settings.process_sections import (
     CostSettings,
     DashboardSettings,
     LoggingSettings,
     ObservabilitySettings,
     TriggerSettings,
 )
-from workers.settings.worker_sections import (
+from cloudqueue.workers.settings.worker_sections import (
     BUILT_IN_RULES,
     WORKER_SECTIONS,
     BackoffSettings,

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, TomlConfigSettingsSource
 
-from listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError
 
 DOTENV_FILE = Path(".env")
 DEFAULT_CONFIG_FILE = Path("config/cloudqueue.toml")

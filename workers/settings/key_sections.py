@@ -1,12 +1,12 @@
 """The settings sections of message keys, which a worker class may override: ``idempotency``
 (skip a key completed within a window), ``limits`` (at most N of a key at a time) and ``cancel``
-(delete the messages of cancelled keys). See ``listener.wire.keys`` for what a key is."""
+(delete the messages of cancelled keys). See ``cloudqueue.listener.wire.keys`` for what a key is."""
 
 from __future__ import annotations
 
 from pydantic import Field, SecretStr, field_validator
 
-from workers.settings.worker_sections import Section, check_redis_url
+from cloudqueue.workers.settings.worker_sections import Section, check_redis_url
 
 MAX_WINDOW_S = 366 * 24 * 3600
 

@@ -21,8 +21,8 @@ from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 from pydantic_settings import EnvSettingsSource, PydanticBaseSettingsSource
 
-from listener.errors import ConfigurationError
-from listener.imports import closest
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import closest
 
 ENV_PREFIX = "CLOUDQUEUE_"
 ENV_NESTED_DELIMITER = "__"

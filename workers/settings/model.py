@@ -1,9 +1,10 @@
 """``CloudQueueSettings``: everything a worker process needs, as one typed object, and
 ``load_settings``, which reads it from every source.
 
-The sections are ``workers.settings.worker_sections`` (what a worker class may override) and
-``workers.settings.process_sections``; the files read are ``workers.settings.files``'s to find;
-every source's keys are checked by ``workers.settings.keys`` before they are merged.
+The sections are ``cloudqueue.workers.settings.worker_sections`` (what a worker class may override)
+and ``cloudqueue.workers.settings.process_sections``; the files read are
+``cloudqueue.workers.settings.files``'s to find; every source's keys are checked by
+``cloudqueue.workers.settings.keys`` before they are merged.
 """
 
 from __future__ import annotations
@@ -15,33 +16,37 @@ from typing import Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from listener.errors import ConfigurationError
-from listener.policies.delivery import DeliveryPolicy
-from listener.scaling.scaler import ScalingPolicy
-from listener.stores.connection import describe_storage
-from workers.settings.files import (
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.workers.settings.files import (
     check_found_dotenv,
     config_file_path,
     reading_config_file,
     toml_label,
     toml_source,
 )
-from workers.settings.key_sections import CancelSettings, IdempotencySettings, LimitsSettings
-from workers.settings.keys import (
+from cloudqueue.workers.settings.key_sections import (
+    CancelSettings,
+    IdempotencySettings,
+    LimitsSettings,
+)
+from cloudqueue.workers.settings.keys import (
     ENV_NESTED_DELIMITER,
     ENV_PREFIX,
     CheckedSource,
     check_keys,
     env_label,
 )
-from workers.settings.process_sections import (
+from cloudqueue.workers.settings.process_sections import (
     CostSettings,
     DashboardSettings,
     LoggingSettings,
     ObservabilitySettings,
     TriggerSettings,
 )
-from workers.settings.worker_sections import (
+from cloudqueue.workers.settings.worker_sections import (
     KEY_SECTIONS,
     WORKER_SECTIONS,
     BackoffSettings,

@@ -2,7 +2,7 @@
 metrics and probes endpoint, and what storage transactions cost.
 
 A worker class cannot override these: every worker in a process shares them. The sections of one
-worker's listener are in ``workers.settings.worker_sections``.
+worker's listener are in ``cloudqueue.workers.settings.worker_sections``.
 """
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Literal
 
 from pydantic import Field, SecretStr, field_validator
 
-from listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
-from workers.settings.worker_sections import Section, check_redis_url
+from cloudqueue.listener.simulation.cost import DEFAULT_PRICE_PER_10K_USD
+from cloudqueue.workers.settings.worker_sections import Section, check_redis_url
 
 
 class TriggerSettings(Section):

@@ -5,8 +5,8 @@ environment, the ``.env`` file, the TOML file -- and each dotted key (``scaling.
 attributed to the highest-priority layer that defines it, else to its default. A worker class's
 own ``settings`` sit above them all, as ``cloudqueue run`` applies them. The values come from the
 validated settings, so they are exactly what a worker would run with. Only what is secret is
-masked, by ``listener.redaction``: an account key, a SAS, a URL's password or credential query
-parameter (``***``); ``memory://`` and ``sqlite:///…`` are shown as they are.
+masked, by ``cloudqueue.listener.redaction``: an account key, a SAS, a URL's password or credential
+query parameter (``***``); ``memory://`` and ``sqlite:///…`` are shown as they are.
 """
 
 from __future__ import annotations
@@ -18,10 +18,10 @@ from typing import Any
 
 from pydantic_settings import DotEnvSettingsSource, EnvSettingsSource, TomlConfigSettingsSource
 
-from listener.redaction import redact
-from workers.settings.files import config_file_path
-from workers.settings.keys import ENV_NESTED_DELIMITER, ENV_PREFIX
-from workers.settings.model import CloudQueueSettings, load_settings
+from cloudqueue.listener.redaction import redact
+from cloudqueue.workers.settings.files import config_file_path
+from cloudqueue.workers.settings.keys import ENV_NESTED_DELIMITER, ENV_PREFIX
+from cloudqueue.workers.settings.model import CloudQueueSettings, load_settings
 
 DEFAULT = "default"
 OVERRIDE = "override"

@@ -1,10 +1,10 @@
 """The settings sections of one worker's listener, which a worker class may override.
 
-``listener``, ``backoff``, ``scaling``, ``poison``, ``rate_limit``, ``decoding`` and ``batch``:
-how a listener fetches, idles, scales, retries and poisons, how fast it may go, how much one
-message may cost to decode, and how a batch handler's calls are gathered. A worker class's
+``listener``, ``backoff``, ``scaling``, ``poison``, ``rate_limit``, ``decoding`` and
+``batch``: how a listener fetches, idles, scales, retries and poisons, how fast it may go, how much
+one message may cost to decode, and how a batch handler's calls are gathered. A worker class's
 ``settings`` replace fields of these (``CloudQueueSettings.for_worker``); the sections of the
-process as a whole are in ``workers.settings.process_sections``.
+process as a whole are in ``cloudqueue.workers.settings.process_sections``.
 """
 
 from __future__ import annotations
@@ -13,29 +13,29 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
-from listener.consumer.middleware import Middleware, make_middleware
-from listener.errors import ConfigurationError
-from listener.imports import check_object_path, import_object
-from listener.policies.priority import Priority, PriorityMode
-from listener.policies.scaling_rules import (
+from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
+from cloudqueue.listener.consumer.middleware import Middleware, make_middleware
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import check_object_path, import_object
+from cloudqueue.listener.policies.priority import Priority, PriorityMode
+from cloudqueue.listener.policies.scaling_rules import (
     ScalingRule,
     drain_time,
     import_rule,
     proportional,
     steps,
 )
-from listener.stores.partition_names import MAX_PARTITIONS
-from listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
-from listener.wire.codec import Encoding
-from listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
+from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
+from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
+from cloudqueue.listener.wire.codec import Encoding
+from cloudqueue.listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
 
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 MAX_BATCH_ITEMS = 256
 """The most items one ``handle_batch`` call may get (gathered across gets of at most 32)."""
 WORKER_SECTIONS = ("listener", "backoff", "scaling", "poison", "rate_limit", "decoding", "batch")
 KEY_SECTIONS = ("idempotency", "limits", "cancel")
-"""The sections of message keys (``workers.settings.key_sections``), overridable too."""
+"""The sections of message keys (``cloudqueue.workers.settings.key_sections``), overridable too."""
 """The sections a worker class's ``settings`` may override."""
 
 
@@ -156,7 +156,8 @@ class ListenerSettings(Section):
 
 
 class BatchSettings(Section):
-    """How a worker with ``handle_batch`` gathers items into calls (``workers.batch_handler``)."""
+    """How a worker with ``handle_batch`` gathers items into calls
+    (``cloudqueue.workers.batch_handler``)."""
 
     max_items: int = Field(
         default=32, ge=1, le=MAX_BATCH_ITEMS, description="most items in one handle_batch call"
@@ -180,8 +181,9 @@ _DEFAULT_LIMITS = DecodingLimits()
 
 
 class DecodingSettings(Section):
-    """The most work one message may cost before its items are built (``listener.wire.limits``);
-    a message over a limit is poisoned at once, reason ``over_limit``."""
+    """The most work one message may cost before its items are built
+    (``cloudqueue.listener.wire.limits``); a message over a limit is poisoned at once, reason
+    ``over_limit``."""
 
     max_items_per_message: int = Field(
         default=_DEFAULT_LIMITS.max_items_per_message,

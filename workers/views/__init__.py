@@ -4,6 +4,6 @@
 workers on it, ``queue_facts`` the queue's own depth split, ``overview`` every queue of the store,
 ``jobs`` the running periodic jobs, ``queue_list`` the rows of ``queues list``, ``poison`` what a
 poison message says, and ``sampler`` the dashboard's sampled state with its history. They read
-storage and the live-state files and return plain values; ``workers.cli`` and
-``workers.dashboard`` only word, draw and serve them.
+storage and the live-state files and return plain values; ``cloudqueue.workers.cli`` and
+``cloudqueue.workers.dashboard`` only word, draw and serve them.
 """

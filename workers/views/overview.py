@@ -13,14 +13,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from listener.poison.queue import poison_queue_name
-from listener.stores.layouts import QueueLayout, read_layout
-from listener.stores.partition_names import partition_of_queue
-from listener.stores.storage import QueueStorage
-from workers.live_state import running_queue_names
-from workers.partitioning import over_accounts, plain_queue_depth
-from workers.views.fleet import WorkerView, running_workers, worker_report
-from workers.views.queue_facts import depth_or_none
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout
+from cloudqueue.listener.stores.partition_names import partition_of_queue
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.live_state import running_queue_names
+from cloudqueue.workers.partitioning import over_accounts, plain_queue_depth
+from cloudqueue.workers.views.fleet import WorkerView, running_workers, worker_report
+from cloudqueue.workers.views.queue_facts import depth_or_none
 
 POISON_SUFFIX = poison_queue_name("")
 

@@ -1,10 +1,11 @@
 """What a poison message says, for ``cloudqueue poison`` and the dashboard: rows and details.
 
-A poison message is a record (``listener.poison.record``), the original content kept
+A poison message is a record (``cloudqueue.listener.poison.record``), the original content kept
 unwrapped (wrapping would have exceeded 64 KiB), or whatever else someone wrote to the poison
 queue. Every one is shown for what it is, and never trusted: a message that holds no valid record
 has ``readable`` false, the ``problem`` and the start of its text. Every value is kept whole here
-(as JSON shows it); the command line's text (``workers.cli.poison_text``) shortens and escapes.
+(as JSON shows it); the command line's text (``cloudqueue.workers.cli.poison_text``) shortens and
+escapes.
 """
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ import json
 from dataclasses import asdict, fields
 from typing import Any
 
-from listener.errors import DecodeError, UnreadableRecordError
-from listener.poison.record import PoisonRecord, parse_record
-from listener.stores.storage import QueueMessage
-from listener.wire.encodings import strict_base64
-from listener.wire.envelope import parse_envelope
+from cloudqueue.listener.errors import DecodeError, UnreadableRecordError
+from cloudqueue.listener.poison.record import PoisonRecord, parse_record
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.listener.wire.encodings import strict_base64
+from cloudqueue.listener.wire.envelope import parse_envelope
 
 START_CHARS = 80
 """How much of a message that holds no record its summary quotes."""

@@ -9,9 +9,9 @@ hold. A queue is served roughly oldest first, so the oldest peeked message is th
 one; a message already in flight is not waiting and not counted.
 
 Delayed messages are invisible, so the service counts them with those in flight. A message
-delayed beyond 7 days shows up between two hops (``listener.consumer.hops``) until a worker hides
-it again, or for as long as no worker runs: the peek sees its due time, and counts it as delayed,
-not as waiting.
+delayed beyond 7 days shows up between two hops (``cloudqueue.listener.consumer.hops``) until a
+worker hides it again, or for as long as no worker runs: the peek sees its due time, and counts it
+as delayed, not as waiting.
 """
 
 from __future__ import annotations
@@ -19,9 +19,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
-from listener.errors import QueueNotFoundError
-from listener.stores.storage import QueueStorage
-from listener.wire.due import due_of
+from cloudqueue.listener.errors import QueueNotFoundError
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.due import due_of
 
 PEEK_MAX = 32
 """The most messages one peek returns (the Queue API's limit)."""

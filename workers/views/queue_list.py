@@ -8,9 +8,9 @@ that name beside them is marked ``beside_partitions``, since no partitioned work
 
 from __future__ import annotations
 
-from listener.stores.partition_names import partition_of_queue
-from listener.stores.storage import QueueStorage
-from workers.views.queue_facts import depth_or_none
+from cloudqueue.listener.stores.partition_names import partition_of_queue
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.views.queue_facts import depth_or_none
 
 
 def listed_depths(storage: QueueStorage, prefix: str) -> dict[str, int | None]:

@@ -2,12 +2,12 @@
 
 A ``Sampler`` refreshes every ``interval_s`` on its own thread, so that the history (the chart's
 last minutes) keeps growing while no page is open and every page sees the same numbers; the web
-app (``workers.dashboard.app``) serves its ``state()``. A refresh is ``cloudqueue status``'s
-snapshot (``workers.views.snapshot``: depths, and the workers' published live state with their
-rates since the previous refresh, and one peek for the visible / in-flight split and the oldest
-message's age) plus what a dashboard adds: the target thread count and the poison queue's latest
-records. It costs three storage transactions a queue (two counts and the peek), and one more
-while the poison queue holds messages (a peek for its latest records).
+app (``cloudqueue.workers.dashboard.app``) serves its ``state()``. A refresh is ``cloudqueue
+status``'s snapshot (``cloudqueue.workers.views.snapshot``: depths, and the workers' published live
+state with their rates since the previous refresh, and one peek for the visible / in-flight split
+and the oldest message's age) plus what a dashboard adds: the target thread count and the poison
+queue's latest records. It costs three storage transactions a queue (two counts and the peek), and
+one more while the poison queue holds messages (a peek for its latest records).
 
 Queues watched: those named at start, and those any running worker publishes its state for.
 """
@@ -24,16 +24,16 @@ from typing import Any, cast
 
 import structlog
 
-from listener.consumer.pool_control import ListenerLoad
-from listener.errors import QueueNotFoundError, StorageError
-from listener.poison.queue import browse_poisoned
-from listener.redaction import redact
-from listener.scaling.scaler import ScalingPolicy, targets
-from listener.stores.storage import QueueStorage
-from workers.live_state import running_queue_names, utc_now
-from workers.views.fleet import WorkerView
-from workers.views.poison import poison_summary
-from workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.errors import QueueNotFoundError, StorageError
+from cloudqueue.listener.poison.queue import browse_poisoned
+from cloudqueue.listener.redaction import redact
+from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.live_state import running_queue_names, utc_now
+from cloudqueue.workers.views.fleet import WorkerView
+from cloudqueue.workers.views.poison import poison_summary
+from cloudqueue.workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
 
 HISTORY_S = 300.0
 """How far back the charts reach: five minutes."""

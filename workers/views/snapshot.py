@@ -1,12 +1,12 @@
 """One queue as ``cloudqueue status QUEUE`` and the dashboard see it at one refresh.
 
 The workers' side comes from the live-state files running ``cloudqueue run`` processes publish
-(``workers.views.fleet``): reading them costs no storage transaction. The queue's facts cost three
-per refresh: its count, its poison queue's count, and one peek that splits the depth into visible
-and in-flight messages and dates the oldest waiting one (``workers.views.queue_facts``); on a
-partitioned queue the count is one per partition, plus one count of a plain queue of the same
-name, whose messages no worker reads. Given the previous snapshot, each worker's rates are
-measured since it.
+(``cloudqueue.workers.views.fleet``): reading them costs no storage transaction. The queue's facts
+cost three per refresh: its count, its poison queue's count, and one peek that splits the depth into
+visible and in-flight messages and dates the oldest waiting one
+(``cloudqueue.workers.views.queue_facts``); on a partitioned queue the count is one per partition,
+plus one count of a plain queue of the same name, whose messages no worker reads. Given the previous
+snapshot, each worker's rates are measured since it.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from listener.errors import QueueNotFoundError
-from listener.poison.queue import poison_queue_name
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
-from workers.live_state import utc_now
-from workers.partitioning import plain_queue_depth
-from workers.views.fleet import (
+from cloudqueue.listener.errors import QueueNotFoundError
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.live_state import utc_now
+from cloudqueue.workers.partitioning import plain_queue_depth
+from cloudqueue.workers.views.fleet import (
     WorkerView,
     estimated_totals,
     running_workers,
@@ -28,7 +28,7 @@ from workers.views.fleet import (
     with_rates,
     worker_report,
 )
-from workers.views.queue_facts import QueueFacts, depth_or_none, queue_facts
+from cloudqueue.workers.views.queue_facts import QueueFacts, depth_or_none, queue_facts
 
 
 @dataclass(frozen=True, slots=True)

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryQueueStorage,
@@ -17,12 +17,12 @@ from listener import (
     PoisonRecord,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure
-from listener.poison.requeue import requeue_poisoned
-from listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from listener.testing import VirtualClock
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.poison.requeue import requeue_poisoned
+from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
+from cloudqueue.listener.testing import VirtualClock
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
-from workers.testing import run_until_drained
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryPayloadStore,
@@ -51,7 +51,7 @@ def backend(request: pytest.FixtureRequest, tmp_path: Path, queue_name: str) -> 
             SqliteQueueStorage(tmp_path / "queues.db"), lambda: open_payload_store(connection)
         )
     else:
-        from listener.stores.azure_storage import AzureQueueStorage
+        from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 
         factory: AzuriteFactory = request.getfixturevalue("azurite_factory")
         connection = factory(blob=True).connection_string

@@ -9,12 +9,17 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
-from listener.errors import PermanentFailure
-from listener.policies.delivery import DeliveryPolicy
-from listener.testing import ManualClock
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    MessageCodec,
+)
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.async_handler import AsyncHandlerRunner
 from tests.support.polling import eventually
-from workers.async_handler import AsyncHandlerRunner
 
 Listen = Callable[[Callable[[int], Any]], CloudQueueListener[int]]
 

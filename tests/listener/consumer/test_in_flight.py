@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
-from listener.consumer.in_flight import (
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueStorage
+from cloudqueue.listener.consumer.in_flight import (
     FAST_HANDLER_SLOTS,
     MAX_FOLLOW_ONS,
     WAITING_HANDLER_S,
@@ -24,11 +24,11 @@ from listener.consumer.in_flight import (
     current_slot,
     slots_per_loop,
 )
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.metered import MeteredStorage
-from listener.testing import ManualClock
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.async_handler import AsyncHandlerRunner
 from tests.support.polling import eventually
-from workers.async_handler import AsyncHandlerRunner
 
 CODEC: MessageCodec[dict[str, int]] = MessageCodec(dict)
 WAIT_S = 30.0

@@ -9,8 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
-from listener import MessageCodec
-from listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener import MessageCodec
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.polling import eventually
 from tests.support.written_lines import complete_lines
 
@@ -64,7 +64,7 @@ def test_kill_9_with_200_messages_in_flight_loses_none_and_deletes_none_unhandle
     }
     with (tmp_path / "worker.log").open("wb") as log_file:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "workers", "run", WORKER],
+            [sys.executable, "-m", "cloudqueue.workers", "run", WORKER],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

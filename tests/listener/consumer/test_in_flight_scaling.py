@@ -7,9 +7,13 @@ flight needed = backlog / target time x latency); the bounds and the rate limit 
 
 from __future__ import annotations
 
-from listener.consumer.pool_control import ListenerLoad
-from listener.policies.scaling_rules import ScalingInput, drain_time, thread_capacity_per_s
-from listener.scaling.scaler import ScalingPolicy, targets
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.policies.scaling_rules import (
+    ScalingInput,
+    drain_time,
+    thread_capacity_per_s,
+)
+from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 
 
 def load(

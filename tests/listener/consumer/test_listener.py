@@ -15,7 +15,7 @@ from pydantic import BaseModel
 from reactivex import Observer
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     BatchProcessed,
     CloudQueueListener,
     CloudQueueLocation,
@@ -33,10 +33,10 @@ from listener import (
     current_envelope,
     poison_queue_name,
 )
-from listener.consumer.handoff import fetch_size
-from listener.testing import ManualClock, VirtualClock
+from cloudqueue.listener.consumer.handoff import fetch_size
+from cloudqueue.listener.testing import ManualClock, VirtualClock
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
-from workers.testing import run_until_drained
 
 
 class Order(BaseModel):

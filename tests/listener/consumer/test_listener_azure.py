@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     MessageCodec,
     PoisonRecord,
     poison_queue_name,
 )
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory
 from tests.support.polling import eventually
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     DeliveryPolicy,
@@ -25,8 +25,8 @@ from listener import (
     QueueWorkDetected,
     poison_queue_name,
 )
-from listener.consumer.middleware import CallNext
-from listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.consumer.middleware import CallNext
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from tests.support.polling import eventually
 
 
@@ -246,8 +246,8 @@ def test_async_hooks_run_on_the_listeners_event_loop(
 
 def test_a_setting_or_a_worker_attribute_that_names_no_middleware_is_refused() -> None:
     """Anything but a Middleware (or a class/factory making one) is one ConfigurationError."""
-    from listener import ConfigurationError
-    from listener.consumer.middleware import make_middleware
+    from cloudqueue.listener import ConfigurationError
+    from cloudqueue.listener.consumer.middleware import make_middleware
 
     with pytest.raises(ConfigurationError, match="is not a Middleware"):
         make_middleware(object(), "example")

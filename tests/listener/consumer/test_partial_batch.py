@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     MessageCodec,
@@ -21,10 +21,10 @@ from listener import (
     TransientStorageError,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure
-from listener.poison.requeue import requeue_poisoned
-from listener.policies.delivery import DeliveryPolicy
-from listener.wire.payload import open_message
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.poison.requeue import requeue_poisoned
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.wire.payload import open_message
 from tests.support.polling import eventually
 
 Listen = Callable[..., CloudQueueListener[str]]

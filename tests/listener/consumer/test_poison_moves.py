@@ -15,18 +15,23 @@ from typing import Any, TypeVar
 import pytest
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryQueueStorage,
     PoisonRecord,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure, StorageError
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.forwarding import ForwardingStorage
-from listener.testing import VirtualClock
-from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
+from cloudqueue.listener.errors import PermanentFailure, StorageError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.testing import VirtualClock
+from cloudqueue.workers.observability.health import (
+    Heartbeats,
+    ProcessProbes,
+    Reachability,
+    WatchedPool,
+)
 
 QUEUE = "invoices"
 POISON = poison_queue_name(QUEUE)

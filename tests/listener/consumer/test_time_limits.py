@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     DeliveryPolicy,
@@ -22,14 +22,19 @@ from listener import (
     QueueStorage,
     poison_queue_name,
 )
-from listener.consumer.time_limits import SOFT_FRACTION
-from listener.poison.queue import browse_poisoned
-from listener.poison.record import read_record
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.testing import ManualClock
+from cloudqueue.listener.consumer.time_limits import SOFT_FRACTION
+from cloudqueue.listener.poison.queue import browse_poisoned
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.observability.health import (
+    Heartbeats,
+    ProcessProbes,
+    Reachability,
+    WatchedPool,
+)
 from tests.support.polling import eventually
-from workers.async_handler import AsyncHandlerRunner
-from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
 
 LIMIT_S = 2.0
 PAST_LIMIT_S = LIMIT_S + 0.1

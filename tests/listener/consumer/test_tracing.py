@@ -25,28 +25,28 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryQueueStorage,
     MessageCodec,
     Publisher,
 )
-from listener.errors import PermanentFailure
-from listener.queue_limits import MAX_MESSAGE_BYTES
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.testing import VirtualClock
-from listener.tracing import consumer_span
-from listener.wire.envelope import ENVELOPE_KEY, inline_envelope, parse_envelope
-from listener.wire.frames import pack
-from listener.wire.payload import open_message
-from listener.wire.trace_context import read_carrier, with_carrier
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import VirtualClock
+from cloudqueue.listener.tracing import consumer_span
+from cloudqueue.listener.wire.envelope import ENVELOPE_KEY, inline_envelope, parse_envelope
+from cloudqueue.listener.wire.frames import pack
+from cloudqueue.listener.wire.payload import open_message
+from cloudqueue.listener.wire.trace_context import read_carrier, with_carrier
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.tracing import named
-from workers.testing import run_until_drained
 
 SECRET = "c2VjcmV0LWtleS1ub3QtZm9yLWxvZ3M="
 TRACEPARENT = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
@@ -274,10 +274,10 @@ def test_without_opentelemetry_nothing_changes_and_nothing_is_imported(tmp_path:
                 if name == "opentelemetry" or name.startswith("opentelemetry."):
                     raise ImportError(f"blocked {name}")
         sys.meta_path.insert(0, Block())
-        from listener import InMemoryQueueStorage, MessageCodec, Publisher
-        from listener import tracing
-        from workers import QueueWorker
-        from workers.testing import run_until_drained
+        from cloudqueue.listener import InMemoryQueueStorage, MessageCodec, Publisher
+        from cloudqueue.listener import tracing
+        from cloudqueue.workers import QueueWorker
+        from cloudqueue.workers.testing import run_until_drained
         class Echo(QueueWorker[dict]):
             queue_name = "jobs"
             def handle(self, item: dict) -> None:

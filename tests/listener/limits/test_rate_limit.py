@@ -11,23 +11,28 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
-from listener.consumer.pool_control import ListenerLoad
-from listener.errors import ConfigurationError
-from listener.limits.limiter import LocalRateLimiter
-from listener.limits.redis_limiter import RedisRateLimiter
-from listener.middleware.rate_limit import RateLimit
-from listener.policies.rate_limit import (
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    MessageCodec,
+)
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.limits.limiter import LocalRateLimiter
+from cloudqueue.listener.limits.redis_limiter import RedisRateLimiter
+from cloudqueue.listener.middleware.rate_limit import RateLimit
+from cloudqueue.listener.policies.rate_limit import (
     capped_by_limit,
     default_burst,
     reserve,
     threads_for_limit,
 )
-from listener.scaling.scaler import ScalingPolicy, targets
-from listener.testing import ManualClock
+from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import QueueWorker, WorkerHost
+from cloudqueue.workers.settings import CloudQueueSettings, RateLimitSettings, TriggerSettings
 from tests.support.polling import eventually
-from workers import QueueWorker, WorkerHost
-from workers.settings import CloudQueueSettings, RateLimitSettings, TriggerSettings
 
 # -- the pure bucket -----------------------------------------------------------------------------
 

@@ -17,16 +17,25 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage, MessageCodec
-from listener.limits.redis_limiter import DEFAULT_MAX_WAITING, RedisRateLimiter, bucket_key
-from listener.middleware.rate_limit import RateLimit
-from listener.testing import ManualClock
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    InMemoryQueueStorage,
+    MessageCodec,
+)
+from cloudqueue.listener.limits.redis_limiter import (
+    DEFAULT_MAX_WAITING,
+    RedisRateLimiter,
+    bucket_key,
+)
+from cloudqueue.listener.middleware.rate_limit import RateLimit
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.rate_limits import open_rate_limiter
+from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.written_lines import log_events
-from workers.rate_limits import open_rate_limiter
-from workers.settings import CloudQueueSettings, load_settings
 
 
 @pytest.fixture
@@ -228,7 +237,7 @@ def test_two_processes_sharing_a_fleet_limit_hold_it_together(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "workers", "run", WORKER, "--processes", "2"],
+            [sys.executable, "-m", "cloudqueue.workers", "run", WORKER, "--processes", "2"],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

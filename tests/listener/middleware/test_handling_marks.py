@@ -3,10 +3,10 @@ from another process keeps waiting; once it ends, nothing extends it and the kee
 
 from __future__ import annotations
 
-from listener.middleware.handling_marks import HandlingMarks
-from listener.stores.key_ledger import InMemoryKeyLedger
-from listener.stores.key_records import begin
-from listener.testing import VirtualClock
+from cloudqueue.listener.middleware.handling_marks import HandlingMarks
+from cloudqueue.listener.stores.key_ledger import InMemoryKeyLedger
+from cloudqueue.listener.stores.key_records import begin
+from cloudqueue.listener.testing import VirtualClock
 from tests.support.polling import eventually
 
 QUEUE = "orders"

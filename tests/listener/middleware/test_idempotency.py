@@ -13,15 +13,15 @@ import pytest
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
-from listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_records import KeyLedger
-from listener.stores.storage import QueueStorage
-from listener.testing import ManualClock
+from cloudqueue.listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.cli import cli
 from tests.support.azurite import AzuriteProcess
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
-from workers.cli import cli
 
 
 def enqueue_twice_with_cli(connection_string: str, queue: str) -> None:
@@ -130,7 +130,7 @@ def test_the_completion_is_recorded_before_the_message_is_deleted() -> None:
     storage, queue, record = _RecordingDeletes(), "ordered", Record()
     storage.create_queue(queue)
     Publisher(storage, queue, dict).publish({"id": 3}, key="k3")
-    from listener.stores.key_ledger import key_ledger_for
+    from cloudqueue.listener.stores.key_ledger import key_ledger_for
 
     ledger = key_ledger_for(storage)
     assert ledger is not None

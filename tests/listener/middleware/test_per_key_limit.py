@@ -12,15 +12,15 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
-from listener.limits.key_gate import RESERVATION_S, LocalKeyGate
-from listener.limits.redis_key_gate import RedisKeyGate, key_set
-from listener.stores.storage import QueueStorage
-from listener.testing import ManualClock
+from cloudqueue.listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
+from cloudqueue.listener.limits.key_gate import RESERVATION_S, LocalKeyGate
+from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate, key_set
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import QueueWorker
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
-from workers import QueueWorker
 
 
 def overlaps(record: Record, limit: int) -> list[Any]:
@@ -256,7 +256,7 @@ def test_a_worker_holding_its_most_deferred_messages_fetches_no_more(
 ) -> None:
     """A hot key's backlog: once MAX_DEFERRED messages wait, the worker stops fetching (they
     stay in the queue, not held and renewed by it) until the key frees; then all drain."""
-    monkeypatch.setattr("listener.consumer.deferrals.MAX_DEFERRED", 4)
+    monkeypatch.setattr("cloudqueue.listener.consumer.deferrals.MAX_DEFERRED", 4)
     storage, queue = InMemoryQueueStorage(), "hot-key"
     storage.create_queue(queue)
     publisher = Publisher(storage, queue, dict, key="k")

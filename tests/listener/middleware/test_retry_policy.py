@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     ConfigurationError,
@@ -23,15 +23,15 @@ from listener import (
     Retry,
     RetryPolicy,
 )
-from listener.poison.queue import browse_poisoned
-from listener.poison.record import read_record
-from listener.policies.delivery import DeliveryPolicy, retry_visibility_s
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.testing import ManualClock
-from listener.wire.payload import open_message
+from cloudqueue.listener.poison.queue import browse_poisoned
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.policies.delivery import DeliveryPolicy, retry_visibility_s
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.wire.payload import open_message
+from cloudqueue.workers import QueueWorker
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
-from workers import QueueWorker
-from workers.testing import run_until_drained
 
 
 class Flaky(QueueWorker[int]):

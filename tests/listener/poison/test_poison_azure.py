@@ -5,17 +5,17 @@ from __future__ import annotations
 import base64
 import threading
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     MessageCodec,
     PoisonRecord,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure
-from listener.poison.requeue import requeue_poisoned
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.poison.requeue import requeue_poisoned
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.polling import eventually
 
 ALWAYS_FAILS, GIVES_UP = 13, 14

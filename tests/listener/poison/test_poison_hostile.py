@@ -21,16 +21,21 @@ import pytest
 from click.testing import CliRunner, Result
 from starlette.exceptions import StarletteDeprecationWarning
 
-from listener import InMemoryQueueStorage, PoisonRecord, QueueNotFoundError, poison_queue_name
-from listener.poison.move import poison_message
-from listener.poison.requeue import requeue_poisoned
-from listener.scaling.scaler import ScalingPolicy
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
-from workers.cli import cli
-from workers.dashboard.access import Access
-from workers.dashboard.app import create_app
-from workers.views.sampler import Sampler
+from cloudqueue.listener import (
+    InMemoryQueueStorage,
+    PoisonRecord,
+    QueueNotFoundError,
+    poison_queue_name,
+)
+from cloudqueue.listener.poison.move import poison_message
+from cloudqueue.listener.poison.requeue import requeue_poisoned
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.dashboard.access import Access
+from cloudqueue.workers.dashboard.app import create_app
+from cloudqueue.workers.views.sampler import Sampler
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", StarletteDeprecationWarning)

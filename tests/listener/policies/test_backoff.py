@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from listener import randomized_exponential_backoff
+from cloudqueue.listener import randomized_exponential_backoff
 
 
 @pytest.mark.parametrize("attempt", range(1, 13))

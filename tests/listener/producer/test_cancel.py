@@ -14,17 +14,17 @@ import pytest
 from click.testing import CliRunner
 from structlog.testing import capture_logs
 
-from listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_records import KeyLedger
-from listener.stores.storage import QueueStorage
-from listener.testing import ManualClock
+from cloudqueue.listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import QueueWorker
+from cloudqueue.workers.cli import cli
 from tests.support.azurite import AzuriteProcess
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
 from tests.support.polling import eventually
-from workers import QueueWorker
-from workers.cli import cli
 
 SIX_DAYS_S = 6 * 24 * 3600
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryPayloadStore,
@@ -31,18 +31,18 @@ from listener import (
     TransientStorageError,
     poison_queue_name,
 )
-from listener.consumer.middleware import MessageContext
-from listener.errors import ConfigurationError, DecodeError
-from listener.policies.delivery import DeliveryPolicy
-from listener.producer.delays import MAX_HOP_S
-from listener.queue_limits import NEVER_EXPIRES
-from listener.stores.forwarding import ForwardingStorage
-from listener.stores.metered import MeteredStorage
-from listener.stores.storage import QueueMessage
-from listener.testing import ManualClock, VirtualClock
-from listener.wire.due import due_of, with_due
-from listener.wire.envelope import envelope_text, inline_envelope, parse_envelope
-from listener.wire.frames import pack
+from cloudqueue.listener.consumer.middleware import MessageContext
+from cloudqueue.listener.errors import ConfigurationError, DecodeError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.delays import MAX_HOP_S
+from cloudqueue.listener.queue_limits import NEVER_EXPIRES
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.listener.testing import ManualClock, VirtualClock
+from cloudqueue.listener.wire.due import due_of, with_due
+from cloudqueue.listener.wire.envelope import envelope_text, inline_envelope, parse_envelope
+from cloudqueue.listener.wire.frames import pack
 from tests.support.paths import REPO_ROOT
 
 QUEUE = "reminders"

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from listener import CloudQueueListener, CloudQueueLocation, Middleware, Publisher
-from listener.consumer.middleware import MessageContext
-from listener.poison.queue import poison_queue_name
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, Middleware, Publisher
+from cloudqueue.listener.consumer.middleware import MessageContext
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.polling import eventually
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     FolderPayloadStore,
@@ -32,14 +32,14 @@ from listener import (
     open_payload_store,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure
-from listener.poison.requeue import requeue_poisoned
-from listener.producer.publisher import PENDING_BYTES
-from listener.queue_limits import MAX_MESSAGE_BYTES
-from listener.stores.storage import QueueMessage
-from listener.testing import ManualClock
-from listener.wire.envelope import ENVELOPE_KEY, parse_envelope
-from listener.wire.packing import message_bytes
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.poison.requeue import requeue_poisoned
+from cloudqueue.listener.producer.publisher import PENDING_BYTES
+from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.wire.envelope import ENVELOPE_KEY, parse_envelope
+from cloudqueue.listener.wire.packing import message_bytes
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 import pytest
 from structlog.testing import capture_logs
 
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import ANY, InProcessTriggerChannel, WorkDetected, account_of
-from listener.testing import ManualClock
+from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+from cloudqueue.listener.push.triggers import ANY, InProcessTriggerChannel, WorkDetected, account_of
+from cloudqueue.listener.testing import ManualClock
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 

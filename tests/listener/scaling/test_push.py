@@ -8,19 +8,19 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     InMemoryQueueStorage,
     MessageCodec,
     MeteredStorage,
 )
-from listener.clock import SYSTEM_CLOCK, Clock
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.scaling.waker import TriggerWaker, Watchdog
-from listener.testing import ManualClock
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+from cloudqueue.listener.push.triggers import InProcessTriggerChannel, TriggerChannel, WorkDetected
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.scaling.waker import TriggerWaker, Watchdog
+from cloudqueue.listener.testing import ManualClock
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 
@@ -264,7 +264,7 @@ def test_zero_threads_without_a_trigger_channel_is_refused() -> None:
     """min_threads = 0 with nothing to wake the listener would strand work: a settings error."""
     from pydantic import ValidationError
 
-    from workers.settings import load_settings
+    from cloudqueue.workers.settings import load_settings
 
     with pytest.raises(ValidationError, match=r"triggers\.url"):
         load_settings(scaling={"min_threads": 0})

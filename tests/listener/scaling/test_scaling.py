@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     BatchProcessed,
     CloudQueueListener,
     CloudQueueLocation,
@@ -22,9 +22,9 @@ from listener import (
     QueueEmptyDecision,
     QueueWorkDetected,
 )
-from listener.consumer.pool_control import ListenerLoad
-from listener.errors import ConfigurationError
-from listener.policies.scaling_rules import (
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.scaling_rules import (
     ScalingInput,
     bounded,
     drain_time,
@@ -32,8 +32,8 @@ from listener.policies.scaling_rules import (
     proportional,
     steps,
 )
-from listener.scaling.cpu import ProcessCpuMeter
-from listener.scaling.scaler import (
+from cloudqueue.listener.scaling.cpu import ProcessCpuMeter
+from cloudqueue.listener.scaling.scaler import (
     ElasticScaler,
     ScalingPolicy,
     decide,
@@ -41,7 +41,7 @@ from listener.scaling.scaler import (
     should_stop_idle,
     targets,
 )
-from listener.testing import ManualClock
+from cloudqueue.listener.testing import ManualClock
 from tests.support.polling import eventually
 
 

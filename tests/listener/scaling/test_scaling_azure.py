@@ -8,10 +8,15 @@ import time
 
 from structlog.testing import capture_logs
 
-from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, QueueEmptyDecision
-from listener.policies.scaling_rules import proportional
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    MessageCodec,
+    QueueEmptyDecision,
+)
+from cloudqueue.listener.policies.scaling_rules import proportional
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.polling import eventually
 
 BURST = 320

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from listener.scaling.scaler import ScalingPolicy
-from listener.simulation.idle_queues import IdleCost, idle_cost
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.simulation.idle_queues import IdleCost, idle_cost
 
 MAX_IDLE_S = ScalingPolicy().max_idle_s
 

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from listener import InMemoryQueueStorage
-from listener.errors import ConfigurationError
-from listener.producer.announce import WorkAnnouncer
-from listener.producer.publisher import Publisher
-from listener.push.redis_triggers import RedisTriggerChannel
-from listener.push.triggers import WorkDetected
-from listener.simulation.profile import (
+from cloudqueue.listener import InMemoryQueueStorage
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+from cloudqueue.listener.push.triggers import WorkDetected
+from cloudqueue.listener.simulation.profile import (
     FLUSH_AFTER_S,
     ProfileRecorder,
     load_profile,

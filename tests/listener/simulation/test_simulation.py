@@ -9,10 +9,10 @@ import pytest
 import structlog
 from structlog.testing import capture_logs
 
-from listener.errors import ConfigurationError
-from listener.policies.scaling_rules import ScalingInput, steps
-from listener.scaling.scaler import ScalingPolicy
-from listener.simulation import (
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.scaling_rules import ScalingInput, steps
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.simulation import (
     PRESETS,
     ServiceModel,
     bursts,
@@ -27,8 +27,8 @@ from listener.simulation import (
     read_day_profile,
     simulate,
 )
-from listener.simulation.queue import SimulatedQueue
-from listener.simulation.simulator import PolicySimulation
+from cloudqueue.listener.simulation.queue import SimulatedQueue
+from cloudqueue.listener.simulation.simulator import PolicySimulation
 
 
 def test_the_design_table_comes_out_exactly() -> None:

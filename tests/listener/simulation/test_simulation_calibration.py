@@ -14,13 +14,19 @@ from typing import Any
 
 import pytest
 
-from listener.consumer.listener import CloudQueueListener
-from listener.location import CloudQueueLocation
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.simulation import ServiceModel, Workload, bursts, cloudqueue_defaults, simulate
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.testing import VirtualClock
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.simulation import (
+    ServiceModel,
+    Workload,
+    bursts,
+    cloudqueue_defaults,
+    simulate,
+)
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.testing import VirtualClock
 from tests.support.polling import eventually
 
 SERVICE_S = 0.05

@@ -7,11 +7,11 @@ from concurrent.futures import Executor, ThreadPoolExecutor
 
 import pytest
 
-from listener.simulation import ServiceModel, constant, idle
-from listener.simulation.candidates import Candidate, Trial
-from listener.simulation.goals import Goals, binding
-from listener.simulation.report import Latency, PolicyResult
-from listener.simulation.tuning import tune
+from cloudqueue.listener.simulation import ServiceModel, constant, idle
+from cloudqueue.listener.simulation.candidates import Candidate, Trial
+from cloudqueue.listener.simulation.goals import Goals, binding
+from cloudqueue.listener.simulation.report import Latency, PolicyResult
+from cloudqueue.listener.simulation.tuning import tune
 
 SEED_LIKE_DAY = constant(1.0, 20 * 60).then(idle(22 * 3600))
 """The design document's day, shortened to keep the suite quick: a message a second for 20
@@ -123,7 +123,7 @@ def test_the_chosen_settings_are_a_toml_block_cloudqueue_accepts() -> None:
     """The block parses and validates as settings (push needs its trigger URL)."""
     import tomllib
 
-    from workers.settings import CloudQueueSettings
+    from cloudqueue.workers.settings import CloudQueueSettings
 
     for push in (False, True):
         block = Candidate(push, 0.25, 10.0, max_threads=8, messages_per_thread=16).toml()

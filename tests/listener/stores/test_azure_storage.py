@@ -25,7 +25,7 @@ from azure.core.exceptions import HttpResponseError
 from azure.storage.queue import QueueClient, generate_account_sas
 from structlog.testing import capture_logs
 
-from listener.errors import (
+from cloudqueue.listener.errors import (
     ConfigurationError,
     MessageNotFoundError,
     MessageTooLargeError,
@@ -34,16 +34,16 @@ from listener.errors import (
     StorageError,
     TransientStorageError,
 )
-from listener.queue_limits import MAX_MESSAGE_BYTES
-from listener.stores.azure_clients import (
+from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
+from cloudqueue.listener.stores.azure_clients import (
     CONNECTION_POOL_SIZE,
     CONNECTION_TIMEOUT_S,
     READ_TIMEOUT_S,
     FastRetry,
     client_options,
 )
-from listener.stores.azure_errors import translate_error
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.azure_errors import translate_error
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import (
     ACCOUNT_KEY,
     ACCOUNT_NAME,
@@ -437,7 +437,7 @@ def test_clear_gives_up_as_transient_after_max_attempts(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A queue that never finishes clearing ends in TransientStorageError, to be called again."""
-    monkeypatch.setattr("listener.stores.azure_storage.MAX_CLEAR_ATTEMPTS", 2)
+    monkeypatch.setattr("cloudqueue.listener.stores.azure_storage.MAX_CLEAR_ATTEMPTS", 2)
     server = big_queue_server(10)
     storage = AzureQueueStorage.from_connection_string(
         server.connection_string, retry_policy=FastRetry(retry_total=0)

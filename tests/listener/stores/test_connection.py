@@ -8,17 +8,17 @@ from pathlib import Path
 
 import pytest
 
-from listener.errors import ConfigurationError
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.connection import (
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.connection import (
     DEFAULT_PATH,
     describe_storage,
     open_storage,
     parse_connection_string,
 )
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
 from tests.support.azurite import ACCOUNT_KEY, AzuriteProcess
 
 SECRET_KEY = "c2VjcmV0LWFjY291bnQta2V5LXZhbHVlLTEyMzQ1Njc4OTA="

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 from azure.storage.queue import QueueClient
 
-from listener import MessageCodec, Publisher
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.wire.codec import Encoding
+from cloudqueue.listener import MessageCodec, Publisher
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.wire.codec import Encoding
 from tests.support.js_sdk import JsQueueClient
 
 ITEMS: list[dict[str, Any]] = [

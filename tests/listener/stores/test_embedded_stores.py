@@ -21,25 +21,25 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     MessageCodec,
     PoisonRecord,
     poison_queue_name,
 )
-from listener.errors import (
+from cloudqueue.listener.errors import (
     MessageNotFoundError,
     QueueNotFoundError,
     StorageError,
     TransientStorageError,
 )
-from listener.queue_limits import DEFAULT_TIME_TO_LIVE_S, NEVER_EXPIRES
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.testing import ManualClock, VirtualClock
-from workers.testing import run_until_drained
+from cloudqueue.listener.queue_limits import DEFAULT_TIME_TO_LIVE_S, NEVER_EXPIRES
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import ManualClock, VirtualClock
+from cloudqueue.workers.testing import run_until_drained
 
 QUEUE = "work"
 

@@ -16,9 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from listener import CloudQueueListener, CloudQueueLocation, Publisher
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.connection import open_payload_store, open_storage
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, Publisher
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.connection import open_payload_store, open_storage
 from tests.support.cli import cloudqueue, ok
 from tests.support.entra import CREDENTIAL_PATH, OAuthAzurite, StorageTokenIssuer
 from tests.support.polling import eventually
@@ -122,7 +122,7 @@ def test_cloudqueue_run_handles_messages_signed_in_with_a_token(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "workers", "run", WORKER],
+            [sys.executable, "-m", "cloudqueue.workers", "run", WORKER],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -12,9 +12,14 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, poison_queue_name
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    MessageCodec,
+    poison_queue_name,
+)
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory, AzuriteProcess
 from tests.support.fault_proxy import FaultProxy, Faults
 from tests.support.polling import eventually

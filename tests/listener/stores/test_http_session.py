@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.http_session import ca_bundle, requests_reads_environment
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.http_session import ca_bundle, requests_reads_environment
 from tests.support.azurite import AzuriteProcess
 from tests.support.forward_proxy import ForwardProxy
 

@@ -10,12 +10,12 @@ from pathlib import Path
 
 import pytest
 
-from listener.stores.azure_keys import AzureKeyLedger
-from listener.stores.azure_payloads import container_from_connection_string
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.key_connection import open_key_ledger
-from listener.stores.key_ledger import InMemoryKeyLedger, SqliteKeyLedger, key_ledger_for
-from listener.stores.key_records import (
+from cloudqueue.listener.stores.azure_keys import AzureKeyLedger
+from cloudqueue.listener.stores.azure_payloads import container_from_connection_string
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_ledger import InMemoryKeyLedger, SqliteKeyLedger, key_ledger_for
+from cloudqueue.listener.stores.key_records import (
     SWEEP_INTERVAL_S,
     KeyLedger,
     begin,
@@ -25,12 +25,12 @@ from listener.stores.key_records import (
     mark_sent,
     was_sent,
 )
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage, blob_counts
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.testing import ManualClock
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage, blob_counts
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.cost_meter import CostMeter
 from tests.support.azurite import AzuriteProcess
-from workers.cost_meter import CostMeter
 
 QUEUE = "orders"
 

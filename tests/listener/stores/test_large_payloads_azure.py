@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     PayloadNotFoundError,
@@ -20,12 +20,12 @@ from listener import (
     open_payload_store,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure
-from listener.poison.requeue import requeue_poisoned
-from listener.stores.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.payload_store import new_payload_name
-from listener.wire.envelope import parse_envelope
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.poison.requeue import requeue_poisoned
+from cloudqueue.listener.stores.azure_payloads import DEFAULT_CONTAINER, AzureBlobPayloadStore
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.payload_store import new_payload_name
+from cloudqueue.listener.wire.envelope import parse_envelope
 from tests.support.azurite import AzuriteFactory
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually

@@ -15,12 +15,17 @@ import pytest
 from azure.storage.queue import AccountSasPermissions, ResourceTypes, generate_account_sas
 from structlog.testing import capture_logs
 
-from listener import CloudQueueListener, CloudQueueLocation, MessageCodec, poison_queue_name
-from listener.errors import StorageError
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener import (
+    CloudQueueListener,
+    CloudQueueLocation,
+    MessageCodec,
+    poison_queue_name,
+)
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.workers.settings import ListenerSettings
 from tests.support.azurite import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteProcess
 from tests.support.polling import eventually
-from workers.settings import ListenerSettings
 
 
 def _messages_only_connection_string(azurite: AzuriteProcess) -> str:

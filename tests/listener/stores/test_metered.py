@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from listener import InMemoryQueueStorage, MeteredStorage, QueueStorage
+from cloudqueue.listener import InMemoryQueueStorage, MeteredStorage, QueueStorage
 
 
 def test_every_call_is_counted_by_operation(queue_name: str) -> None:

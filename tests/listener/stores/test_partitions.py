@@ -14,23 +14,23 @@ from datetime import UTC, datetime
 
 import pytest
 
-from listener.errors import ConfigurationError, MessageNotFoundError
-from listener.poison.move import poison_message
-from listener.poison.queue import poison_queue_name
-from listener.poison.record import PoisonRecord
-from listener.poison.requeue import requeue_poisoned, requeue_poisoned_by_id
-from listener.producer.publisher import Publisher
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.stores.partition_names import (
+from cloudqueue.listener.errors import ConfigurationError, MessageNotFoundError
+from cloudqueue.listener.poison.move import poison_message
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.record import PoisonRecord
+from cloudqueue.listener.poison.requeue import requeue_poisoned, requeue_poisoned_by_id
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partition_names import (
     partition_for_key,
     partition_of_queue,
     partition_queue_names,
 )
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueMessage, QueueStorage
-from listener.wire.codec import MessageCodec
-from listener.wire.payload import open_message
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.payload import open_message
 
 QUEUE = "orders"
 
@@ -300,7 +300,7 @@ def test_a_publisher_on_a_plain_storage_writes_the_physical_partitions() -> None
 
 
 KEYS_SCRIPT = (
-    "from listener.stores.partition_names import partition_for_key as p; "
+    "from cloudqueue.listener.stores.partition_names import partition_for_key as p; "
     "print([p(f'customer-{i}', 7) for i in range(50)])"
 )
 

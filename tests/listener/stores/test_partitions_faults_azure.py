@@ -7,10 +7,10 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
-from listener import CloudQueueListener, CloudQueueLocation
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.wire.codec import MessageCodec
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
 from tests.support.azurite import AzuriteFactory
 from tests.support.polling import eventually
 

@@ -10,12 +10,12 @@ from typing import Any, ClassVar
 import pytest
 from structlog.testing import capture_logs
 
-from listener.errors import ConfigurationError
-from listener.stores.layouts import QueueLayout, layout_home, read_layout, record_layout
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.plain_queue import PlainQueueWatch
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.layouts import QueueLayout, layout_home, read_layout, record_layout
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.plain_queue import PlainQueueWatch
 
 SETTINGS = CloudQueueSettings(shutdown_grace_s=5)
 

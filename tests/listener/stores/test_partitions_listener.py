@@ -13,16 +13,16 @@ from typing import Any, ClassVar
 import pytest
 from pydantic import SecretStr, ValidationError
 
-from listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
-from listener.poison.queue import poison_queue_name
-from listener.poison.record import read_record
-from listener.policies.delivery import DeliveryPolicy
-from listener.producer.publisher import Publisher
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, InMemoryQueueStorage
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from tests.conftest import BACKENDS, make_storage
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
 
 ITEMS = 30
 FAILING = 7

@@ -13,14 +13,14 @@ from threading import Thread
 
 import pytest
 
-from listener.errors import ConfigurationError
-from listener.location import CloudQueueLocation
-from listener.policies.priority import Priority, asking_order, weighted_pick
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredStorage
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.prioritized import PrioritizedQueueStorage, as_in_queue
-from listener.stores.storage import QueueMessage
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.priority import Priority, asking_order, weighted_pick
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.prioritized import PrioritizedQueueStorage, as_in_queue
+from cloudqueue.listener.stores.storage import QueueMessage
 
 URGENT, NORMAL, LOW, BULK = "urgent", "normal", "low", "bulk"
 

@@ -11,22 +11,22 @@ from typing import Any
 
 import pytest
 
-from listener import CloudQueueListener, DeliveryPolicy, Publisher
-from listener.errors import PermanentFailure
-from listener.location import CloudQueueLocation
-from listener.poison.queue import browse_poisoned, poison_queue_name
-from listener.poison.record import read_record
-from listener.policies.priority import Priority
-from listener.push.triggers import InProcessTriggerChannel, WorkDetected
-from listener.scaling.scaler import ElasticScaler, ScalingPolicy
-from listener.scaling.waker import TriggerWaker
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.prioritized import PrioritizedQueueStorage
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener import CloudQueueListener, DeliveryPolicy, Publisher
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.poison.queue import browse_poisoned, poison_queue_name
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.policies.priority import Priority
+from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
+from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
+from cloudqueue.listener.scaling.waker import TriggerWaker
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.prioritized import PrioritizedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.settings import ScalingSettings
 from tests.conftest import make_storage
 from tests.support.polling import eventually
-from workers import CloudQueueSettings, QueueWorker, WorkerHost
-from workers.settings import ScalingSettings
 
 SETTINGS = CloudQueueSettings(shutdown_grace_s=5)
 

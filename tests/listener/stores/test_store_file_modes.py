@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from listener.stores.payload_store import FolderPayloadStore, new_payload_name
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from workers.live_state import LiveStatePublisher
+from cloudqueue.listener.stores.payload_store import FolderPayloadStore, new_payload_name
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.workers.live_state import LiveStatePublisher
 
 
 def mode(path: Path) -> int:

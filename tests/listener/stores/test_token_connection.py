@@ -6,10 +6,10 @@ import sys
 
 import pytest
 
-from listener.errors import ConfigurationError
-from listener.stores.connection import describe_storage
-from listener.stores.credentials import NamedCredential, open_credential
-from listener.stores.token_connection import TokenTarget, token_target
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.listener.stores.credentials import NamedCredential, open_credential
+from cloudqueue.listener.stores.token_connection import TokenTarget, token_target
 
 
 def test_a_queue_service_url_alone_signs_in_with_the_default_credential() -> None:

@@ -13,10 +13,10 @@ import requests
 from azure.core.exceptions import IncompleteReadError, ServiceResponseError
 from azure.core.rest import HttpRequest
 
-from listener.errors import TransientStorageError
-from listener.stores.azure_clients import queue_client_options
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.urllib3_transport import Urllib3Transport
+from cloudqueue.listener.errors import TransientStorageError
+from cloudqueue.listener.stores.azure_clients import queue_client_options
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.urllib3_transport import Urllib3Transport
 from tests.support.azurite import ACCOUNT_KEY, ACCOUNT_NAME
 from tests.support.entra import OAuthAzurite
 

@@ -10,8 +10,8 @@ import pytest
 from pydantic import BaseModel
 from structlog.testing import capture_logs
 
-from listener import ConfigurationError, DecodeError, MessageCodec
-from listener.wire.codec import Encoding, reading_codec
+from cloudqueue.listener import ConfigurationError, DecodeError, MessageCodec
+from cloudqueue.listener.wire.codec import Encoding, reading_codec
 
 
 class Reading(BaseModel):

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     DecodeError,
@@ -29,18 +29,23 @@ from listener import (
     SqliteQueueStorage,
     poison_queue_name,
 )
-from listener.errors import ForeignPayloadError, LimitExceededError
-from listener.stores.payload_store import new_payload_name, validate_payload_name
-from listener.stores.storage import QueueStorage
-from listener.testing import VirtualClock
-from listener.wire import bounded_json
-from listener.wire.envelope import ENVELOPE_KEY, blob_envelope, inline_envelope, parse_envelope
-from listener.wire.frames import Packed, pack
-from listener.wire.limits import MIB, DecodingLimits
-from listener.wire.payload import open_message
+from cloudqueue.listener.errors import ForeignPayloadError, LimitExceededError
+from cloudqueue.listener.stores.payload_store import new_payload_name, validate_payload_name
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import VirtualClock
+from cloudqueue.listener.wire import bounded_json
+from cloudqueue.listener.wire.envelope import (
+    ENVELOPE_KEY,
+    blob_envelope,
+    inline_envelope,
+    parse_envelope,
+)
+from cloudqueue.listener.wire.frames import Packed, pack
+from cloudqueue.listener.wire.limits import MIB, DecodingLimits
+from cloudqueue.listener.wire.payload import open_message
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
-from workers.settings import CloudQueueSettings
-from workers.testing import run_until_drained
 
 EMPTY_ITEM = b"\0\0\0\x02{}"
 """One frame of the item ``{}`` as a batch stores it: its length, then its bytes."""

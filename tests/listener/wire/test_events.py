@@ -15,9 +15,9 @@ import pytest
 from azure.core.messaging import CloudEvent
 from structlog.testing import capture_logs
 
+from cloudqueue.listener import DecodeError, MessageCodec
+from cloudqueue.listener.wire.cloud_events import EventGridEvent, is_cloud_event_type
 from examples.uploaded_blobs import UploadedBlobWorker
-from listener import DecodeError, MessageCodec
-from listener.wire.cloud_events import EventGridEvent, is_cloud_event_type
 from tests.support.events import (
     BLOB_CREATED_CLOUD_EVENT,
     BLOB_CREATED_EVENT_GRID,

@@ -19,11 +19,11 @@ import pytest
 from azure.core.messaging import CloudEvent
 from azure.storage.queue import QueueClient, TextBase64EncodePolicy
 
-from listener import CloudQueueListener, CloudQueueLocation, Publisher, poison_queue_name
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.cloud_events import EventGridEvent
+from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, Publisher, poison_queue_name
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.cloud_events import EventGridEvent
 from tests.support.events import CUSTOM_CLOUD_EVENT, CUSTOM_EVENT_GRID
 from tests.support.js_sdk import JsQueueClient
 from tests.support.polling import eventually

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from listener import (
+from cloudqueue.listener import (
     CloudQueueListener,
     CloudQueueLocation,
     DeliveryPolicy,
@@ -25,15 +25,15 @@ from listener import (
     current_envelope,
     poison_queue_name,
 )
-from listener.consumer.middleware import CallNext
-from listener.errors import ConfigurationError
-from listener.stores.partition_names import partition_for_key
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.envelope import ENVELOPE_KEY, inline_envelope, parse_envelope
-from listener.wire.frames import pack
-from listener.wire.keys import MAX_KEY_CHARS
-from listener.wire.payload import open_message
+from cloudqueue.listener.consumer.middleware import CallNext
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.partition_names import partition_for_key
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.envelope import ENVELOPE_KEY, inline_envelope, parse_envelope
+from cloudqueue.listener.wire.frames import pack
+from cloudqueue.listener.wire.keys import MAX_KEY_CHARS
+from cloudqueue.listener.wire.payload import open_message
 from tests.support.polling import eventually
 
 QUEUE = "orders"

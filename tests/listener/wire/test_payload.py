@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     ConfigurationError,
     DecodeError,
     FolderPayloadStore,
@@ -21,10 +21,10 @@ from listener import (
     PayloadStore,
     open_payload_store,
 )
-from listener.queue_limits import MAX_MESSAGE_BYTES
-from listener.stores.payload_store import new_payload_name
-from listener.wire import frames as wire
-from listener.wire.envelope import (
+from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
+from cloudqueue.listener.stores.payload_store import new_payload_name
+from cloudqueue.listener.wire import frames as wire
+from cloudqueue.listener.wire.envelope import (
     ENVELOPE_KEY,
     blob_envelope,
     inline_envelope,
@@ -32,14 +32,14 @@ from listener.wire.envelope import (
     parse_envelope,
     without_attempts,
 )
-from listener.wire.frames import Packed, pack, unpack
-from listener.wire.packing import (
+from cloudqueue.listener.wire.frames import Packed, pack, unpack
+from cloudqueue.listener.wire.packing import (
     MAX_ENVELOPE_BYTES,
     message_bytes,
     plan_batches,
     single_message,
 )
-from listener.wire.payload import open_message
+from cloudqueue.listener.wire.payload import open_message
 from tests.support.azurite import ACCOUNT_KEY
 
 NAME = "orders/" + "0123456789abcdef" * 2

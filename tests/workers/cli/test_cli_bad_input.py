@@ -22,7 +22,7 @@ from tests.support.cli import cloudqueue
 from tests.support.polling import eventually
 
 WORKERS = """
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 
 class W(QueueWorker[str]):
@@ -77,7 +77,7 @@ class BatchWaitPastLimit(Bulk):
 """
 
 BAD_RETRY = """
-from workers import QueueWorker, Retry
+from cloudqueue.workers import QueueWorker, Retry
 
 
 class R(QueueWorker[str]):
@@ -372,7 +372,7 @@ def test_run_imports_a_custom_rule_beside_the_worker(project: Path, env: dict[st
     command = ["run", "mywork:W", "--set", "scaling.rule=myrule:five"]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "workers", *command],
+            [sys.executable, "-P", "-m", "cloudqueue.workers", *command],
             cwd=project,
             env=env,
             stdout=log_file,

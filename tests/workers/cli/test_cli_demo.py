@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from listener.stores.connection import open_storage
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.workers.cli import cli
 from tests.support.cli import Terminal, cloudqueue, plain
 from tests.support.paths import REPO_ROOT
-from workers.cli import cli
 
 
 def test_demo_drains_the_burst_and_exits_0(tmp_path: Path) -> None:
@@ -30,7 +30,7 @@ def test_demo_drains_the_burst_and_exits_0(tmp_path: Path) -> None:
     }
     assert cloudqueue("enqueue", "invoices-poison", "old poison", env=env).returncode == 0
     result = subprocess.run(
-        [sys.executable, "-m", "workers", "demo"],
+        [sys.executable, "-m", "cloudqueue.workers", "demo"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.testing import ManualClock
-from listener.wire.due import due_of
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.wire.due import due_of
+from cloudqueue.workers.cli.durations import parse_duration_s
+from cloudqueue.workers.cli.messages import STDIN_HINT
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
-from workers.cli.durations import parse_duration_s
-from workers.cli.messages import STDIN_HINT
 
 QUEUE = "reminders"
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
-from listener.poison.move import poison_message
-from listener.poison.queue import poison_queue_name
-from listener.stores.layouts import QueueLayout, read_layout
-from listener.stores.partition_names import partition_for_key
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from workers.cli import cli
+from cloudqueue.listener.poison.move import poison_message
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout
+from cloudqueue.listener.stores.partition_names import partition_for_key
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.workers.cli import cli
 
 QUEUE = "orders"
 
@@ -238,10 +238,10 @@ def test_the_dashboard_samples_a_partitioned_queue_by_its_record(
     unset: dict[str, str], tmp_path: Path
 ) -> None:
     """The dashboard's sampler reads a recorded partitioned queue's total, not 'does not exist'."""
-    from listener.scaling.scaler import ScalingPolicy
-    from workers.partitioning import LayoutViews
-    from workers.settings import CloudQueueSettings
-    from workers.views.sampler import Sampler
+    from cloudqueue.listener.scaling.scaler import ScalingPolicy
+    from cloudqueue.workers.partitioning import LayoutViews
+    from cloudqueue.workers.settings import CloudQueueSettings
+    from cloudqueue.workers.views.sampler import Sampler
 
     run(unset, "queues", "create", QUEUE, "--partitions", "3")
     run(unset, "enqueue", QUEUE, "a", "b")

@@ -2,8 +2,8 @@
 
 The poison messages are real: a ``CloudQueueListener`` poisons malformed, hopeless, always-failing
 and batched items on a SQLite file once per module, and each test works on its own copy of that
-file. One test runs the commands against Azurite; the helpers in ``listener.poison`` and the
-content view are also tested directly on the in-memory store.
+file. One test runs the commands against Azurite; the helpers in ``cloudqueue.listener.poison`` and
+the content view are also tested directly on the in-memory store.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from listener import (
+from cloudqueue.listener import (
     MAX_BATCH_SIZE,
     MAX_MESSAGE_BYTES,
     CloudQueueListener,
@@ -32,19 +32,19 @@ from listener import (
     SqliteQueueStorage,
     poison_queue_name,
 )
-from listener.errors import PermanentFailure
-from listener.poison.move import poison_message
-from listener.poison.queue import browse_poisoned, find_poisoned, take_poisoned
-from listener.poison.record import read_record
-from listener.poison.requeue import requeue_poisoned_by_id
-from listener.policies.delivery import DeliveryPolicy
-from listener.stores.azure_storage import AzureQueueStorage
-from listener.stores.storage import QueueStorage
-from listener.wire.envelope import blob_envelope, inline_envelope
-from listener.wire.frames import pack
+from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.poison.move import poison_message
+from cloudqueue.listener.poison.queue import browse_poisoned, find_poisoned, take_poisoned
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.poison.requeue import requeue_poisoned_by_id
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.envelope import blob_envelope, inline_envelope
+from cloudqueue.listener.wire.frames import pack
+from cloudqueue.workers.views.poison import content_view
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
-from workers.views.poison import content_view
 
 QUEUE = "invoices"
 POISON = poison_queue_name(QUEUE)

@@ -9,11 +9,11 @@ import sys
 import time
 from pathlib import Path
 
-from listener.producer.announce import WorkAnnouncer
-from listener.producer.publisher import Publisher
-from listener.push.redis_triggers import DEFAULT_CHANNEL, RedisTriggerChannel
-from listener.push.triggers import account_of
-from listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.redis_triggers import DEFAULT_CHANNEL, RedisTriggerChannel
+from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
@@ -41,7 +41,13 @@ def test_a_worker_at_zero_threads_is_woken_by_enqueue_and_by_a_manual_trigger(
     log_path = tmp_path / "worker.log"
     with log_path.open("wb") as log_file:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "workers", "run", "tests.support.workers:RecordingWorker"],
+            [
+                sys.executable,
+                "-m",
+                "cloudqueue.workers",
+                "run",
+                "tests.support.workers:RecordingWorker",
+            ],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
+from cloudqueue.workers.cli.queues import progress_spinner
 from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
 from tests.support.polling import eventually
-from workers.cli.queues import progress_spinner
 
 BAD_NAME = "Bad_Name"
 

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from cloudqueue.workers.cli.run import announce_concurrency
+from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.worker import QueueWorker
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, backend_environment
 from tests.support.workers import AsyncRecordingWorker, RecordingWorker
-from workers.cli.run import announce_concurrency
-from workers.settings import CloudQueueSettings
-from workers.worker import QueueWorker
 
 SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_signal"}
 

@@ -73,7 +73,7 @@ def test_a_bad_job_exits_2_with_one_line_before_anything_starts(
 ) -> None:
     """The error names the job and the field; no worker or job starts."""
     attributes = "".join(f"    {line}\n" for line in body.splitlines())
-    source = f"from workers import PeriodicJob\n\nclass Bad(PeriodicJob):\n{attributes}"
+    source = f"from cloudqueue.workers import PeriodicJob\n\nclass Bad(PeriodicJob):\n{attributes}"
     (tmp_path / "bad_jobs.py").write_text(source + "\n    def run(self, tick):\n        pass\n")
     result = cloudqueue("run", "bad_jobs:Bad", env=env, cwd=tmp_path)
     assert result.returncode == 2

@@ -20,7 +20,7 @@ from tests.support.runs import Run, run_environment
 WORKER = """
 import structlog
 
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 log = structlog.get_logger("reload_worker")
 
@@ -45,7 +45,14 @@ def reloading(tmp_path: Path) -> Iterator[tuple[Run, dict[str, str]]]:
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "workers", "run", "--reload", "reload_worker:Greeter"],
+            [
+                sys.executable,
+                "-m",
+                "cloudqueue.workers",
+                "run",
+                "--reload",
+                "reload_worker:Greeter",
+            ],
             cwd=tmp_path,
             env=env,
             stdout=log_file,

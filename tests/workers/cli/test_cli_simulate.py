@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from listener.simulation import bursts, cloudqueue_defaults, cloudqueue_push, simulate
-from listener.simulation.plot import SERIES, comparison_figure, save_plot
-from workers.cli import cli
+from cloudqueue.listener.simulation import bursts, cloudqueue_defaults, cloudqueue_push, simulate
+from cloudqueue.listener.simulation.plot import SERIES, comparison_figure, save_plot
+from cloudqueue.workers.cli import cli
 
 
 def invoke(*args: str) -> tuple[int, str]:

@@ -17,12 +17,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from listener.producer.publisher import Publisher
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.testing import ManualClock
-from workers.cli import cli
-from workers.cli.status_text import describe_age
-from workers.live_state import LiveState, QueueLiveState
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.cli.status_text import describe_age
+from cloudqueue.workers.live_state import LiveState, QueueLiveState
 
 QUEUE = "invoices"
 IDLE = QueueLiveState(QUEUE, 1, 1, 0, 0, 0, 0, 0, None)

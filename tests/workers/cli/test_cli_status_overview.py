@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from listener.stores.layouts import QueueLayout, record_layout
-from listener.stores.partitioned import PartitionedQueueStorage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from workers.cli import cli
-from workers.live_state import LiveState, QueueLiveState
+from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.live_state import LiveState, QueueLiveState
 
 
 @pytest.fixture

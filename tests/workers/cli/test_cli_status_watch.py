@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from workers.cli import cli
-from workers.live_state import LiveState, QueueLiveState
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.live_state import LiveState, QueueLiveState
 
 # The module, not the `status` command that workers.cli exports under the same name.
-status_module = importlib.import_module("workers.cli.status")
+status_module = importlib.import_module("cloudqueue.workers.cli.status")
 
 QUEUE = "invoices"
 
@@ -168,7 +168,16 @@ INHERITED_DISPOSITIONS = {
 def test_a_real_sigint_stops_a_watch_with_exit_code_0(env: dict[str, str], inherited: str) -> None:
     """The real command, interrupted during its refresh interval, exits 0 without a traceback,
     also when started with SIGINT ignored."""
-    command = [sys.executable, "-m", "workers", "status", QUEUE, "--watch", "--interval", "600"]
+    command = [
+        sys.executable,
+        "-m",
+        "cloudqueue.workers",
+        "status",
+        QUEUE,
+        "--watch",
+        "--interval",
+        "600",
+    ]
     process = subprocess.Popen(
         [*INHERITED_DISPOSITIONS[inherited], *command],
         env={**os.environ, **env},
@@ -217,8 +226,8 @@ def test_live_state_carries_the_process_transactions_and_reads_files_without_the
 
 def test_a_worker_host_counts_the_storage_transactions_it_makes(queue_name: str) -> None:
     """What `status --watch` turns into transactions per hour: every storage call is counted."""
-    from listener import InMemoryQueueStorage
-    from workers import CloudQueueSettings, QueueWorker, WorkerHost
+    from cloudqueue.listener import InMemoryQueueStorage
+    from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 
     class Idle(QueueWorker[str]):
         queue_name = "idle"

@@ -12,12 +12,12 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from listener.simulation.profile import ProfileRecorder, read_profile
+from cloudqueue.listener.simulation.profile import ProfileRecorder, read_profile
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.settings import CloudQueueSettings
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.runs import Runs, run_environment
-from workers.cli import cli
-from workers.settings import CloudQueueSettings
 
 
 def invoke(*args: str) -> tuple[int, str, str]:
@@ -146,7 +146,7 @@ def test_a_plot_without_the_plot_extra_is_refused_before_tuning(
     def never(*args: object, **kwargs: object) -> None:
         raise AssertionError("tuned before the extra was checked")
 
-    monkeypatch.setattr("workers.cli.tune.tune", never)
+    monkeypatch.setattr("cloudqueue.workers.cli.tune.tune", never)
     code, output, errors = invoke(
         "tune", str(short_day), "--pickup-p95", "2s", "--plot", str(tmp_path / "c.png")
     )

@@ -12,13 +12,13 @@ from typing import cast
 import pytest
 from structlog.testing import capture_logs
 
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.host_keys import HostKeyLedger
+from cloudqueue.workers.settings import CloudQueueSettings
 from tests.support.cli import cloudqueue
-from workers.host_keys import HostKeyLedger
-from workers.settings import CloudQueueSettings
 
 WORKERS = """
-from workers import QueueWorker
+from cloudqueue.workers import QueueWorker
 
 
 class W(QueueWorker[dict]):

@@ -21,18 +21,18 @@ import pytest
 from click.testing import CliRunner
 from starlette.exceptions import StarletteDeprecationWarning
 
-from listener.poison.move import poison_message
-from listener.poison.queue import poison_queue_name
-from listener.scaling.scaler import ScalingPolicy
-from listener.stores.connection import describe_storage, open_storage
-from listener.stores.sqlite_storage import SqliteQueueStorage
-from listener.stores.storage import QueueStorage
+from cloudqueue.listener.poison.move import poison_message
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.connection import describe_storage, open_storage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.dashboard.access import Access, chosen_token
+from cloudqueue.workers.dashboard.app import create_app
+from cloudqueue.workers.views.sampler import Sampler, _counters
 from tests.support.azurite import ACCOUNT_KEY, free_port
 from tests.support.polling import eventually
-from workers.cli import cli
-from workers.dashboard.access import Access, chosen_token
-from workers.dashboard.app import create_app
-from workers.views.sampler import Sampler, _counters
 
 with warnings.catch_warnings():
     # Starlette 1.x asks for the httpx2 fork under its TestClient; httpx works as well.
@@ -346,7 +346,7 @@ def test_bound_beyond_loopback_the_command_prints_a_generated_token_and_requires
     with log_path.open("wb") as log_file:
         command = ["dashboard", "--host", "0.0.0.0", "--port", str(port)]
         process = subprocess.Popen(
-            [sys.executable, "-m", "workers", *command],
+            [sys.executable, "-m", "cloudqueue.workers", *command],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from listener import Publisher
-from listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener import Publisher
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.azurite import free_port, port_accepts
 from tests.support.chromium import CHROMIUM_ARGS, ensure_chromium
 from tests.support.paths import REPO_ROOT
@@ -46,7 +46,7 @@ class Scene:
 def _start(args: list[str], env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
     with output.open("wb") as file:
         return subprocess.Popen(
-            [sys.executable, "-m", "workers", *args],
+            [sys.executable, "-m", "cloudqueue.workers", *args],
             env=env,
             stdout=file,
             stderr=subprocess.STDOUT,

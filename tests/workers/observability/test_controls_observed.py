@@ -13,17 +13,22 @@ from typing import Any, ClassVar
 
 import pytest
 
-from listener import InMemoryQueueStorage, Retry
-from listener.testing import ManualClock
+from cloudqueue.listener import InMemoryQueueStorage, Retry
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import BatchFailed, CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.cli.status_text import worker_line
+from cloudqueue.workers.live_state import LiveState, QueueLiveState, utc_now
+from cloudqueue.workers.observability.health import (
+    Heartbeats,
+    ProcessProbes,
+    Reachability,
+    WatchedPool,
+)
+from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
+from cloudqueue.workers.views.fleet import WorkerView
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.runs import Runs, run_environment
-from workers import BatchFailed, CloudQueueSettings, QueueWorker, WorkerHost
-from workers.cli.status_text import worker_line
-from workers.live_state import LiveState, QueueLiveState, utc_now
-from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
-from workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
-from workers.views.fleet import WorkerView
 
 QUEUE = "controls"
 RELEASE = threading.Event()

@@ -8,23 +8,32 @@ from collections.abc import Callable, Iterator
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from listener.consumer.listener import CloudQueueListener
-from listener.consumer.pool_control import ListenerLoad
-from listener.errors import MessageNotFoundError, QueueNotFoundError, TransientStorageError
-from listener.location import CloudQueueLocation
-from listener.scaling.scaler import ScalingPolicy
-from listener.stores.memory_storage import InMemoryQueueStorage
-from listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
-from listener.stores.payload_store import InMemoryPayloadStore
-from listener.testing import ManualClock
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.errors import (
+    MessageNotFoundError,
+    QueueNotFoundError,
+    TransientStorageError,
+)
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
+from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import CloudQueueSettings
+from cloudqueue.workers.observability.health import (
+    Heartbeats,
+    ProcessProbes,
+    Reachability,
+    WatchedPool,
+)
+from cloudqueue.workers.observability.metrics import WorkerMetrics
+from cloudqueue.workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
+from cloudqueue.workers.observability.process import ProcessObservability
+from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
 from tests.support.polling import eventually
 from tests.support.scrape import get
-from workers import CloudQueueSettings
-from workers.observability.health import Heartbeats, ProcessProbes, Reachability, WatchedPool
-from workers.observability.metrics import WorkerMetrics
-from workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
-from workers.observability.process import ProcessObservability
-from workers.observability.server import ObservabilityServer, observability_app
 
 
 def on_thread(name: str, action: Callable[[], None]) -> threading.Thread:

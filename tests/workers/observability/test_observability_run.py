@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory, AzuriteProcess, free_port
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, run_environment

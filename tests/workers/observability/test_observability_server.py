@@ -9,12 +9,12 @@ from collections.abc import Iterator
 
 import pytest
 
-from listener.testing import ManualClock
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers.observability.health import Heartbeats, ProcessProbes, Reachability
+from cloudqueue.workers.observability.metrics import WorkerMetrics
+from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
 from tests.support.polling import eventually
 from tests.support.scrape import get
-from workers.observability.health import Heartbeats, ProcessProbes, Reachability
-from workers.observability.metrics import WorkerMetrics
-from workers.observability.server import ObservabilityServer, observability_app
 
 CAP = 4
 HALF_SENT = 40

@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from listener.errors import ConfigurationError
-from listener.policies.delivery import DeliveryPolicy
-from listener.policies.scaling_rules import ScalingInput
-from listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
-from listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.policies.scaling_rules import ScalingInput
+from cloudqueue.listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.workers.settings import CloudQueueSettings, ScalingSettings, load_settings
+from cloudqueue.workers.settings.keys import known_keys
 from tests.support.paths import REPO_ROOT
-from workers.settings import CloudQueueSettings, ScalingSettings, load_settings
-from workers.settings.keys import known_keys
 
 ROOT = REPO_ROOT
 

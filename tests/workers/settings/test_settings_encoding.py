@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from workers.settings import ListenerSettings
+from cloudqueue.workers.settings import ListenerSettings
 
 
 def test_auto_is_the_default_encoding() -> None:

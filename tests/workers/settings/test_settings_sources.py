@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from workers.cli import cli
-from workers.settings import ScalingSettings
-from workers.settings.sources import SettingValue, explain_settings
+from cloudqueue.workers.cli import cli
+from cloudqueue.workers.settings import ScalingSettings
+from cloudqueue.workers.settings.sources import SettingValue, explain_settings
 
 ACCOUNT_KEY = "c2VjcmV0LWtleS10aGF0LW11c3Qtbm90LWxlYWs="
 CONNECTION_STRING = f"AccountName=acme;AccountKey={ACCOUNT_KEY};"

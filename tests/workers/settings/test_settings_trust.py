@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from workers.cli import cli
+from cloudqueue.workers.cli import cli
 
 PLANTED = """
 from pathlib import Path
