@@ -7,9 +7,10 @@ is internal."""
 
 from cloudqueue.listener.errors import BatchFailed
 from cloudqueue.listener.policies.retry import Retry
-from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.api.periodic_job import PeriodicJob
+from cloudqueue.workers.api.worker import QueueWorker, load_worker
+from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.logging import configure_logging
-from cloudqueue.workers.periodic_job import PeriodicJob
 from cloudqueue.workers.progress import ConsoleStream, LiveProgress
 from cloudqueue.workers.settings import (
     CloudQueueSettings,
@@ -18,7 +19,6 @@ from cloudqueue.workers.settings import (
     ScalingSettings,
     load_settings,
 )
-from cloudqueue.workers.worker import QueueWorker, load_worker
 
 __all__ = [
     "BatchFailed",

@@ -16,8 +16,8 @@ import structlog
 from structlog.typing import EventDict, Processor, WrappedLogger
 
 from cloudqueue.listener.redaction import redact
+from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE
 from cloudqueue.workers.settings import LoggingSettings
-from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE
 
 
 def redact_secrets(_: WrappedLogger, __: str, event_dict: EventDict) -> EventDict:

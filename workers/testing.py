@@ -38,12 +38,12 @@ from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.testing import ManualClock, VirtualClock
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.payload import open_message
-from cloudqueue.workers.async_handler import AsyncHandlerRunner
-from cloudqueue.workers.controls import controls_for, subscribe_handler
-from cloudqueue.workers.key_controls import key_middleware
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.controls import controls_for, subscribe_handler
+from cloudqueue.workers.host.key_controls import key_middleware
 from cloudqueue.workers.recorders import BatchRecorder, Recorder
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 
 T = TypeVar("T")
 
@@ -168,8 +168,8 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
     """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
     virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout),
     with the same middleware: the key controls (its ledger in the same store), the handler
-    controls (``cloudqueue.workers.controls``), the worker's own ``middleware`` and those of its
-    settings."""
+    controls (``cloudqueue.workers.host.controls``), the worker's own ``middleware`` and those of
+    its settings."""
     clock = VirtualClock()
     options = settings.listener
     controls = controls_for(type(worker), settings)

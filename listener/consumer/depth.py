@@ -4,8 +4,8 @@ Two things tell a listener how many messages wait, and neither costs an extra tr
 count its scaler takes (``measure_load``: visible = the approximate count less the messages this
 listener holds), and an empty get while it holds none (nothing is visible: 0). The status line,
 ``/metrics`` and the live state read the last of these with its age, so a figure is either fresh
-or says how old it is. A refresher (``cloudqueue.workers.depth_refresh``) counts again while work
-flows.
+or says how old it is. A refresher (``cloudqueue.workers.host.depth_refresh``) counts again while
+work flows.
 
 On a partitioned queue a get reads one partition: its 0 holds until the next get that finds
 work, which counts again (``queue_work_detected``).

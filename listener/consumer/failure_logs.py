@@ -48,7 +48,7 @@ FRAMEWORK_MODULES = ("reactivex", "asyncio", "concurrent.futures")
 OWN_MODULES = (
     "cloudqueue.listener.consumer.subscribers",
     "cloudqueue.listener.consumer.coroutines",
-    "cloudqueue.workers.async_handler",
+    "cloudqueue.workers.host.async_handler",
 )
 """cloudqueue's modules between the dequeue thread and the handler."""
 

@@ -345,8 +345,8 @@ class CloudQueueListener(Observable[T]):
 
     def subscribe_batches(self, observer: BatchObserver[T]) -> None:
         """Hand each message's items to ``observer`` at once, to be handled in batches with
-        other messages' (``cloudqueue.workers.batch_handler``); at most one, before the listener
-        starts."""
+        other messages' (``cloudqueue.workers.host.batch_handler``); at most one, before the
+        listener starts."""
         if self._parts.signals.stopping.is_set() or self._started:
             raise RuntimeError("subscribe_batches must be called before start_listener")
         if self._subscribers.batches is not None:

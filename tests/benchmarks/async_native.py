@@ -1,10 +1,10 @@
 """A prototype, for measurement only: ``async def`` handlers on dequeue *tasks* of one event loop.
 
 cloudqueue runs dequeue threads and sends ``async def handle`` coroutines to an event loop of their
-own (``cloudqueue.workers.async_handler``). This sketch is the design's other shape: the dequeue
-loops are tasks on that same loop, talking to the aio SDK (aiohttp), so a message never crosses a
-thread. ``tests/benchmarks/bench_async_path.py`` measures it against the product; it is not product
-code.
+own (``cloudqueue.workers.host.async_handler``). This sketch is the design's other shape: the
+dequeue loops are tasks on that same loop, talking to the aio SDK (aiohttp), so a message never
+crosses a thread. ``tests/benchmarks/bench_async_path.py`` measures it against the product; it is
+not product code.
 
 What it shares with the product: the pure policies decide -- ``fetch_size`` how many to get,
 ``idle_delay_s`` / ``should_stop_idle`` the idle back-off and when a surplus task stops,

@@ -113,7 +113,7 @@ def _controls(kind: str, options: dict[str, Any]) -> Any:
 
 def _batches(listener: Any) -> Any:
     from cloudqueue.listener.consumer.coroutines import LoopThread
-    from cloudqueue.workers.batch_handler import Batcher
+    from cloudqueue.workers.host.batch_handler import Batcher
 
     loop = LoopThread("bench-batches")
     listener.subscribe_batches(

@@ -57,9 +57,9 @@ from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
-from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 from tests.benchmarks.drain_support import (
     BenchmarkError,
     Stopwatch,

@@ -42,9 +42,9 @@ from azure.storage.queue.aio import QueueClient as AsyncQueueClient
 
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.wire.codec import MessageCodec
-from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 from tests.benchmarks.drain_support import (
     Stopwatch,
     cpu_ms_per_message,

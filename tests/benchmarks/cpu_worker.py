@@ -9,7 +9,7 @@ import os
 import time
 from typing import Any
 
-from cloudqueue.workers.worker import QueueWorker
+from cloudqueue.workers.api.worker import QueueWorker
 
 WORK_S = float(os.environ.get("CPU_WORKER_MS", "2")) / 1000
 

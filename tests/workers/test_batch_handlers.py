@@ -33,8 +33,8 @@ from cloudqueue.listener.poison.record import read_record
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
-from cloudqueue.workers.batch_handler import Batcher
-from cloudqueue.workers.controls import controls_for
+from cloudqueue.workers.host.batch_handler import Batcher
+from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
 

@@ -13,8 +13,8 @@ from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStora
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
-from cloudqueue.workers.cost_meter import WINDOW_S, CostMeter
-from cloudqueue.workers.live_state import LiveState, LiveStatePublisher
+from cloudqueue.workers.host.cost_meter import WINDOW_S, CostMeter
+from cloudqueue.workers.host.live_state import LiveState, LiveStatePublisher
 
 PAYLOAD = "invoices/" + "0" * 32
 

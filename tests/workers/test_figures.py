@@ -18,8 +18,8 @@ from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
-from cloudqueue.workers.depth_refresh import DepthRefresher
-from cloudqueue.workers.live_state import QueueLiveState
+from cloudqueue.workers.host.depth_refresh import DepthRefresher
+from cloudqueue.workers.host.live_state import QueueLiveState
 from cloudqueue.workers.progress import QueueProgress
 from cloudqueue.workers.views.sampler import Sampler
 from tests.support.polling import eventually

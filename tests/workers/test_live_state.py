@@ -27,7 +27,7 @@ from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.workers.cli import cli
-from cloudqueue.workers.live_state import (
+from cloudqueue.workers.host.live_state import (
     STALE_AFTER_S,
     LiveState,
     LiveStatePublisher,

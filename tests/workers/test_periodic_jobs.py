@@ -21,9 +21,9 @@ from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.tick_ledger import InMemoryTickLedger, SqliteTickLedger, TickLedger
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, WorkerHost
-from cloudqueue.workers.job_scheduler import JobScheduler
-from cloudqueue.workers.job_schedules import CronSchedule, EverySchedule
-from cloudqueue.workers.periodic_job import PeriodicJob, job_spec
+from cloudqueue.workers.api.job_schedules import CronSchedule, EverySchedule
+from cloudqueue.workers.api.periodic_job import PeriodicJob, job_spec
+from cloudqueue.workers.host.job_scheduler import JobScheduler
 from tests.support.polling import eventually
 
 START = datetime(2026, 3, 1, 12, 0, 0, 500_000, tzinfo=UTC)

@@ -15,7 +15,7 @@ from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from cloudqueue.workers.cli.status_text import worker_line
-from cloudqueue.workers.live_state import LiveStatePublisher
+from cloudqueue.workers.host.live_state import LiveStatePublisher
 from cloudqueue.workers.settings import ObservabilitySettings
 from cloudqueue.workers.testing import run_until_drained
 from cloudqueue.workers.views.fleet import running_workers

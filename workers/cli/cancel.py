@@ -18,7 +18,7 @@ from cloudqueue.workers.cli.common import (
     opened_storage,
 )
 from cloudqueue.workers.cli.durations import Duration
-from cloudqueue.workers.partitioning import partitioned_view
+from cloudqueue.workers.host.partitioning import partitioned_view
 
 _SAID: dict[Cancelled, str] = {
     "cancelled": "cancelled: its queued messages will be deleted unhandled",

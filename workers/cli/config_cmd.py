@@ -6,6 +6,7 @@ import json
 
 import click
 
+from cloudqueue.workers.api.worker import load_worker
 from cloudqueue.workers.cli.common import (
     config_file,
     current_settings,
@@ -14,7 +15,6 @@ from cloudqueue.workers.cli.common import (
 )
 from cloudqueue.workers.cli.run import worker_settings
 from cloudqueue.workers.settings.sources import SettingValue, WorkerOverrides, explain_settings
-from cloudqueue.workers.worker import load_worker
 
 
 @click.group("config")

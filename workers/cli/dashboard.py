@@ -14,7 +14,7 @@ import click
 from cloudqueue.listener.imports import import_extra
 from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
-from cloudqueue.workers.partitioning import LayoutViews
+from cloudqueue.workers.host.partitioning import LayoutViews
 
 DEFAULT_HOST = "127.0.0.1"
 DEFAULT_PORT = 8787

@@ -37,8 +37,8 @@ from cloudqueue.workers.cli.common import (
 )
 from cloudqueue.workers.cli.poison_text import render, table_lines
 from cloudqueue.workers.cli.queues import progress_spinner
+from cloudqueue.workers.host.partitioning import PARTITIONS_HELP, partitioned_view
 from cloudqueue.workers.logging import printable
-from cloudqueue.workers.partitioning import PARTITIONS_HELP, partitioned_view
 from cloudqueue.workers.views.poison import details, poison_summary
 
 MIN_PREFIX = 4

@@ -30,8 +30,8 @@ from cloudqueue.workers.cli.common import (
     current_settings,
     refuse_unattended,
 )
-from cloudqueue.workers.live_state import utc_now
-from cloudqueue.workers.partitioning import (
+from cloudqueue.workers.host.live_state import utc_now
+from cloudqueue.workers.host.partitioning import (
     PARTITIONS_HELP,
     command_layout,
     partitioned_view,
@@ -39,7 +39,7 @@ from cloudqueue.workers.partitioning import (
     plain_queue_warning,
     viewed_as,
 )
-from cloudqueue.workers.plain_queue import merge_plain_queue
+from cloudqueue.workers.host.plain_queue import merge_plain_queue
 from cloudqueue.workers.views.queue_list import listed_depths, listing_rows
 
 PARTITIONS_OPTION = click.option(

@@ -14,6 +14,8 @@ from rich.console import Console
 
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.workers.api.periodic_job import PeriodicJob, load_target
+from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.cli.common import (
     BadInput,
     config_file,
@@ -22,17 +24,15 @@ from cloudqueue.workers.cli.common import (
     one_line,
     parse_overrides,
 )
-from cloudqueue.workers.controls import controls_for
-from cloudqueue.workers.host import WorkerHost
+from cloudqueue.workers.fleet.reload import run_reloading, watched_folders
+from cloudqueue.workers.fleet.supervisor import Supervisor
+from cloudqueue.workers.host.controls import controls_for
+from cloudqueue.workers.host.host import WorkerHost
+from cloudqueue.workers.host.partitioning import check_layouts, worker_queues
 from cloudqueue.workers.logging import configure_logging
 from cloudqueue.workers.observability.multiprocess import SupervisorEndpoint
-from cloudqueue.workers.partitioning import check_layouts, worker_queues
-from cloudqueue.workers.periodic_job import PeriodicJob, load_target
 from cloudqueue.workers.progress import ConsoleStream, LiveProgress, shows_progress
-from cloudqueue.workers.reload import run_reloading, watched_folders
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.supervisor import Supervisor
-from cloudqueue.workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 

@@ -24,7 +24,11 @@ from cloudqueue.workers.cli.common import checked_queue, current_settings, opene
 from cloudqueue.workers.cli.interrupts import ended_by_ctrl_c
 from cloudqueue.workers.cli.status_overview import print_overview
 from cloudqueue.workers.cli.status_text import describe_facts, headline, worker_line
-from cloudqueue.workers.partitioning import PARTITIONS_HELP, partitioned_view, plain_queue_warning
+from cloudqueue.workers.host.partitioning import (
+    PARTITIONS_HELP,
+    partitioned_view,
+    plain_queue_warning,
+)
 from cloudqueue.workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
 
 DEFAULT_INTERVAL_S = 2.0

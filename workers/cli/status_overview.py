@@ -15,7 +15,7 @@ import click
 
 from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.workers.cli.common import opened_storage
-from cloudqueue.workers.partitioning import LayoutViews, plain_queue_warning
+from cloudqueue.workers.host.partitioning import LayoutViews, plain_queue_warning
 from cloudqueue.workers.settings import CloudQueueSettings
 from cloudqueue.workers.views.fleet import WorkerView
 from cloudqueue.workers.views.jobs import JobRow, job_rows

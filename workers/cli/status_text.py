@@ -5,7 +5,7 @@ per worker. What the lines say is computed in ``cloudqueue.workers.views`` (``sn
 
 from __future__ import annotations
 
-from cloudqueue.workers.live_state import QueueLiveState, utc_now
+from cloudqueue.workers.host.live_state import QueueLiveState, utc_now
 from cloudqueue.workers.progress import processed_text
 from cloudqueue.workers.views.fleet import WorkerView, totals
 from cloudqueue.workers.views.queue_facts import QueueFacts

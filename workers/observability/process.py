@@ -17,7 +17,8 @@ from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.metered import CountsByQueue, MeteredStorage
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.job_scheduler import JobScheduler
+from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE
+from cloudqueue.workers.host.job_scheduler import JobScheduler
 from cloudqueue.workers.observability.health import (
     Heartbeats,
     ProcessProbes,
@@ -28,7 +29,6 @@ from cloudqueue.workers.observability.metrics import WorkerMetrics
 from cloudqueue.workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
 from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE
 
 
 class ProcessObservability:

@@ -157,7 +157,7 @@ class ListenerSettings(Section):
 
 class BatchSettings(Section):
     """How a worker with ``handle_batch`` gathers items into calls
-    (``cloudqueue.workers.batch_handler``)."""
+    (``cloudqueue.workers.host.batch_handler``)."""
 
     max_items: int = Field(
         default=32, ge=1, le=MAX_BATCH_ITEMS, description="most items in one handle_batch call"

@@ -1,7 +1,7 @@
 """The running workers on a queue, as ``cloudqueue status`` and the dashboard show them.
 
 Each is one listener of a running ``cloudqueue run`` process, read from the live-state file the
-process publishes (``cloudqueue.workers.live_state``): reading it costs no storage transaction.
+process publishes (``cloudqueue.workers.host.live_state``): reading it costs no storage transaction.
 Rates are measured between two readings of the same process (``with_rates``); the totals add the
 fleet up.
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from cloudqueue.workers.live_state import LiveState, QueueLiveState, read_live_states
+from cloudqueue.workers.host.live_state import LiveState, QueueLiveState, read_live_states
 
 
 @dataclass(frozen=True, slots=True)

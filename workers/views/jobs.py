@@ -11,7 +11,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from cloudqueue.workers.live_state import read_job_states
+from cloudqueue.workers.host.live_state import read_job_states
 
 
 @dataclass(slots=True)

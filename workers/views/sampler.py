@@ -30,7 +30,7 @@ from cloudqueue.listener.poison.queue import browse_poisoned
 from cloudqueue.listener.redaction import redact
 from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.live_state import running_queue_names, utc_now
+from cloudqueue.workers.host.live_state import running_queue_names, utc_now
 from cloudqueue.workers.views.fleet import WorkerView
 from cloudqueue.workers.views.poison import poison_summary
 from cloudqueue.workers.views.snapshot import Snapshot, snapshot_report, take_snapshot

@@ -18,8 +18,8 @@ from cloudqueue.listener.errors import QueueNotFoundError
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.live_state import utc_now
-from cloudqueue.workers.partitioning import plain_queue_depth
+from cloudqueue.workers.host.live_state import utc_now
+from cloudqueue.workers.host.partitioning import plain_queue_depth
 from cloudqueue.workers.views.fleet import (
     WorkerView,
     estimated_totals,

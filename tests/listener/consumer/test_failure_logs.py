@@ -18,7 +18,7 @@ from cloudqueue.listener import (
 from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from tests.support.polling import eventually
 
 Listen = Callable[[Callable[[int], Any]], CloudQueueListener[int]]

@@ -27,7 +27,7 @@ from cloudqueue.listener.consumer.in_flight import (
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from tests.support.polling import eventually
 
 CODEC: MessageCodec[dict[str, int]] = MessageCodec(dict)

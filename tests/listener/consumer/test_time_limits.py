@@ -27,7 +27,7 @@ from cloudqueue.listener.poison.queue import browse_poisoned
 from cloudqueue.listener.poison.record import read_record
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.workers.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.observability.health import (
     Heartbeats,
     ProcessProbes,

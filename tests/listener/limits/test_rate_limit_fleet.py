@@ -30,7 +30,7 @@ from cloudqueue.listener.limits.redis_limiter import (
 )
 from cloudqueue.listener.middleware.rate_limit import RateLimit
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.workers.rate_limits import open_rate_limiter
+from cloudqueue.workers.host.rate_limits import open_rate_limiter
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from tests.support.cli import ok
 from tests.support.polling import eventually

@@ -29,7 +29,7 @@ from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.metered import MeteredStorage, blob_counts
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.workers.cost_meter import CostMeter
+from cloudqueue.workers.host.cost_meter import CostMeter
 from tests.support.azurite import AzuriteProcess
 
 QUEUE = "orders"

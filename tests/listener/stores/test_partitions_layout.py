@@ -15,7 +15,7 @@ from cloudqueue.listener.stores.layouts import QueueLayout, layout_home, read_la
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
-from cloudqueue.workers.plain_queue import PlainQueueWatch
+from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 
 SETTINGS = CloudQueueSettings(shutdown_grace_s=5)
 

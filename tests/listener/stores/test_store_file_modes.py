@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from cloudqueue.listener.stores.payload_store import FolderPayloadStore, new_payload_name
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
-from cloudqueue.workers.live_state import LiveStatePublisher
+from cloudqueue.workers.host.live_state import LiveStatePublisher
 
 
 def mode(path: Path) -> int:

@@ -239,7 +239,7 @@ def test_the_dashboard_samples_a_partitioned_queue_by_its_record(
 ) -> None:
     """The dashboard's sampler reads a recorded partitioned queue's total, not 'does not exist'."""
     from cloudqueue.listener.scaling.scaler import ScalingPolicy
-    from cloudqueue.workers.partitioning import LayoutViews
+    from cloudqueue.workers.host.partitioning import LayoutViews
     from cloudqueue.workers.settings import CloudQueueSettings
     from cloudqueue.workers.views.sampler import Sampler
 

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
+from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.cli.run import announce_concurrency
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, backend_environment

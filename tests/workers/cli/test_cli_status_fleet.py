@@ -22,7 +22,7 @@ from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers.cli import cli
 from cloudqueue.workers.cli.status_text import describe_age
-from cloudqueue.workers.live_state import LiveState, QueueLiveState
+from cloudqueue.workers.host.live_state import LiveState, QueueLiveState
 
 QUEUE = "invoices"
 IDLE = QueueLiveState(QUEUE, 1, 1, 0, 0, 0, 0, 0, None)

@@ -16,7 +16,7 @@ from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.workers.cli import cli
-from cloudqueue.workers.live_state import LiveState, QueueLiveState
+from cloudqueue.workers.host.live_state import LiveState, QueueLiveState
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.workers.cli import cli
-from cloudqueue.workers.live_state import LiveState, QueueLiveState
+from cloudqueue.workers.host.live_state import LiveState, QueueLiveState
 
 # The module, not the `status` command that workers.cli exports under the same name.
 status_module = importlib.import_module("cloudqueue.workers.cli.status")

@@ -13,7 +13,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.host_keys import HostKeyLedger
+from cloudqueue.workers.host.host_keys import HostKeyLedger
 from cloudqueue.workers.settings import CloudQueueSettings
 from tests.support.cli import cloudqueue
 

@@ -17,14 +17,14 @@ from cloudqueue.listener import InMemoryQueueStorage, Retry
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import BatchFailed, CloudQueueSettings, QueueWorker, WorkerHost
 from cloudqueue.workers.cli.status_text import worker_line
-from cloudqueue.workers.live_state import LiveState, QueueLiveState, utc_now
+from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
+from cloudqueue.workers.host.live_state import LiveState, QueueLiveState, utc_now
 from cloudqueue.workers.observability.health import (
     Heartbeats,
     ProcessProbes,
     Reachability,
     WatchedPool,
 )
-from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
 from cloudqueue.workers.views.fleet import WorkerView
 from tests.support.cli import ok
 from tests.support.polling import eventually

@@ -17,7 +17,7 @@ from cloudqueue.listener.stores.key_connection import open_key_ledger
 from cloudqueue.listener.stores.key_ledger import key_ledger_for
 from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.key_controls import wants_key_ledger
+from cloudqueue.workers.host.key_controls import wants_key_ledger
 from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)

@@ -25,6 +25,7 @@ import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.policies.backoff import randomized_exponential_backoff
+from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
 
 log = structlog.get_logger(__name__)
 
@@ -32,11 +33,6 @@ STABLE_AFTER_S = 60.0
 """A child that ran this long before dying is restarted without back-off."""
 POLL_INTERVAL_S = 0.5
 MAX_RESTART_DELAY_S = 30.0
-CHILD_SLOT_VARIABLE = "CLOUDQUEUE_CHILD"
-"""Tells a child its slot, so that each of its log lines names it (``child=N``)."""
-RECYCLE_EXIT_CODE = 3
-"""A child exits with this after draining when it asks to be replaced (too many handler threads
-stuck past their time limit): it is started again at once, not counted as a crash."""
 
 
 @dataclass

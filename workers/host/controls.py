@@ -1,6 +1,6 @@
 """What a worker's handler controls make of its listener: a retry policy, a time limit, batches.
 
-``cloudqueue run`` (``cloudqueue.workers.hosted_worker``) and
+``cloudqueue run`` (``cloudqueue.workers.host.hosted_worker``) and
 ``cloudqueue.workers.testing.run_until_drained`` build a worker's listener from the same
 ``Controls``, so a worker's ``retry``, ``listener.time_limit_s`` and ``handle_batch`` behave alike
 in production and in its tests.
@@ -18,9 +18,9 @@ from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.middleware.retry import RetryPolicy
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
-from cloudqueue.workers.batch_handler import Batcher
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 
 
 @dataclass(frozen=True)

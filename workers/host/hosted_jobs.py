@@ -10,9 +10,9 @@ from collections.abc import Sequence
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.stores.connection import open_tick_ledger
 from cloudqueue.listener.stores.tick_ledger import TickLedger
-from cloudqueue.workers.job_scheduler import JobScheduler
-from cloudqueue.workers.live_state import JobLiveState
-from cloudqueue.workers.periodic_job import PeriodicJob, job_spec
+from cloudqueue.workers.api.periodic_job import PeriodicJob, job_spec
+from cloudqueue.workers.host.job_scheduler import JobScheduler
+from cloudqueue.workers.host.live_state import JobLiveState
 from cloudqueue.workers.settings import CloudQueueSettings
 
 

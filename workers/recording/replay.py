@@ -41,16 +41,16 @@ from cloudqueue.listener.simulation.report import Latency, ServiceModel
 from cloudqueue.listener.simulation.workload import Workload
 from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.host import WorkerHost
-from cloudqueue.workers.hosted_worker import open_trigger_channel
-from cloudqueue.workers.replay_prediction import (
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.host import WorkerHost
+from cloudqueue.workers.host.hosted_worker import open_trigger_channel
+from cloudqueue.workers.recording.replay_prediction import (
     CONSUMER_OPERATIONS,
     ReplayReport,
     predict,
     service_met,
 )
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 
 R = TypeVar("R")
 

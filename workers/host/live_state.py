@@ -25,10 +25,10 @@ import structlog
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.stores.file_modes import private_folder
-from cloudqueue.workers.cost_meter import UNKNOWN, CostMeter, QueueCost
+from cloudqueue.workers.host.cost_meter import UNKNOWN, CostMeter, QueueCost
 
 if TYPE_CHECKING:
-    from cloudqueue.workers.job_scheduler import JobScheduler
+    from cloudqueue.workers.host.job_scheduler import JobScheduler
 
 PUBLISH_INTERVAL_S = 2.0
 STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S

@@ -22,8 +22,8 @@ import structlog
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.tick_ledger import TickLedger
-from cloudqueue.workers.async_handler import AsyncHandlerRunner
-from cloudqueue.workers.periodic_job import JobSpec, PeriodicJob
+from cloudqueue.workers.api.periodic_job import JobSpec, PeriodicJob
+from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 
 log = structlog.get_logger(__name__)
 

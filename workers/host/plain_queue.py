@@ -24,7 +24,7 @@ from cloudqueue.listener.stores.storage import (
     QueueMessage,
     QueueStorage,
 )
-from cloudqueue.workers.partitioning import plain_queue_depth
+from cloudqueue.workers.host.partitioning import plain_queue_depth
 
 CHECK_INTERVAL_S = 60.0
 """How often a partitioned worker counts the plain queue beside its partitions."""

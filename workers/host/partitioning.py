@@ -22,8 +22,8 @@ from cloudqueue.listener.stores.layouts import QueueLayout, read_layout, record_
 from cloudqueue.listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_queue
 from cloudqueue.listener.stores.partitioned import Partition, PartitionedQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
-from cloudqueue.workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 

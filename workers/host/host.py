@@ -31,28 +31,28 @@ from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.tick_ledger import TickLedger
-from cloudqueue.workers.cost_meter import CostMeter
-from cloudqueue.workers.host_keys import HostKeyLedger
-from cloudqueue.workers.hosted_jobs import HostedJobs
-from cloudqueue.workers.hosted_worker import (
+from cloudqueue.workers.api.periodic_job import PeriodicJob
+from cloudqueue.workers.api.worker import QueueWorker, check_key_methods
+from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
+from cloudqueue.workers.host.cost_meter import CostMeter
+from cloudqueue.workers.host.host_keys import HostKeyLedger
+from cloudqueue.workers.host.hosted_jobs import HostedJobs
+from cloudqueue.workers.host.hosted_worker import (
     finish,
     host_worker,
     open_trigger_channel,
     wake_on_triggers,
 )
-from cloudqueue.workers.live_state import LiveStatePublisher
-from cloudqueue.workers.observability.process import ProcessObservability
-from cloudqueue.workers.partitioning import (
+from cloudqueue.workers.host.live_state import LiveStatePublisher
+from cloudqueue.workers.host.partitioning import (
     layout_of,
     partitioned_storage,
     settle_layout,
     worker_queues,
 )
-from cloudqueue.workers.periodic_job import PeriodicJob
-from cloudqueue.workers.plain_queue import PlainQueueWatch
+from cloudqueue.workers.host.plain_queue import PlainQueueWatch
+from cloudqueue.workers.observability.process import ProcessObservability
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
-from cloudqueue.workers.supervisor import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
-from cloudqueue.workers.worker import QueueWorker, check_key_methods
 
 log = structlog.get_logger(__name__)
 

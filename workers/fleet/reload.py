@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.imports import import_extra
-from cloudqueue.workers.supervisor import Supervisor
+from cloudqueue.workers.fleet.supervisor import Supervisor
 
 log = structlog.get_logger(__name__)
 

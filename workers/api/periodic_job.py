@@ -24,8 +24,8 @@ from typing import Any, ClassVar, Literal
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.imports import import_object
-from cloudqueue.workers.job_schedules import CronSchedule, EverySchedule, Schedule
-from cloudqueue.workers.worker import QueueWorker, load_worker
+from cloudqueue.workers.api.job_schedules import CronSchedule, EverySchedule, Schedule
+from cloudqueue.workers.api.worker import QueueWorker, load_worker
 
 MissedTicks = Literal["skip", "run_once"]
 MISSED_POLICIES: tuple[str, ...] = ("skip", "run_once")

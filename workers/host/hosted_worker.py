@@ -19,16 +19,16 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
-from cloudqueue.workers.async_handler import AsyncHandlerRunner
-from cloudqueue.workers.batch_handler import Batcher
-from cloudqueue.workers.controls import controls_for, subscribe_handler
-from cloudqueue.workers.depth_refresh import DepthRefresher
-from cloudqueue.workers.key_controls import key_middleware
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.batch_handler import Batcher
+from cloudqueue.workers.host.controls import controls_for, subscribe_handler
+from cloudqueue.workers.host.depth_refresh import DepthRefresher
+from cloudqueue.workers.host.key_controls import key_middleware
+from cloudqueue.workers.host.rate_limits import open_rate_limiter
 from cloudqueue.workers.observability.process import ProcessObservability
-from cloudqueue.workers.rate_limits import open_rate_limiter
-from cloudqueue.workers.recording import Recording
+from cloudqueue.workers.recording.recording import Recording
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 

@@ -14,8 +14,8 @@ from cloudqueue.listener.middleware.keyed import KeyedHandling
 from cloudqueue.listener.middleware.per_key import PerKeyLimit
 from cloudqueue.listener.push.triggers import account_of
 from cloudqueue.listener.stores.key_records import KeyLedger
+from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.settings import CloudQueueSettings
-from cloudqueue.workers.worker import QueueWorker
 
 HOLD_TIMEOUTS = 2
 """A handling mark lasts this many visibility timeouts if its holder dies."""
