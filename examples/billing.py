@@ -13,8 +13,7 @@ from typing import ClassVar
 import structlog
 from pydantic import BaseModel, Field
 
-from cloudqueue.listener import current_envelope
-from cloudqueue.workers import QueueWorker
+from cloudqueue import QueueWorker, current_envelope
 
 log = structlog.get_logger(__name__)
 

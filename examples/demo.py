@@ -26,6 +26,7 @@ import structlog
 from rich.console import Console
 from rich.table import Table
 
+from cloudqueue import CloudQueueSettings
 from cloudqueue.listener import (
     CloudQueueListener,
     MessageCodec,
@@ -44,7 +45,6 @@ from cloudqueue.listener.simulation import (
     simulate,
 )
 from cloudqueue.workers import (
-    CloudQueueSettings,
     ConsoleStream,
     ListenerSettings,
     LiveProgress,

@@ -25,7 +25,7 @@ def spawn_worker(
         part for part in (checkout, child_env.get("PYTHONPATH")) if part
     )
     return subprocess.Popen(
-        [sys.executable, "-m", "cloudqueue.workers", "run", target],
+        [sys.executable, "-m", "cloudqueue", "run", target],
         env=child_env,
         stdin=subprocess.DEVNULL,
         stdout=output if output is not None else subprocess.DEVNULL,

@@ -19,7 +19,7 @@ from typing import Any
 import structlog
 from azure.core.messaging import CloudEvent
 
-from cloudqueue.workers import QueueWorker
+from cloudqueue import QueueWorker
 
 log = structlog.get_logger(__name__)
 

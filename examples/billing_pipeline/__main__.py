@@ -13,8 +13,8 @@ import sys
 import time
 from collections.abc import Sequence
 
+from cloudqueue import CloudQueueSettings
 from cloudqueue.listener import open_storage
-from cloudqueue.workers import CloudQueueSettings
 from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, ledger_path
 from examples.billing_pipeline.initiator import prepare_queues, start_run

@@ -7,8 +7,8 @@ at their next poll; without it, this returns None and the workers poll.
 
 from __future__ import annotations
 
+from cloudqueue import CloudQueueSettings
 from cloudqueue.listener import RedisTriggerChannel, WorkAnnouncer, account_of
-from cloudqueue.workers import CloudQueueSettings
 
 
 def announcer_from(settings: CloudQueueSettings) -> WorkAnnouncer | None:

@@ -7,7 +7,8 @@ from collections.abc import Sequence
 
 import structlog
 
-from cloudqueue.listener import Publisher, QueueStorage, WorkAnnouncer
+from cloudqueue import Publisher
+from cloudqueue.listener import QueueStorage, WorkAnnouncer
 from examples.billing_pipeline.config import RESULTS_QUEUE, WORK_QUEUE
 from examples.billing_pipeline.ledger import BillingLedger
 from examples.billing_pipeline.model import Transaction, WorkItem, split

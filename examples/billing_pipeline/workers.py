@@ -13,8 +13,8 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener import CloudQueueListener, Publisher, WorkAnnouncer, current_envelope
-from cloudqueue.workers import CloudQueueSettings, QueueWorker
+from cloudqueue import CloudQueueSettings, Publisher, QueueWorker, current_envelope
+from cloudqueue.listener import CloudQueueListener, WorkAnnouncer
 from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import (
     RESULTS_QUEUE,

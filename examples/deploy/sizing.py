@@ -18,8 +18,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from cloudqueue.listener import ConfigurationError, ScalingInput
-from cloudqueue.workers import CloudQueueSettings, ScalingSettings, load_settings
+from cloudqueue import CloudQueueSettings, ConfigurationError, load_settings
+from cloudqueue.listener import ScalingInput
+from cloudqueue.workers import ScalingSettings
 
 SHUTDOWN_MARGIN_S = 10
 """Seconds past ``shutdown_grace_s`` before Kubernetes kills the pod: joining the threads and

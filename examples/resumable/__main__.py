@@ -17,8 +17,8 @@ import uuid
 from collections import Counter
 from collections.abc import Sequence
 
-from cloudqueue.listener import Publisher, QueueStorage, open_storage
-from cloudqueue.workers import CloudQueueSettings
+from cloudqueue import CloudQueueSettings, Publisher
+from cloudqueue.listener import QueueStorage, open_storage
 from examples.processes import spawn_worker, stop_worker
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path, open_state_store

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from cloudqueue.listener import ConfigurationError
+from cloudqueue import ConfigurationError
 from examples.resumable.sqlite_state import SqliteStateStore
 from examples.resumable.state import StateStore
 

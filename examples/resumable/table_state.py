@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from typing import TYPE_CHECKING
 
-from cloudqueue.listener import ConfigurationError
+from cloudqueue import ConfigurationError
 from examples.resumable.state import ConflictError, JobState, Versioned
 
 if TYPE_CHECKING:

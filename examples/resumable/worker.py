@@ -20,8 +20,8 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener import CloudQueueListener, current_envelope
-from cloudqueue.workers import CloudQueueSettings, QueueWorker
+from cloudqueue import CloudQueueSettings, QueueWorker, current_envelope
+from cloudqueue.listener import CloudQueueListener
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import (
     QUEUE,

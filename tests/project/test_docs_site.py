@@ -140,6 +140,35 @@ def test_the_api_reference_documents_the_public_names(site: Path) -> None:
         assert [name for name in package.__all__ if name not in text] == []
 
 
+ROOT_PAGES = ("api-worker", "api-producer", "api-middleware", "api-settings")
+
+
+def test_each_name_of_the_root_has_a_heading_on_a_page_of_its_own_kind(site: Path) -> None:
+    """``from cloudqueue import X``: X is a heading on the worker, producer, middleware or settings
+    page, and ``cloudqueue.testing``'s names on the testing page."""
+    import cloudqueue
+    import cloudqueue.testing
+
+    headings = {
+        page: re.findall(
+            r'<h2 id="cloudqueue\.(\w+)"', (site / "reference" / page / "index.html").read_text()
+        )
+        for page in ROOT_PAGES
+    }
+    shown = [name for names in headings.values() for name in names]
+    assert sorted(shown) == sorted(cloudqueue.__all__)
+    testing = page_text(site, "reference/api-testing")
+    assert [name for name in cloudqueue.testing.__all__ if name not in testing] == []
+
+
+def test_the_worker_page_lists_no_library_internals(site: Path) -> None:
+    """Inherited pydantic members (``model_config``, ``settings_customise_sources``) stay hidden."""
+    for page in ROOT_PAGES:
+        text = page_text(site, f"reference/{page}")
+        assert "model_config" not in text
+        assert "settings_customise_sources" not in text
+
+
 def test_the_settings_reference_names_a_type_default_and_meaning_for_every_key() -> None:
     """No row of the generated settings table is left without a type, a default or a meaning."""
     rows = [row for _, section in settings_reference.settings() for row in section]
@@ -180,6 +209,13 @@ def test_the_home_page_links_a_first_worker_entra_id_and_keda(site: Path) -> Non
         'href="how-to/kubernetes/"',
     ):
         assert target in home
+
+
+def test_the_home_page_links_every_how_to(site: Path) -> None:
+    """The how-to row of the home page's table links each how-to page, not just the first."""
+    home = (site / "index.html").read_text(encoding="utf-8")
+    pages = sorted(path.stem for path in (ROOT / "docs" / "how-to").glob("*.md"))
+    assert [page for page in pages if f'href="how-to/{page}/"' not in home] == []
 
 
 def test_the_readme_fits_on_a_few_screens_and_its_links_resolve() -> None:

@@ -1,6 +1,6 @@
 """No command prints a secret: account keys and SAS signatures never reach stdout or stderr.
 
-Each command runs for real (``python -m cloudqueue.workers ...``) with connection strings that carry
+Each command runs for real (``python -m cloudqueue ...``) with connection strings that carry
 the Azurite account key or a SAS signature -- working ones, malformed ones, and ones whose storage
 fails (a closed port, a signature Azurite rejects) -- and everything it wrote is searched for
 the secrets, whole and in pieces, plain and percent-encoded.
@@ -106,7 +106,7 @@ def environment(connection_string: str, tmp_path: Path) -> dict[str, str]:
 
 def cloudqueue(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "cloudqueue.workers", *args],
+        [sys.executable, "-m", "cloudqueue", *args],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,
@@ -196,7 +196,7 @@ def test_a_running_worker_logs_no_secret(
     log_path = tmp_path / "worker.log"
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", "run", "examples.billing:InvoiceWorker"],
+            [sys.executable, "-m", "cloudqueue", "run", "examples.billing:InvoiceWorker"],
             cwd=REPO_ROOT,
             env=env,
             stdout=log_file,

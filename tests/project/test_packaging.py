@@ -7,6 +7,7 @@ file, so nothing is downloaded), so a mapping that works only inside the reposit
 
 from __future__ import annotations
 
+import ast
 import os
 import signal
 import subprocess
@@ -46,6 +47,28 @@ class SendEmail(QueueWorker[Email]):
 def listed_packages() -> set[str]:
     pyproject = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())
     return set(pyproject["tool"]["setuptools"]["packages"])
+
+
+def test_no_code_imports_the_folders_by_their_repository_names() -> None:
+    """Inside the repository ``import listener`` would work (its folder is on the path) and load a
+    second copy of every module; only ``cloudqueue.listener`` is the package."""
+    stale = []
+    for path in sorted(REPO_ROOT.glob("[!.]*/**/*.py")):
+        if "build" in path.relative_to(REPO_ROOT).parts[:1]:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names = [node.module or ""]
+            else:
+                continue
+            stale += [
+                f"{path.relative_to(REPO_ROOT)}:{node.lineno} {name}"
+                for name in names
+                if name.partition(".")[0] in {"listener", "workers"}
+            ]
+    assert stale == []
 
 
 def test_every_package_folder_is_listed_in_pyproject() -> None:

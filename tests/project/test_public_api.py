@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import importlib
+import subprocess
+import sys
 
 import pytest
 
+PUBLIC_PACKAGES = ["cloudqueue", "cloudqueue.testing", "cloudqueue.listener", "cloudqueue.workers"]
 
-@pytest.mark.parametrize("package", ["listener", "workers"])
+
+@pytest.mark.parametrize("package", PUBLIC_PACKAGES)
 def test_all_names_exist_and_are_sorted(package: str) -> None:
     """Every exported name resolves; the list is kept sorted so changes are easy to review."""
     module = importlib.import_module(package)
@@ -143,3 +147,54 @@ def test_the_public_surface_is_exactly_this() -> None:
         "load_settings",
         "load_worker",
     ]
+
+
+def test_the_root_has_what_a_worker_author_and_a_producer_need() -> None:
+    """``from cloudqueue import ...`` gives the worker API, errors, producing and settings."""
+    import cloudqueue
+
+    assert cloudqueue.__all__ == [
+        "BatchFailed",
+        "CallNext",
+        "CloudQueueError",
+        "CloudQueueSettings",
+        "ConfigurationError",
+        "Decision",
+        "MessageContext",
+        "MessageEnvelope",
+        "Middleware",
+        "Outcome",
+        "PeriodicJob",
+        "PermanentFailure",
+        "Publisher",
+        "QueueWorker",
+        "Retry",
+        "TimeLimitExceeded",
+        "current_envelope",
+        "load_settings",
+    ]
+    assert sorted(dir(cloudqueue)) == sorted({*dir(cloudqueue), *cloudqueue.__all__})
+
+
+def test_a_root_name_is_the_object_its_home_module_defines() -> None:
+    """The root re-exports; it does not wrap: ``cloudqueue.QueueWorker`` is the one class."""
+    import cloudqueue
+    from cloudqueue.listener.errors import PermanentFailure
+    from cloudqueue.workers.api.worker import QueueWorker
+
+    assert cloudqueue.QueueWorker is QueueWorker
+    assert cloudqueue.PermanentFailure is PermanentFailure
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = cloudqueue.Nothing
+
+
+def test_importing_the_root_imports_nothing_until_a_name_is_used() -> None:
+    """``import cloudqueue`` is cheap: each name loads its module on first use."""
+    probe = (
+        "import sys, cloudqueue; "
+        "print(sorted(m for m in sys.modules if m.startswith('cloudqueue.')))"
+    )
+    shown = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout
+    assert shown.strip() == "[]"

@@ -1,13 +1,14 @@
 """What users are shown imports only the public API: the examples and the docs' Python blocks.
 
-The public modules are the package roots ``cloudqueue.listener`` and ``cloudqueue.workers`` and
-three documented sub-modules: ``cloudqueue.listener.testing`` and ``cloudqueue.workers.testing``
-(the test helpers, which have their own sections in the API reference pages) and
-``cloudqueue.listener.simulation`` (the cost simulator's Python entry point, documented in the "What
-will it cost?" and "The cheapest settings" how-tos). Each has an ``__all__``; a name is public when
-it is in its module's ``__all__``. So ``from cloudqueue.listener import Publisher`` passes, while
-``from cloudqueue.listener.messages.publisher import Publisher`` and ``import
-cloudqueue.listener.stores`` are refused: they would break when the internals move.
+The public modules are the root ``cloudqueue`` with ``cloudqueue.testing`` (what users import
+first), the package roots ``cloudqueue.listener`` and ``cloudqueue.workers``, and three
+documented sub-modules: ``cloudqueue.listener.testing`` and ``cloudqueue.workers.testing`` (the
+test helpers' homes) and ``cloudqueue.listener.simulation`` (the cost simulator's Python entry
+point, documented in the "What will it cost?" and "The cheapest settings" how-tos). Each has an
+``__all__``; a name is public when it is in its module's ``__all__``. So
+``from cloudqueue.listener import Publisher`` passes, while
+``from cloudqueue.listener.messages.publisher import Publisher`` and
+``import cloudqueue.listener.stores`` are refused: they would break when the internals move.
 
 Checked: every ``.py`` under ``examples/``, and the ``python`` code blocks of ``README.md`` and of
 every Markdown page under ``docs/`` and ``examples/`` (a ``--8<--`` snippet line inside a block is
@@ -31,6 +32,7 @@ ROOT = REPO_ROOT
 PACKAGES = ("cloudqueue",)
 PUBLIC_MODULES = (
     "cloudqueue",
+    "cloudqueue.testing",
     "cloudqueue.listener",
     "cloudqueue.workers",
     "cloudqueue.listener.testing",

@@ -26,7 +26,7 @@ def cloudqueue(
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere), in ``cwd``."""
     return subprocess.run(
-        [sys.executable, "-m", "cloudqueue.workers", *args],
+        [sys.executable, "-m", "cloudqueue", *args],
         input=stdin,
         env=env,
         cwd=cwd,
@@ -84,7 +84,7 @@ def run_on_terminal(
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     """Run the CLI with stderr on the terminal, and stdin too unless ``stdin`` text is given."""
     process = subprocess.Popen(
-        [sys.executable, "-m", "cloudqueue.workers", *args],
+        [sys.executable, "-m", "cloudqueue", *args],
         stdin=terminal.slave if stdin is None else subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=terminal.slave,

@@ -64,7 +64,7 @@ class Runs:
         log_path = self.folder / f"run{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue.workers", "run", WORKER, *args],
+                [sys.executable, "-m", "cloudqueue", "run", WORKER, *args],
                 env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

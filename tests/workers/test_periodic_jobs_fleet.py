@@ -55,7 +55,7 @@ def fleet(env: dict[str, str], tmp_path: Path) -> Iterator[list[Run]]:
         log_path = tmp_path / f"run{index}.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue.workers", "run", JOB],
+                [sys.executable, "-m", "cloudqueue", "run", JOB],
                 env={**env, "CLOUDQUEUE_STATE_DIR": str(tmp_path / f"state{index}")},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

@@ -10,8 +10,8 @@ from __future__ import annotations
 import pytest
 from pydantic import BaseModel
 
-from cloudqueue.workers import QueueWorker
-from cloudqueue.workers.testing import run_until_drained
+from cloudqueue import QueueWorker
+from cloudqueue.testing import run_until_drained
 from tests.support.paths import REPO_ROOT
 
 

@@ -1,4 +1,4 @@
-"""The ``cloudqueue`` command line (``python -m cloudqueue.workers`` too).
+"""The ``cloudqueue`` command line (``python -m cloudqueue`` too).
 
 Built on click, the well-kept standard for Python command lines, so every command has ``--help``
 with examples. Each command lives in its own module; this one only assembles the group, gives

@@ -223,7 +223,7 @@ def _child_command(
     """The same run with the same config file and overrides: in one process by default, and
     without a status line (one terminal cannot show one per child)."""
     config = config_file()
-    command = [sys.executable, "-m", "cloudqueue.workers"]
+    command = [sys.executable, "-m", "cloudqueue"]
     if config is not None:
         command += ["--config", str(config)]
     command += ["run", "--progress" if progress else "--no-progress"]

@@ -58,7 +58,7 @@ def test_a_killed_worker_loses_nothing_and_its_messages_return_within_one_timeou
     }
     items = "\n".join(json.dumps({"n": n}) for n in range(BURST))
     subprocess.run(
-        [sys.executable, "-m", "cloudqueue.workers", "enqueue", env["TEST_QUEUE"]],
+        [sys.executable, "-m", "cloudqueue", "enqueue", env["TEST_QUEUE"]],
         input=items.encode(),
         env=env,
         check=True,
@@ -89,7 +89,7 @@ def test_a_killed_worker_loses_nothing_and_its_messages_return_within_one_timeou
     assert len(duplicates) <= MAX_THREADS  # at most one handled-but-not-deleted per thread
     assert recovered_s < VISIBILITY_TIMEOUT_S * 1.5  # about one timeout, not 10 minutes
     status = subprocess.run(
-        [sys.executable, "-m", "cloudqueue.workers", "status", env["TEST_QUEUE"], "--json"],
+        [sys.executable, "-m", "cloudqueue", "status", env["TEST_QUEUE"], "--json"],
         env=env,
         check=True,
         capture_output=True,

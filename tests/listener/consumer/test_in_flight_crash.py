@@ -64,7 +64,7 @@ def test_kill_9_with_200_messages_in_flight_loses_none_and_deletes_none_unhandle
     }
     with (tmp_path / "worker.log").open("wb") as log_file:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", "run", WORKER],
+            [sys.executable, "-m", "cloudqueue", "run", WORKER],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -237,7 +237,7 @@ def test_two_processes_sharing_a_fleet_limit_hold_it_together(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", "run", WORKER, "--processes", "2"],
+            [sys.executable, "-m", "cloudqueue", "run", WORKER, "--processes", "2"],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -78,7 +78,7 @@ def test_a_drain_killed_three_times_handles_each_recorded_key_exactly_once(
     }
     items = "\n".join(json.dumps({"id": n}) for n in range(KEYS) for _ in range(COPIES))
     subprocess.run(
-        [sys.executable, "-m", "cloudqueue.workers", "enqueue", queue, "--key", "id"],
+        [sys.executable, "-m", "cloudqueue", "enqueue", queue, "--key", "id"],
         input=items.encode(),
         env=env,
         check=True,
@@ -93,7 +93,7 @@ def test_a_drain_killed_three_times_handles_each_recorded_key_exactly_once(
     def start(index: int) -> subprocess.Popen[bytes]:
         with (tmp_path / f"run{index}.log").open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue.workers", "run", WORKER],
+                [sys.executable, "-m", "cloudqueue", "run", WORKER],
                 env=env,
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

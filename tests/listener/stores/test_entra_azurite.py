@@ -122,7 +122,7 @@ def test_cloudqueue_run_handles_messages_signed_in_with_a_token(
     log_path = tmp_path / "run.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", "run", WORKER],
+            [sys.executable, "-m", "cloudqueue", "run", WORKER],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

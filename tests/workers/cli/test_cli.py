@@ -42,7 +42,7 @@ def worker(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[str
     log_path = tmp_path / "worker.log"
     with log_path.open("w") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", "run", "examples.billing:InvoiceWorker"],
+            [sys.executable, "-m", "cloudqueue", "run", "examples.billing:InvoiceWorker"],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

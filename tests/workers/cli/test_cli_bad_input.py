@@ -372,7 +372,7 @@ def test_run_imports_a_custom_rule_beside_the_worker(project: Path, env: dict[st
     command = ["run", "mywork:W", "--set", "scaling.rule=myrule:five"]
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-P", "-m", "cloudqueue.workers", *command],
+            [sys.executable, "-P", "-m", "cloudqueue", *command],
             cwd=project,
             env=env,
             stdout=log_file,

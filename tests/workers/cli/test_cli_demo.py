@@ -30,7 +30,7 @@ def test_demo_drains_the_burst_and_exits_0(tmp_path: Path) -> None:
     }
     assert cloudqueue("enqueue", "invoices-poison", "old poison", env=env).returncode == 0
     result = subprocess.run(
-        [sys.executable, "-m", "cloudqueue.workers", "demo"],
+        [sys.executable, "-m", "cloudqueue", "demo"],
         cwd=REPO_ROOT,
         env=env,
         capture_output=True,

@@ -38,7 +38,7 @@ def _run_on_terminal(
     ok("enqueue", env["TEST_QUEUE"], env=env, stdin=items)
     terminal = Terminal()
     process = subprocess.Popen(
-        [sys.executable, "-m", "cloudqueue.workers", "run", WORKER, *options],
+        [sys.executable, "-m", "cloudqueue", "run", WORKER, *options],
         stdin=terminal.slave,
         stdout=terminal.slave,
         stderr=terminal.slave,

@@ -346,7 +346,7 @@ def test_bound_beyond_loopback_the_command_prints_a_generated_token_and_requires
     with log_path.open("wb") as log_file:
         command = ["dashboard", "--host", "0.0.0.0", "--port", str(port)]
         process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", *command],
+            [sys.executable, "-m", "cloudqueue", *command],
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,

@@ -46,7 +46,7 @@ class Scene:
 def _start(args: list[str], env: dict[str, str], output: Path) -> subprocess.Popen[bytes]:
     with output.open("wb") as file:
         return subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue.workers", *args],
+            [sys.executable, "-m", "cloudqueue", *args],
             env=env,
             stdout=file,
             stderr=subprocess.STDOUT,
