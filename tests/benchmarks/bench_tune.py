@@ -9,7 +9,7 @@ Two parts, both written to ``results/bench_tune.json`` with ``--write``:
 2. **Proof by replay**: a recorded bursty hour (written by the recorder from a seeded arrival
    pattern: a burst of 60 messages every 5 minutes, one message every 10 s between, handlers
    of about 200 ms) is tuned for p95 pickup <= 2 s without push, then replayed at 60x on Azurite
-   with those settings by ``cloudqueue.workers.recording.replay`` (the code behind ``cloudqueue
+   with those settings by ``cloudqueue.workers.replay.replay`` (the code behind ``cloudqueue
    replay``), several times, each on a fresh Azurite. Each run's measured consumer transactions and
    p95 pickup are compared with the simulator's prediction for the same sped-up stretch; the goal is
    the issue's: transactions within 10 %, p95 pickup within 20 % (the median of the runs; how many
@@ -45,7 +45,7 @@ from cloudqueue.listener.simulation.profile import ProfileRecorder, load_profile
 from cloudqueue.listener.simulation.tuning import tune
 from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.workers.cli.profile_options import service_for
-from cloudqueue.workers.recording.replay import replay
+from cloudqueue.workers.replay.replay import replay
 from cloudqueue.workers.settings import CloudQueueSettings
 from tests.benchmarks.results_file import header_line, report, run_header
 from tests.support.azurite import REPO_ROOT, AzuriteProcess

@@ -1,4 +1,4 @@
-"""``cloudqueue.workers.recording.replay``: what a replay measures, and what its prediction is told
+"""``cloudqueue.workers.replay.replay``: what a replay measures, and what its prediction is told
 of the run."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from pydantic import SecretStr
 from cloudqueue.listener.simulation import ServiceModel, Workload
 from cloudqueue.listener.simulation.report import Latency
 from cloudqueue.listener.stores.connection import open_storage
-from cloudqueue.workers.recording.replay import _Pickups, replay
-from cloudqueue.workers.recording.replay_prediction import ReplayReport, service_met
+from cloudqueue.workers.replay.replay import _Pickups, replay
+from cloudqueue.workers.replay.replay_prediction import ReplayReport, service_met
 from cloudqueue.workers.settings import BackoffSettings, CloudQueueSettings
 
 

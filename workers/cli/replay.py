@@ -17,8 +17,8 @@ from cloudqueue.workers.cli.common import (
     parse_overrides,
 )
 from cloudqueue.workers.cli.profile_options import CSV_SERVICE_S, service_for
-from cloudqueue.workers.recording.replay import replay
-from cloudqueue.workers.recording.replay_prediction import CONSUMER_OPERATIONS, ReplayReport
+from cloudqueue.workers.replay.replay import replay
+from cloudqueue.workers.replay.replay_prediction import CONSUMER_OPERATIONS, ReplayReport
 
 
 @click.command(name="replay")

@@ -21,7 +21,7 @@ import secrets
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from cloudqueue.workers.host.host_names import host_name, is_loopback
+from cloudqueue.workers.observability.host_names import host_name, is_loopback
 
 TOKEN_COOKIE = "cloudqueue_dashboard"  # noqa: S105 (the name of the cookie, not a token)
 TOKEN_QUERY = "token"  # noqa: S105 (the name of the query parameter)

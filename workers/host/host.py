@@ -51,7 +51,7 @@ from cloudqueue.workers.host.partitioning import (
     worker_queues,
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
-from cloudqueue.workers.observability.process import ProcessObservability
+from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 
 log = structlog.get_logger(__name__)

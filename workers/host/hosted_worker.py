@@ -25,9 +25,9 @@ from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.key_controls import key_middleware
+from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.host.rate_limits import open_rate_limiter
-from cloudqueue.workers.observability.process import ProcessObservability
-from cloudqueue.workers.recording.recording import Recording
+from cloudqueue.workers.host.recording import Recording
 from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)

@@ -29,8 +29,8 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer
 import structlog
 from prometheus_client import CollectorRegistry, make_wsgi_app
 
-from cloudqueue.workers.host.host_names import host_name, is_loopback
 from cloudqueue.workers.observability.health import ProbeResult, Probes
+from cloudqueue.workers.observability.host_names import host_name, is_loopback
 
 log = structlog.get_logger(__name__)
 

@@ -22,6 +22,7 @@ from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStora
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings
+from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.observability.health import (
     Heartbeats,
     ProcessProbes,
@@ -30,7 +31,6 @@ from cloudqueue.workers.observability.health import (
 )
 from cloudqueue.workers.observability.metrics import WorkerMetrics
 from cloudqueue.workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
-from cloudqueue.workers.observability.process import ProcessObservability
 from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
 from tests.support.polling import eventually
 from tests.support.scrape import get

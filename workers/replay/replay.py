@@ -44,7 +44,7 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.host.hosted_worker import open_trigger_channel
-from cloudqueue.workers.recording.replay_prediction import (
+from cloudqueue.workers.replay.replay_prediction import (
     CONSUMER_OPERATIONS,
     ReplayReport,
     predict,

@@ -1,2 +1,0 @@
-"""A worker's workload recorded (``--record``) and replayed against other settings
-(``cloudqueue replay``, and ``cloudqueue tune`` through it)."""
