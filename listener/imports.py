@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import pkgutil
-import sys
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -100,15 +100,22 @@ def _module_hint(module_name: str, error: ImportError, attribute: str) -> str:
     parent, _, leaf = module_name.rpartition(".")
     siblings = _modules_in(parent)
     suggestion = closest(leaf, siblings) if siblings is not None else None
-    if suggestion is None:
-        return ""
-    return f"; did you mean '{f'{parent}.' if parent else ''}{suggestion}:{attribute}'?"
+    if suggestion is not None:
+        return f"; did you mean '{f'{parent}.' if parent else ''}{suggestion}:{attribute}'?"
+    if not parent:
+        return (
+            f"; no such module in the working folder {os.getcwd()}: run from your project's "
+            "folder, or add the folder that holds it to PYTHONPATH"
+        )
+    return ""
 
 
 def _modules_in(package: str) -> list[str] | None:
-    """The modules a package (or, for ``""``, the import path) holds; None when it cannot tell."""
+    """The modules a package holds or, for ``""``, the user's project (the working folder): never
+    the standard library's or an installed package's, which a misspelt module of the user's is
+    not (from the wrong folder, 'getpas' is no typo of 'getpass')."""
     if not package:
-        return [module.name for module in pkgutil.iter_modules()] + list(sys.builtin_module_names)
+        return [module.name for module in pkgutil.iter_modules([os.getcwd()])]
     try:
         path = importlib.import_module(package).__path__
     except (ImportError, AttributeError):
