@@ -106,11 +106,14 @@ def test_every_metric_is_on_the_metrics_page(site: Path) -> None:
 
 
 def test_every_error_and_poison_reason_is_on_the_errors_page(site: Path) -> None:
-    """Each error type of listener.errors and each poison reason is on the built page."""
+    """Each error type of listener.errors and each poison reason is on the built page, and
+    every poison reason on the poison-queue page too (time_limit, give_up... included)."""
     text = page_text(site, "reference/errors")
     errors = [error.__name__ for _, error in error_types()]
     assert "PopReceiptMismatchError" in errors
     assert [name for name in [*errors, *POISON_REASONS] if name not in text] == []
+    poison_page = page_text(site, "how-to/poison-queue")
+    assert [reason for reason in POISON_REASONS if reason not in poison_page] == []
 
 
 def missing_text(site: Path, page: str, texts: list[str]) -> list[str]:
@@ -130,7 +133,8 @@ def test_every_description_the_generators_write_reaches_the_built_page(site: Pat
     assert missing_text(site, "reference/settings", list(notes.values())) == []
     errors = [description(error) for _, error in error_types()]
     assert missing_text(site, "reference/errors", errors) == []
-    assert missing_text(site, "reference/errors", list(POISON_REASONS.values())) == []
+    for page in ("reference/errors", "how-to/poison-queue"):
+        assert missing_text(site, page, list(POISON_REASONS.values())) == [], page
     assert missing_text(site, "reference/metrics", [metric.help for metric in metrics()]) == []
 
 
