@@ -32,3 +32,18 @@ def test_a_misspelt_module_of_the_project_is_suggested(
     monkeypatch.chdir(tmp_path)
     with pytest.raises(ConfigurationError, match="did you mean 'send_emails:SendEmail'"):
         import_object("send_email:SendEmail", what="worker")
+
+
+def test_a_misspelt_package_on_the_path_is_suggested_with_the_rest_of_the_path(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """'ap.workers:Renderer' beside an 'app' package suggests 'app.workers:Renderer'; a package
+    not in the working folder at all names the folder."""
+    (tmp_path / "app").mkdir()
+    (tmp_path / "app" / "__init__.py").write_text("")
+    (tmp_path / "app" / "workers.py").write_text("class Renderer: ...\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ConfigurationError, match=r"did you mean 'app\.workers:Renderer'"):
+        import_object("ap.workers:Renderer", what="worker")
+    with pytest.raises(ConfigurationError, match="no such module in the working folder"):
+        import_object("elsewhere.workers:Renderer", what="worker")
