@@ -17,8 +17,8 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import os
 import pkgutil
-import sys
 from collections.abc import Iterable
 from types import ModuleType
 
@@ -93,22 +93,32 @@ def extra_installed(module: str) -> bool:
 
 
 def _module_hint(module_name: str, error: ImportError, attribute: str) -> str:
-    """``: did you mean 'pkg.module:attr'?`` when the missing module is a misspelling of one
-    that exists beside it; empty when the module exists but failed inside, or nothing is close."""
-    if error.name != module_name:
+    """``: did you mean 'pkg.module:attr'?`` when the missing module (the path's own, or a
+    package on it) is a misspelling of one that exists beside it; for a top-level one that is
+    not, the folder searched; empty when the module exists but failed inside."""
+    missing = error.name
+    if missing is None or not (module_name == missing or module_name.startswith(f"{missing}.")):
         return ""  # the module was found; something it imports was not
-    parent, _, leaf = module_name.rpartition(".")
+    parent, _, leaf = missing.rpartition(".")
     siblings = _modules_in(parent)
     suggestion = closest(leaf, siblings) if siblings is not None else None
-    if suggestion is None:
-        return ""
-    return f"; did you mean '{f'{parent}.' if parent else ''}{suggestion}:{attribute}'?"
+    if suggestion is not None:
+        fixed = f"{parent}.{suggestion}" if parent else suggestion
+        return f"; did you mean '{fixed}{module_name[len(missing) :]}:{attribute}'?"
+    if not parent:
+        return (
+            f"; no such module in the working folder {os.getcwd()}: run from your project's "
+            "folder, or add the folder that holds it to PYTHONPATH"
+        )
+    return ""
 
 
 def _modules_in(package: str) -> list[str] | None:
-    """The modules a package (or, for ``""``, the import path) holds; None when it cannot tell."""
+    """The modules a package holds or, for ``""``, the user's project (the working folder): never
+    the standard library's or an installed package's, which a misspelt module of the user's is
+    not (from the wrong folder, 'getpas' is no typo of 'getpass')."""
     if not package:
-        return [module.name for module in pkgutil.iter_modules()] + list(sys.builtin_module_names)
+        return [module.name for module in pkgutil.iter_modules([os.getcwd()])]
     try:
         path = importlib.import_module(package).__path__
     except (ImportError, AttributeError):

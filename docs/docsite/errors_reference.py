@@ -7,6 +7,7 @@ import inspect
 from cloudqueue.listener import errors
 from cloudqueue.listener.errors import CloudQueueError
 from cloudqueue.listener.poison.reasons import POISON_REASONS
+from docsite.cells import cell
 
 
 def error_types() -> list[tuple[int, type[CloudQueueError]]]:
@@ -24,17 +25,21 @@ def error_types() -> list[tuple[int, type[CloudQueueError]]]:
     return ordered
 
 
+def description(error: type[CloudQueueError]) -> str:
+    """What the page says an error means: its docstring."""
+    return inspect.getdoc(error) or ""
+
+
 def render_errors() -> str:
     rows = ["| error | is a | meaning |", "|---|---|---|"]
     for depth, error in error_types():
         parent = error.__mro__[1].__name__
-        doc = " ".join((inspect.getdoc(error) or "").split())
         indent = "&nbsp;&nbsp;&nbsp;" * depth
-        rows.append(f"| {indent}`{error.__name__}` | `{parent}` | {doc} |")
+        rows.append(f"| {indent}`{error.__name__}` | `{parent}` | {cell(description(error))} |")
     return "\n".join(rows) + "\n"
 
 
 def render_poison_reasons() -> str:
     rows = ["| reason | when |", "|---|---|"]
-    rows.extend(f"| `{reason}` | {meaning} |" for reason, meaning in POISON_REASONS.items())
+    rows.extend(f"| `{reason}` | {cell(meaning)} |" for reason, meaning in POISON_REASONS.items())
     return "\n".join(rows) + "\n"

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from prometheus_client.metrics import MetricWrapperBase
 
 from cloudqueue.workers.observability.metrics import WorkerMetrics
+from docsite.cells import cell
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,5 +38,5 @@ def render() -> str:
     rows = ["| metric | type | labels | what it is |", "|---|---|---|---|"]
     for metric in metrics():
         labels = ", ".join(f"`{label}`" for label in metric.labels) or "—"
-        rows.append(f"| `{metric.name}` | {metric.type} | {labels} | {metric.help} |")
+        rows.append(f"| `{metric.name}` | {metric.type} | {labels} | {cell(metric.help)} |")
     return "\n".join(rows) + "\n"

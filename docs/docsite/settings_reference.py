@@ -23,6 +23,7 @@ from pydantic.fields import FieldInfo
 
 from cloudqueue.workers.settings import DEFAULT_CONFIG_FILE, CloudQueueSettings
 from cloudqueue.workers.settings.keys import env_name
+from docsite.cells import cell
 
 ROOT = Path(__file__).resolve().parents[2]
 TOML_FILE = ROOT / DEFAULT_CONFIG_FILE
@@ -38,6 +39,7 @@ _KEY_LINE = re.compile(
     r"^#?\s*(?P<key>[a-z_0-9]+)\s*=\s*(?P<value>.*?)(?:\s+#\s*(?P<comment>.*))?$"
 )
 _SECTION_LINE = re.compile(r"^\[(?P<section>[a-z_]+)\]\s*$")
+_READABLE: dict[Any, str] = {SecretStr: "secret string", Path: "path"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,10 +118,10 @@ def render() -> str:
         title = "Top level" if section is None else f"`[{section}]`"
         parts.append(f"### {title}\n")
         if section is not None and section in notes.sections:
-            parts.append(f"{notes.sections[section]}\n")
+            parts.append(f"{cell(notes.sections[section])}\n")
         parts.append("| key and environment variable | value | meaning |\n|---|---|---|")
         parts.extend(
-            f"| `{row.key}`<br>`{row.environment}` | {_value(row)} | {_cell(row.description)} |"
+            f"| `{row.key}`<br>`{row.environment}` | {_value(row)} | {cell(row.description)} |"
             for row in rows
         )
         parts.append("")
@@ -135,8 +137,8 @@ def _value(row: Setting) -> str:
 def _setting(key: str, field: FieldInfo, notes: TomlNotes) -> Setting:
     return Setting(
         key=key,
-        type=_cell(type_name(field.annotation)),
-        default=_cell(_default(field)),
+        type=cell(type_name(field.annotation)),
+        default=cell(_default(field)),
         unit=unit_of(key),
         bounds=_bounds(field),
         environment=env_name(key),
@@ -148,6 +150,9 @@ def type_name(annotation: Any) -> str:
     """A reader's name for a field's type: ``int``, ``seconds``, ``"auto" | "plain"``, ..."""
     origin = typing.get_origin(annotation)
     arguments = typing.get_args(annotation)
+    if origin is typing.Annotated:  # a constrained item: ``list[Annotated[int, Field(ge=1)]]``
+        bounds = bounds_of(annotation.__metadata__)
+        return type_name(arguments[0]) + (f" {bounds}" if bounds else "")
     if origin is typing.Literal:
         return " | ".join(f'`"{value}"`' for value in arguments)
     if origin in (types.UnionType, typing.Union):
@@ -157,11 +162,7 @@ def type_name(annotation: Any) -> str:
     if origin in (list, tuple):
         inner = ", ".join(type_name(argument) for argument in arguments)
         return f"list of {inner}" if origin is list else f"[{inner}]"
-    if annotation is SecretStr:
-        return "secret string"
-    if annotation is Path:
-        return "path"
-    return getattr(annotation, "__name__", str(annotation))
+    return _READABLE.get(annotation) or str(getattr(annotation, "__name__", annotation))
 
 
 def unit_of(key: str) -> str:
@@ -182,6 +183,16 @@ def _default(field: FieldInfo) -> str:
 
 
 def _bounds(field: FieldInfo) -> str:
+    return bounds_of(field.metadata)
+
+
+def bounds_of(metadata: typing.Iterable[Any]) -> str:
+    """The bounds pydantic constraints set (``≥ 1, ≤ 1000``), Field(...) markers unpacked."""
+    constraints = [
+        inner
+        for item in metadata
+        for inner in (item.metadata if isinstance(item, FieldInfo) else [item])
+    ]
     words = {
         annotated_types.Ge: ("ge", "≥ {}"),
         annotated_types.Gt: ("gt", "> {}"),
@@ -190,13 +201,8 @@ def _bounds(field: FieldInfo) -> str:
         annotated_types.MinLen: ("min_length", "at least {} character(s)"),
     }
     found: list[str] = []
-    for constraint in field.metadata:
+    for constraint in constraints:
         for kind, (attribute, template) in words.items():
             if isinstance(constraint, kind):
                 found.append(template.format(getattr(constraint, attribute)))
     return ", ".join(found)
-
-
-def _cell(text: str) -> str:
-    """Text safe inside a Markdown table cell."""
-    return text.replace("|", "\\|").replace("\n", " ")

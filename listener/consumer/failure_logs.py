@@ -12,7 +12,8 @@ adds the traceback, trimmed to the frames that are not the framework's:
 * after that, a ``handler_error_repeated`` line without traceback at the 10th, 100th, 1000th...
   time, so a flood of one error is summarised, not repeated;
 * at **error**, when a message is poisoned because its handler kept failing, the last failure's
-  traceback as ``poisoned_handler_traceback``.
+  traceback as ``poisoned_handler_traceback`` (instead of, not as well as, ``handler_traceback``:
+  a failure given up at its first delivery prints its traceback once).
 
 Both come from the ``FailureLogs`` middleware, which every listener has first in its list: it
 reads each settled message's failures (``MessageContext.failures``) and outcome.
@@ -49,8 +50,10 @@ OWN_MODULES = (
     "cloudqueue.listener.consumer.subscribers",
     "cloudqueue.listener.consumer.coroutines",
     "cloudqueue.workers.host.async_handler",
+    "cloudqueue.workers.recorders",
 )
-"""cloudqueue's modules between the dequeue thread and the handler."""
+"""cloudqueue's modules between the dequeue thread and the handler (``recorders``: the wrapper
+``run_until_drained`` puts around a worker's handler, so a test's log reads as production's)."""
 
 REMEMBERED_PLACES = 1_000
 """Distinct errors remembered per listener (oldest forgotten first, then logged again)."""
@@ -106,10 +109,14 @@ class TracebackLog:
     def __init__(self) -> None:
         self._times_seen: FailureMemory[Place, int] = FailureMemory(REMEMBERED_PLACES)
 
-    def record(self, failure: BaseException) -> None:
+    def record(self, failure: BaseException, *, poisoning: bool = False) -> None:
+        """Count the failure's place; ``poisoning``: its traceback is about to be logged at error
+        (``poisoned``), so a first sighting is not logged a second time at warning."""
         place = _place(failure)
         times = self._times_seen.change(place, lambda seen: (seen or 0) + 1)
         error = f"{type(failure).__name__}: {failure}"
+        if times == 1 and poisoning:
+            return
         if times == 1:
             level = log.debug if isinstance(failure, PermanentFailure) else log.warning
             level("handler_traceback", error=error, exception=handler_traceback(failure))
@@ -138,13 +145,19 @@ class FailureLogs(Middleware):
     def after_settle(self, context: MessageContext[Any]) -> None:
         if not context.failures:
             return
-        last: Exception | None = None
-        for item in context.failures:
-            for failure in item.failures:
-                self._tracebacks.record(failure)
-                last = failure
+        failures = [failure for item in context.failures for failure in item.failures]
+        if not failures:
+            return
         outcome = context.outcome
-        if last is not None and outcome is not None and outcome.kind == "poisoned":
+        is_poisoned = outcome is not None and outcome.kind == "poisoned"
+        for failure in failures[:-1]:
+            self._tracebacks.record(failure)
+        last = failures[-1]
+        # One traceback per failure: the poisoning one is logged at error, not also at warning.
+        self._tracebacks.record(
+            last, poisoning=is_poisoned and not isinstance(last, PermanentFailure)
+        )
+        if is_poisoned:
             poisoned(last)
 
 

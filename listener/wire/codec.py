@@ -124,22 +124,23 @@ class MessageCodec(Generic[T]):
         except LimitExceededError:
             raise
         except DecodeError as error:
-            as_is = str(error)
+            as_is = error
         try:
             inner = encodings.strict_base64(content)
         except DecodeError as error:
-            raise self._undecodable(content, f"as JSON: {as_is}; as base64: {error}") from None
+            tried = _tried(("as JSON", as_is), ("as base64", error))
+            raise self._undecodable(content, tried) from None
         try:
             text = inner.decode("utf-8")
         except UnicodeDecodeError as error:
-            why = f"base64 of bytes that are not UTF-8 text: {error}"
-            raise self._undecodable(content, f"as JSON: {as_is}; as {why}") from None
+            why = f"as JSON: {as_is}; as base64 of bytes that are not UTF-8 text: {error}"
+            raise self._undecodable(content, why) from None
         try:
             return self._parse(text)
         except LimitExceededError:
             raise
         except DecodeError as error:
-            tried = f"as JSON: {as_is}; as base64 of JSON: {error}"
+            tried = _tried(("as JSON", as_is), ("as base64 of JSON", error))
             raise self._undecodable(content, tried, decoded=text) from None
 
     def _validate(self, text: str, content: str) -> T:
@@ -156,7 +157,9 @@ class MessageCodec(Generic[T]):
         try:
             return self._adapter.validate_json(text)
         except pydantic.ValidationError as error:
-            raise DecodeError(_describe(error)) from None
+            if any(detail["type"] == "json_invalid" for detail in error.errors()):
+                raise DecodeError(_describe(error)) from None
+            raise _NotTheItemError(_describe(error)) from None
 
     def _text(self, payload: bytes, content: str) -> str:
         try:
@@ -200,6 +203,17 @@ _JSON_STARTS = frozenset(' \t\n\r{["-0123456789tfnNI')
 """First characters of any text pydantic may parse as JSON: whitespace, an object, array,
 string, number, true/false/null, or NaN/Infinity (which pydantic accepts for floats). Base64 of a
 JSON object starts with ``e``, of an array with ``W``."""
+
+
+class _NotTheItemError(DecodeError):
+    """The text is JSON, but not the item type: the reason a person needs first."""
+
+
+def _tried(*attempts: tuple[str, DecodeError]) -> str:
+    """Each reading tried and why it failed, the ones that found JSON first: when the text is
+    JSON, that the item type's field is missing matters, not that its base64 is no JSON."""
+    ordered = sorted(attempts, key=lambda attempt: not isinstance(attempt[1], _NotTheItemError))
+    return "; ".join(f"{how}: {error}" for how, error in ordered)
 
 
 class _ItemAdapter(Protocol[T]):

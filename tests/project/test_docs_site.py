@@ -21,8 +21,9 @@ from cloudqueue.listener.poison.reasons import POISON_REASONS
 from cloudqueue.workers.settings import CloudQueueSettings
 from cloudqueue.workers.settings.keys import env_name, known_keys
 from docsite import generated, settings_reference
+from docsite.cells import plain
 from docsite.cli_reference import command_paths
-from docsite.errors_reference import error_types
+from docsite.errors_reference import description, error_types
 from docsite.metrics_reference import metrics
 from tests.benchmarks.render_readme import docs_blocks, render_block
 from tests.support.paths import REPO_ROOT
@@ -105,11 +106,47 @@ def test_every_metric_is_on_the_metrics_page(site: Path) -> None:
 
 
 def test_every_error_and_poison_reason_is_on_the_errors_page(site: Path) -> None:
-    """Each error type of listener.errors and each poison reason is on the built page."""
+    """Each error type of listener.errors and each poison reason is on the built page, and
+    every poison reason on the poison-queue page too (time_limit, give_up... included)."""
     text = page_text(site, "reference/errors")
     errors = [error.__name__ for _, error in error_types()]
     assert "PopReceiptMismatchError" in errors
     assert [name for name in [*errors, *POISON_REASONS] if name not in text] == []
+    poison_page = page_text(site, "how-to/poison-queue")
+    assert [reason for reason in POISON_REASONS if reason not in poison_page] == []
+
+
+def missing_text(site: Path, page: str, texts: list[str]) -> list[str]:
+    """The texts (made plain) that the built page does not show: lost to a tag, say."""
+    shown = " ".join(page_text(site, page).split())
+    return [text for text in map(plain, texts) if text not in shown]
+
+
+def test_every_description_the_generators_write_reaches_the_built_page(site: Path) -> None:
+    """Each setting's meaning and type, each error's docstring, each poison reason's meaning and
+    each metric's help reads on its page as written: nothing between angle brackets is eaten as
+    an HTML tag ("physical queues <queue>-p0", "give_up: <Type>: <message>")."""
+    rows = [row for _, section in settings_reference.settings() for row in section]
+    notes = settings_reference.toml_notes().sections
+    assert missing_text(site, "reference/settings", [row.description for row in rows]) == []
+    assert missing_text(site, "reference/settings", [row.type for row in rows]) == []
+    assert missing_text(site, "reference/settings", list(notes.values())) == []
+    errors = [description(error) for _, error in error_types()]
+    assert missing_text(site, "reference/errors", errors) == []
+    for page in ("reference/errors", "how-to/poison-queue"):
+        assert missing_text(site, page, list(POISON_REASONS.values())) == [], page
+    assert missing_text(site, "reference/metrics", [metric.help for metric in metrics()]) == []
+
+
+def test_a_settings_type_reads_as_its_item_type_and_bounds() -> None:
+    """A list of constrained numbers is "list of int ≥ 1", not "list of Annotated"."""
+    [weights] = [
+        row
+        for _, section in settings_reference.settings()
+        for row in section
+        if row.key == "listener.weights"
+    ]
+    assert weights.type == "list of int ≥ 1 (optional)"
 
 
 def table_cells(markdown: str) -> list[str]:

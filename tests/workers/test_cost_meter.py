@@ -131,3 +131,19 @@ def test_the_price_setting_defaults_to_the_seeds() -> None:
     assert CloudQueueSettings().cost.price_per_10k_transactions_usd == 0.01
     custom = CloudQueueSettings.model_validate({"cost": {"price_per_10k_transactions_usd": 0.004}})
     assert custom.cost.price_per_10k_transactions_usd == 0.004
+
+
+def test_until_its_window_is_full_the_meter_says_how_long_it_has_counted(
+    storage: MeteredStorage,
+) -> None:
+    """Three minutes in, the cost is unknown and 180 s counted: status turns it into "in about
+    7 min"; once full, the figure is known."""
+    clock = ManualClock()
+    meter = CostMeter(storage, clock=clock)
+    meter.sample()
+    clock.advance(180)
+    meter.sample()
+    assert meter.cost_of("invoices").counted_s == pytest.approx(180)
+    clock.advance(WINDOW_S)
+    meter.sample()
+    assert meter.cost_of("invoices").storage_transactions_per_hour is not None

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import ClassVar
@@ -170,3 +171,43 @@ def test_the_status_line_dates_a_depth_a_second_old_or_more() -> None:
     stale = QueueProgress(QUEUE, 1, 0, 5, 0, depth=351, depth_age_s=12.2)
     assert fresh.fields()["figures"].startswith("depth 351 · threads 1")
     assert stale.fields()["figures"].startswith("depth 351 (12 s ago) · threads 1")
+
+
+class Held(QueueWorker[str]):
+    """Holds each message until released: work flows, no stretch of work ends."""
+
+    queue_name: ClassVar[str] = QUEUE
+    item_type = str
+    release: ClassVar[threading.Event] = threading.Event()
+
+    def handle(self, item: str) -> None:
+        self.release.wait(30)
+
+
+def test_a_host_driven_by_start_and_stop_keeps_its_depth_fresh() -> None:
+    """Under start/stop (as the demo and an embedding drive a host, without run's loop), a
+    depth counted while handlers hold messages is counted again within the refresh interval:
+    the status line's depth does not stay at its first count while "processed" rises."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(QUEUE)
+    for n in range(20):
+        storage.put_message(QUEUE, f"item {n}")
+    settings = CloudQueueSettings.model_validate(
+        {
+            "scaling": {"rescale_interval_s": 3600, "max_threads": 1, "depth_refresh_s": 0.05},
+            "listener": {"concurrency": 2},
+            "backoff": {"max_idle_s": 0.05, "delta_backoff_s": 0.01},
+        }
+    )
+    host = WorkerHost([Held], settings, storage=storage)
+    (listener,) = host.listeners
+    Held.release.clear()
+    host.start()
+    try:
+        eventually(lambda: listener.counters.in_flight > 0)
+        eventually(lambda: listener.meters.known_depth.reading() is not None)
+        first = listener.meters.known_depth.reading()
+        eventually(lambda: listener.meters.known_depth.reading() is not first)
+    finally:
+        Held.release.set()
+        host.stop()

@@ -172,6 +172,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         "storage_transactions_per_hour": None,
         "projected_cost_per_month_usd": None,
         "priority_set": None,
+        "cost_counted_s": None,
     }
     no_time_limit = {"stuck_threads": 0}
     assert invoices == {

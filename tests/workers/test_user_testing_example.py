@@ -12,7 +12,6 @@ from pydantic import BaseModel
 
 from cloudqueue import QueueWorker
 from cloudqueue.testing import run_until_drained
-from tests.support.paths import REPO_ROOT
 
 
 class Invoice(BaseModel):
@@ -53,6 +52,8 @@ DOCS_PAGE = "docs/getting-started/testing.md"
 def test_the_docs_page_shows_this_example() -> None:
     """The testing page pulls the code above from this file, between its section markers."""
     from pathlib import Path
+
+    from tests.support.paths import REPO_ROOT  # the suite's own, not in the section users copy
 
     source = Path(__file__).read_text(encoding="utf-8")
     assert source.count("# --8<-- [start:example]\n") == 1

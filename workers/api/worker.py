@@ -85,7 +85,7 @@ class QueueWorker(Generic[T]):
     def handle_batch(self, items: list[T]) -> Awaitable[None] | None:
         """Define instead of ``handle`` to get many items in one call (``[batch] max_items``,
         waiting at most ``[batch] max_wait_s`` for them): return to have them all deleted, raise
-        ``BatchFailed(failed=[positions])`` to retry only those, anything else to retry all.
+        ``BatchFailed([positions])`` to retry only those, anything else to retry all.
         Each item's message still settles on its own; may be an ``async def``."""
         raise NotImplementedError(f"{type(self).__name__} must implement handle_batch(items)")
 

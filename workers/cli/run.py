@@ -192,8 +192,9 @@ def worker_settings(
 def announce_concurrency(
     target: str, worker_type: type[QueueWorker[Any]], settings: CloudQueueSettings
 ) -> None:
-    """Say once that a plain ``def handle`` (or ``handle_batch``) runs on several threads at
-    once, and what sets it."""
+    """Say once, at debug, that a plain ``def handle`` (or ``handle_batch``) runs on several
+    threads at once, and what sets it: the docs (developing, "A plain def handle runs several at
+    once") and ``QueueWorker.handle`` explain it; a log line at every start would be noise."""
     batches = worker_type.batches()
     handler = worker_type.handle_batch if batches else worker_type.handle
     if inspect.iscoroutinefunction(handler):
@@ -201,15 +202,11 @@ def announce_concurrency(
     per_thread = settings.listener.concurrency
     at_most = per_thread * settings.scaling.max_threads
     if at_most > 1:
-        log.info(
+        log.debug(
             "sync_handler_concurrency",
             worker=target,
             at_most=at_most,
-            per_dequeue_thread=per_thread,
-            max_threads=settings.scaling.max_threads,
-            hint=f"{handler.__name__} runs up to {at_most} at once on threads: keep it "
-            "thread-safe; "
-            "listener.concurrency (per dequeue thread) and scaling.max_threads set how many",
+            hint="thread-safe handler; set by listener.concurrency x scaling.max_threads",
         )
 
 

@@ -22,7 +22,7 @@ from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
 from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
 from cloudqueue.workers.cli.interrupts import ended_by_ctrl_c
-from cloudqueue.workers.cli.status_overview import print_overview
+from cloudqueue.workers.cli.status_overview import overview_looks, print_overview
 from cloudqueue.workers.cli.status_text import describe_facts, headline, worker_line
 from cloudqueue.workers.host.partitioning import (
     PARTITIONS_HELP,
@@ -79,11 +79,12 @@ def status(
     the same name beside the partitions, which no worker reads (one more count).
 
     Without QUEUE: every queue in the store, one row each, with its depth, poison depth,
-    partitions and the workers running on it.
+    partitions and the workers running on it; with --watch, refreshed every --interval seconds.
 
     \b
     Examples:
       cloudqueue status
+      cloudqueue status --watch
       cloudqueue status invoices
       cloudqueue status invoices --json
       cloudqueue status invoices --watch --interval 5
@@ -106,9 +107,13 @@ def _status(
     """One report, or with ``watch`` (interval, count) the live view."""
     settings = current_settings()
     if queue is None:
-        if watch or partitions is not None:
-            raise click.UsageError("--watch and --partitions need a QUEUE")
-        print_overview(settings, as_json=as_json)
+        if partitions is not None:
+            raise click.UsageError("--partitions needs a QUEUE")
+        if watch is None:
+            print_overview(settings, as_json=as_json)
+            return
+        with overview_looks(settings, as_json=as_json) as look_at_all:
+            _repeat(look_at_all, as_json=as_json, interval_s=watch[0], count=watch[1])
         return
     checked_queue(queue)
     with (
@@ -142,21 +147,39 @@ def _watch(
     interval_s: float,
     count: int | None,
 ) -> None:
-    """Refresh ``count`` times (forever by default); Ctrl-C is ``ended_by_ctrl_c``'s to handle."""
-    clear = not as_json and sys.stdout.isatty()
+    """The queue's live view: each refresh compared with the one before it, for rates."""
     previous: Snapshot | None = None
+
+    def refresh() -> Callable[[], None]:
+        nonlocal previous
+        current = look(previous)
+        previous = current
+        return lambda: _show(current, as_json=as_json, rates=True)
+
+    _repeat(refresh, as_json=as_json, interval_s=interval_s, count=count)
+
+
+def _repeat(
+    look: Callable[[], Callable[[], None]],
+    *,
+    as_json: bool,
+    interval_s: float,
+    count: int | None,
+) -> None:
+    """Look and print ``count`` times (forever by default), the screen cleared only once the
+    next look is in; Ctrl-C is ``ended_by_ctrl_c``'s to handle."""
+    clear = not as_json and sys.stdout.isatty()
     shown = 0
     while True:
-        current = look(previous)
+        show = look()
         if clear:
             click.clear()
         elif shown and not as_json:
             click.echo()
-        _show(current, as_json=as_json, rates=True)
+        show()
         shown += 1
         if count is not None and shown >= count:
             return
-        previous = current
         wait_s(interval_s)
 
 

@@ -8,7 +8,8 @@ firing).
 from __future__ import annotations
 
 import json
-from contextlib import closing
+from collections.abc import Callable, Iterator
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import click
@@ -21,13 +22,38 @@ from cloudqueue.workers.views.fleet import WorkerView
 from cloudqueue.workers.views.jobs import JobRow, job_rows
 from cloudqueue.workers.views.overview import QueueRow, overview, overview_report
 
+Look = Callable[[], Callable[[], None]]
+"""Reads the store and the workers' state now; returns what prints what was read."""
+
 
 def print_overview(settings: CloudQueueSettings, *, as_json: bool) -> None:
     """``cloudqueue status`` with no queue: look at every queue once and print what was seen."""
+    with overview_looks(settings, as_json=as_json) as look:
+        look()()
+
+
+@contextmanager
+def overview_looks(settings: CloudQueueSettings, *, as_json: bool) -> Iterator[Look]:
+    """The store opened once, for as many looks at every queue as ``--watch`` takes."""
     where = describe_storage(settings.connection_string_value(), credential=settings.credential)
     with opened_storage(settings) as storage, closing(LayoutViews(storage, settings)) as views:
-        rows = overview(views.accounts, settings.state_dir, where)
-    jobs = job_rows(settings.state_dir, where)
+
+        def look() -> Callable[[], None]:
+            rows = overview(views.accounts, settings.state_dir, where)
+            jobs = job_rows(settings.state_dir, where)
+            return lambda: _print(rows, jobs, settings, where=where, as_json=as_json)
+
+        yield look
+
+
+def _print(
+    rows: list[QueueRow],
+    jobs: list[JobRow],
+    settings: CloudQueueSettings,
+    *,
+    where: str,
+    as_json: bool,
+) -> None:
     if as_json:
         report = overview_report(rows, where)
         click.echo(json.dumps({**report, "jobs": [job.report() for job in jobs]}))

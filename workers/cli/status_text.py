@@ -5,11 +5,18 @@ per worker. What the lines say is computed in ``cloudqueue.workers.views`` (``sn
 
 from __future__ import annotations
 
+from cloudqueue.workers.host.cost_meter import WINDOW_S
 from cloudqueue.workers.host.live_state import QueueLiveState, utc_now
 from cloudqueue.workers.progress import processed_text
 from cloudqueue.workers.views.fleet import WorkerView, totals
 from cloudqueue.workers.views.queue_facts import QueueFacts
 from cloudqueue.workers.views.snapshot import Snapshot
+
+MIN_MESSAGES_FOR_RATE = 20
+"""A worker's per-thread rate is shown once it has handled this many messages. The first
+messages carry the process's warm-up (imports, connections, a cold cache) or catch a handler at
+its fastest, and the meter weighs each new sample by 0.2 (about ten shape it): after two
+messages it printed "106.9 msg/s per thread", a figure that meant nothing yet."""
 
 
 def headline(snapshot: Snapshot, *, rates: bool) -> str:
@@ -52,8 +59,7 @@ def describe_age(seconds: float) -> str:
 def worker_line(view: WorkerView, *, rates: bool) -> str:
     """One worker: its threads, counters, speed and estimates; with ``rates``, its measured rate."""
     state, listener = view.state, view.listener
-    rate = listener.per_thread_rate_per_s
-    speed = "no rate measured yet" if rate is None else f"{rate:.1f} msg/s per thread"
+    speed = _speed(listener)
     age_s = (utc_now() - state.updated_at).total_seconds()
     line = (
         f"  {state.host}-{state.pid} ({state.worker}): {listener.active_threads} thread(s), "
@@ -77,8 +83,21 @@ def _estimates(listener: QueueLiveState) -> str:
     """The worker's own estimates of its storage transactions and their cost, when it made any."""
     per_hour, cost = listener.storage_transactions_per_hour, listener.projected_cost_per_month_usd
     if per_hour is None or cost is None:
-        return "; cost — (measured over its first 10 minutes)"
+        window = describe_age(WINDOW_S)
+        counted_s = listener.cost_counted_s
+        if counted_s is None:
+            return f"; cost estimated once it has counted its calls for {window}"
+        left = describe_age(max(0.0, WINDOW_S - counted_s))
+        return f"; cost estimated in about {left} (once it has counted its calls for {window})"
     return f"; {per_hour:,.0f} transactions/h (its estimate); ${cost:,.2f}/month projected"
+
+
+def _speed(listener: QueueLiveState) -> str:
+    """The per-thread rate once it means something (``MIN_MESSAGES_FOR_RATE``)."""
+    rate, handled = listener.per_thread_rate_per_s, listener.processed
+    if rate is None or handled < MIN_MESSAGES_FOR_RATE:
+        return f"rate shown after {MIN_MESSAGES_FOR_RATE} messages ({handled} so far)"
+    return f"{rate:.1f} msg/s per thread"
 
 
 def _rate(rate_per_s: object) -> str:

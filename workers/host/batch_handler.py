@@ -8,7 +8,7 @@ inside a batch. A batch closes when it holds ``[batch] max_items`` items, or ``m
 its first item arrived, whichever comes first; the thread that fills it (or the first to see its
 wait end) calls the handler, and many batches may be in progress at once.
 
-What a call decides: returning settles every item as done; ``BatchFailed(failed=[...])`` fails
+What a call decides: returning settles every item as done; ``BatchFailed([positions])`` fails
 only the items at those positions (``batch_partial`` is logged with their messages' ids); any
 other exception fails them all. A coroutine (``async def handle_batch``) runs on the worker's
 event loop, as ``async def handle`` does.

@@ -33,6 +33,8 @@ class QueueCost:
 
     storage_transactions_per_hour: float | None
     projected_cost_per_month_usd: float | None
+    counted_s: float | None = None
+    """Seconds the meter has counted so far (None: unknown); the figures appear at ``WINDOW_S``."""
 
 
 UNKNOWN = QueueCost(None, None)
@@ -72,11 +74,11 @@ class CostMeter:
     def cost_of(self, queue: str) -> QueueCost:
         """Transactions per hour over the window, and a month at that rate (None: not full yet)."""
         if len(self._samples) < 2:
-            return UNKNOWN
+            return QueueCost(None, None, 0.0)
         (first_s, first), (last_s, last) = self._samples[0], self._samples[-1]
         elapsed_s = last_s - first_s
         if elapsed_s < self.window_s:
-            return UNKNOWN
+            return QueueCost(None, None, elapsed_s)
         counted = _of_queue(last, queue) - _of_queue(first, queue)
         per_hour = counted / elapsed_s * 3_600.0
         return QueueCost(per_hour, monthly_cost_from_hourly_usd(per_hour, self.price_per_10k_usd))

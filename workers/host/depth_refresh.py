@@ -6,7 +6,10 @@ those, a handler that runs for minutes would leave the status line and ``/metric
 depth minutes old. The host ticks a ``DepthRefresher`` per listener every second: while work
 flows (messages held, or settled since the last tick) and the known depth is older than
 ``refresh_s``, it counts once, through the pool control the scaler uses (so ``/metrics`` sees the
-same measure). Idle, it counts nothing: the empty gets keep the depth at 0.
+same measure). Idle, it counts nothing: the empty gets keep the depth at 0. The ticks come from a
+``DepthTicker`` thread the host starts with its listeners (``WorkerHost.start``), so a host
+driven by ``start``/``stop`` (the demo, a host embedded in your own process) keeps its depth as
+fresh as one under ``run``.
 
 Cost: at most ``3600 / refresh_s`` counts an hour per queue (720 at the default 5 s; one count
 per partition on a partitioned queue), and only while work flows and nothing else counted.
@@ -14,6 +17,8 @@ per partition on a partitioned queue), and only while work flows and nothing els
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Sequence
 from typing import Any
 
 import structlog
@@ -23,6 +28,10 @@ from cloudqueue.listener.consumer.pool_control import PoolControl
 from cloudqueue.listener.errors import StorageError
 
 DEFAULT_REFRESH_S = 5.0
+
+TICK_S = 1.0
+"""How often the ticker asks each refresher (a refresher shorter than this is asked as often as
+its own interval)."""
 
 log = structlog.get_logger(__name__)
 
@@ -63,3 +72,34 @@ class DepthRefresher:
 
     def __repr__(self) -> str:
         return f"DepthRefresher({self.listener.queue_name!r}, refresh_s={self.refresh_s})"
+
+
+class DepthTicker:
+    """A thread ticking the refreshers every ``TICK_S`` between ``start`` and ``close``."""
+
+    def __init__(self, refreshers: Sequence[DepthRefresher]) -> None:
+        self.refreshers = list(refreshers)
+        shortest = min((refresher.refresh_s for refresher in self.refreshers), default=TICK_S)
+        self.interval_s = min(TICK_S, shortest)
+        self._closed = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="depth-refresh", daemon=True)
+
+    def start(self) -> DepthTicker:
+        if self.refreshers:
+            self._thread.start()
+        return self
+
+    def tick(self) -> None:
+        """Ask every refresher once (each counts only if due)."""
+        for refresher in self.refreshers:
+            refresher.tick()
+
+    def close(self) -> None:
+        self._closed.set()
+        if self._thread.is_alive():
+            self._thread.join()
+
+    def _loop(self) -> None:
+        # A periodic tick, not a wait for a condition: the interval is the refresh cadence.
+        while not self._closed.wait(self.interval_s):
+            self.tick()

@@ -35,6 +35,7 @@ from cloudqueue.workers.api.periodic_job import PeriodicJob
 from cloudqueue.workers.api.worker import QueueWorker, check_key_methods
 from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
 from cloudqueue.workers.host.cost_meter import CostMeter
+from cloudqueue.workers.host.depth_refresh import DepthTicker
 from cloudqueue.workers.host.host_keys import HostKeyLedger
 from cloudqueue.workers.host.hosted_jobs import HostedJobs
 from cloudqueue.workers.host.hosted_worker import (
@@ -145,6 +146,7 @@ class WorkerHost:
         ]
         self.triggers = open_trigger_channel(settings)
         self._shutdown = threading.Event()
+        self._depths = DepthTicker([hosted.depth for hosted in self.hosted])
         self._signals = 0
         self._recyclable = CHILD_SLOT_VARIABLE in os.environ
         """A supervisor's child, which it replaces when asked (``RECYCLE_EXIT_CODE``)."""
@@ -168,6 +170,7 @@ class WorkerHost:
                 if queue not in (p.queue_name for p in self.listening.partitions_of(queue))
             ]
         self.jobs.start()
+        self._depths.start()  # started, not only run: a host driven by start/stop too
         if self.observability is not None:
             self.observability.started()
         log.info(
@@ -179,6 +182,7 @@ class WorkerHost:
     def stop(self) -> bool:
         """Stop all listeners against one deadline, then on_stop and close; True if drained."""
         deadline = SYSTEM_CLOCK.monotonic() + self.settings.shutdown_grace_s
+        self._depths.close()
         for watch in self._plain_watches:
             watch.close()
         for hosted in self.hosted:
@@ -210,9 +214,9 @@ class WorkerHost:
         return all(drained)
 
     def refresh_depths(self) -> None:
-        """Count the queues whose known depth is stale while work flows (see ``depth_refresh``)."""
-        for hosted in self.hosted:
-            hosted.depth.tick()
+        """Count the queues whose known depth is stale while work flows (see ``depth_refresh``);
+        the host's ticker does so every second between ``start`` and ``stop``."""
+        self._depths.tick()
 
     def request_shutdown(self, signum: int, _: FrameType | None = None) -> None:
         """Signal handler: the first signal drains, a second exits at once."""
@@ -256,7 +260,6 @@ class WorkerHost:
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         recycling = False
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
-            self.refresh_depths()
             self._publish(live, meter)
             if self.observability is not None:
                 self.observability.sample()

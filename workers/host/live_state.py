@@ -73,6 +73,9 @@ class QueueLiveState:
     Its threads, in flight, rate and errors are the listener's, shared by those queues."""
     stuck_threads: int = 0
     """Handler threads still running past ``listener.time_limit_s`` (0 in older files)."""
+    cost_counted_s: float | None = None
+    """Seconds the cost meter has counted while its estimate is not known yet (None: known, or
+    not said by an older file): the estimate appears at ``cost_meter.WINDOW_S``."""
 
     @classmethod
     def of(
@@ -99,6 +102,9 @@ class QueueLiveState:
             delay_hops=counters["delay_hops"],
             priority_set=queues if len(queues) > 1 else None,
             stuck_threads=listener.stuck_threads,
+            cost_counted_s=None
+            if cost.storage_transactions_per_hour is not None
+            else cost.counted_s,
         )
 
 

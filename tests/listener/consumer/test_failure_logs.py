@@ -4,7 +4,7 @@ the first time an error is seen, repeats counted, and the last traceback at erro
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from structlog.testing import capture_logs
@@ -18,10 +18,16 @@ from cloudqueue.listener import (
 from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.testing import ManualClock
+from cloudqueue.workers import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.testing import run_until_drained
 from tests.support.polling import eventually
 
-Listen = Callable[[Callable[[int], Any]], CloudQueueListener[int]]
+
+class Listen(Protocol):
+    def __call__(
+        self, handler: Callable[[int], Any], *, max_dequeue_count: int = 3
+    ) -> CloudQueueListener[int]: ...
 
 
 @pytest.fixture
@@ -31,14 +37,16 @@ def listen(
     """Starts a one-thread listener running its handler as the worker host does (async-capable)."""
     made: list[tuple[CloudQueueListener[int], AsyncHandlerRunner]] = []
 
-    def make(handler: Callable[[int], Any]) -> CloudQueueListener[int]:
+    def make(
+        handler: Callable[[int], Any], *, max_dequeue_count: int = 3
+    ) -> CloudQueueListener[int]:
         listener: CloudQueueListener[int] = CloudQueueListener(
             manual_storage,
             CloudQueueLocation(queue_name, visibility_timeout_s=30),
             int,
             clock=clock,
             sleeper=clock,
-            delivery=DeliveryPolicy(max_dequeue_count=3),
+            delivery=DeliveryPolicy(max_dequeue_count=max_dequeue_count),
         )
         runner = AsyncHandlerRunner(handler)
         listener.subscribe(runner)
@@ -147,3 +155,41 @@ def test_a_permanent_failure_is_one_warning_naming_the_poison_reason(
     assert record["reason"] == "permanent_failure"
     assert record["error"] == "PermanentFailure: customer account closed"
     assert record["dequeue_count"] == 1
+
+
+def test_a_failure_given_up_at_its_first_delivery_prints_one_traceback(
+    manual_storage: InMemoryQueueStorage, queue_name: str, listen: Listen
+) -> None:
+    """A message poisoned by its first failure (one delivery allowed) leaves one traceback, at
+    error, not the same one twice."""
+    put(manual_storage, queue_name, 5)
+
+    def handle(number: int) -> None:
+        raise ValueError(f"order {number} cannot be retried")
+
+    with capture_logs() as records:
+        listener = listen(handle, max_dequeue_count=1)
+        eventually(lambda: listener.messages_poisoned == 1)
+    tracebacks = [r for r in records if "exception" in r]
+    assert [r["event"] for r in tracebacks] == ["poisoned_handler_traceback"]
+    assert "order 5 cannot be retried" in tracebacks[0]["exception"]
+
+
+class OrderWorker(QueueWorker[int]):
+    queue_name = "orders"
+    settings = {"poison": {"max_dequeue_count": 2}}  # noqa: RUF012 - as users write it
+
+    def handle(self, item: int) -> None:
+        raise ValueError(f"order {item} has no customer")
+
+
+def test_under_run_until_drained_a_traceback_shows_only_the_users_frames() -> None:
+    """The testing helper's own wrapper (which records what the handler finished) is not one of
+    the frames a traceback shows: the handler's frame is, as under ``cloudqueue run``."""
+    with capture_logs() as records:
+        run_until_drained(OrderWorker(), [8], fail_fast=False)
+    texts = [r["exception"] for r in records if "exception" in r]
+    assert texts
+    for text in texts:
+        assert "in handle" in text
+        assert "recorders.py" not in text

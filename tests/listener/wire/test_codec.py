@@ -211,3 +211,20 @@ def test_an_undecodable_message_names_its_item_type_with_the_right_article(
     """ "an Invoice", "an Order", "a User": never "a Invoice"."""
     with pytest.raises(DecodeError, match=f"cannot read {phrase} with"):
         MessageCodec(item_type, encoding="plain").decode("not json")
+
+
+class Email(BaseModel):
+    to: str
+    subject: str
+
+
+@pytest.mark.parametrize("published", ["base64", "plain"])
+def test_json_that_is_not_the_item_reports_the_missing_field_first(published: str) -> None:
+    """Text that is JSON but lacks a field (as `cloudqueue enqueue emails '{"to": ...}'` sends)
+    is refused naming that field first, before the reading that found no JSON at all."""
+    text = '{"to": "d@x.io"}'
+    content = _b64(text) if published == "base64" else text
+    with pytest.raises(DecodeError) as raised:
+        MessageCodec(Email, encoding="auto").decode(content)
+    first_reading = str(raised.value).split("'auto': ", 1)[1].split("; ")[0]
+    assert "subject: Field required" in first_reading

@@ -84,6 +84,5 @@ def test_a_change_to_the_worker_file_restarts_it_and_the_new_code_handles_the_ne
     ok("enqueue", "greetings", json.dumps({"n": 2}), env=env)
     eventually(lambda: handled_versions(run).get(2) == 2, timeout_s=60)
     assert run.events("source_changed")
-    assert len(run.events("sync_handler_concurrency")) == 2  # once by each child, at its start
     run.process.send_signal(signal.SIGTERM)  # the parent drains its child and exits
     assert run.process.wait(60) == 0

@@ -160,8 +160,30 @@ def test_a_batched_workers_line_counts_items_beside_messages_and_its_unknown_cos
     publish_state(tmp_path / "run", replace(IDLE, processed=1, items_processed=200))
     text = status(env)
     assert "processed 200 items (1 message)," in text
-    assert "; cost — (measured over its first 10 minutes)" in text
+    assert "; cost estimated once it has counted its calls for 10 min" in text
     assert json.loads(status(env, "--json"))["workers"][0]["items_processed"] == 200
+
+
+@pytest.mark.parametrize(
+    ("processed", "shown"),
+    [(2, "rate shown after 20 messages (2 so far)"), (20, "106.9 msg/s per thread")],
+)
+def test_a_workers_rate_is_shown_once_it_has_handled_enough_messages(
+    env: dict[str, str], tmp_path: Path, processed: int, shown: str
+) -> None:
+    """After two messages the measured rate means nothing yet: the line says when it will show."""
+    publish_state(tmp_path / "run", replace(IDLE, processed=processed, per_thread_rate_per_s=106.9))
+    assert f"; {shown};" in status(env)
+
+
+def test_a_workers_line_says_when_its_cost_estimate_will_appear(
+    env: dict[str, str], tmp_path: Path
+) -> None:
+    """Three minutes into its ten-minute count, the cost is said to come in about 7 minutes."""
+    publish_state(tmp_path / "run", replace(IDLE, cost_counted_s=180.0))
+    assert "; cost estimated in about 7 min (once it has counted its calls for 10 min)" in status(
+        env
+    )
 
 
 @pytest.mark.parametrize(

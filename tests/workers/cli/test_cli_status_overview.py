@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import socket
@@ -84,8 +85,29 @@ def test_the_text_is_a_table_with_a_row_per_queue(env: dict[str, str]) -> None:
     assert "the plain queue orders beside the partitions holds 1 message(s)" in lines[3]
 
 
-def test_watch_needs_a_queue(env: dict[str, str]) -> None:
-    """--watch without a queue is a usage error, not an overview that ignores it."""
-    result = CliRunner().invoke(cli, ["status", "--watch"], env=env)
+def test_watch_without_a_queue_refreshes_the_overview(
+    env: dict[str, str], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--watch without a queue shows the table of every queue at each refresh, a new message
+    counted at the next one."""
+    refreshes: list[float] = []
+
+    def enqueue_between(interval_s: float) -> None:
+        refreshes.append(interval_s)
+        with closing(SqliteQueueStorage(tmp_path / "q.db")) as store:
+            store.put_message("invoices", "d")
+
+    monkeypatch.setattr(
+        importlib.import_module("cloudqueue.workers.cli.status"), "wait_s", enqueue_between
+    )
+    output = status(env, "--watch", "--count", "2", "--interval", "5")
+    tables = [line for line in output.splitlines() if line.startswith("invoices")]
+    assert [row.split()[1] for row in tables] == ["3", "4"]
+    assert refreshes == [5.0]
+
+
+def test_partitions_without_a_queue_is_refused(env: dict[str, str]) -> None:
+    """--partitions without a queue is a usage error, not an overview that ignores it."""
+    result = CliRunner().invoke(cli, ["status", "--partitions", "2"], env=env)
     assert result.exit_code == 2
-    assert "--watch and --partitions need a QUEUE" in result.output
+    assert "--partitions needs a QUEUE" in result.output
