@@ -276,7 +276,7 @@ def _drain(
     # The listener's codec writes what it reads; the item type only matters for a new codec.
     publisher = Publisher(storage, queue, cast(type[T], object), codec=listener.codec)
     publisher.publish_many(items)
-    failures_before = listener.messages_failed
+    failures_before = _failures(listener)
     listener.start_listener(threads)
     deadline = time.monotonic() + timeout_s
     try:
@@ -304,12 +304,17 @@ def _raise_first_failure(
 ) -> None:
     if recorder.first_error is not None:
         raise recorder.first_error
-    failed = listener.messages_failed - failures_before
+    failed = _failures(listener) - failures_before
     if failed:
         raise HandlerFailedError(
             f"{failed} delivery(ies) on queue {listener.queue_name} failed in an observer; "
             "its exception is in the observer_failed log event"
         )
+
+
+def _failures(listener: CloudQueueListener[Any]) -> int:
+    """Failed deliveries so far, but for those a handler asked to retry later (no fault)."""
+    return listener.messages_failed - listener.counters.retried_later
 
 
 __all__ = [

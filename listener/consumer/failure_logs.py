@@ -17,7 +17,8 @@ adds the traceback, trimmed to the frames that are not the framework's:
 Both come from the ``FailureLogs`` middleware, which every listener has first in its list: it
 reads each settled message's failures (``MessageContext.failures``) and outcome.
 
-A ``PermanentFailure`` is a handler's deliberate verdict, not a bug: its traceback stays at debug.
+A ``PermanentFailure`` or a ``RetryLater`` is a handler's deliberate verdict, not a bug: its
+traceback stays at debug.
 The text goes under the ``exception`` key, which structlog's console renderer prints as a block
 and the JSON renderer keeps as one string. ``FailureMemory`` is the one bounded memory of failures
 (places here, each message's first error in ``cloudqueue.listener.consumer.processing``).
@@ -34,8 +35,9 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from cloudqueue.listener.consumer.item_failures import judged
 from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
-from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.errors import PermanentFailure, RetryLater
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -51,6 +53,9 @@ OWN_MODULES = (
     "cloudqueue.workers.host.async_handler",
 )
 """cloudqueue's modules between the dequeue thread and the handler."""
+
+VERDICTS = (PermanentFailure, RetryLater)
+"""What a handler raises on purpose, to say what becomes of its message: no bug to trace."""
 
 REMEMBERED_PLACES = 1_000
 """Distinct errors remembered per listener (oldest forgotten first, then logged again)."""
@@ -111,7 +116,7 @@ class TracebackLog:
         times = self._times_seen.change(place, lambda seen: (seen or 0) + 1)
         error = f"{type(failure).__name__}: {failure}"
         if times == 1:
-            level = log.debug if isinstance(failure, PermanentFailure) else log.warning
+            level = log.debug if isinstance(judged(failure), VERDICTS) else log.warning
             level("handler_traceback", error=error, exception=handler_traceback(failure))
         elif _is_power_of(times, SUMMARY_EVERY_POWER_OF):
             log.warning("handler_error_repeated", error=error, raised_at=_where(place), times=times)
@@ -119,7 +124,7 @@ class TracebackLog:
 
 def poisoned(failure: BaseException) -> None:
     """Log the traceback of the failure that sent a message to the poison queue, at error."""
-    if isinstance(failure, PermanentFailure):
+    if isinstance(judged(failure), VERDICTS):
         return  # the handler's verdict, already one warning line with the reason
     log.error(
         "poisoned_handler_traceback",
