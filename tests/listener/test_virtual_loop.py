@@ -13,6 +13,7 @@ import pytest
 from cloudqueue.listener.consumer.coroutines import LoopThread
 from cloudqueue.listener.testing import VirtualClock
 from cloudqueue.listener.virtual_loop import VirtualTimeLoop
+from tests.support.polling import eventually
 
 
 @pytest.fixture
@@ -42,8 +43,8 @@ def test_a_sleep_ends_when_virtual_time_reaches_it_and_not_before(
         return asyncio.get_running_loop().time()
 
     napping = loop.submit(nap())
-    wait_until_waiting(clock, 1)  # the loop, idle until its timer
-    assert loop.awaiting == 1
+    eventually(lambda: loop.awaiting == 1)  # started: the loop is idle until its timer
+    wait_until_waiting(clock, 1)
     clock.advance(4)
     wait_until_waiting(clock, 1)
     assert not napping.done()
