@@ -16,6 +16,7 @@ boundary, inside the backend, so nothing above the storage protocol knows which 
     │   └── ForeignPayloadError       its stored payload was written for another queue
     ├── PermanentFailure              raised by a handler: retrying is pointless, poison at once
     ├── BatchFailed                   raised by a batch handler: retry only these items
+    ├── RetryLater                    raised by a handler: bring this message back in delay_s
     ├── MalformedTriggerError         a push trigger received from the channel is not a valid one
     ├── ConfigurationError            invalid settings or connection string (never retried)
     │   └── MissingExtraError         a feature's optional extra is not installed (pip install …)
@@ -30,6 +31,10 @@ Messages never contain secrets: backends build them from queue names, ids and st
 """
 
 from __future__ import annotations
+
+import math
+
+from cloudqueue.listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S, is_hiding_delay
 
 
 class CloudQueueError(Exception):
@@ -100,6 +105,35 @@ class BatchFailed(CloudQueueError):  # noqa: N818 - named for what the handler d
         super().__init__(
             f"items {shown}{more} of the batch failed" + (f": {message}" if message else "")
         )
+
+
+class RetryLater(CloudQueueError):  # noqa: N818 - named for what the handler declares
+    """Raise from a handler to have its message come back in ``delay_s`` seconds (rounded up to
+    whole seconds: visibility takes whole seconds), e.g. when a service said "rate limited, try
+    again in 30 s". Not named ``Retry``: that is the worker's retry *policy*.
+
+    The delivery counts toward poisoning, as any failed one does (``poison.max_dequeue_count``,
+    a worker's ``Retry(max_deliveries=...)``): the service counts every get, and a handler that
+    says "later" forever must end in the poison queue, not loop unseen. From ``handle_batch`` it
+    brings back every item of the call; ``raise BatchFailed([...]) from RetryLater(...)`` only
+    those. ``delay_s`` is 0 to 7 days (the longest a message can be hidden); anything else raises
+    ``ValueError`` here, naming the limit."""
+
+    def __init__(self, delay_s: float, reason: str = "") -> None:
+        if not is_hiding_delay(delay_s):
+            raise ValueError(
+                f"RetryLater(delay_s=...) takes seconds from 0 to {MAX_VISIBILITY_TIMEOUT_S} "
+                f"(a message is hidden at most 7 days; for longer, send a new message with a "
+                f"delay), got {delay_s!r}"
+            )
+        self.delay_s = float(delay_s)
+        self.reason = reason
+        super().__init__(f"retry in {delay_s:g} s" + (f": {reason}" if reason else ""))
+
+    @property
+    def visibility_s(self) -> int:
+        """The whole seconds the message is hidden: ``delay_s`` rounded up, never cut short."""
+        return math.ceil(self.delay_s)
 
 
 def _positions(failed: object) -> tuple[int, ...]:

@@ -3,6 +3,8 @@ bounded by (a ground-floor module, so a policy need not import the stores to kno
 
 from __future__ import annotations
 
+import math
+
 MAX_BATCH_SIZE = 32
 """The most messages one Get Messages call may return (a Queue API limit)."""
 
@@ -11,6 +13,17 @@ MAX_MESSAGE_BYTES = 64 * 1024
 
 MAX_VISIBILITY_TIMEOUT_S = 7 * 24 * 3600
 """The longest visibility timeout or initial delay: 7 days."""
+
+
+def is_hiding_delay(seconds: object) -> bool:
+    """True for a number of seconds a message can be hidden for: 0 to 7 days (no bool, no NaN)."""
+    return (
+        isinstance(seconds, int | float)
+        and not isinstance(seconds, bool)
+        and math.isfinite(seconds)
+        and 0 <= seconds <= MAX_VISIBILITY_TIMEOUT_S
+    )
+
 
 DEFAULT_TIME_TO_LIVE_S = 7 * 24 * 3600
 """A message's time-to-live when the producer does not choose one: 7 days."""

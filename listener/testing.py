@@ -12,8 +12,10 @@ Two injectable clocks, each both a ``Clock`` and a ``Sleeper``:
 
 from __future__ import annotations
 
+import contextlib
+import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 
 START = datetime(2026, 1, 1, tzinfo=UTC)
@@ -98,6 +100,27 @@ class VirtualClock:
             self._changed.notify_all()
         return stop_event.is_set()
 
+    @contextlib.contextmanager
+    def watching(self, delay_s: float | None) -> Iterator[Callable[[], bool]]:
+        """Count the calling thread as waiting until virtual time has moved ``delay_s`` on (None:
+        for as long as it stays inside), while it watches something else meanwhile -- an event
+        loop its I/O (``cloudqueue.listener.virtual_loop``). Yields whether that time has come."""
+        key = threading.get_ident()
+        with self._changed:
+            self._wake_ups[key] = math.inf if delay_s is None else self._elapsed_s + delay_s
+            self._changed.notify_all()
+
+        def ended() -> bool:
+            with self._changed:
+                return key not in self._wake_ups
+
+        try:
+            yield ended
+        finally:
+            with self._changed:
+                self._wake_ups.pop(key, None)
+                self._changed.notify_all()
+
     # -- moving time ---------------------------------------------------------------------------
 
     @property
@@ -117,9 +140,10 @@ class VirtualClock:
     def advance_to_next_wake_up(self) -> float:
         """Move time to the end of the earliest wait; return how far it moved (0 if none)."""
         with self._changed:
-            if not self._wake_ups:
+            earliest = min(self._wake_ups.values(), default=math.inf)
+            if earliest == math.inf:  # nobody, or only threads waiting without an end
                 return 0.0
-            step_s = max(0.0, min(self._wake_ups.values()) - self._elapsed_s)
+            step_s = max(0.0, earliest - self._elapsed_s)
             self._elapsed_s += step_s
             self._release_due()
             return step_s

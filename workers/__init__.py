@@ -5,7 +5,7 @@ status line) for running workers in your own process.
 The public surface is what ``__all__`` names, with ``cloudqueue.workers.testing``; everything else
 is internal."""
 
-from cloudqueue.listener.errors import BatchFailed
+from cloudqueue.listener.errors import BatchFailed, RetryLater
 from cloudqueue.listener.policies.retry import Retry
 from cloudqueue.workers.api.periodic_job import PeriodicJob
 from cloudqueue.workers.api.worker import QueueWorker, load_worker
@@ -30,6 +30,7 @@ __all__ = [
     "PeriodicJob",
     "QueueWorker",
     "Retry",
+    "RetryLater",
     "ScalingSettings",
     "WorkerHost",
     "configure_logging",

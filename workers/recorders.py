@@ -1,6 +1,7 @@
 """What ``run_until_drained`` keeps of a worker's handling: the items its handler finished and
 the first exception it raised, for ``handle`` and for ``handle_batch``
-(``cloudqueue.workers.testing``)."""
+(``cloudqueue.workers.testing``). A ``RetryLater`` is no failure there: the message comes back
+after its delay, as in production, even with ``fail_fast``."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import threading
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar, cast
 
-from cloudqueue.listener.errors import BatchFailed
+from cloudqueue.listener.consumer.item_failures import judged
+from cloudqueue.listener.errors import BatchFailed, RetryLater
 
 T = TypeVar("T")
 
@@ -36,6 +38,8 @@ class Recorder(Generic[T]):
             self.handled += items
 
     def _failed(self, error: BaseException) -> None:
+        if isinstance(judged(error), RetryLater):
+            return  # asked to come back later: not a failure to raise in the test
         with self._lock:
             self.first_error = self.first_error or error
 

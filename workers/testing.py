@@ -3,10 +3,15 @@
 ``run_until_drained`` puts items on an in-memory queue, runs the worker's listener on a
 ``VirtualClock`` and returns once every message is settled: a ``DrainResult``, the list of items
 the handler finished, whose ``poisoned`` lists what went to the poison queue and why.
-Virtual time moves only while every dequeue thread is waiting, and then straight to the next
-wake-up, so retry back-offs, visibility timeouts and delays take no real time, and no test races
-ahead of a handler still at work. With ``fail_fast`` (the default) the first exception a handler
-raised is raised again in the test, as dramatiq's ``StubBroker.join(fail_fast=True)`` does.
+Virtual time moves only while every dequeue thread is waiting and no handler is at work, and then
+straight to the next wake-up, so retry back-offs, visibility timeouts and delays take no real
+time, and no test races ahead of a handler still at work. The worker runs with its own
+concurrency: a plain ``handle`` on up to ``listener.concurrency`` handler threads per dequeue
+thread, an ``async def handle`` as that many coroutines on an event loop whose clock is the
+virtual one (``cloudqueue.listener.virtual_loop``), so ``asyncio.sleep`` takes no real time and a
+handler that is unsafe to run concurrently is caught; ``serial=True`` runs one at a time. With
+``fail_fast`` (the default) the first exception a handler raised is raised again in the test, as
+dramatiq's ``StubBroker.join(fail_fast=True)`` does.
 
 Example::
 
@@ -18,9 +23,11 @@ Example::
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 from typing import Any, Generic, TypeVar, cast
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
@@ -36,10 +43,12 @@ from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.stores.key_ledger import key_ledger_for
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.testing import ManualClock, VirtualClock
+from cloudqueue.listener.virtual_loop import VirtualTimeLoop
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.payload import open_message
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.key_controls import key_middleware
 from cloudqueue.workers.recorders import BatchRecorder, Recorder
@@ -79,12 +88,20 @@ class PoisonedItem(Generic[T]):
 
 
 class DrainResult(list[T]):
-    """The items the handler finished (a list, in the order they finished), and ``poisoned``:
-    every item in the queue's poison queue when the run ended, with its reason and error."""
+    """The items the handler finished (a list, in the order they finished), ``poisoned``: every
+    item in the queue's poison queue when the run ended, with its reason and error, and
+    ``virtual_s``: the virtual seconds from the start of the run until the queue was drained."""
 
-    def __init__(self, handled: Iterable[T], poisoned: Iterable[PoisonedItem[T]]) -> None:
+    def __init__(
+        self,
+        handled: Iterable[T],
+        poisoned: Iterable[PoisonedItem[T]],
+        *,
+        virtual_s: float = 0.0,
+    ) -> None:
         super().__init__(handled)
         self.poisoned = list(poisoned)
+        self.virtual_s = virtual_s
 
     @property
     def handled(self) -> list[T]:
@@ -100,6 +117,7 @@ def run_until_drained(
     *,
     fail_fast: bool = True,
     timeout_s: float = DEFAULT_TIMEOUT_S,
+    serial: bool = False,
 ) -> DrainResult[T]:
     """Publish ``items``, run until the queue is empty and every thread idle; return the handled
     items, with the poisoned ones (``DrainResult.poisoned``: item, reason, error).
@@ -110,6 +128,13 @@ def run_until_drained(
     subscribed). For a worker, the result is the items its ``handle`` returned from, in the order
     they finished; for a listener, every item its observers were given, retries included.
 
+    A worker runs with its own ``listener.threads`` and ``listener.concurrency``: its handler
+    calls overlap as in production (coroutines on a virtual-time event loop; time moves only
+    while each message in flight awaits there or waits for a slot, never while a plain handler
+    runs). ``serial=True`` runs one message at a time on one thread, for tests that depend on
+    order (a ``handle_batch`` worker keeps the slots its batches need; its loop and a serial
+    run's keep real time). ``DrainResult.virtual_s`` is how long the run took in virtual time.
+
     With ``fail_fast`` the first handler failure stops the run and is raised (a worker's own
     exception, or ``HandlerFailedError`` for a listener); without it, failing messages are
     retried and poisoned as in production. Raises ``DrainTimeoutError`` after ``timeout_s`` real
@@ -118,59 +143,95 @@ def run_until_drained(
     if isinstance(target, CloudQueueListener):
         return _drain_listener(target, items, fail_fast=fail_fast, timeout_s=timeout_s)
     worker = target() if isinstance(target, type) else target
-    return _drain_worker(worker, items, fail_fast=fail_fast, timeout_s=timeout_s)
+    return _drain_worker(worker, items, fail_fast=fail_fast, timeout_s=timeout_s, serial=serial)
 
 
 def _drain_worker(
-    worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
+    worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float, serial: bool
 ) -> DrainResult[T]:
     # model_construct: defaults plus the worker's own settings, never the environment or a
     # config file, so a test behaves the same on every machine.
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
-    listener = _listener_for(worker, settings)
-    runner = AsyncHandlerRunner(worker.handle)
+    clock = VirtualClock()
+    controls = controls_for(type(worker), settings)
+    batched = type(worker).batches()
+    # One slot at a time when asked, or when the worker has one anyway (its handler then runs
+    # on the dequeue thread, which virtual time could not tell from idle).
+    serial = serial or (not batched and controls.concurrency == 1)
+    slots = controls.concurrency if batched or not serial else 1  # a batch needs its slots
+    listener = _listener_for(worker, settings, clock, concurrency=slots)
+    concurrent = not serial and not batched
+    runner = AsyncHandlerRunner(
+        worker.handle,
+        loop_factory=partial(VirtualTimeLoop, clock) if concurrent else asyncio.new_event_loop,
+    )
     recorder: Recorder[T] = Recorder(runner)
     batches: BatchRecorder[T] = BatchRecorder(worker.handle_batch)
     batcher = subscribe_handler(
         listener, worker, settings, handler=recorder, batch_handler=batches.batch, loop=runner.loop
     )
-    threads = settings.listener.threads
-    counted: Callable[[], int] = lambda: listener.threads_alive  # noqa: E731
-    quiet: Callable[[], bool] | None = None
     if batcher is not None:
         recorder = batches
-        # Threads waiting for a batch to fill wait on the clock too: time moves only once the
-        # dequeue threads wait as well, so a batch fills before its deadline comes. Handler
-        # threads are not counted, so time also waits for every message in flight to be in the
-        # open batch: none in a handler call or being settled (moved on, its visibility could
-        # pass and it would be handled twice).
-        counted = lambda: listener.threads_alive + batcher.waiting  # noqa: E731
-        quiet = lambda: listener.counters.in_flight <= batcher.open_messages  # noqa: E731
+    waiting, quiet = _when_time_may_move(listener, runner, batcher, concurrent=concurrent)
     worker.on_start(listener)
     try:
-        _drain(
+        virtual_s = _drain(
             listener,
             items,
-            threads,
+            1 if serial else settings.listener.threads,
             recorder,
             fail_fast=fail_fast,
             timeout_s=timeout_s,
-            waiting_threads=counted,
+            waiting_threads=waiting,
             quiet=quiet,
         )
     finally:
         runner.close()
         worker.on_stop()
-    return DrainResult(recorder.handled, _poisoned(listener))
+    return DrainResult(recorder.handled, _poisoned(listener), virtual_s=virtual_s)
 
 
-def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> CloudQueueListener[T]:
+def _when_time_may_move(
+    listener: CloudQueueListener[T],
+    runner: AsyncHandlerRunner,
+    batcher: Batcher[T] | None,
+    *,
+    concurrent: bool,
+) -> tuple[Callable[[], int], Callable[[], bool] | None]:
+    """How many threads must wait on the clock, and what else must hold, before virtual time
+    moves: never while a handler may be at work in real time."""
+    if batcher is not None:
+        # Threads waiting for a batch to fill wait on the clock too: time moves only once the
+        # dequeue threads wait as well, so a batch fills before its deadline comes. Handler
+        # threads are not counted, so time also waits for every message in flight to be in the
+        # open batch: none in a handler call or being settled (moved on, its visibility could
+        # pass and it would be handled twice).
+        return (
+            lambda: listener.threads_alive + batcher.waiting,
+            lambda: listener.counters.in_flight <= batcher.open_messages,
+        )
+    if not concurrent:
+        return (lambda: listener.threads_alive), None  # the dequeue threads run the handler
+    loop = runner.loop
+    # Handlers run on handler threads, the dequeue threads waiting meanwhile (on the clock, or
+    # for a free slot). Time moves only when every message in flight is in a coroutine that
+    # awaits on the worker's loop (a virtual-time loop, itself waiting on the clock) or waits in
+    # the hand-off for a slot: a plain handler, or a coroutine not yet started or done and being
+    # settled, holds it still.
+    return (
+        lambda: listener.threads_alive - listener.loops_waiting_for_slots + loop.started,
+        lambda: listener.counters.in_flight - listener.messages_waiting <= loop.awaiting,
+    )
+
+
+def _listener_for(
+    worker: QueueWorker[T], settings: CloudQueueSettings, clock: VirtualClock, *, concurrency: int
+) -> CloudQueueListener[T]:
     """The listener ``cloudqueue run`` would build for ``worker``, on an in-memory store in
     virtual time, without its auto-scaler (``settings.listener.threads`` threads throughout),
     with the same middleware: the key controls (its ledger in the same store), the handler
     controls (``cloudqueue.workers.host.controls``), the worker's own ``middleware`` and those of
-    its settings."""
-    clock = VirtualClock()
+    its settings; ``concurrency`` handler slots per dequeue thread."""
     options = settings.listener
     controls = controls_for(type(worker), settings)
     storage = InMemoryQueueStorage(clock=clock)
@@ -190,8 +251,7 @@ def _listener_for(worker: QueueWorker[T], settings: CloudQueueSettings) -> Cloud
         dequeue_batch_size=options.dequeue_batch_size,
         max_error_delay_s=options.max_error_delay_s,
         delivery=controls.delivery,
-        # One slot unless the controls need more: handlers run one at a time, as before.
-        concurrency=controls.concurrency if worker.batches() else 1,
+        concurrency=concurrency,
         clock=clock,
         sleeper=clock,
         time_limit_s=controls.time_limit_s,
@@ -210,8 +270,8 @@ def _drain_listener(
         )
     recorder: Recorder[T] = Recorder(lambda _: None)
     listener.subscribe(recorder)
-    _drain(listener, items, 1, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
-    return DrainResult(recorder.handled, _poisoned(listener))
+    virtual_s = _drain(listener, items, 1, recorder, fail_fast=fail_fast, timeout_s=timeout_s)
+    return DrainResult(recorder.handled, _poisoned(listener), virtual_s=virtual_s)
 
 
 def _poisoned(listener: CloudQueueListener[T]) -> list[PoisonedItem[T]]:
@@ -266,9 +326,10 @@ def _drain(
     timeout_s: float,
     waiting_threads: Callable[[], int] | None = None,
     quiet: Callable[[], bool] | None = None,
-) -> None:
+) -> float:
     """Publish, start, and move virtual time whenever ``waiting_threads()`` threads (the dequeue
-    threads by default) all wait and ``quiet()`` holds, until the queue is empty."""
+    threads by default) all wait and ``quiet()`` holds, until the queue is empty; the virtual
+    seconds that took."""
     clock = cast(VirtualClock, listener.sleeper)  # both callers made sure
     threads_waiting = waiting_threads or (lambda: listener.threads_alive)
     storage, queue = listener.storage, listener.queue_name
@@ -276,7 +337,8 @@ def _drain(
     # The listener's codec writes what it reads; the item type only matters for a new codec.
     publisher = Publisher(storage, queue, cast(type[T], object), codec=listener.codec)
     publisher.publish_many(items)
-    failures_before = listener.messages_failed
+    failures_before = _failures(listener)
+    started = clock.monotonic()
     listener.start_listener(threads)
     deadline = time.monotonic() + timeout_s
     try:
@@ -287,7 +349,7 @@ def _drain(
                 if quiet is not None and not quiet():
                     time.sleep(0.001)  # a handler thread is still at work: a real pause, then look
                 elif storage.approximate_message_count(queue) == 0:
-                    return  # every thread idle and nothing left
+                    return clock.monotonic() - started  # every thread idle and nothing left
                 else:
                     clock.advance_to_next_wake_up()
             if time.monotonic() > deadline:
@@ -304,12 +366,17 @@ def _raise_first_failure(
 ) -> None:
     if recorder.first_error is not None:
         raise recorder.first_error
-    failed = listener.messages_failed - failures_before
+    failed = _failures(listener) - failures_before
     if failed:
         raise HandlerFailedError(
             f"{failed} delivery(ies) on queue {listener.queue_name} failed in an observer; "
             "its exception is in the observer_failed log event"
         )
+
+
+def _failures(listener: CloudQueueListener[Any]) -> int:
+    """Failed deliveries so far, but for those a handler asked to retry later (no fault)."""
+    return listener.messages_failed - listener.counters.retried_later
 
 
 __all__ = [

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
 R = TypeVar("R")
@@ -21,8 +21,17 @@ R = TypeVar("R")
 class LoopThread:
     """Runs awaitables on one event loop on a daemon thread, started on first use."""
 
-    def __init__(self, name: str) -> None:
+    def __init__(
+        self,
+        name: str,
+        *,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         self._name = name
+        self._loop_factory = loop_factory
+        """Makes the loop: a test's runs on virtual time (``cloudqueue.listener.virtual_loop``)."""
+        self.awaiting = 0
+        """Submitted awaitables started on the loop and not yet done (changed on the loop only)."""
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -36,7 +45,7 @@ class LoopThread:
         loop = self._running_loop()
         if threading.current_thread() is self._thread:
             raise RuntimeError("a coroutine on the listener's loop cannot wait for another there")
-        return asyncio.run_coroutine_threadsafe(_as_coroutine(awaitable), loop)
+        return asyncio.run_coroutine_threadsafe(self._counted(awaitable), loop)
 
     @property
     def started(self) -> bool:
@@ -60,13 +69,20 @@ class LoopThread:
     def _running_loop(self) -> asyncio.AbstractEventLoop:
         with self._lock:
             if self._loop is None:
-                loop = asyncio.new_event_loop()
+                loop = self._loop_factory()
                 self._thread = threading.Thread(
                     target=loop.run_forever, name=self._name, daemon=True
                 )
                 self._thread.start()
                 self._loop = loop
             return self._loop
+
+    async def _counted(self, awaitable: Awaitable[R]) -> R:
+        self.awaiting += 1
+        try:
+            return await awaitable
+        finally:
+            self.awaiting -= 1
 
     def __repr__(self) -> str:
         return f"LoopThread({self._name!r}, running={self._loop is not None})"
@@ -78,10 +94,6 @@ async def _cancel_all() -> None:
     for task in pending:
         task.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
-
-
-async def _as_coroutine(awaitable: Awaitable[R]) -> R:
-    return await awaitable
 
 
 __all__ = ["LoopThread"]

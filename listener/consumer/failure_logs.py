@@ -18,7 +18,8 @@ adds the traceback, trimmed to the frames that are not the framework's:
 Both come from the ``FailureLogs`` middleware, which every listener has first in its list: it
 reads each settled message's failures (``MessageContext.failures``) and outcome.
 
-A ``PermanentFailure`` is a handler's deliberate verdict, not a bug: its traceback stays at debug.
+A ``PermanentFailure`` or a ``RetryLater`` is a handler's deliberate verdict, not a bug: its
+traceback stays at debug.
 The text goes under the ``exception`` key, which structlog's console renderer prints as a block
 and the JSON renderer keeps as one string. ``FailureMemory`` is the one bounded memory of failures
 (places here, each message's first error in ``cloudqueue.listener.consumer.processing``).
@@ -35,8 +36,9 @@ from typing import Any, Generic, TypeVar
 
 import structlog
 
+from cloudqueue.listener.consumer.item_failures import judged
 from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
-from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.errors import PermanentFailure, RetryLater
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -54,6 +56,9 @@ OWN_MODULES = (
 )
 """cloudqueue's modules between the dequeue thread and the handler (``recorders``: the wrapper
 ``run_until_drained`` puts around a worker's handler, so a test's log reads as production's)."""
+
+VERDICTS = (PermanentFailure, RetryLater)
+"""What a handler raises on purpose, to say what becomes of its message: no bug to trace."""
 
 REMEMBERED_PLACES = 1_000
 """Distinct errors remembered per listener (oldest forgotten first, then logged again)."""
@@ -118,7 +123,7 @@ class TracebackLog:
         if times == 1 and poisoning:
             return
         if times == 1:
-            level = log.debug if isinstance(failure, PermanentFailure) else log.warning
+            level = log.debug if isinstance(judged(failure), VERDICTS) else log.warning
             level("handler_traceback", error=error, exception=handler_traceback(failure))
         elif _is_power_of(times, SUMMARY_EVERY_POWER_OF):
             log.warning("handler_error_repeated", error=error, raised_at=_where(place), times=times)
@@ -126,7 +131,7 @@ class TracebackLog:
 
 def poisoned(failure: BaseException) -> None:
     """Log the traceback of the failure that sent a message to the poison queue, at error."""
-    if isinstance(failure, PermanentFailure):
+    if isinstance(judged(failure), VERDICTS):
         return  # the handler's verdict, already one warning line with the reason
     log.error(
         "poisoned_handler_traceback",

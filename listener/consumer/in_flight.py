@@ -87,6 +87,13 @@ class HandlerPool:
         self._lock = threading.Lock()
         self._threads = 0
         self._idle = 0
+        self.loops_waiting = 0
+        """Receive loops waiting for a free slot (a test's virtual clock tells them from busy)."""
+
+    def loop_waits(self, change: int) -> None:
+        """A receive loop starts (+1) or ends (-1) a wait for a free slot."""
+        with self._lock:
+            self.loops_waiting += change
 
     @property
     def threads(self) -> int:
@@ -221,7 +228,11 @@ class InFlight:
             return
         with self._released:
             while self._in_use >= max(1, min(self.concurrency, self._limit())):
-                self._released.wait()
+                self._pool.loop_waits(+1)
+                try:
+                    self._released.wait()
+                finally:
+                    self._pool.loop_waits(-1)
             self._in_use += 1
 
     def cancel(self) -> None:

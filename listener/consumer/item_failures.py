@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.errors import BatchFailed, PermanentFailure, RetryLater
 
 MAX_ERROR_CHARS = 2000
 """The longest error text kept (a poison record holds two of them beside the content)."""
@@ -30,6 +30,25 @@ class ItemFailure:
 def is_permanent(failed: Sequence[ItemFailure]) -> bool:
     """True when a handler declared any of these items hopeless (``PermanentFailure``)."""
     return any(isinstance(error, PermanentFailure) for item in failed for error in item.failures)
+
+
+def judged(failure: BaseException) -> BaseException:
+    """What a failure stands for: a ``BatchFailed`` raised from an exception, that exception."""
+    if isinstance(failure, BatchFailed) and failure.__cause__ is not None:
+        return failure.__cause__
+    return failure
+
+
+def retry_later_s(failed: Sequence[ItemFailure]) -> int | None:
+    """The whole seconds a handler asked these items to wait (``RetryLater``, also as the cause
+    of a ``BatchFailed``): the longest, when several asked; None when none did."""
+    asked = [
+        error.visibility_s
+        for item in failed
+        for failure in item.failures
+        if isinstance(error := judged(failure), RetryLater)
+    ]
+    return max(asked, default=None)
 
 
 def describe_errors(failures: Sequence[Exception]) -> str:
@@ -57,4 +76,12 @@ def label(item: object) -> str:
     return text if len(text) <= MAX_LABEL_CHARS else f"{text[: MAX_LABEL_CHARS - 3]}..."
 
 
-__all__ = ["ItemFailure", "describe_errors", "describe_items", "is_permanent", "label"]
+__all__ = [
+    "ItemFailure",
+    "describe_errors",
+    "describe_items",
+    "is_permanent",
+    "judged",
+    "label",
+    "retry_later_s",
+]

@@ -292,6 +292,16 @@ class CloudQueueListener(Observable[T]):
         return len(self._parts.pool.threads())
 
     @property
+    def loops_waiting_for_slots(self) -> int:
+        """Dequeue threads waiting for one of their handler slots to free up."""
+        return self._parts.handlers.loops_waiting
+
+    @property
+    def messages_waiting(self) -> int:
+        """Messages fetched and held in the hand-off, not yet started (counted in flight)."""
+        return len(self._parts.handoff)
+
+    @property
     def visibility_renewals(self) -> int:
         """How many times a held message's visibility was extended so far."""
         return self._parts.leases.renewals

@@ -11,7 +11,9 @@ Every message ends in exactly one place, recorded as its ``MessageContext.outcom
   the queue it names first);
 * **retried**: an observer raised (or a middleware asked for it). A message of one item, or whose
   items all failed, is hidden for a short back-off that grows with its deliveries (not for the
-  whole visibility timeout) and comes back; the failed items of a partly successful batch come
+  whole visibility timeout) and comes back -- or for the delay its handler asked for by raising
+  ``RetryLater`` (reason ``retry_later``; the delivery counts, so a handler that asks forever
+  ends in the poison queue with that reason); the failed items of a partly successful batch come
   back after that back-off in a new message, and the original is deleted. The new message is put
   before the original is deleted, so a crash in between duplicates items and loses none;
 * **poisoned**: copied to ``<queue>-poison`` with the reason, then deleted
@@ -31,7 +33,7 @@ import structlog
 from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer import lease_calls
 from cloudqueue.listener.consumer.failure_logs import FailureMemory
-from cloudqueue.listener.consumer.item_failures import describe_items, is_permanent
+from cloudqueue.listener.consumer.item_failures import describe_items, is_permanent, retry_later_s
 from cloudqueue.listener.consumer.leases import Lease
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.poisoning import PoisonDecision, PoisonMover
@@ -47,6 +49,9 @@ log = structlog.get_logger(__name__)
 
 DELETED = Outcome("deleted")
 """The outcome of nearly every message: made once."""
+
+RETRY_LATER = "retry_later"
+"""The reason of a message whose handler raised ``RetryLater``: it waits the delay asked for."""
 
 REMEMBERED_ERRORS = 10_000
 """First errors kept per listener for poison records (oldest forgotten first)."""
@@ -248,6 +253,10 @@ class Settlement:
         batched = count > 1 or context.attempts > 0
         error = describe_items(failed, count=count, batched=batched)
         permanent = permanent or is_permanent(failed)
+        asked_s = None if permanent or delay_s is not None else retry_later_s(failed)
+        if asked_s is not None:  # the handler said when: its delay, not the back-off
+            delay_s, reason = asked_s, reason or RETRY_LATER
+            self.counters.add("retried_later")
         if len(failed) == count:
             self.failed(lease, context, error, permanent=permanent, reason=reason, delay_s=delay_s)
             return
@@ -269,7 +278,9 @@ class Settlement:
             self.poison(lease, context, reason or default, error, recorded=failed_items)
         else:
             items = (len(failed), count)
-            self._republish(lease, context, remainder, error, items=items, delay_s=delay_s)
+            self._republish(
+                lease, context, remainder, error, items=items, delay_s=delay_s, reason=reason
+            )
 
     def _retry_whole(
         self,
@@ -283,7 +294,7 @@ class Settlement:
     ) -> None:
         """Hide the message for ``delay_s``: it comes back whole for its next delivery."""
         self._remember(lease.message.id, error)
-        log.warning(
+        _retry_log(reason)(
             "message_retry_scheduled",
             message_id=lease.message.id,
             dequeue_count=context.deliveries,
@@ -304,6 +315,7 @@ class Settlement:
         *,
         items: tuple[int, int],
         delay_s: float | None = None,
+        reason: str | None = None,
     ) -> None:
         """Put the failed items in a new message (after the back-off, or ``delay_s``), then
         delete the original: a crash in between duplicates the batch's items, it loses none."""
@@ -324,22 +336,25 @@ class Settlement:
         except StorageError as failure:
             # The whole message comes back instead (and, if the put happened after all, the
             # failed items twice: duplicates, no loss).
-            self._retry_whole(lease, context, error, delay, republish_error=str(failure))
+            self._retry_whole(
+                lease, context, error, delay, reason=reason, republish_error=str(failure)
+            )
             return
         self._remember(retry.id, self._first_errors.get(message.id) or error)
         failed_count, count = items
-        log.warning(
+        _retry_log(reason)(
             "message_retry_scheduled",
             message_id=message.id,
             dequeue_count=deliveries,
             error=error,
             retry_in_s=delay,
+            **({"reason": reason} if reason else {}),
             items_failed=failed_count,
             items=count,
             retry_message_id=retry.id,
         )
         self._remove(lease)
-        context.outcome = Outcome("retried", None, error, retry_in_s=delay)
+        context.outcome = Outcome("retried", reason, error, retry_in_s=delay)
 
     def _remove(self, lease: Lease) -> bool:
         """Delete the message from its queue; True only when this call deleted it."""
@@ -353,4 +368,10 @@ class Settlement:
         self._first_errors.change(message_id, lambda first: first or error)
 
 
-__all__ = ["Settlement"]
+def _retry_log(reason: str | None) -> Any:
+    """How a retry is logged: at info when the handler asked for it (``RetryLater``: no fault
+    to look into), else at warning."""
+    return log.info if reason == RETRY_LATER else log.warning
+
+
+__all__ = ["RETRY_LATER", "Settlement"]

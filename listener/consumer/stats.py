@@ -21,6 +21,8 @@ class ListenerCounters:
     The items of a batch that succeeded count even when others of it are retried."""
     failed: int = 0
     """Deliveries where an observer raised; the message was left for a retry."""
+    retried_later: int = 0
+    """Of those, deliveries where a handler raised ``RetryLater``: no fault, it asked for later."""
     poisoned: int = 0
     """Moved to the poison queue."""
     poison_failures: int = 0

@@ -14,15 +14,17 @@ from typing import Any
 
 import structlog
 
+from cloudqueue.listener.consumer.item_failures import judged
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
-from cloudqueue.listener.errors import BatchFailed, PermanentFailure, TimeLimitExceeded
+from cloudqueue.listener.errors import PermanentFailure, RetryLater, TimeLimitExceeded
 from cloudqueue.listener.policies.retry import Retry, give_up_reason
 
 log = structlog.get_logger(__name__)
 
-NEVER_JUDGED = (PermanentFailure, TimeLimitExceeded)
-"""Failures with their own path: ``PermanentFailure`` is poisoned as such, and a delivery past
-its time limit is retried (then poisoned as ``time_limit``) whatever the policy names."""
+NEVER_JUDGED = (PermanentFailure, RetryLater, TimeLimitExceeded)
+"""Failures with their own path: ``PermanentFailure`` is poisoned as such, ``RetryLater`` waits
+the delay its handler asked for, and a delivery past its time limit is retried (then poisoned as
+``time_limit``) whatever the policy names."""
 
 
 class RetryPolicy(Middleware):
@@ -50,13 +52,6 @@ class RetryPolicy(Middleware):
 
     def __repr__(self) -> str:
         return f"RetryPolicy({self.retry!r})"
-
-
-def judged(failure: BaseException) -> BaseException:
-    """What the policy judges: a ``BatchFailed`` raised from an exception is judged by that."""
-    if isinstance(failure, BatchFailed) and failure.__cause__ is not None:
-        return failure.__cause__
-    return failure
 
 
 __all__ = ["RetryPolicy", "judged"]

@@ -16,6 +16,7 @@ PoisonReason = Literal[
     "permanent_failure",
     "give_up",
     "time_limit",
+    "retry_later",
     "max_dequeue_count_exceeded",
     "key_failed",
     "key_ledger_unavailable",
@@ -37,6 +38,8 @@ POISON_REASONS: dict[PoisonReason, str] = {
     "retry_on): poisoned at its first failure; the reason reads give_up: <Type>: <message>",
     "time_limit": "the handler ran past listener.time_limit_s on the last delivery allowed (each "
     "earlier one was released for a retry at the limit)",
+    "retry_later": "the handler raised RetryLater on the last delivery allowed (each one counts, "
+    "as any failed delivery): it kept asking for later; the error holds its last delay and reason",
     "max_dequeue_count_exceeded": "delivered poison.max_dequeue_count times without success: "
     "the handler kept raising, or workers crashed on it",
     "key_failed": "the worker's key(item) raised for the message's item: it would on every "

@@ -8,13 +8,12 @@ without one. Everything here is pure: the listener applies it through its ``Deli
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, replace
 from typing import Any
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
-from cloudqueue.listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S
+from cloudqueue.listener.queue_limits import MAX_VISIBILITY_TIMEOUT_S, is_hiding_delay
 
 GIVE_UP_PREFIX = "give_up: "
 """How the poison reason of a message given up on by a ``Retry`` begins."""
@@ -93,12 +92,7 @@ def _delays(delays: Any) -> tuple[float, ...]:
     except TypeError:
         raise ConfigurationError(f"Retry(delays_s=...) must be seconds, got {delays!r}") from None
     for value in values:
-        if (
-            isinstance(value, bool)
-            or not isinstance(value, int | float)
-            or not math.isfinite(value)
-            or not 0 <= value <= MAX_VISIBILITY_TIMEOUT_S
-        ):
+        if not is_hiding_delay(value):
             raise ConfigurationError(
                 f"Retry(delays_s=...) must be seconds from 0 to {MAX_VISIBILITY_TIMEOUT_S} "
                 f"(a message is hidden at most 7 days), got {value!r}"

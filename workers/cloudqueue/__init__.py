@@ -40,6 +40,7 @@ if TYPE_CHECKING:
         CloudQueueError,
         ConfigurationError,
         PermanentFailure,
+        RetryLater,
         TimeLimitExceeded,
     )
     from cloudqueue.listener.policies.retry import Retry
@@ -64,6 +65,7 @@ _HOMES = {
     "Publisher": "cloudqueue.listener.producer.publisher",
     "QueueWorker": "cloudqueue.workers.api.worker",
     "Retry": "cloudqueue.listener.policies.retry",
+    "RetryLater": "cloudqueue.listener.errors",
     "TimeLimitExceeded": "cloudqueue.listener.errors",
     "current_envelope": "cloudqueue.listener.consumer.current",
     "load_settings": "cloudqueue.workers.settings.model",
@@ -86,6 +88,7 @@ __all__ = [
     "Publisher",
     "QueueWorker",
     "Retry",
+    "RetryLater",
     "TimeLimitExceeded",
     "current_envelope",
     "load_settings",

@@ -12,6 +12,7 @@ loop once the listener has stopped.
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -25,9 +26,14 @@ T = TypeVar("T")
 class AsyncHandlerRunner:
     """Wraps a handler that may return an awaitable into a plain function for Rx observers."""
 
-    def __init__(self, handler: Callable[[T], Awaitable[None] | None]) -> None:
+    def __init__(
+        self,
+        handler: Callable[[T], Awaitable[None] | None],
+        *,
+        loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+    ) -> None:
         self._handler: Callable[[Any], Awaitable[None] | None] = handler
-        self.loop = LoopThread("cloudqueue:async-handlers")
+        self.loop = LoopThread("cloudqueue:async-handlers", loop_factory=loop_factory)
         """The worker's event loop: its async handlers' and its async middleware's."""
 
     def __call__(self, item: Any) -> None:

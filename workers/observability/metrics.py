@@ -112,7 +112,8 @@ class WorkerMetrics:
             "cloudqueue_control_decisions",
             "Messages a handler control decided about: time_limit (a delivery stopped at "
             "listener.time_limit_s), give_up (poisoned at once by the worker's Retry), "
-            "batch_partial (retried alone from a batch that raised BatchFailed).",
+            "batch_partial (retried alone from a batch that raised BatchFailed), retry_later "
+            "(hidden for the delay its handler asked for by raising RetryLater).",
             ["queue", "decision"],
             registry=r,
         )

@@ -125,8 +125,8 @@ def control_decision(context: MessageContext[Any]) -> str | None:
     ``decision`` label of ``cloudqueue_control_decisions``)."""
     outcome = context.outcome
     reason = None if outcome is None else outcome.reason
-    if reason == "time_limit":
-        return "time_limit"
+    if reason in ("time_limit", "retry_later"):
+        return reason
     if reason is not None and reason.startswith(GIVE_UP_PREFIX):
         return "give_up"
     if any(isinstance(e, BatchFailed) for item in context.failures for e in item.failures):
