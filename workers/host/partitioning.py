@@ -300,7 +300,11 @@ def _check_listed(
     no layout records and that this worker's settings do not name, or partitions beyond both
     the record and the settings that hold messages. The worker does not adopt them: its
     settings say what it reads, and the line names the setting that reads them."""
-    listed = listed_partitions(accounts, queue_name)
+    try:
+        listed = listed_partitions(accounts, queue_name)
+    except StorageError as error:  # a least-privilege credential may not list: nothing to check
+        log.debug("partition_listing_unavailable", queue=queue_name, error=str(error))
+        return
     if recorded is None and listed > 1 and listed not in (wanted.partitions, wanted.draining):
         raise ConfigurationError(
             f"queue {queue_name} has {listed} partitions that no layout records "
