@@ -18,7 +18,13 @@ from structlog.testing import capture_logs
 from cloudqueue.listener import InMemoryQueueStorage
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
-from cloudqueue.listener.stores.tick_ledger import InMemoryTickLedger, SqliteTickLedger, TickLedger
+from cloudqueue.listener.stores.tick_ledger import (
+    InMemoryTickLedger,
+    JobRecord,
+    SqliteTickLedger,
+    TickLedger,
+    claimed,
+)
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, WorkerHost
 from cloudqueue.workers.api.job_schedules import CronSchedule, EverySchedule
@@ -203,6 +209,24 @@ def test_an_hourly_job_whose_holder_is_killed_late_in_a_long_run_loses_no_hour(
         assert [e["handover"] for e in late] == [True, False]
     finally:
         killed.hung.set()  # type: ignore[attr-defined]
+
+
+def test_a_handover_claim_fires_only_a_lease_left_behind_by_another_holder() -> None:
+    """Expired and unreleased (its holder died): fired. Released (the run ended), still live
+    (the holder runs on), or the tick fired already: refused, so runs never overlap."""
+    tick, now = START + timedelta(seconds=1.5), START + timedelta(seconds=3)
+    earlier, gone, live = tick - timedelta(seconds=2), now - timedelta(seconds=0.1), now
+    cases = {
+        "left behind": (JobRecord(earlier, "dead", gone), True),
+        "released": (JobRecord(earlier), False),
+        "live": (JobRecord(earlier, "running", live + timedelta(seconds=1)), False),
+        "fired already": (JobRecord(tick, "dead", gone), False),
+    }
+    fired = {
+        name: claimed(record, tick, "me", 1.5, now, handover=True).fired
+        for name, (record, _) in cases.items()
+    }
+    assert fired == {name: expected for name, (_, expected) in cases.items()}
 
 
 def test_a_holder_that_lost_its_lease_mid_run_never_sees_its_tick_fired_again(
