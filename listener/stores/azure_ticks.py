@@ -73,9 +73,12 @@ class AzureTickLedger:
         """Connect to a blob service URL with a token credential (Microsoft Entra ID)."""
         return cls(container_from_account_url(account_url, JOBS_CONTAINER, credential))
 
-    def claim(self, job: str, tick: datetime, *, holder: str, lease_s: float) -> Claim:
+    def claim(
+        self, job: str, tick: datetime, *, holder: str, lease_s: float, handover: bool = False
+    ) -> Claim:
         def decide(record: JobRecord) -> tuple[JobRecord | None, Claim]:
-            claim = claimed(record, tick, holder, lease_s, self._clock.now())
+            now = self._clock.now()
+            claim = claimed(record, tick, holder, lease_s, now, handover=handover)
             return (claim.record if claim.fired else None), claim
 
         return self._change(job, decide)

@@ -14,6 +14,8 @@ Partition ``i`` lives on account ``i % len(accounts)``.
   update reach the right queue, and a poison record names the partition its message came from.
 * **put** on the logical name goes round-robin over the partitions; a put on a partition's own
   name (``orders-p2``) goes to that partition (keyed publishing and poison requeue use this).
+* **create** makes the writable partitions and, when the store records no layout for the queue
+  yet, records this one (``layouts``): whoever creates the partitions first records them.
 * **count** sums the partitions: one Get Queue Properties transaction per partition.
 * **repartitioning**: ``draining`` names the partition count a logical queue had before; its old
   partitions that are not new ones are read (and counted) but never written, until they are empty
@@ -33,6 +35,7 @@ from typing import TypeVar
 
 from cloudqueue.listener.errors import ConfigurationError, MessageNotFoundError, QueueNotFoundError
 from cloudqueue.listener.stores._embedded import check_max_messages
+from cloudqueue.listener.stores.layouts import QueueLayout, read_layout, record_layout
 from cloudqueue.listener.stores.partition_names import check_partitions, partition_queue_names
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
@@ -110,6 +113,9 @@ class PartitionedQueueStorage:
         self.accounts = list(accounts)
         self.sticky_gets = sticky_gets
         draining = draining or {}
+        self._spread = {
+            name: QueueLayout(count, draining.get(name)) for name, count in partitions.items()
+        }
         self._layouts = {
             name: _Layout(self._partitions(name, count, draining.get(name, count)))
             for name, count in partitions.items()
@@ -159,8 +165,15 @@ class PartitionedQueueStorage:
     # -- the storage protocol ---------------------------------------------------------------
 
     def create_queue(self, queue_name: str) -> None:
+        """Create the queue's partitions. Whoever creates a partitioned queue first -- a worker,
+        ``cloudqueue enqueue --partitions``, a Publisher -- records its layout on account 0, so
+        that every worker and command finds it (a recorded layout is left as it is)."""
         for partition in self._targets(queue_name, writable_only=True):
             partition.storage.create_queue(partition.queue_name)
+        layout = self._spread.get(queue_name)
+        if layout is None or layout.plain or read_layout(self.accounts[0], queue_name) is not None:
+            return
+        record_layout(self.accounts[0], queue_name, layout, create=False)
 
     def get_messages(
         self, queue_name: str, *, max_messages: int, visibility_timeout_s: int

@@ -5,15 +5,22 @@ record per job holds the last tick fired and the lease of the process running it
 
     claim(tick)   fired when tick > last_tick and no other holder's lease is live;
                   then last_tick = tick, holder = me, lease_until = now + lease_s
+    claim(tick, handover=True)
+                  the retry of a tick that a live lease refused, made when that lease ends:
+                  fired only when the lease expired unreleased (its holder died or stalled)
     renew()       while the run lasts, lease_until moves on (False: the lease went to another)
     release()     the run ended: the lease is free for the next tick
 
 The tick is recorded before the job runs, in the same atomic step that takes the lease, so a tick
 never fires twice -- not even when a holder loses its lease mid-run: the next holder claims only
 later ticks. A holder killed mid-run keeps nothing: its lease expires after ``lease_s`` and the
-next tick fires elsewhere. (The price: a process killed between its claim and its run loses that
-one tick.) A lease still live refuses the next claim, so a job never overlaps itself across
-processes.
+next tick fires elsewhere -- on time when the lease ended before it, and else (a renewal had
+carried the lease past it) at the lease's end, through the handover claim: the process that the
+dead lease refused retries once, when the lease ends, and fires the tick unless the lease was
+renewed (the holder lives and still runs: the tick is skipped, runs never overlap) or released
+(the run ended: the tick came while it ran, and is skipped too). (The price of recording first:
+a process killed between its claim and its run loses that one tick.) A lease still live refuses
+the next claim, so a job never overlaps itself across processes.
 
 Three implementations, one per store, opened from the same connection string as the queues
 (``open_tick_ledger``): memory (a lock), SQLite (a row per job, changed in one write
@@ -75,8 +82,11 @@ class Claim:
 class TickLedger(Protocol):
     """Claims of ticks of periodic jobs, one record per job name."""
 
-    def claim(self, job: str, tick: datetime, *, holder: str, lease_s: float) -> Claim:
-        """Fire ``tick`` for ``holder`` if it is the first to claim it and no lease is live."""
+    def claim(
+        self, job: str, tick: datetime, *, holder: str, lease_s: float, handover: bool = False
+    ) -> Claim:
+        """Fire ``tick`` for ``holder`` if it is the first to claim it and no lease is live
+        (with ``handover``: only if the last holder's lease expired without being released)."""
 
     def renew(self, job: str, *, holder: str, lease_s: float) -> bool:
         """Extend the holder's lease; False when the record names another holder now."""
@@ -91,11 +101,22 @@ class TickLedger(Protocol):
         """Release connections."""
 
 
-def claimed(record: JobRecord, tick: datetime, holder: str, lease_s: float, now: datetime) -> Claim:
-    """The claim rule: a later tick than any fired, and no other holder's live lease."""
+def claimed(
+    record: JobRecord,
+    tick: datetime,
+    holder: str,
+    lease_s: float,
+    now: datetime,
+    *,
+    handover: bool = False,
+) -> Claim:
+    """The claim rule: a later tick than any fired, and no other holder's live lease; for a
+    handover, moreover a lease left behind (expired, never released) by another holder."""
     if record.last_tick is not None and tick <= record.last_tick:
         return Claim(False, record)
     if record.holder not in (None, holder) and not _expired(record, now):
+        return Claim(False, record)
+    if handover and record.holder in (None, holder):
         return Claim(False, record)
     return Claim(True, JobRecord(tick, holder, now + timedelta(seconds=lease_s)))
 
@@ -136,9 +157,12 @@ class InMemoryTickLedger:
         self._records: dict[str, JobRecord] = {}
         self._lock = threading.Lock()
 
-    def claim(self, job: str, tick: datetime, *, holder: str, lease_s: float) -> Claim:
+    def claim(
+        self, job: str, tick: datetime, *, holder: str, lease_s: float, handover: bool = False
+    ) -> Claim:
         with self._lock:
-            claim = claimed(self.record(job), tick, holder, lease_s, self._clock.now())
+            now = self._clock.now()
+            claim = claimed(self.record(job), tick, holder, lease_s, now, handover=handover)
             self._records[job] = claim.record
             return claim
 
@@ -183,9 +207,12 @@ class SqliteTickLedger:
         with database.transaction() as db:
             db.execute(_TABLE)
 
-    def claim(self, job: str, tick: datetime, *, holder: str, lease_s: float) -> Claim:
+    def claim(
+        self, job: str, tick: datetime, *, holder: str, lease_s: float, handover: bool = False
+    ) -> Claim:
         with self._database.transaction() as db:
-            claim = claimed(_read_row(db, job), tick, holder, lease_s, self._clock.now())
+            now = self._clock.now()
+            claim = claimed(_read_row(db, job), tick, holder, lease_s, now, handover=handover)
             _write_row(db, job, claim.record)
             return claim
 

@@ -18,7 +18,13 @@ from structlog.testing import capture_logs
 from cloudqueue.listener import InMemoryQueueStorage
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
-from cloudqueue.listener.stores.tick_ledger import InMemoryTickLedger, SqliteTickLedger, TickLedger
+from cloudqueue.listener.stores.tick_ledger import (
+    InMemoryTickLedger,
+    JobRecord,
+    SqliteTickLedger,
+    TickLedger,
+    claimed,
+)
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, WorkerHost
 from cloudqueue.workers.api.job_schedules import CronSchedule, EverySchedule
@@ -121,6 +127,106 @@ def test_a_dead_holder_frees_the_job_and_the_next_tick_fires_elsewhere_within_on
     assert job.fired == [first, first + timedelta(seconds=2)]
     assert alive.last_fired_here == first + timedelta(seconds=2)
     job.gate.set()
+
+
+def killed_holder(job: type[Recording], ledger: TickLedger, clock: ManualClock) -> JobScheduler:
+    """A holder of ``job``'s ticks whose run hangs until the test ends: once the test stops
+    stepping it, it is a process killed with kill -9 (no renewal, no release)."""
+
+    class Hangs(job):  # type: ignore[valid-type,misc]
+        def run(self, tick: datetime) -> None:
+            type(self).fired.append(tick)
+            hung.wait(30)
+
+    hung = threading.Event()
+    holder = JobScheduler(Hangs(), job_spec(job), ledger, holder="killed", clock=clock)
+    holder.begin()
+    holder.hung = hung  # type: ignore[attr-defined]  # set at teardown, the thread ends
+    return holder
+
+
+def step_all(
+    clock: ManualClock, schedulers: list[JobScheduler], seconds: float, by_s: float
+) -> None:
+    """Step the schedulers every ``by_s`` of clock time for ``seconds``, runs finishing between."""
+    for _ in range(round(seconds / by_s)):
+        clock.advance(by_s)
+        for each in schedulers:
+            each.step()
+            if each.holder != "killed":
+                each.wait_for_run(5)
+
+
+@pytest.mark.parametrize(("killed_after_s", "lease_past_next_tick"), [(0.25, False), (1.25, True)])
+def test_a_holder_killed_mid_run_loses_no_tick_even_after_a_renewal(
+    job: type[Recording],
+    ledger: TickLedger,
+    clock: ManualClock,
+    killed_after_s: float,
+    lease_past_next_tick: bool,
+) -> None:
+    """Every 2 s, a holder killed mid-run before its first renewal or after one (which carried
+    its lease past the next tick): the next tick fires on the other process -- on time, or when
+    the dead lease ends -- and every later one too, none twice."""
+    killed = killed_holder(job, ledger, clock)
+    alive = scheduler(job, ledger, clock, "alive")
+    try:
+        step_all(clock, [killed, alive], 1.5 + killed_after_s, 0.25)  # fires at 1.5 s
+        first = job.fired[0]
+        lease_until = ledger.record(alive.spec.name).lease_until
+        assert lease_until is not None
+        assert (lease_until > first + timedelta(seconds=2)) is lease_past_next_tick
+        step_all(clock, [alive], 8.0, 0.25)
+        assert job.fired == [first + timedelta(seconds=2 * n) for n in range(5)]
+        assert alive.runs["succeeded"] == 4
+    finally:
+        killed.hung.set()  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize("missed", ["skip", "run_once"])
+def test_an_hourly_job_whose_holder_is_killed_late_in_a_long_run_loses_no_hour(
+    job: type[Recording], ledger: TickLedger, clock: ManualClock, missed: str
+) -> None:
+    """Hourly (a 5-minute lease renewed every 100 s), the holder killed 59 minutes into a run:
+    its last renewal holds the lease past the next hour, which fires elsewhere when the lease
+    ends, whatever the missed-tick policy (a process was up when it was due); the hour after
+    fires on time."""
+    job.every_s = 3600
+    job.missed = missed
+    clock.advance(3600 - START.timestamp() % 3600 - 1)  # a second before a whole hour
+    killed = killed_holder(job, ledger, clock)
+    alive = scheduler(job, ledger, clock, "alive")
+    try:
+        step_all(clock, [killed, alive], 59 * 60 + 1, 1)
+        hour = job.fired[0]
+        lease_until = ledger.record(alive.spec.name).lease_until
+        assert lease_until is not None
+        assert lease_until > hour + timedelta(hours=1)
+        with capture_logs() as logs:
+            step_all(clock, [alive], 2 * 3600, 20)
+        assert job.fired == [hour, hour + timedelta(hours=1), hour + timedelta(hours=2)]
+        late = [e for e in logs if e["event"] == "job_fired"]
+        assert [e["handover"] for e in late] == [True, False]
+    finally:
+        killed.hung.set()  # type: ignore[attr-defined]
+
+
+def test_a_handover_claim_fires_only_a_lease_left_behind_by_another_holder() -> None:
+    """Expired and unreleased (its holder died): fired. Released (the run ended), still live
+    (the holder runs on), or the tick fired already: refused, so runs never overlap."""
+    tick, now = START + timedelta(seconds=1.5), START + timedelta(seconds=3)
+    earlier, gone, live = tick - timedelta(seconds=2), now - timedelta(seconds=0.1), now
+    cases = {
+        "left behind": (JobRecord(earlier, "dead", gone), True),
+        "released": (JobRecord(earlier), False),
+        "live": (JobRecord(earlier, "running", live + timedelta(seconds=1)), False),
+        "fired already": (JobRecord(tick, "dead", gone), False),
+    }
+    fired = {
+        name: claimed(record, tick, "me", 1.5, now, handover=True).fired
+        for name, (record, _) in cases.items()
+    }
+    assert fired == {name: expected for name, (_, expected) in cases.items()}
 
 
 def test_a_holder_that_lost_its_lease_mid_run_never_sees_its_tick_fired_again(

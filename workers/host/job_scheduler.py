@@ -5,6 +5,12 @@ claims the tick in the store's ledger and, when the claim fires, runs the job on
 own, so that while it runs the scheduler renews the lease, watches the time limit and skips the
 ticks that come meanwhile (a run never overlaps the previous one). Claims that another process
 won are the normal case in a fleet: they are logged at debug level only.
+
+A tick refused because another holder's lease was live is tried once more when that lease ends
+(a handover claim): a holder killed after a renewal had carried its lease past the tick leaves
+it expired and unreleased, and the tick fires here then, late by less than the lease -- under
+either missed-tick policy, since a process was up when it was due. A holder still running has
+renewed by then, and one that finished has released: the tick stays skipped (no overlap).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ import structlog
 
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from cloudqueue.listener.errors import StorageError
-from cloudqueue.listener.stores.tick_ledger import TickLedger
+from cloudqueue.listener.stores.tick_ledger import JobRecord, TickLedger
 from cloudqueue.workers.api.periodic_job import JobSpec, PeriodicJob
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 
@@ -46,6 +52,14 @@ class _Run:
     finished: bool = False
     """Set before its lease is released, so that a renewal racing the release is not taken
     for a lost lease."""
+
+
+@dataclass(frozen=True, slots=True)
+class _Handover:
+    """A tick refused by another holder's live lease, to claim again when the lease ends."""
+
+    tick: datetime
+    lease_until: datetime
 
 
 class JobScheduler:
@@ -75,6 +89,7 @@ class JobScheduler:
         self._is_async = inspect.iscoroutinefunction(type(job).run)
         self._runner = AsyncHandlerRunner(self._call)
         self._run: _Run | None = None
+        self._handover: _Handover | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread = threading.Thread(
@@ -152,16 +167,28 @@ class JobScheduler:
         now = self.clock.now()
         if now >= self.next_tick:
             # Late (a stalled thread, a long run), the latest due tick fires, not a stale one.
+            self._handover = None  # a later tick is due: its claim decides
             self._fire_or_skip(max(self.next_tick, self.spec.schedule.latest_at_or_before(now)))
             self.next_tick = self.spec.schedule.next_after(now)
+        elif self._handover is not None and now >= self._handover.lease_until:
+            handover, self._handover = self._handover, None
+            if self._run is None:
+                self._claim(handover.tick, handover=True)
+        return max(0.0, self._wait_s())
+
+    def _wait_s(self) -> float:
+        """Seconds until the next tick, handover claim, renewal or time limit."""
+        assert self.next_tick is not None
         wait_s = (self.next_tick - self.clock.now()).total_seconds()
+        if self._handover is not None:
+            wait_s = min(wait_s, (self._handover.lease_until - self.clock.now()).total_seconds())
         run = self._run
         if run is not None:
             wait_s = min(wait_s, run.renew_at_s - self.clock.monotonic())
             if self.spec.time_limit_s and not run.reported_late and not self._is_async:
                 late_s = run.started_s + self.spec.time_limit_s - self.clock.monotonic()
                 wait_s = min(wait_s, late_s)
-        return max(0.0, wait_s)
+        return wait_s
 
     def _loop(self) -> None:
         self.begin()
@@ -185,9 +212,18 @@ class JobScheduler:
                 running_tick=self._run.tick.isoformat(),
             )
             return
+        self._claim(tick)
+
+    def _claim(self, tick: datetime, *, handover: bool = False) -> None:
+        """Claim ``tick`` and run it when the claim fires; remember a tick that a live lease of
+        another holder refused, for a handover claim when that lease ends."""
         try:
             claim = self.ledger.claim(
-                self.spec.name, tick, holder=self.holder, lease_s=self.spec.lease_s
+                self.spec.name,
+                tick,
+                holder=self.holder,
+                lease_s=self.spec.lease_s,
+                handover=handover,
             )
         except StorageError as error:
             log.warning(
@@ -201,7 +237,9 @@ class JobScheduler:
                 job=self.spec.name,
                 tick=tick.isoformat(),
                 holder=claim.record.holder,
+                handover=handover,
             )
+            self._await_lease_end(tick, claim.record, handover)
             return
         self.last_fired_here = tick
         thread = threading.Thread(
@@ -212,8 +250,22 @@ class JobScheduler:
         )
         started_s = self.clock.monotonic()
         self._run = _Run(tick, started_s, thread, renew_at_s=started_s + self._renew_every_s)
-        log.info("job_fired", job=self.spec.name, tick=tick.isoformat(), holder=self.holder)
+        log.info(
+            "job_fired",
+            job=self.spec.name,
+            tick=tick.isoformat(),
+            holder=self.holder,
+            handover=handover,
+        )
         thread.start()
+
+    def _await_lease_end(self, tick: datetime, record: JobRecord, handover: bool) -> None:
+        """After a first refusal by another holder's live lease (not by the tick being fired
+        already), claim the tick once more when that lease ends."""
+        fired_already = record.last_tick is not None and record.last_tick >= tick
+        if handover or fired_already or record.holder is None or record.lease_until is None:
+            return
+        self._handover = _Handover(tick, record.lease_until)
 
     @property
     def _renew_every_s(self) -> float:

@@ -27,7 +27,7 @@ from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 
 log = structlog.get_logger(__name__)
 
-LAYOUT_DOC = "docs/partitions-layout.md"
+LAYOUT_DOC = "docs/concepts/partition-layout.md"
 
 
 def partitioned_storage(
@@ -97,12 +97,19 @@ def command_layout(
 def _listed_layout(storage: QueueStorage, queue_name: str) -> QueueLayout:
     """Partitions made before layouts were recorded: as many as the highest ``-pN`` listed on
     account 0 says (one List Queues); the plain queue when there are none."""
+    return QueueLayout(listed_partitions([storage], queue_name) or 1)
+
+
+def listed_partitions(accounts: Sequence[QueueStorage], queue_name: str) -> int:
+    """How many partitions the queues listed on ``accounts`` say ``queue_name`` has (the
+    highest ``-pN`` plus one; 0 when there is none): one List Queues per account."""
     indexes = [
         found[1]
-        for name in storage.list_queues(f"{queue_name}{PARTITION_SEPARATOR}")
+        for account in accounts
+        for name in account.list_queues(f"{queue_name}{PARTITION_SEPARATOR}")
         if (found := partition_of_queue(name)) is not None and found[0] == queue_name
     ]
-    return QueueLayout(max(indexes) + 1) if indexes else QueueLayout(1)
+    return max(indexes) + 1 if indexes else 0
 
 
 @contextmanager
@@ -217,13 +224,16 @@ def settle_layout(
     """At a worker's start: check the layout it asks for against the recorded one, and record it.
 
     ConfigurationError when they disagree (a worker would read partitions nobody writes, or
-    leave unread ones that others write), or when the worker would stop reading old partitions
-    that still hold messages. Storage errors are logged, not raised: the worker starts as it did
+    leave unread ones that others write), when the worker would stop reading old partitions
+    that still hold messages, or when the store holds partitions of the queue that no layout
+    records (made before producers recorded layouts) or that hold messages beyond every layout
+    read (``_check_listed``). Storage errors are logged, not raised: the worker starts as it did
     before layouts were recorded. ``record=False`` only checks (a supervisor, before its
     children start).
     """
     try:
         recorded = read_layout(accounts[0], queue_name)
+        _check_listed(accounts, queue_name, recorded, wanted)
         if recorded == wanted or (recorded is None and wanted.plain):
             return
         if recorded is not None:
@@ -277,6 +287,45 @@ def _check_follows(
             f"{sum(holding.values())} message(s) that a worker with {wanted} would not read: "
             f"keep listener.drain_partitions = {recorded.draining or recorded.partitions} until "
             f"`cloudqueue status {queue_name}` shows them empty"
+        )
+
+
+def _check_listed(
+    accounts: Sequence[QueueStorage],
+    queue_name: str,
+    recorded: QueueLayout | None,
+    wanted: QueueLayout,
+) -> None:
+    """Refuse to start beside partitions whose messages no worker would read: partitions that
+    no layout records and that this worker's settings do not name, or partitions beyond both
+    the record and the settings that hold messages. The worker does not adopt them: its
+    settings say what it reads, and the line names the setting that reads them."""
+    try:
+        listed = listed_partitions(accounts, queue_name)
+    except StorageError as error:  # a least-privilege credential may not list: nothing to check
+        log.debug("partition_listing_unavailable", queue=queue_name, error=str(error))
+        return
+    if recorded is None and listed > 1 and listed not in (wanted.partitions, wanted.draining):
+        raise ConfigurationError(
+            f"queue {queue_name} has {listed} partitions that no layout records "
+            f"({queue_name}-p0 to -p{listed - 1}), but this worker's listener settings say "
+            f"{wanted}: set listener.partitions = {listed} to read them, and the worker records "
+            f"that layout ({LAYOUT_DOC})"
+        )
+    if recorded is None or recorded.partitions not in (wanted.partitions, wanted.draining):
+        return  # a worker that does not follow the record: _check_follows says so
+    # Partitions the record reads but this worker would not: _check_follows says so too.
+    read = max(wanted.partitions, wanted.draining or 1, recorded.partitions, recorded.draining or 1)
+    if listed <= read:
+        return
+    beyond = over_accounts(accounts, {queue_name: QueueLayout(listed)}).partitions_of(queue_name)
+    depth = sum(_depth(partition) for partition in beyond[read:])
+    if depth:
+        raise ConfigurationError(
+            f"queue {queue_name}'s partitions {queue_name}-p{read} to -p{listed - 1}, beyond its "
+            f"recorded layout ({recorded}), hold {depth} message(s) that no worker reads: set "
+            f"listener.partitions = {listed} and listener.drain_partitions = {wanted.partitions} "
+            f"to read them ({LAYOUT_DOC})"
         )
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner, Result
 
+from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.poison.move import poison_message
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.stores.layouts import QueueLayout, read_layout
@@ -17,6 +18,7 @@ from cloudqueue.listener.stores.partition_names import partition_for_key
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.workers.cli import cli
+from cloudqueue.workers.host.partitioning import settle_layout
 
 QUEUE = "orders"
 
@@ -259,3 +261,46 @@ def test_the_dashboard_samples_a_partitioned_queue_by_its_record(
     (state,) = sampler.state()["queues"]
     assert "error" not in state, state
     assert state["depth"] == 2
+
+
+# Whoever creates a queue's partitions first records the layout.
+
+
+def test_enqueue_with_listener_partitions_on_a_new_queue_records_the_layout(
+    unset: dict[str, str], tmp_path: Path
+) -> None:
+    """listener.partitions = 4 (no --partitions) on a queue without a record: the partitions
+    are created and recorded, so that every worker and command finds them."""
+    run({**unset, "CLOUDQUEUE_LISTENER__PARTITIONS": "4"}, "enqueue", QUEUE, "x")
+    assert read_layout(store(tmp_path), QUEUE) == QueueLayout(4)
+
+
+def test_creating_a_partitioned_queue_records_its_layout_once(tmp_path: Path) -> None:
+    """The rule lives where partitioned queues are created (PartitionedQueueStorage), so a
+    Publisher's or a worker's create records too; a layout recorded already is left alone."""
+    plain = store(tmp_path)
+    PartitionedQueueStorage([plain], {QUEUE: 3}).create_queue(QUEUE)
+    assert read_layout(plain, QUEUE) == QueueLayout(3)
+    PartitionedQueueStorage([plain], {QUEUE: 5}).create_queue(QUEUE)
+    assert read_layout(plain, QUEUE) == QueueLayout(3)
+    PartitionedQueueStorage([plain], {"plain": 1}).create_queue("plain")
+    assert read_layout(plain, "plain") is None
+
+
+def test_partitions_beyond_the_record_that_hold_messages_stop_a_worker(tmp_path: Path) -> None:
+    """Recorded as 2 but orders-p2 and -p3 exist with a message: a worker with 2 partitions
+    is refused with one line naming the settings that read them; empty ones are no reason."""
+    plain = store(tmp_path)
+    PartitionedQueueStorage([plain], {QUEUE: 2}).create_queue(QUEUE)
+    PartitionedQueueStorage([plain], {QUEUE: 4}).create_queue(QUEUE)  # p2, p3: not recorded
+    settle_layout([plain], QUEUE, QueueLayout(2), create=False)  # empty: nothing stranded
+    plain.put_message("orders-p3", "stranded")
+    with pytest.raises(ConfigurationError) as raised:
+        settle_layout([plain], QUEUE, QueueLayout(2), create=False)
+    assert str(raised.value) == (
+        "queue orders's partitions orders-p2 to -p3, beyond its recorded layout (2 partitions), "
+        "hold 1 message(s) that no worker reads: set listener.partitions = 4 and "
+        "listener.drain_partitions = 2 to read them (docs/concepts/partition-layout.md)"
+    )
+    settle_layout([plain], QUEUE, QueueLayout(4, draining=2), create=False)
+    assert read_layout(plain, QUEUE) == QueueLayout(4, draining=2)
