@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import structlog
 
@@ -194,8 +194,8 @@ class Publisher(Generic[T]):
         ValidationError naming the field, before anything is sent. A custom ``codec`` checks
         its own items."""
         if isinstance(self.codec, MessageCodec):
-            return self.codec.validated(item)
-        return item  # type: ignore[return-value]
+            return cast(T, self.codec.validated(item))
+        return cast(T, item)
 
     def cancel(self, *keys: str, hold_s: int = CANCEL_HOLD_S) -> dict[str, Cancelled]:
         """Cancel the queued messages of each key for ``hold_s``: a listener deletes them

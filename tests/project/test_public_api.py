@@ -139,7 +139,9 @@ def test_the_public_surface_is_exactly_this() -> None:
         "Retry",
         "ScalingSettings",
         "WorkerHost",
+        "close_senders",
         "configure_logging",
         "load_settings",
         "load_worker",
+        "open_storage_from_settings",
     ]

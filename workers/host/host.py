@@ -20,11 +20,7 @@ from cloudqueue.listener.clock import SYSTEM_CLOCK
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.push.triggers import account_of
 from cloudqueue.listener.simulation.profile import ProfileRecorder
-from cloudqueue.listener.stores.connection import (
-    describe_storage,
-    open_payload_store_if_available,
-    open_storage,
-)
+from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
@@ -53,6 +49,10 @@ from cloudqueue.workers.host.partitioning import (
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.observability.process import ProcessObservability
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
+from cloudqueue.workers.settings.connections import (
+    open_payload_store_from_settings,
+    open_storage_from_settings,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -89,16 +89,11 @@ class WorkerHost:
         for worker_type in worker_types:
             check_key_methods(_name(worker_type), worker_type)
         # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
-        self.storage = MeteredStorage(
-            storage
-            or open_storage(settings.connection_string_value(), credential=settings.credential)
-        )
+        self.storage = MeteredStorage(storage or open_storage_from_settings(settings))
         # What the host opened it closes; what it was given belongs to the caller.
         self._owned_payload_store: PayloadStore | None = None
         if payload_store is None and storage is None:
-            payload_store = open_payload_store_if_available(
-                settings.connection_string_value(), credential=settings.credential
-            )
+            payload_store = open_payload_store_from_settings(settings)
             self._owned_payload_store = payload_store
         # Blob calls for large payloads are billed too: the live cost meter counts them.
         self.payloads = None if payload_store is None else MeteredPayloadStore(payload_store)
