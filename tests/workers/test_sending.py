@@ -15,6 +15,7 @@ from cloudqueue.listener import ConfigurationError, Publisher
 from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
 from cloudqueue.workers import close_senders, open_storage_from_settings
 from tests.support.polling import eventually
+from tests.support.redis_server import RedisServer
 from tests.support.runs import Run, Runs, run_environment
 from tests.support.sending_workers import (
     Email,
@@ -82,6 +83,28 @@ def test_a_running_worker_handles_what_send_sent_from_another_process(
     SendEmail.send({"to": "grace@example.com"})
     both = ["ada@example.com", "grace@example.com"]
     eventually(lambda: sorted(handled(worker)) == both, timeout_s=30)
+    assert stopped(worker) == 0
+
+
+@pytest.fixture
+def env_with_triggers(
+    sqlite: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> Iterator[dict[str, str]]:
+    """The same environment with a trigger channel, and workers that scale to no poller."""
+    monkeypatch.setenv("CLOUDQUEUE_TRIGGERS__URL", redis_server.url)
+    monkeypatch.setenv("CLOUDQUEUE_SCALING__MIN_THREADS", "0")
+    yield from same_environment(sqlite, tmp_path, monkeypatch)
+
+
+def test_send_wakes_a_worker_idle_at_zero_threads_through_its_trigger_channel(
+    env_with_triggers: dict[str, str], runs: Runs
+) -> None:
+    """A worker scaled to no poller at all (its watchdog 5 minutes away) handles what ``send``
+    sent at once: the send announced it on the channel, for the worker's store."""
+    worker = runs.start(env_with_triggers, worker="tests.support.sending_workers:SendEmail")
+    eventually(lambda: worker.events("dequeue_thread_stopped"), timeout_s=30)
+    SendEmail.send({"to": "ada@example.com"})
+    eventually(lambda: handled(worker) == ["ada@example.com"], timeout_s=20)
     assert stopped(worker) == 0
 
 
