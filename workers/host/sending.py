@@ -117,18 +117,19 @@ class _Opened:
 
     @classmethod
     def open(cls, settings: CloudQueueSettings) -> _Opened:
-        storage = open_storage_from_settings(settings)
-        further = [
-            open_storage(account.get_secret_value(), credential=settings.credential)
-            for account in settings.partition_accounts
-        ]
-        return cls(
-            settings,
-            storage,
-            further,
-            open_payload_store_from_settings(settings),
-            open_trigger_channel(settings),
-        )
+        """All of it, or (when one cannot be opened) none: what was opened is closed again."""
+        opened = cls(settings, open_storage_from_settings(settings), [], None, None)
+        try:
+            opened.further = [
+                open_storage(account.get_secret_value(), credential=settings.credential)
+                for account in settings.partition_accounts
+            ]
+            opened.payloads = open_payload_store_from_settings(settings)
+            opened.channel = open_trigger_channel(settings)
+        except BaseException:
+            opened.close()
+            raise
+        return opened
 
     def close(self) -> None:
         for closable in (self.storage, *self.further, self.payloads, self.channel):
@@ -215,7 +216,7 @@ def _announcer(opened: _Opened) -> WorkAnnouncer | None:
 
 def _queue_of(worker_type: type[QueueWorker[Any]], queue: str | None) -> str:
     """The queue to send to: the worker's one queue, or the one of its queues ``queue`` names."""
-    names = worker_type.location(visibility_timeout_s=30).queue_names
+    names = worker_type.location(visibility_timeout_s=30).queue_names  # the names checked only
     if queue is None and len(names) == 1:
         return names[0]
     if queue in names:
