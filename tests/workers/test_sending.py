@@ -13,7 +13,12 @@ import pytest
 
 from cloudqueue.listener import ConfigurationError, Publisher
 from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
-from cloudqueue.workers import close_senders, open_storage_from_settings
+from cloudqueue.workers import (
+    WorkerHost,
+    close_senders,
+    load_settings,
+    open_storage_from_settings,
+)
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.runs import Run, Runs, run_environment
@@ -42,6 +47,7 @@ def same_environment(
 ) -> Iterator[dict[str, str]]:
     """A worker's environment, this test process's too: what it sends, it sends there."""
     env = run_environment(connection_string, tmp_path)
+    close_senders()  # nor what a host earlier in this process told sends to use
     for name, value in env.items():
         if name.startswith("CLOUDQUEUE_"):
             monkeypatch.setenv(name, value)
@@ -153,6 +159,19 @@ def test_an_invalid_item_raises_naming_the_field_and_nothing_is_opened_or_sent(
         assert "emails" not in storage.list_queues("emails")
     finally:
         storage.close()
+
+
+def test_in_a_host_process_send_uses_the_host_settings(env: dict[str, str], tmp_path: Path) -> None:
+    """A host built with settings of its own (``cloudqueue run --config/--set``) has sends in
+    its process go to its store, not to the one the environment alone names."""
+    own = load_settings(connection_string=f"sqlite:///{tmp_path / 'own.db'}")
+    host = WorkerHost([SendEmail], own)  # built, not started: nothing takes the item
+    try:
+        SendEmail.send({"to": "a@example.com"})
+        assert host.storage.approximate_message_count("emails") == 1
+    finally:
+        host.stop()
+    assert not (tmp_path / "queues.db").exists()
 
 
 def test_send_and_a_publisher_on_the_settings_store_meet(env: dict[str, str]) -> None:

@@ -47,6 +47,7 @@ from cloudqueue.workers.host.partitioning import (
     worker_queues,
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
+from cloudqueue.workers.host.sending import send_with
 from cloudqueue.workers.observability.process import ProcessObservability
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import (
@@ -74,6 +75,7 @@ class WorkerHost:
         key_ledger: KeyLedger | None = None,
     ) -> None:
         self.settings = settings
+        send_with(settings)  # a worker or job here that sends sends where this host reads
         # Jobs are checked (and their ledger opened) before any queue is touched.
         self.jobs = HostedJobs(jobs, settings, ledger=tick_ledger)
         # Every worker's settings are validated before storage is opened or a queue touched.

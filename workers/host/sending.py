@@ -7,8 +7,9 @@ worker class adds its own ``settings``. The store, its payload store, the furthe
 ``partition_accounts`` and the trigger channel are opened once per process and shared by every
 worker class; each queue's partition layout is read as ``cloudqueue enqueue`` reads it (the
 recorded layout, else the worker's ``listener.partitions``) and read again every
-``LAYOUT_REFRESH_S``. ``close_senders`` closes all that (at exit too); a forked child opens its
-own rather than share its parent's connections.
+``LAYOUT_REFRESH_S``. In a ``cloudqueue run`` process the host's settings are used instead
+(``send_with``), ``--config`` and ``--set`` included. ``close_senders`` closes all that (at exit
+too); a forked child opens its own rather than share its parent's connections.
 """
 
 from __future__ import annotations
@@ -78,6 +79,12 @@ def send_many(
     )
 
 
+def send_with(settings: CloudQueueSettings) -> None:
+    """Send with these settings rather than ``load_settings()``'s, unless sends have opened a
+    store already: a host's own, which ``--config`` and ``--set`` shaped."""
+    _SENDERS.adopt(settings)
+
+
 def close_senders() -> None:
     """Close what ``send`` opened in this process and forget the settings it read: the next
     send reads them again. Registered to run at exit."""
@@ -144,6 +151,7 @@ class _Senders:
         self._clock = clock
         self._lock = threading.Lock()
         self._opened: _Opened | None = None
+        self._adopted: CloudQueueSettings | None = None
         self._pid = os.getpid()
 
     def publisher(self, worker_type: type[QueueWorker[Any]], queue: str | None) -> Publisher[Any]:
@@ -157,9 +165,13 @@ class _Senders:
                 opened.routes[(worker_type, queue_name)] = route
             return route.publisher
 
+    def adopt(self, settings: CloudQueueSettings) -> None:
+        with self._lock:
+            self._adopted = settings
+
     def close(self) -> None:
         with self._lock:
-            opened, self._opened = self._opened, None
+            opened, self._opened, self._adopted = self._opened, None, None
             if opened is not None and self._pid == os.getpid():
                 opened.close()
 
@@ -168,7 +180,7 @@ class _Senders:
             # A forked child: the parent's connections are the parent's to use and close.
             self._opened, self._pid = None, os.getpid()
         if self._opened is None:
-            self._opened = _Opened.open(load_settings())
+            self._opened = _Opened.open(self._adopted or load_settings())
         return self._opened
 
 
@@ -232,4 +244,4 @@ _SENDERS = _Senders()
 atexit.register(close_senders)
 
 
-__all__ = ["LAYOUT_REFRESH_S", "close_senders", "send", "send_many"]
+__all__ = ["LAYOUT_REFRESH_S", "close_senders", "send", "send_many", "send_with"]
