@@ -5,13 +5,15 @@ on a partitioned queue; an invalid item is refused at the call, and nothing is s
 from __future__ import annotations
 
 import signal
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pydantic
 import pytest
 
-from cloudqueue.listener import ConfigurationError, Publisher
+from cloudqueue.listener import ConfigurationError, Publisher, QueueStorage
 from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
 from cloudqueue.workers import (
     WorkerHost,
@@ -19,6 +21,8 @@ from cloudqueue.workers import (
     load_settings,
     open_storage_from_settings,
 )
+from cloudqueue.workers.host import sending
+from cloudqueue.workers.settings import CloudQueueSettings
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
 from tests.support.runs import Run, Runs, run_environment
@@ -172,6 +176,30 @@ def test_in_a_host_process_send_uses_the_host_settings(env: dict[str, str], tmp_
     finally:
         host.stop()
     assert not (tmp_path / "queues.db").exists()
+
+
+def test_threads_sending_at_once_share_one_store_client(
+    env: dict[str, str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Eight threads sending at once, as a web app's do, open the store once between them."""
+    opened: list[QueueStorage] = []
+
+    def counted(settings: CloudQueueSettings) -> QueueStorage:
+        opened.append(open_storage_from_settings(settings))
+        return opened[-1]
+
+    monkeypatch.setattr(sending, "open_storage_from_settings", counted)
+    start = threading.Barrier(8)
+
+    def send_five(thread: int) -> None:
+        start.wait()
+        for n in range(5):
+            SendEmail.send({"to": f"{thread}.{n}@example.com"})
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(send_five, range(8)))
+    assert len(opened) == 1
+    assert opened[0].approximate_message_count("emails") == 40
 
 
 def test_send_and_a_publisher_on_the_settings_store_meet(env: dict[str, str]) -> None:
