@@ -10,6 +10,7 @@ from cloudqueue.listener.policies.retry import Retry
 from cloudqueue.workers.api.periodic_job import PeriodicJob
 from cloudqueue.workers.api.worker import QueueWorker, load_worker
 from cloudqueue.workers.host.host import WorkerHost
+from cloudqueue.workers.host.sending import close_senders
 from cloudqueue.workers.logging import configure_logging
 from cloudqueue.workers.progress import ConsoleStream, LiveProgress
 from cloudqueue.workers.settings import (
@@ -19,6 +20,7 @@ from cloudqueue.workers.settings import (
     ScalingSettings,
     load_settings,
 )
+from cloudqueue.workers.settings.connections import open_storage_from_settings
 
 __all__ = [
     "BatchFailed",
@@ -33,7 +35,9 @@ __all__ = [
     "RetryLater",
     "ScalingSettings",
     "WorkerHost",
+    "close_senders",
     "configure_logging",
     "load_settings",
     "load_worker",
+    "open_storage_from_settings",
 ]

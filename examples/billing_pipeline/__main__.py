@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 
 from cloudqueue import CloudQueueSettings
-from cloudqueue.listener import open_storage
+from cloudqueue.workers import open_storage_from_settings
 from examples.billing_pipeline.announcing import announcer_from
 from examples.billing_pipeline.config import CONTROLLER, PROCESSOR, ledger_path
 from examples.billing_pipeline.initiator import prepare_queues, start_run
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = CloudQueueSettings()
     transactions = sample_transactions(args.transactions, customers=args.customers, seed=args.seed)
-    storage = open_storage(settings.connection_string_value(), credential=settings.credential)
+    storage = open_storage_from_settings(settings)
     print(f"queues: {storage!r}; ledger: {ledger_path().resolve()}")  # the repr holds no secret
     ledger = BillingLedger(ledger_path())
     try:

@@ -18,7 +18,8 @@ from collections import Counter
 from collections.abc import Sequence
 
 from cloudqueue import CloudQueueSettings, Publisher
-from cloudqueue.listener import QueueStorage, open_storage
+from cloudqueue.listener import QueueStorage
+from cloudqueue.workers import open_storage_from_settings
 from examples.processes import spawn_worker, stop_worker
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path, open_state_store
@@ -45,7 +46,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = CloudQueueSettings()
     connection = settings.connection_string_value()
-    storage = open_storage(connection, credential=settings.credential)
+    storage = open_storage_from_settings(settings)
     print(f"queue: {storage!r}; accounts: {accounts_path().resolve()}")  # the repr holds no secret
     states = open_state_store(connection)
     accounts = AccountsDb(accounts_path())

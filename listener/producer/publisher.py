@@ -29,10 +29,10 @@ are checked before anything is sent or stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import structlog
 
@@ -166,7 +166,7 @@ class Publisher(Generic[T]):
 
     def publish(
         self,
-        item: T,
+        item: T | Mapping[str, Any],
         *,
         key: str | None = None,
         delay_s: int = 0,
@@ -179,12 +179,23 @@ class Publisher(Generic[T]):
         ``delay_s`` (whole seconds, any length) or ``delay`` (a timedelta) hides it from
         listeners that long; ``time_to_live_s`` (>= 1 s and more than the delay, or
         ``NEVER_EXPIRES``) overrides the publisher's. A value out of range raises ValueError
-        before anything is sent.
+        before anything is sent. The item is checked against the item type first (see
+        ``validated``).
         """
         timing = self._timing(delay_seconds(delay_s, delay), time_to_live_s)
+        item = self.validated(item)
         carried, target = self._destination(item, key)
         text = self.codec.encode(item)
         self._traced(lambda: self._send_alone(text, timing, target, carried))
+
+    def validated(self, item: object) -> T:
+        """``item`` as an item of the publisher's type: a dict made into the model, a value of
+        another type (or a model built without validation) refused with pydantic's
+        ValidationError naming the field, before anything is sent. A custom ``codec`` checks
+        its own items."""
+        if isinstance(self.codec, MessageCodec):
+            return cast(T, self.codec.validated(item))
+        return cast(T, item)
 
     def cancel(self, *keys: str, hold_s: int = CANCEL_HOLD_S) -> dict[str, Cancelled]:
         """Cancel the queued messages of each key for ``hold_s``: a listener deletes them
@@ -195,7 +206,7 @@ class Publisher(Generic[T]):
 
     def publish_many(
         self,
-        items: Iterable[T],
+        items: Iterable[T | Mapping[str, Any]],
         *,
         delay_s: int = 0,
         time_to_live_s: int | None = None,
@@ -205,7 +216,8 @@ class Publisher(Generic[T]):
 
         The delay and ``time_to_live_s`` apply to every message, as in ``publish``. If a put
         fails, the error is raised and the messages before it stay sent (and are announced:
-        listeners should not wait for the watchdog because a later put failed).
+        listeners should not wait for the watchdog because a later put failed). Each item is
+        checked as ``publish`` checks it, as it is read: an invalid one raises there.
         """
         timing = self._timing(delay_seconds(delay_s, delay), time_to_live_s)
         return self._traced(lambda: self._send_many(items, timing))
@@ -246,7 +258,8 @@ class Publisher(Generic[T]):
             return None, self.router.queue_for(item)
         return carried, self.router.queue_for_key(carried)
 
-    def _send_many(self, items: Iterable[T], timing: Timing) -> int:
+    def _send_many(self, given: Iterable[T | Mapping[str, Any]], timing: Timing) -> int:
+        items = (self.validated(item) for item in given)
         if not self.batch:
             sent = 0
             for item in items:

@@ -1,8 +1,8 @@
 """From a connection string to a storage backend, and a description of it that is safe to print.
 
-Accepted forms::
+Accepted forms (``open_storage`` needs one: the settings, not this module, decide that none
+means the embedded store at ``DEFAULT_CONNECTION_STRING``)::
 
-    (none or empty)                      SQLite at the default path (.cloudqueue/queues.db)
     sqlite:///relative/path.db           SQLite, relative to the working directory (three slashes)
     sqlite:////absolute/path.db          SQLite at an absolute path (four slashes)
     memory://                            in-memory, lost when the process exits
@@ -50,6 +50,7 @@ from cloudqueue.listener.stores.token_connection import (
 log = structlog.get_logger(__name__)
 
 __all__ = [
+    "DEFAULT_CONNECTION_STRING",
     "DEFAULT_PATH",
     "AzureTarget",
     "MemoryTarget",
@@ -64,6 +65,8 @@ __all__ = [
 ]
 
 DEFAULT_PATH = Path(".cloudqueue/queues.db")
+DEFAULT_CONNECTION_STRING = f"sqlite:///{DEFAULT_PATH}"
+"""The embedded store the settings name when they name none."""
 
 _SQLITE_PREFIX = "sqlite:///"
 _MEMORY = "memory://"
@@ -109,20 +112,26 @@ class AzureTarget:
 StorageTarget = SqliteTarget | MemoryTarget | AzureTarget
 
 
-def open_storage(
-    connection_string: str | None,
-    *,
-    default_path: Path = DEFAULT_PATH,
-    credential: str | None = None,
-) -> QueueStorage:
-    """The storage backend the connection string names; raises ConfigurationError if malformed.
+def open_storage(connection_string: str, *, credential: str | None = None) -> QueueStorage:
+    """The storage backend the connection string names; raises ConfigurationError if it is
+    malformed or missing.
 
-    ``credential`` (the ``credential`` setting) signs in to Azure with Microsoft Entra ID.
+    ``credential`` (the ``credential`` setting) signs in to Azure with Microsoft Entra ID. To
+    open the store the workers' settings name (environment, ``.env``, TOML file, credential),
+    use ``cloudqueue.workers.open_storage_from_settings()`` instead.
     """
+    if not (connection_string or "").strip():
+        # Once the default file, silently: a producer that meant "what the workers use" wrote
+        # to another store than workers configured by CLOUDQUEUE_CONNECTION_STRING.
+        raise ConfigurationError(
+            "open_storage needs a connection string (sqlite:///PATH, memory:// or Azure "
+            "Storage's): cloudqueue.workers.open_storage_from_settings() opens the one the "
+            "workers' settings name"
+        )
     token = token_target(connection_string, credential)
     if token is not None:
         return open_token_storage(token)
-    target = parse_connection_string(connection_string, default_path=default_path)
+    target = parse_connection_string(connection_string)
     if isinstance(target, MemoryTarget):
         from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 

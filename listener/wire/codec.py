@@ -17,6 +17,7 @@ import base64
 from typing import Generic, Literal, Protocol, TypeVar, cast
 
 import pydantic
+import pydantic_core
 import structlog
 
 from cloudqueue.listener.errors import ConfigurationError, DecodeError, LimitExceededError
@@ -80,6 +81,14 @@ class MessageCodec(Generic[T]):
     def ambiguous(self) -> bool:
         """True when ``auto`` must guess: a text or bytes item may itself look like base64."""
         return self.encoding == "auto" and self.item_type in (str, bytes)
+
+    def validated(self, item: object) -> T:
+        """``item`` as an item of this codec's type, checked before it is sent: a dict made
+        into the model, a value of another type refused with pydantic's ValidationError naming
+        the field. A model instance is taken as it is (``encode`` refuses one that is invalid)."""
+        if isinstance(self._adapter, pydantic.TypeAdapter):
+            return cast(T, self._adapter.validate_python(item))
+        return cast(T, item)  # a CloudEvent: its adapter checks it as it writes it
 
     def encode(self, item: T) -> str:
         payload = self._to_bytes(item)
@@ -190,7 +199,15 @@ class MessageCodec(Generic[T]):
             return item
         if isinstance(item, str):
             return item.encode("utf-8")
-        return self._adapter.dump_json(item)
+        if not isinstance(self._adapter, pydantic.TypeAdapter):
+            return self._adapter.dump_json(item)
+        try:
+            return self._adapter.dump_json(item, warnings="error")
+        except pydantic_core.PydanticSerializationError:
+            # A model built without validation (model_construct) or changed after: validating
+            # what it holds names the field, rather than sending what no worker can decode.
+            self._adapter.validate_python(self._adapter.dump_python(item, warnings=False))
+            raise
 
     def _type_name(self) -> str:
         return getattr(self.item_type, "__name__", str(self.item_type))

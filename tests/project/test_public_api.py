@@ -145,9 +145,11 @@ def test_the_public_surface_is_exactly_this() -> None:
         "RetryLater",
         "ScalingSettings",
         "WorkerHost",
+        "close_senders",
         "configure_logging",
         "load_settings",
         "load_worker",
+        "open_storage_from_settings",
     ]
 
 

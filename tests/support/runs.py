@@ -59,12 +59,15 @@ class Runs:
         self.folder = folder
         self.started: list[Run] = []
 
-    def start(self, env: dict[str, str], *args: str, delay_s: float = 0.0) -> Run:
-        """A new process of the recording worker, its handler waiting ``delay_s`` per item."""
+    def start(
+        self, env: dict[str, str], *args: str, delay_s: float = 0.0, worker: str = WORKER
+    ) -> Run:
+        """A new process of the recording worker (or ``worker``), its handler waiting
+        ``delay_s`` per item."""
         log_path = self.folder / f"run{len(self.started)}.log"
         with log_path.open("wb") as log_file:
             process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", WORKER, *args],
+                [sys.executable, "-m", "cloudqueue", "run", worker, *args],
                 env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
                 stdout=log_file,
                 stderr=subprocess.STDOUT,

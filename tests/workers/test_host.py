@@ -188,7 +188,7 @@ def test_the_payload_store_the_host_opened_is_closed_when_it_stops(
     """What the host opens from the settings it also closes (an Azure blob client holds sockets)."""
     opened = RecordingPayloadStore()
     monkeypatch.setattr(
-        "cloudqueue.workers.host.host.open_payload_store_if_available", lambda *_, **__: opened
+        "cloudqueue.workers.host.host.open_payload_store_from_settings", lambda *_, **__: opened
     )
     settings = SETTINGS.model_copy(
         update={"connection_string": SecretStr(f"sqlite:///{tmp_path / 'q.db'}")}

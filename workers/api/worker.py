@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
 
 from cloudqueue.listener.consumer.middleware import Middleware, make_middleware
@@ -108,6 +109,58 @@ class QueueWorker(Generic[T]):
             raise ConfigurationError(
                 f"{name!r}: retry must be a workers.Retry(...), got {cls.retry!r}"
             )
+
+    @classmethod
+    def send(
+        cls,
+        item: T | Mapping[str, Any],
+        *,
+        key: str | None = None,
+        delay_s: int = 0,
+        delay: timedelta | None = None,
+        time_to_live_s: int | None = None,
+        queue: str | None = None,
+    ) -> None:
+        """Put one item on this worker's queue, where ``cloudqueue run`` of this worker reads.
+
+        The item is checked first: a dict becomes the item type's model, and an invalid item
+        raises pydantic's ValidationError naming the field, with nothing opened or sent. The
+        store, partitions and trigger channel are the ones the worker's settings name (the
+        environment's ``CLOUDQUEUE_*``, ``.env``, the TOML file, this class's ``settings``),
+        read at the first send and kept for the process (``close_senders`` forgets them).
+        ``key``, ``delay_s`` (or ``delay``) and ``time_to_live_s`` are ``Publisher.publish``'s;
+        ``queue`` picks one of several ``queue_name``s.
+        """
+        from cloudqueue.workers.host import sending  # the host's machinery; api stays below it
+
+        sending.send(
+            cls,
+            item,
+            key=key,
+            delay_s=delay_s,
+            delay=delay,
+            time_to_live_s=time_to_live_s,
+            queue=queue,
+        )
+
+    @classmethod
+    def send_many(
+        cls,
+        items: Iterable[T | Mapping[str, Any]],
+        *,
+        delay_s: int = 0,
+        delay: timedelta | None = None,
+        time_to_live_s: int | None = None,
+        queue: str | None = None,
+    ) -> int:
+        """Put many items on this worker's queue, as ``send`` does, and return how many
+        messages that took. Every item is checked before the first is sent: one invalid item
+        raises and none is sent."""
+        from cloudqueue.workers.host import sending
+
+        return sending.send_many(
+            cls, items, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s, queue=queue
+        )
 
     def on_stop(self) -> None:
         """Called once after the listener has stopped and in-flight items have finished."""

@@ -22,10 +22,11 @@ import structlog
 
 from cloudqueue.listener.errors import CloudQueueError, ConfigurationError, StorageError
 from cloudqueue.listener.redaction import redact
-from cloudqueue.listener.stores.connection import describe_storage, open_storage, outlives_process
+from cloudqueue.listener.stores.connection import describe_storage, outlives_process
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
 from cloudqueue.workers.logging import configure_logging
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
+from cloudqueue.workers.settings.connections import open_storage_from_settings
 from cloudqueue.workers.settings.keys import closest, known_keys
 
 CONFIG_ERROR_EXIT = 2
@@ -151,7 +152,7 @@ def opened_storage(settings: CloudQueueSettings) -> Iterator[QueueStorage]:
             "when it exits: use sqlite:///PATH or an Azure Storage connection string"
         )
     try:
-        storage = open_storage(connection_string, credential=settings.credential)
+        storage = open_storage_from_settings(settings)
     except StorageError as error:
         where = describe_storage(connection_string, credential=settings.credential)
         raise BadInput(f"cannot open {where}: {error}") from None

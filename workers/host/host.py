@@ -20,11 +20,7 @@ from cloudqueue.listener.clock import SYSTEM_CLOCK
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.push.triggers import account_of
 from cloudqueue.listener.simulation.profile import ProfileRecorder
-from cloudqueue.listener.stores.connection import (
-    describe_storage,
-    open_payload_store_if_available,
-    open_storage,
-)
+from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.metered import MeteredPayloadStore, MeteredStorage, blob_counts
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
@@ -53,7 +49,12 @@ from cloudqueue.workers.host.partitioning import (
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.host.process_observability import ProcessObservability
+from cloudqueue.workers.host.sending import send_with
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
+from cloudqueue.workers.settings.connections import (
+    open_payload_store_from_settings,
+    open_storage_from_settings,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -75,6 +76,7 @@ class WorkerHost:
         key_ledger: KeyLedger | None = None,
     ) -> None:
         self.settings = settings
+        send_with(settings)  # a worker or job here that sends sends where this host reads
         # Jobs are checked (and their ledger opened) before any queue is touched.
         self.jobs = HostedJobs(jobs, settings, ledger=tick_ledger)
         # Every worker's settings are validated before storage is opened or a queue touched.
@@ -90,16 +92,11 @@ class WorkerHost:
         for worker_type in worker_types:
             check_key_methods(_name(worker_type), worker_type)
         # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
-        self.storage = MeteredStorage(
-            storage
-            or open_storage(settings.connection_string_value(), credential=settings.credential)
-        )
+        self.storage = MeteredStorage(storage or open_storage_from_settings(settings))
         # What the host opened it closes; what it was given belongs to the caller.
         self._owned_payload_store: PayloadStore | None = None
         if payload_store is None and storage is None:
-            payload_store = open_payload_store_if_available(
-                settings.connection_string_value(), credential=settings.credential
-            )
+            payload_store = open_payload_store_from_settings(settings)
             self._owned_payload_store = payload_store
         # Blob calls for large payloads are billed too: the live cost meter counts them.
         self.payloads = None if payload_store is None else MeteredPayloadStore(payload_store)

@@ -24,6 +24,7 @@ from cloudqueue.listener.stores.partitioned import Partition, PartitionedQueueSt
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
+from cloudqueue.workers.settings.connections import open_storage_from_settings
 
 log = structlog.get_logger(__name__)
 
@@ -252,7 +253,7 @@ def settle_layout(
 def check_layouts(settings: CloudQueueSettings, queues: Mapping[str, ListenerSettings]) -> None:
     """Check every worker's layout against the recorded one, recording nothing: ``run
     --processes N`` fails once here rather than in every child, restarted again and again."""
-    storage = open_storage(settings.connection_string_value(), credential=settings.credential)
+    storage = open_storage_from_settings(settings)
     try:
         with closing(LayoutViews(storage, settings)) as views:
             for queue, options in queues.items():

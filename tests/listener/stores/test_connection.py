@@ -34,17 +34,23 @@ def opened() -> Iterator[list[QueueStorage]]:
         storage.close()
 
 
-def test_no_connection_string_means_sqlite_at_the_default_path(
-    tmp_path: Path, opened: list[QueueStorage]
+def test_open_storage_refuses_to_guess_a_store_without_a_connection_string(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """None, empty and blank strings all open SQLite at ``default_path``."""
+    """None, empty and blank strings are refused, naming the settings-based opener, and no
+    file is made: once they silently opened the default file, whatever the workers used."""
+    monkeypatch.chdir(tmp_path)
+    for nothing in (None, "", "   "):
+        with pytest.raises(ConfigurationError, match="open_storage_from_settings"):
+            open_storage(nothing)  # type: ignore[arg-type]
+    assert not (tmp_path / DEFAULT_PATH).exists()
+
+
+def test_describing_no_connection_string_names_the_default_path(tmp_path: Path) -> None:
+    """What the settings mean by none: SQLite at ``default_path``."""
     default = tmp_path / "default" / "queues.db"
     for nothing in (None, "", "   "):
-        storage = open_storage(nothing, default_path=default)
-        opened.append(storage)
-        assert isinstance(storage, SqliteQueueStorage)
         assert describe_storage(nothing, default_path=default) == f"sqlite {default}"
-    assert default.exists()
     assert describe_storage(None) == f"sqlite {DEFAULT_PATH.resolve()}"
 
 

@@ -1,0 +1,247 @@
+"""``QueueWorker.send``: a worker's items put on its queue from any process, on the store, the
+partitions and the trigger channel a ``cloudqueue run`` of that worker would use.
+
+The process settings are read once, at the first send (``load_settings``: the environment's
+``CLOUDQUEUE_*``, ``.env``, the TOML file), as ``cloudqueue run`` reads them once at start; each
+worker class adds its own ``settings``. The store, its payload store, the further accounts of
+``partition_accounts`` and the trigger channel are opened once per process and shared by every
+worker class; each queue's partition layout is read as ``cloudqueue enqueue`` reads it (the
+recorded layout, else the worker's ``listener.partitions``) and read again every
+``LAYOUT_REFRESH_S``. In a ``cloudqueue run`` process the host's settings are used instead
+(``send_with``), ``--config`` and ``--set`` included. ``close_senders`` closes all that (at exit
+too); a forked child opens its own rather than share its parent's connections.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.producer.announce import WorkAnnouncer
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.triggers import TriggerChannel, account_of
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.listener.stores.layouts import QueueLayout
+from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import Encoding, MessageCodec
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.hosted_worker import open_trigger_channel
+from cloudqueue.workers.host.partitioning import command_layout, over_accounts
+from cloudqueue.workers.settings import CloudQueueSettings, load_settings
+from cloudqueue.workers.settings.connections import (
+    open_payload_store_from_settings,
+    open_storage_from_settings,
+)
+
+LAYOUT_REFRESH_S = 60.0
+"""How long a queue's layout is trusted before it is read again (one metadata read)."""
+
+
+def send(
+    worker_type: type[QueueWorker[Any]],
+    item: object,
+    *,
+    key: str | None,
+    delay_s: int,
+    delay: timedelta | None,
+    time_to_live_s: int | None,
+    queue: str | None,
+) -> None:
+    """Check ``item`` against the worker's item type, then put it on the worker's queue."""
+    checked = _codec(worker_type.item_type).validated(item)
+    _SENDERS.publisher(worker_type, queue).publish(
+        checked, key=key, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
+    )
+
+
+def send_many(
+    worker_type: type[QueueWorker[Any]],
+    items: Iterable[object],
+    *,
+    delay_s: int,
+    delay: timedelta | None,
+    time_to_live_s: int | None,
+    queue: str | None,
+) -> int:
+    """Check every item, then put them all; the number of messages that took."""
+    codec = _codec(worker_type.item_type)
+    checked = [codec.validated(item) for item in items]
+    return _SENDERS.publisher(worker_type, queue).publish_many(
+        checked, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
+    )
+
+
+def send_with(settings: CloudQueueSettings) -> None:
+    """Send with these settings rather than ``load_settings()``'s, unless sends have opened a
+    store already: a host's own, which ``--config`` and ``--set`` shaped."""
+    _SENDERS.adopt(settings)
+
+
+def close_senders() -> None:
+    """Close what ``send`` opened in this process and forget the settings it read: the next
+    send reads them again. Registered to run at exit."""
+    _SENDERS.close()
+
+
+def _codec(item_type: type[Any]) -> MessageCodec[Any]:
+    """A codec to check items with (before anything is opened); the encoding plays no part."""
+    codec = _CHECKING.get(item_type)
+    if codec is None:
+        codec = _CHECKING[item_type] = MessageCodec(item_type)
+    return codec
+
+
+_CHECKING: dict[type[Any], MessageCodec[Any]] = {}
+
+
+@dataclass
+class _Route:
+    """One worker queue's publisher, over the layout read at ``read_at`` (monotonic)."""
+
+    publisher: Publisher[Any]
+    layout: QueueLayout
+    read_at: float
+
+
+@dataclass
+class _Opened:
+    """What one process's sends share: its settings and the connections they name."""
+
+    settings: CloudQueueSettings
+    storage: QueueStorage
+    further: list[QueueStorage]
+    payloads: PayloadStore | None
+    channel: TriggerChannel | None
+    routes: dict[tuple[type[Any], str], _Route] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, settings: CloudQueueSettings) -> _Opened:
+        """All of it, or (when one cannot be opened) none: what was opened is closed again."""
+        opened = cls(settings, open_storage_from_settings(settings), [], None, None)
+        try:
+            opened.further = [
+                open_storage(account.get_secret_value(), credential=settings.credential)
+                for account in settings.partition_accounts
+            ]
+            opened.payloads = open_payload_store_from_settings(settings)
+            opened.channel = open_trigger_channel(settings)
+        except BaseException:
+            opened.close()
+            raise
+        return opened
+
+    def close(self) -> None:
+        for closable in (self.storage, *self.further, self.payloads, self.channel):
+            if closable is not None:
+                closable.close()
+
+
+class _Senders:
+    """This process's opened connections and publishers, built once under a lock."""
+
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._opened: _Opened | None = None
+        self._adopted: CloudQueueSettings | None = None
+        self._pid = os.getpid()
+
+    def publisher(self, worker_type: type[QueueWorker[Any]], queue: str | None) -> Publisher[Any]:
+        queue_name = _queue_of(worker_type, queue)
+        with self._lock:
+            opened = self._process_connections()
+            route = opened.routes.get((worker_type, queue_name))
+            now = self._clock.monotonic()
+            if route is None or now - route.read_at >= LAYOUT_REFRESH_S:
+                route = _route(opened, worker_type, queue_name, now, route)
+                opened.routes[(worker_type, queue_name)] = route
+            return route.publisher
+
+    def adopt(self, settings: CloudQueueSettings) -> None:
+        with self._lock:
+            self._adopted = settings
+
+    def close(self) -> None:
+        with self._lock:
+            opened, self._opened, self._adopted = self._opened, None, None
+            if opened is not None and self._pid == os.getpid():
+                opened.close()
+
+    def _process_connections(self) -> _Opened:
+        if self._pid != os.getpid():
+            # A forked child: the parent's connections are the parent's to use and close.
+            self._opened, self._pid = None, os.getpid()
+        if self._opened is None:
+            self._opened = _Opened.open(self._adopted or load_settings())
+        return self._opened
+
+
+def _route(
+    opened: _Opened,
+    worker_type: type[QueueWorker[Any]],
+    queue_name: str,
+    now: float,
+    previous: _Route | None,
+) -> _Route:
+    """The queue's publisher for its current layout: the previous one if that still holds."""
+    settings = opened.settings.for_worker(
+        worker_type.settings, source=f"settings of {worker_type.__qualname__}"
+    )
+    layout = command_layout(opened.storage, settings, queue_name, None)
+    if previous is not None and previous.layout == layout:
+        return _Route(previous.publisher, layout, now)
+    storage = opened.storage
+    if opened.further or not layout.plain:
+        storage = over_accounts([opened.storage, *opened.further], {queue_name: layout})
+    storage.create_queue(queue_name)  # as a worker or `cloudqueue enqueue` would
+    publisher: Publisher[Any] = Publisher(
+        storage,
+        queue_name,
+        worker_type.item_type,
+        codec=MessageCodec(worker_type.item_type, encoding=_writing(settings)),
+        payload_store=opened.payloads,
+        announcer=_announcer(opened),
+    )
+    return _Route(publisher, layout, now)
+
+
+def _writing(settings: CloudQueueSettings) -> Encoding:
+    """What the worker reads: plain text when it reads only that, else base64 (as Functions)."""
+    return "plain" if settings.listener.encoding == "plain" else "base64"
+
+
+def _announcer(opened: _Opened) -> WorkAnnouncer | None:
+    """Announces work on the trigger channel as the workers listen to it (triggers.*)."""
+    if opened.channel is None:
+        return None
+    account = account_of(opened.settings.connection_string_value())
+    return WorkAnnouncer(opened.channel, account=account, mode=opened.settings.triggers.publish)
+
+
+def _queue_of(worker_type: type[QueueWorker[Any]], queue: str | None) -> str:
+    """The queue to send to: the worker's one queue, or the one of its queues ``queue`` names."""
+    names = worker_type.location(visibility_timeout_s=30).queue_names  # the names checked only
+    if queue is None and len(names) == 1:
+        return names[0]
+    if queue in names:
+        return queue
+    name = worker_type.__qualname__
+    listed = ", ".join(names)
+    if queue is None:
+        raise ConfigurationError(f"{name} reads several queues ({listed}): send(..., queue=...)")
+    raise ConfigurationError(f"{name} does not read queue {queue!r}; it reads {listed}")
+
+
+_SENDERS = _Senders()
+atexit.register(close_senders)
+
+
+__all__ = ["LAYOUT_REFRESH_S", "close_senders", "send", "send_many", "send_with"]
