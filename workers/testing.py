@@ -42,6 +42,7 @@ from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.key_controls import key_middleware
+from cloudqueue.workers.host.lifecycle import call_plain_hook, run_hook, shut_down
 from cloudqueue.workers.recorders import BatchRecorder, Recorder
 from cloudqueue.workers.settings import CloudQueueSettings
 
@@ -124,6 +125,7 @@ def run_until_drained(
 def _drain_worker(
     worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float
 ) -> DrainResult[T]:
+    type(worker).check()  # refused as `cloudqueue run` refuses it, before anything runs
     # model_construct: defaults plus the worker's own settings, never the environment or a
     # config file, so a test behaves the same on every machine.
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
@@ -146,21 +148,27 @@ def _drain_worker(
         # pass and it would be handled twice).
         counted = lambda: listener.threads_alive + batcher.waiting  # noqa: E731
         quiet = lambda: listener.counters.in_flight <= batcher.open_messages  # noqa: E731
-    worker.on_start(listener)
     try:
-        _drain(
-            listener,
-            items,
-            threads,
-            recorder,
-            fail_fast=fail_fast,
-            timeout_s=timeout_s,
-            waiting_threads=counted,
-            quiet=quiet,
-        )
+        # As `cloudqueue run` does: startup on the handlers' loop (what it raises is raised
+        # here), and shutdown after on_stop on that same loop, its failure only logged.
+        run_hook(worker.startup, runner.loop)
+        call_plain_hook(worker.on_start, listener)
+        try:
+            _drain(
+                listener,
+                items,
+                threads,
+                recorder,
+                fail_fast=fail_fast,
+                timeout_s=timeout_s,
+                waiting_threads=counted,
+                quiet=quiet,
+            )
+        finally:
+            call_plain_hook(worker.on_stop)
+            shut_down(worker, runner.loop)
     finally:
         runner.close()
-        worker.on_stop()
     return DrainResult(recorder.handled, _poisoned(listener))
 
 
