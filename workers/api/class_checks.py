@@ -46,8 +46,15 @@ def check_takes(cls: type, target: str, name: str, what: str, shape: str) -> Non
         signature.bind(*[None] * (arguments + (0 if bound else 1)))
     except TypeError:
         raise ConfigurationError(
-            f"{target!r}: {name}{signature} must take {what}, as def {shape}"
+            f"{target!r}: {name}{_plain(signature)} must take {what}, as def {shape}"
         ) from None
+
+
+def _plain(signature: inspect.Signature) -> str:
+    """``(self, to, subject)``: the parameters as written, without their annotations."""
+    empty = inspect.Parameter.empty
+    parameters = [p.replace(annotation=empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=parameters, return_annotation=empty))
 
 
 def check_item_type(cls: type, target: str) -> None:
