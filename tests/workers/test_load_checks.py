@@ -27,7 +27,7 @@ class Sms(BaseModel):
     number: str
 
 
-class NoItemType(QueueWorker):  # type: ignore[type-arg] - the mistake under test
+class NoItemType(QueueWorker):  # type: ignore[type-arg]  # the mistake under test
     queue_name = "letters"
 
     def handle(self, item: Any) -> None:
@@ -134,7 +134,7 @@ class Union(QueueWorker[Email | Sms]):
         pass
 
 
-class PlainText(QueueWorker):  # type: ignore[type-arg] - the explicit spelling
+class PlainText(QueueWorker):  # type: ignore[type-arg]  # the explicit spelling
     queue_name = "letters"
     item_type = str
 
@@ -142,7 +142,7 @@ class PlainText(QueueWorker):  # type: ignore[type-arg] - the explicit spelling
         pass
 
 
-class Mixed(QueueWorker[Email], Middleware):
+class Mixed(QueueWorker[Email], Middleware):  # type: ignore[misc]
     """A worker that is also a middleware: its ``on_*`` methods are the middleware's hooks."""
 
     queue_name = "letters"
