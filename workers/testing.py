@@ -110,6 +110,8 @@ def run_until_drained(
     with a ``VirtualClock`` as both its clock and its sleeper (not started yet, observers
     subscribed). For a worker, the result is the items its ``handle`` returned from, in the order
     they finished; for a listener, every item its observers were given, retries included.
+    A worker class is checked as ``cloudqueue run`` checks it (``ConfigurationError``), and its
+    ``startup`` and ``shutdown`` run around the drain on its handlers' event loop.
 
     With ``fail_fast`` the first handler failure stops the run and is raised (a worker's own
     exception, or ``HandlerFailedError`` for a listener); without it, failing messages are
