@@ -8,6 +8,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from structlog.testing import capture_logs
@@ -19,7 +20,7 @@ from tests.support.polling import eventually
 FAILS_AT_STARTUP = [sys.executable, "-c", f"raise SystemExit({STARTUP_FAILED_EXIT_CODE})"]
 
 
-def started(logs: list[dict[str, Any]]) -> int:
+def started(logs: Sequence[Mapping[str, Any]]) -> int:
     return sum(1 for event in logs if event["event"] == "child_started")
 
 
