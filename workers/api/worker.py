@@ -51,7 +51,8 @@ class QueueWorker(Generic[T]):
     process-wide settings for this worker only (any listener, backoff or scaling field);
     ``middleware`` wraps the handling of each message (``cloudqueue.listener.Middleware``);
     ``retry`` shapes its retries (``Retry``). A worker may define ``handle_batch`` instead of
-    ``handle``.
+    ``handle``, and ``startup`` / ``shutdown`` (plain or ``async def``) to open and close what its
+    handlers share, once per process. The class is checked at load (``check``).
     ``key`` and ``concurrency_key``, when defined, give the keys that idempotent handling,
     cancelling and the per-key limit use (see each).
     """
