@@ -90,6 +90,16 @@ class AsyncOnStop(QueueWorker[Email]):
         pass
 
 
+class OnStartWithoutListener(QueueWorker[Email]):
+    queue_name = "letters"
+
+    def handle(self, item: Email) -> None:
+        pass
+
+    def on_start(self) -> None:  # type: ignore[override]
+        pass
+
+
 MISTAKES = {
     NoItemType: "'NoItemType' has no item type: declare it as class NoItemType(QueueWorker[Item])",
     CeleryStyle: "'CeleryStyle': handle(self, to, subject) must take one item",
@@ -100,6 +110,8 @@ MISTAKES = {
     BatchOfNothing: "'BatchOfNothing': handle_batch(self) must take one list of items",
     CeleryHook: "'CeleryHook' defines on_failure, which is never called; the hooks are on_start",
     AsyncOnStop: "'AsyncOnStop': on_stop is called as a plain function, not awaited",
+    OnStartWithoutListener: "'OnStartWithoutListener': on_start(self) must take the listener, "
+    "as def on_start(self, listener)",
 }
 
 

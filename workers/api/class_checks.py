@@ -22,6 +22,10 @@ LIFECYCLE_HOOKS = ("startup", "shutdown")
 NOTHING = "no argument"
 PLAIN_HOOKS = {"on_start": "startup", "on_stop": "shutdown"}
 """Hooks called as plain functions, each with the lifecycle hook to use for async work."""
+PLAIN_HOOK_SHAPES = {
+    "on_start": ("the listener", "on_start(self, listener)"),
+    "on_stop": (NOTHING, "on_stop(self)"),
+}
 
 
 def defines(cls: type, base: type, name: str) -> bool:
@@ -76,11 +80,15 @@ def check_hooks(cls: type, base: type, target: str) -> None:
     """Refuse a hook that would never be called, or whose coroutine would never be awaited:
     an ``async def`` plain hook, an ``on_*`` or ``*_async`` method the base does not have."""
     for name, instead in PLAIN_HOOKS.items():
-        if hasattr(base, name) and inspect.iscoroutinefunction(getattr(cls, name)):
+        if not hasattr(base, name):
+            continue
+        if inspect.iscoroutinefunction(getattr(cls, name)):
             raise ConfigurationError(
                 f"{target!r}: {name} is called as a plain function, not awaited: make it a "
                 f"def, or put the async work in async def {instead}(self)"
             )
+        what, shape = PLAIN_HOOK_SHAPES[name]
+        check_takes(cls, target, name, what, shape)
     for name in LIFECYCLE_HOOKS:
         check_takes(cls, target, name, NOTHING, f"{name}(self)")
     known = sorted(n for n in vars(base) if n.startswith("on_") or n in LIFECYCLE_HOOKS)
