@@ -51,6 +51,7 @@ from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.key_controls import key_middleware
+from cloudqueue.workers.host.lifecycle import call_plain_hook, run_hook, shut_down
 from cloudqueue.workers.recorders import BatchRecorder, Recorder
 from cloudqueue.workers.settings import CloudQueueSettings
 
@@ -127,6 +128,8 @@ def run_until_drained(
     with a ``VirtualClock`` as both its clock and its sleeper (not started yet, observers
     subscribed). For a worker, the result is the items its ``handle`` returned from, in the order
     they finished; for a listener, every item its observers were given, retries included.
+    A worker class is checked as ``cloudqueue run`` checks it (``ConfigurationError``), and its
+    ``startup`` and ``shutdown`` run around the drain on its handlers' event loop.
 
     A worker runs with its own ``listener.threads`` and ``listener.concurrency``: its handler
     calls overlap as in production (coroutines on a virtual-time event loop; time moves only
@@ -149,6 +152,7 @@ def run_until_drained(
 def _drain_worker(
     worker: QueueWorker[T], items: Iterable[T], *, fail_fast: bool, timeout_s: float, serial: bool
 ) -> DrainResult[T]:
+    type(worker).check()  # refused as `cloudqueue run` refuses it, before anything runs
     # model_construct: defaults plus the worker's own settings, never the environment or a
     # config file, so a test behaves the same on every machine.
     settings = CloudQueueSettings.model_construct().for_worker(worker.settings)
@@ -173,21 +177,27 @@ def _drain_worker(
     if batcher is not None:
         recorder = batches
     waiting, quiet = _when_time_may_move(listener, runner, batcher, concurrent=concurrent)
-    worker.on_start(listener)
     try:
-        virtual_s = _drain(
-            listener,
-            items,
-            1 if serial else settings.listener.threads,
-            recorder,
-            fail_fast=fail_fast,
-            timeout_s=timeout_s,
-            waiting_threads=waiting,
-            quiet=quiet,
-        )
+        # As `cloudqueue run` does: startup on the handlers' loop (what it raises is raised
+        # here), and shutdown after on_stop on that same loop, its failure only logged.
+        run_hook(worker.startup, runner.loop)
+        call_plain_hook(worker.on_start, listener)
+        try:
+            virtual_s = _drain(
+                listener,
+                items,
+                1 if serial else settings.listener.threads,
+                recorder,
+                fail_fast=fail_fast,
+                timeout_s=timeout_s,
+                waiting_threads=waiting,
+                quiet=quiet,
+            )
+        finally:
+            call_plain_hook(worker.on_stop)
+            shut_down(worker, runner.loop)
     finally:
         runner.close()
-        worker.on_stop()
     return DrainResult(recorder.handled, _poisoned(listener), virtual_s=virtual_s)
 
 

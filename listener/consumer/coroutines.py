@@ -51,6 +51,14 @@ class LoopThread:
     def started(self) -> bool:
         return self._loop is not None
 
+    def cancel_pending(self) -> None:
+        """Cancel what is still awaiting (a stop that ran out of grace), keeping the loop: a
+        worker's async ``shutdown`` then runs on it with no handler left using what it closes."""
+        with self._lock:
+            loop = self._loop
+        if loop is not None:
+            asyncio.run_coroutine_threadsafe(_cancel_all(), loop).result()
+
     def close(self) -> None:
         """Cancel what is still awaiting, stop the loop and join its thread."""
         with self._lock:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.support.cli import ok
 from tests.support.written_lines import log_events
 
 WORKER = "tests.support.workers:RecordingWorker"
@@ -36,6 +38,17 @@ def backend_environment(request: Any, tmp_path: Path) -> dict[str, str]:
     else:
         connection_string = request.getfixturevalue("azurite_connection_string")
     return run_environment(connection_string, tmp_path)
+
+
+def enqueue_numbered(env: dict[str, str], count: int) -> None:
+    """Put ``{"n": 0}`` ... ``{"n": count - 1}`` on the environment's queue with the CLI."""
+    items = "\n".join(json.dumps({"n": n}) for n in range(count))
+    ok("enqueue", env["TEST_QUEUE"], env=env, stdin=items)
+
+
+def queue_depth(env: dict[str, str]) -> int:
+    """The environment's queue depth, as `cloudqueue status --json` reports it."""
+    return int(json.loads(ok("status", env["TEST_QUEUE"], "--json", env=env))["depth"])
 
 
 @dataclass

@@ -13,6 +13,7 @@ from pathlib import Path
 import pydantic
 import pytest
 
+from cloudqueue import QueueWorker
 from cloudqueue.listener import ConfigurationError, Publisher, QueueStorage
 from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
 from cloudqueue.workers import (
@@ -225,3 +226,16 @@ def test_a_worker_of_several_queues_is_told_which(env: dict[str, str]) -> None:
         assert storage.approximate_message_count("emails-urgent") == 1
     finally:
         storage.close()
+
+
+def test_a_worker_without_an_item_type_is_refused_before_anything_is_sent() -> None:
+    """``send`` on a class that ``cloudqueue run`` would refuse says so, as one clear error."""
+
+    class Untyped(QueueWorker):  # type: ignore[type-arg]
+        queue_name = "untyped"
+
+        def handle(self, item: object) -> None:
+            pass
+
+    with pytest.raises(ConfigurationError, match="has no item type"):
+        Untyped.send("anything")

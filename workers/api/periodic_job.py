@@ -24,6 +24,7 @@ from typing import Any, ClassVar, Literal
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.imports import import_object
+from cloudqueue.workers.api.class_checks import check_hooks, check_takes
 from cloudqueue.workers.api.job_schedules import CronSchedule, EverySchedule, Schedule
 from cloudqueue.workers.api.worker import QueueWorker, load_worker
 
@@ -56,8 +57,17 @@ class PeriodicJob:
         """Do the job's work for ``tick``; an exception is logged and counted, not retried."""
         raise NotImplementedError(f"{type(self).__name__} must implement run(self, tick)")
 
+    def startup(self) -> Awaitable[None] | None:
+        """Open what the runs share, once, before the first tick; may be an ``async def``, run
+        on the loop ``async def run`` runs on. Raising stops the process (exit code 4)."""
+
+    def shutdown(self) -> Awaitable[None] | None:
+        """Close what ``startup`` opened, after the last run (and ``on_stop``); an exception is
+        logged, not raised."""
+
     def on_stop(self) -> None:
-        """Called once after the last run has finished (or the grace period ran out)."""
+        """Called once after the last run has finished (or the grace period ran out), before
+        ``shutdown``; a plain ``def``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +87,11 @@ class JobSpec:
 
 
 def job_spec(job_type: type[PeriodicJob]) -> JobSpec:
-    """The job's spec; ConfigurationError with one clear line for any bad class attribute."""
+    """The job's spec; ConfigurationError with one clear line for any bad class attribute, a
+    ``run`` that cannot take a tick, or a hook never called (``class_checks.check_hooks``)."""
     name = job_name(job_type)
+    check_takes(job_type, name, "run", "one tick", "run(self, tick)")
+    check_hooks(job_type, PeriodicJob, name)
     every_s, cron = job_type.every_s, job_type.cron
     if (every_s is None) == (cron is None):
         raise ConfigurationError(

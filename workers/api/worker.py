@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import inspect
 import typing
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar, cast
+from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from cloudqueue.listener.consumer.middleware import Middleware, make_middleware
 from cloudqueue.listener.errors import ConfigurationError
@@ -14,6 +13,14 @@ from cloudqueue.listener.imports import import_object
 from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.policies.retry import Retry
+from cloudqueue.workers.api.class_checks import (
+    check_hooks,
+    check_item_type,
+    check_takes,
+    defines,
+    item_type_argument,
+)
+from cloudqueue.workers.settings.model import check_worker_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
@@ -45,13 +52,15 @@ class QueueWorker(Generic[T]):
     process-wide settings for this worker only (any listener, backoff or scaling field);
     ``middleware`` wraps the handling of each message (``cloudqueue.listener.Middleware``);
     ``retry`` shapes its retries (``Retry``). A worker may define ``handle_batch`` instead of
-    ``handle``.
+    ``handle``, and ``startup`` / ``shutdown`` (plain or ``async def``) to open and close what its
+    handlers share, once per process. The class is checked at load (``check``).
     ``key`` and ``concurrency_key``, when defined, give the keys that idempotent handling,
     cancelling and the per-key limit use (see each).
     """
 
     queue_name: ClassVar[str | tuple[str, ...]]
-    item_type: ClassVar[type[Any]] = str
+    item_type: ClassVar[Any]
+    """From ``QueueWorker[Item]``, or set in the class; a worker without one is refused."""
     settings: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     middleware: ClassVar[Sequence[Middleware | Callable[[], Middleware]]] = ()
     """Middleware around each of this worker's messages, outermost first: instances, or classes
@@ -68,8 +77,18 @@ class QueueWorker(Generic[T]):
             if inferred is not None:
                 cls.item_type = inferred
 
+    def startup(self) -> Awaitable[None] | None:
+        """Open what the handler shares (a client session, a pool) once, before the first
+        message; may be an ``async def``, run on the event loop the async handlers run on.
+        Raising stops the process before it takes a message (exit code 4)."""
+
+    def shutdown(self) -> Awaitable[None] | None:
+        """Close what ``startup`` opened, after the drain (SIGTERM and Ctrl-C too), on the same
+        loop; an exception is logged, not raised. Runs only when ``startup`` returned."""
+
     def on_start(self, listener: CloudQueueListener[T]) -> None:
-        """Called once before the first dequeue thread starts; subscribe extra observers here."""
+        """Called once before the first dequeue thread starts, after ``startup``; subscribe extra
+        observers here. A plain ``def``: async set-up belongs in ``startup``."""
 
     def handle(self, item: T) -> Awaitable[None] | None:
         """Handle one item; return to have it deleted, raise to have it retried.
@@ -97,14 +116,24 @@ class QueueWorker(Generic[T]):
 
     @classmethod
     def check(cls, name: str | None = None) -> None:
-        """Refuse at start what would fail on every message: no handler, or both; a ``retry``
-        that is no ``Retry``. ConfigurationError names the worker."""
+        """Refuse at start what would fail on every message or be silently ignored: no handler,
+        or both, or one that cannot take one item (one list); no item type; a ``retry`` that is
+        no ``Retry``; a misspelt ``settings`` name; a hook never called (``class_checks``).
+        ConfigurationError names the worker."""
         name = name or cls.__qualname__
         has_handle = cls.handle is not QueueWorker.handle
         if has_handle == cls.batches():
             which = "defines both handle and handle_batch" if has_handle else "does not define"
             detail = "" if has_handle else " handle(self, item) or handle_batch(self, items)"
             raise ConfigurationError(f"{name!r} {which}{detail}")
+        if has_handle:
+            check_takes(cls, name, "handle", "one item", "handle(self, item)")
+        else:
+            check_takes(cls, name, "handle_batch", "one list of items", "handle_batch(self, items)")
+        check_item_type(cls, name)
+        check_worker_overrides(cls.settings, f"settings of {name}")
+        check_hooks(cls, QueueWorker, name)
+        check_key_methods(name, cls)
         if cls.retry is not None and not isinstance(cls.retry, Retry):
             raise ConfigurationError(
                 f"{name!r}: retry must be a workers.Retry(...), got {cls.retry!r}"
@@ -163,7 +192,8 @@ class QueueWorker(Generic[T]):
         )
 
     def on_stop(self) -> None:
-        """Called once after the listener has stopped and in-flight items have finished."""
+        """Called once after the listener has stopped and in-flight items have finished, before
+        ``shutdown``."""
 
     def key(self, item: T) -> str | None:
         """The key of an item whose message carries none (``Publisher(key=...)``, ``enqueue
@@ -206,7 +236,7 @@ class QueueWorker(Generic[T]):
 
 
 def _defines(cls: type[QueueWorker[Any]], name: str) -> bool:
-    return getattr(cls, name) is not getattr(QueueWorker, name)
+    return defines(cls, QueueWorker, name)
 
 
 def check_key_methods(target: str, worker: type[QueueWorker[Any]]) -> None:
@@ -214,23 +244,17 @@ def check_key_methods(target: str, worker: type[QueueWorker[Any]]) -> None:
     for name in ("key", "concurrency_key"):
         if not _defines(worker, name):
             continue
-        method = getattr(worker, name)
-        try:
-            inspect.signature(method).bind(None, None)
-        except (TypeError, ValueError):
-            raise ConfigurationError(
-                f"{target!r}: {name} must be a method taking one item, def {name}(self, item)"
-            ) from None
+        check_takes(worker, target, name, "one item", f"{name}(self, item)")
 
 
-def _item_type_from_bases(cls: type) -> type[Any] | None:
+def _item_type_from_bases(cls: type) -> Any:
     for base in getattr(cls, "__orig_bases__", ()):
         origin = typing.get_origin(base)
         if isinstance(origin, type) and issubclass(origin, QueueWorker):
             (argument,) = typing.get_args(base)
-            # A class (Invoice, str) or a parametrized generic (dict[str, int]) pydantic validates.
-            if isinstance(argument, type) or isinstance(typing.get_origin(argument), type):
-                return cast(type[Any], argument)
+            # Anything pydantic validates: a class (Invoice, str), a parametrized generic
+            # (dict[str, int]), a union of models; a type variable leaves it to a subclass.
+            return item_type_argument(argument)
     return None
 
 
@@ -241,5 +265,4 @@ def load_worker(target: str) -> type[QueueWorker[Any]]:
         raise ConfigurationError(f"{target!r} is not a QueueWorker subclass")
     # Refused at start, not on the first message (which would fail and be retried forever).
     worker.check(target)
-    check_key_methods(target, worker)
     return worker

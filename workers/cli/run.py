@@ -136,7 +136,9 @@ def run(
     if reload:
         # The children run without --reload (and may show their status line); this one watches.
         command = _child_command(targets, assignments, progress=progress, processes=processes)
-        supervisor = Supervisor(command, 1, grace_s=settings.shutdown_grace_s)
+        supervisor = Supervisor(
+            command, 1, grace_s=settings.shutdown_grace_s, wait_for_restart=True
+        )
         sys.exit(run_reloading(supervisor, watched_folders(t.__module__ for t in loaded.values())))
     try:
         if processes > 1:

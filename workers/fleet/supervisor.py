@@ -5,6 +5,9 @@ starts N children running the same workers, restarts a child that dies (with a r
 exponential back-off, so a child that crashes at start-up cannot spin; at once when it asked to be
 recycled, ``RECYCLE_EXIT_CODE``), and forwards SIGTERM and
 SIGINT: the first drains every child, a second makes them exit at once. It touches no queue.
+A child whose worker's ``startup`` raised (``STARTUP_FAILED_EXIT_CODE``) is not restarted: it
+would fail the same way, so the supervisor drains the others and exits with that code, for the
+orchestrator to see (and back off on) -- except under ``--reload``, where it waits for the fix.
 ``restart`` (asked by ``cloudqueue run --reload`` when the source changes) drains every child and
 starts it again, from the main loop, so a restart is never mistaken for a crash.
 """
@@ -25,7 +28,11 @@ import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.policies.backoff import randomized_exponential_backoff
-from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
+from cloudqueue.workers.host.child_slot import (
+    CHILD_SLOT_VARIABLE,
+    RECYCLE_EXIT_CODE,
+    STARTUP_FAILED_EXIT_CODE,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -67,6 +74,7 @@ class Supervisor:
         rng: random.Random | None = None,
         child_env: Mapping[str, str] | None = None,
         observer: ChildObserver | None = None,
+        wait_for_restart: bool = False,
     ) -> None:
         if processes < 1:
             raise ValueError("processes must be at least 1")
@@ -77,6 +85,9 @@ class Supervisor:
         self.children = [Child(slot) for slot in range(processes)]
         self.child_env = dict(child_env or {})
         self.observer = observer
+        self.wait_for_restart = wait_for_restart
+        """On a failed startup, keep the child stopped until ``restart`` (``--reload``)."""
+        self.startup_failed = False
         self._shutdown = threading.Event()
         self._restart = threading.Event()
         self._signals = 0
@@ -99,6 +110,8 @@ class Supervisor:
                 self._tend(child)
         codes = self._drain()
         log.info("supervisor_stopped", exit_codes=codes)
+        if self.startup_failed:
+            return STARTUP_FAILED_EXIT_CODE
         return 0 if all(code == 0 for code in codes) else 1
 
     def _restart_all(self) -> None:
@@ -146,6 +159,9 @@ class Supervisor:
             child.crashes = 0
             self._start(child)
             return
+        if child.process.returncode == STARTUP_FAILED_EXIT_CODE:
+            self._startup_failed(child)
+            return
         lived = now - child.started_at
         child.crashes = 1 if lived >= STABLE_AFTER_S else child.crashes + 1
         delay = randomized_exponential_backoff(
@@ -160,6 +176,20 @@ class Supervisor:
             lived_s=round(lived, 1),
             restart_in_s=round(delay, 2),
         )
+
+    def _startup_failed(self, child: Child) -> None:
+        """Not restarted: the fleet stops (or, waiting for a restart, this child stays down)."""
+        child.restart_at = float("inf")  # tended no more; `restart` starts it afresh
+        log.error(
+            "child_startup_failed",
+            slot=child.slot,
+            pid=None if child.process is None else child.process.pid,
+            restarting="on the next source change" if self.wait_for_restart else "no",
+        )
+        if not self.wait_for_restart:
+            self.startup_failed = True
+            self._forward(signal.SIGTERM)
+            self._shutdown.set()
 
     def _drain(self) -> list[int]:
         """Wait for the children to finish their in-flight work; their exit codes."""

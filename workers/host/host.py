@@ -28,8 +28,12 @@ from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.tick_ledger import TickLedger
 from cloudqueue.workers.api.periodic_job import PeriodicJob
-from cloudqueue.workers.api.worker import QueueWorker, check_key_methods
-from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.child_slot import (
+    CHILD_SLOT_VARIABLE,
+    RECYCLE_EXIT_CODE,
+    STARTUP_FAILED_EXIT_CODE,
+)
 from cloudqueue.workers.host.cost_meter import CostMeter
 from cloudqueue.workers.host.depth_refresh import DepthTicker
 from cloudqueue.workers.host.host_keys import HostKeyLedger
@@ -40,6 +44,7 @@ from cloudqueue.workers.host.hosted_worker import (
     open_trigger_channel,
     wake_on_triggers,
 )
+from cloudqueue.workers.host.lifecycle import StartupFailedError, call_plain_hook
 from cloudqueue.workers.host.live_state import LiveStatePublisher
 from cloudqueue.workers.host.partitioning import (
     layout_of,
@@ -90,7 +95,7 @@ class WorkerHost:
             for worker_type in worker_types
         ]
         for worker_type in worker_types:
-            check_key_methods(_name(worker_type), worker_type)
+            worker_type.check(_name(worker_type))
         # Counted so that `cloudqueue status --watch` can show what the process costs per hour.
         self.storage = MeteredStorage(storage or open_storage_from_settings(settings))
         # What the host opened it closes; what it was given belongs to the caller.
@@ -153,10 +158,14 @@ class WorkerHost:
         return [hosted.listener for hosted in self.hosted]
 
     def start(self) -> None:
-        """Call every worker's on_start, then start its dequeue threads."""
+        """Run every worker's and job's ``startup`` (``StartupFailedError`` when one raises:
+        nothing started, call ``stop``), then each worker's on_start and its dequeue threads."""
+        for hosted in self.hosted:
+            hosted.start_up()
+        self.jobs.start_up()
         account = account_of(self.settings.connection_string_value())
         for hosted in self.hosted:
-            hosted.worker.on_start(hosted.listener)
+            call_plain_hook(hosted.worker.on_start, hosted.listener)
             if self.triggers is not None:
                 hosted.push = wake_on_triggers(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
@@ -246,7 +255,12 @@ class WorkerHost:
         log.info("store_opened", storage=where)
         if self.observability is not None:
             self.observability.start()  # /readyz answers "starting" while workers start
-        self.start()
+        try:
+            self.start()
+        except StartupFailedError:
+            self.stop()  # the hooks that did start are shut down; no message was taken
+            live.remove()
+            return STARTUP_FAILED_EXIT_CODE
         meter = CostMeter(
             self.storage,
             self.blobs,

@@ -47,6 +47,11 @@ class HostedJobs:
     def names(self) -> list[str]:
         return [scheduler.spec.name for scheduler in self.schedulers]
 
+    def start_up(self) -> None:
+        """Every job's ``startup``; ``StartupFailedError`` (logged) when one raises."""
+        for scheduler in self.schedulers:
+            scheduler.start_up()
+
     def start(self) -> None:
         for scheduler in self.schedulers:
             scheduler.start()

@@ -25,6 +25,7 @@ from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.key_controls import key_middleware
+from cloudqueue.workers.host.lifecycle import call_plain_hook, shut_down, start_up
 from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.host.rate_limits import open_rate_limiter
 from cloudqueue.workers.host.recording import Recording
@@ -46,6 +47,20 @@ class HostedWorker:
     push: list[TriggerWaker | Watchdog] = field(default_factory=list)
     batcher: Batcher[Any] | None = None
     """Gathers a batch worker's items into ``handle_batch`` calls."""
+    started_up: bool = False
+    """Its ``startup`` returned: ``shutdown`` is due at the end."""
+
+    @property
+    def name(self) -> str:
+        """``module:Class``, as the command line names the worker."""
+        worker_type = type(self.worker)
+        return f"{worker_type.__module__}:{worker_type.__qualname__}"
+
+    def start_up(self) -> None:
+        """Run the worker's ``startup`` on its handlers' event loop; ``StartupFailedError``
+        (logged in one line) when it raises."""
+        start_up(self.worker, self.runner.loop, worker=self.name)
+        self.started_up = True
 
 
 def host_worker(
@@ -140,12 +155,16 @@ def wake_on_triggers(
 
 
 def finish(hosted: HostedWorker) -> None:
-    """Close the worker's event loops and call its on_stop (its errors are logged, not raised)."""
-    hosted.runner.close()
+    """After the drain: cancel the coroutines that outlived it, call the worker's ``on_stop``,
+    then its ``shutdown`` on the same loop, and close the loop (hook errors logged, not raised)."""
+    hosted.runner.loop.cancel_pending()
     try:
-        hosted.worker.on_stop()
+        call_plain_hook(hosted.worker.on_stop)
     except Exception:
         log.exception("worker_on_stop_failed", queue=hosted.listener.queue_name)
+    if hosted.started_up:
+        shut_down(hosted.worker, hosted.runner.loop, worker=hosted.name)
+    hosted.runner.close()
 
 
 __all__ = ["HostedWorker", "finish", "host_worker", "open_trigger_channel", "wake_on_triggers"]

@@ -30,6 +30,7 @@ from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.tick_ledger import JobRecord, TickLedger
 from cloudqueue.workers.api.periodic_job import JobSpec, PeriodicJob
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
+from cloudqueue.workers.host.lifecycle import call_plain_hook, shut_down, start_up
 
 log = structlog.get_logger(__name__)
 
@@ -88,6 +89,7 @@ class JobScheduler:
         self.last_fired_here: datetime | None = None
         self._is_async = inspect.iscoroutinefunction(type(job).run)
         self._runner = AsyncHandlerRunner(self._call)
+        self._started_up = False
         self._run: _Run | None = None
         self._handover: _Handover | None = None
         self._lock = threading.Lock()
@@ -105,6 +107,12 @@ class JobScheduler:
         """Whether stop was requested: no further tick fires."""
         return self._stop.is_set()
 
+    def start_up(self) -> None:
+        """Run the job's ``startup`` on the loop its async runs use (``StartupFailedError``,
+        logged, when it raises)."""
+        start_up(self.job, self._runner.loop, job=self.spec.name)
+        self._started_up = True
+
     def start(self) -> None:
         self._thread.start()
 
@@ -115,17 +123,21 @@ class JobScheduler:
     def stop(self, timeout_s: float) -> bool:
         """Stop firing, wait for the run in progress up to ``timeout_s``; True if it finished.
 
-        An ``async`` run still going is cancelled; then ``on_stop`` is called."""
+        An ``async`` run still going is cancelled; then ``on_stop`` and ``shutdown`` are called
+        (their errors logged, not raised)."""
         self.request_stop()
         deadline = self.clock.monotonic() + timeout_s
         if self._thread.is_alive():
             self._thread.join(max(0.0, deadline - self.clock.monotonic()))
         finished = self.wait_for_run(max(0.0, deadline - self.clock.monotonic()))
-        self._runner.close()
+        self._runner.loop.cancel_pending()
         try:
-            self.job.on_stop()
+            call_plain_hook(self.job.on_stop)
         except Exception:
             log.exception("job_on_stop_failed", job=self.spec.name)
+        if self._started_up:
+            shut_down(self.job, self._runner.loop, job=self.spec.name)
+        self._runner.close()
         return finished
 
     def wait_for_run(self, timeout_s: float) -> bool:

@@ -32,6 +32,7 @@ from cloudqueue.listener.stores.layouts import QueueLayout
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Encoding, MessageCodec
+from cloudqueue.workers.api.class_checks import check_item_type
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.hosted_worker import open_trigger_channel
 from cloudqueue.workers.host.partitioning import command_layout, over_accounts
@@ -56,7 +57,7 @@ def send(
     queue: str | None,
 ) -> None:
     """Check ``item`` against the worker's item type, then put it on the worker's queue."""
-    checked = _codec(worker_type.item_type).validated(item)
+    checked = _codec(_item_type(worker_type)).validated(item)
     _SENDERS.publisher(worker_type, queue).publish(
         checked, key=key, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
     )
@@ -72,7 +73,7 @@ def send_many(
     queue: str | None,
 ) -> int:
     """Check every item, then put them all; the number of messages that took."""
-    codec = _codec(worker_type.item_type)
+    codec = _codec(_item_type(worker_type))
     checked = [codec.validated(item) for item in items]
     return _SENDERS.publisher(worker_type, queue).publish_many(
         checked, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
@@ -89,6 +90,13 @@ def close_senders() -> None:
     """Close what ``send`` opened in this process and forget the settings it read: the next
     send reads them again. Registered to run at exit."""
     _SENDERS.close()
+
+
+def _item_type(worker_type: type[QueueWorker[Any]]) -> type[Any]:
+    """The worker's item type; a worker without one is refused as ``cloudqueue run`` refuses it."""
+    check_item_type(worker_type, worker_type.__qualname__)
+    item_type: type[Any] = worker_type.item_type
+    return item_type
 
 
 def _codec(item_type: type[Any]) -> MessageCodec[Any]:

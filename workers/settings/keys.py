@@ -14,7 +14,7 @@ for us: one that names no setting (``CLOUDQUEUE_SCALNG__MAX_THREADS``,
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from typing import Any, TypeGuard
 
 from pydantic import BaseModel
@@ -51,11 +51,13 @@ def check_keys(
     source: str | Callable[[str], str],
     *,
     prefix: str = "",
+    sections: Collection[str] | None = None,
 ) -> None:
     """Raise ConfigurationError for the first key in nested ``values`` that ``model`` lacks.
 
     ``source`` names where the values came from, or derives that name from the dotted key (the
-    environment names one variable per key).
+    environment names one variable per key). ``sections``, when given, are the only ones the
+    closest valid name is looked for in (a worker's ``settings`` may set only some).
     """
     for name, value in values.items():
         key = f"{prefix}{name}"
@@ -63,7 +65,10 @@ def check_keys(
         if field is None:
             key = _first_leaf(key, value)  # [scalling] max_threads: name the whole key
             label = source(key) if callable(source) else source
-            raise ConfigurationError(unknown_key_message(key, label, _all_keys(model, prefix)))
+            candidates = _all_keys(model, prefix)
+            if sections is not None:
+                candidates = [c for c in candidates if c.partition(".")[0] in sections]
+            raise ConfigurationError(unknown_key_message(key, label, candidates))
         annotation = field.annotation
         if _is_section(annotation) and isinstance(value, Mapping):
             check_keys(annotation, value, source, prefix=f"{key}.")

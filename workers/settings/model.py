@@ -179,20 +179,7 @@ class CloudQueueSettings(BaseSettings):
         ``min_threads = 0`` without triggers). ``source`` names the worker in errors.
         Raises ConfigurationError (unknown section or key) or pydantic's ValidationError.
         """
-        if not isinstance(overrides, Mapping):
-            raise ConfigurationError(f"{source} must map sections to settings, e.g. {_EXAMPLE}")
-        for section, values in overrides.items():
-            if section not in (*WORKER_SECTIONS, *KEY_SECTIONS):
-                raise ConfigurationError(
-                    f"{source} may override {', '.join((*WORKER_SECTIONS, *KEY_SECTIONS))}, "
-                    f"not {section!r}"
-                )
-            if not isinstance(values, Mapping):
-                raise ConfigurationError(
-                    f"{source}: {section!r} must map setting names to values, e.g. "
-                    f'{{"{section}": {{...}}}}'
-                )
-        check_keys(CloudQueueSettings, overrides, source)
+        check_worker_overrides(overrides, source)
         merged = self.model_dump()
         for section, values in overrides.items():
             merged[section] = {**merged[section], **values}
@@ -223,6 +210,26 @@ class CloudQueueSettings(BaseSettings):
             cpu_saturation_cores=scaling.cpu_saturation_cores,
             max_messages_per_s=self.rate_limit.max_messages_per_s,
         )
+
+
+def check_worker_overrides(
+    overrides: Mapping[str, Mapping[str, Any]], source: str = "worker settings"
+) -> None:
+    """Refuse a worker's ``settings`` whose names are wrong, before any value is read: a section
+    no worker may override, or an unknown section or key (with the closest valid name, as for
+    every other source). ConfigurationError naming ``source``."""
+    if not isinstance(overrides, Mapping):
+        raise ConfigurationError(f"{source} must map sections to settings, e.g. {_EXAMPLE}")
+    allowed = (*WORKER_SECTIONS, *KEY_SECTIONS)
+    for section, values in overrides.items():
+        if section in CloudQueueSettings.model_fields and section not in allowed:
+            raise ConfigurationError(f"{source} may override {', '.join(allowed)}, not {section!r}")
+        if section in allowed and not isinstance(values, Mapping):
+            raise ConfigurationError(
+                f"{source}: {section!r} must map setting names to values, e.g. "
+                f'{{"{section}": {{...}}}}'
+            )
+    check_keys(CloudQueueSettings, overrides, source, sections=allowed)
 
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> CloudQueueSettings:

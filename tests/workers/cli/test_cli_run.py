@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from collections.abc import Iterator
@@ -15,9 +14,8 @@ from structlog.testing import capture_logs
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.cli.run import announce_concurrency
 from cloudqueue.workers.settings import CloudQueueSettings
-from tests.support.cli import ok
 from tests.support.polling import eventually
-from tests.support.runs import Run, Runs, backend_environment
+from tests.support.runs import Run, Runs, backend_environment, enqueue_numbered, queue_depth
 from tests.support.workers import AsyncRecordingWorker, RecordingWorker
 
 SUPERVISOR_EVENTS = {"child_started", "child_exited", "child_kill", "supervisor_signal"}
@@ -41,20 +39,11 @@ def start(env: dict[str, str], tmp_path: Path) -> Iterator[Any]:
     runs.kill_all()
 
 
-def enqueue(env: dict[str, str], count: int) -> None:
-    items = "\n".join(json.dumps({"n": n}) for n in range(count))
-    ok("enqueue", env["TEST_QUEUE"], env=env, stdin=items)
-
-
-def depth(env: dict[str, str]) -> int:
-    return int(json.loads(ok("status", env["TEST_QUEUE"], "--json", env=env))["depth"])
-
-
 def test_sigterm_mid_burst_exits_0_and_every_message_is_handled_or_still_queued(
     env: dict[str, str], start: Any
 ) -> None:
     """Each message is either handled (and deleted) or back in the queue: none lost, none twice."""
-    enqueue(env, 60)
+    enqueue_numbered(env, 60)
     run = start(delay_s=0.05)
     eventually(lambda: len(run.handled()) >= 5, timeout_s=60)
     run.process.send_signal(signal.SIGTERM)
@@ -62,14 +51,14 @@ def test_sigterm_mid_burst_exits_0_and_every_message_is_handled_or_still_queued(
     handled = run.handled()
     assert 5 <= len(handled) <= 60
     assert len(run.events("handled")) == len(handled)  # no duplicates within the run
-    assert len(handled) + depth(env) == 60
+    assert len(handled) + queue_depth(env) == 60
 
 
 def test_a_second_signal_exits_at_once_and_the_message_stays(
     env: dict[str, str], start: Any
 ) -> None:
     """While a handler is stuck, SIGTERM twice ends the process now; its message is not lost."""
-    enqueue(env, 1)
+    enqueue_numbered(env, 1)
     run = start(delay_s=120)
     eventually(lambda: run.events("handling"), timeout_s=60)
     run.process.send_signal(signal.SIGTERM)
@@ -77,14 +66,14 @@ def test_a_second_signal_exits_at_once_and_the_message_stays(
     run.process.send_signal(signal.SIGTERM)
     assert run.process.wait(10) == 128 + signal.SIGTERM
     assert run.handled() == set()
-    assert depth(env) == 1
+    assert queue_depth(env) == 1
     state_dir = Path(env["CLOUDQUEUE_STATE_DIR"])
     assert list(state_dir.glob("*.json")) == []  # no stale live state for `status` to skip
 
 
 def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
     """--processes 2: both children handle messages; SIGTERM drains both and exits 0."""
-    enqueue(env, 80)
+    enqueue_numbered(env, 80)
     # One message per thread at a time: with 8 in flight per thread, the first child to start
     # could drain the whole burst before the second one is up.
     run = start(
@@ -113,7 +102,7 @@ def test_a_killed_child_is_restarted(env: dict[str, str], start: Any) -> None:
     os.kill(victim, signal.SIGKILL)
     eventually(lambda: len(run.events("child_started")) == 3, timeout_s=30)
     eventually(lambda: len(run.events("host_started")) == 3, timeout_s=60)
-    enqueue(env, 10)
+    enqueue_numbered(env, 10)
     eventually(lambda: len(run.handled()) == 10, timeout_s=60)
     run.process.send_signal(signal.SIGTERM)
     assert run.process.wait(60) == 0

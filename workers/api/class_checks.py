@@ -1,0 +1,138 @@
+"""What a worker or job class is refused for at load, before any queue is touched.
+
+Each mistake here would otherwise show only later, and far from its cause: a handler whose
+signature cannot take one item fails every message (retried, then poisoned), and a hook that is
+never called (``on_start_async``, Celery's ``on_failure``) or a coroutine where a plain call is
+expected (``async def on_stop``) is silently dropped. These functions take the base class
+(``QueueWorker``, ``PeriodicJob``) whose own methods are the defaults, so that they serve both
+without importing either.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from typing import Any
+
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.imports import closest
+
+LIFECYCLE_HOOKS = ("startup", "shutdown")
+"""Hooks that may be ``def`` or ``async def``: run on the event loop of the async handlers."""
+NOTHING = "no argument"
+PLAIN_HOOKS = {"on_start": "startup", "on_stop": "shutdown"}
+"""Hooks called as plain functions, each with the lifecycle hook to use for async work."""
+PLAIN_HOOK_SHAPES = {
+    "on_start": ("the listener", "on_start(self, listener)"),
+    "on_stop": (NOTHING, "on_stop(self)"),
+}
+
+
+def defines(cls: type, base: type, name: str) -> bool:
+    """True when ``cls`` overrides ``base``'s method ``name``."""
+    return getattr(cls, name) is not getattr(base, name)
+
+
+def check_takes(cls: type, target: str, name: str, what: str, shape: str) -> None:
+    """Refuse a method ``name`` that cannot be called with ``what`` (``one item``, ``nothing``:
+    one positional argument besides ``self``, or none); ``shape`` shows the right one."""
+    arguments = 0 if what == NOTHING else 1
+    raw = inspect.getattr_static(cls, name)
+    bound = isinstance(raw, staticmethod | classmethod)  # no self to pass
+    method = getattr(cls, name)
+    if not callable(method):
+        raise ConfigurationError(f"{target!r}: {name} must be a method taking {what}, def {shape}")
+    try:
+        signature = inspect.signature(method)
+    except ValueError:
+        return  # a builtin without a signature to read: nothing refused
+    try:
+        signature.bind(*[None] * (arguments + (0 if bound else 1)))
+    except TypeError:
+        raise ConfigurationError(
+            f"{target!r}: {name}{_plain(signature)} must take {what}, as def {shape}"
+        ) from None
+
+
+def _plain(signature: inspect.Signature) -> str:
+    """``(self, to, subject)``: the parameters as written, without their annotations."""
+    empty = inspect.Parameter.empty
+    parameters = [p.replace(annotation=empty) for p in signature.parameters.values()]
+    return str(signature.replace(parameters=parameters, return_annotation=empty))
+
+
+def check_item_type(cls: type, target: str) -> None:
+    """Refuse a worker without an item type (it would hand its handler raw text)."""
+    if getattr(cls, "item_type", None) is None:
+        raise ConfigurationError(
+            f"{target!r} has no item type: declare it as class {cls.__name__}(QueueWorker[Item]) "
+            "(QueueWorker[str] for plain text), or set item_type = Item"
+        )
+
+
+def item_type_argument(argument: Any) -> Any:
+    """The item type a ``QueueWorker[argument]`` declares, or None for a type variable (a
+    generic base class, whose subclasses declare it)."""
+    return None if isinstance(argument, typing.TypeVar) else argument
+
+
+def check_hooks(cls: type, base: type, target: str) -> None:
+    """Refuse a hook that would never be called, or whose coroutine would never be awaited:
+    an ``async def`` plain hook, an ``on_*`` or ``*_async`` method the base does not have."""
+    for name, instead in PLAIN_HOOKS.items():
+        if not hasattr(base, name):
+            continue
+        if inspect.iscoroutinefunction(getattr(cls, name)):
+            raise ConfigurationError(
+                f"{target!r}: {name} is called as a plain function, not awaited: make it a "
+                f"def, or put the async work in async def {instead}(self)"
+            )
+        what, shape = PLAIN_HOOK_SHAPES[name]
+        check_takes(cls, target, name, what, shape)
+    for name in LIFECYCLE_HOOKS:
+        check_takes(cls, target, name, NOTHING, f"{name}(self)")
+    known = sorted(n for n in vars(base) if n.startswith("on_") or n in LIFECYCLE_HOOKS)
+    for name in _user_methods(cls, base):
+        stem = name.removesuffix("_async")
+        if stem != name and hasattr(base, stem):
+            instead = PLAIN_HOOKS.get(stem, stem)
+            raise ConfigurationError(
+                f"{target!r} defines {name}, which is never called: define async def "
+                f"{instead}(self{'' if instead in LIFECYCLE_HOOKS else ', ...'}) instead"
+            )
+        if name.startswith("on_") and not hasattr(base, name):
+            suggestion = closest(name, [*known, *LIFECYCLE_HOOKS])
+            hint = f": did you mean {suggestion}?" if suggestion else ""
+            raise ConfigurationError(
+                f"{target!r} defines {name}, which is never called; the hooks are "
+                f"{', '.join(sorted({*known, *LIFECYCLE_HOOKS}))}{hint}"
+            )
+
+
+def _user_methods(cls: type, base: type) -> list[str]:
+    """Methods the user's own classes define, leaving out what a mixin (say a ``Middleware``)
+    brings: its ``on_*`` methods are its own hooks."""
+    from_mixins = {
+        name
+        for klass in cls.__mro__
+        if not (isinstance(klass, type) and issubclass(klass, base))
+        for name in vars(klass)
+    }
+    return [
+        name
+        for klass in cls.__mro__
+        if issubclass(klass, base) and klass is not base
+        for name, value in vars(klass).items()
+        if callable(value) and not name.startswith("_") and name not in from_mixins
+    ]
+
+
+__all__ = [
+    "LIFECYCLE_HOOKS",
+    "PLAIN_HOOKS",
+    "check_hooks",
+    "check_item_type",
+    "check_takes",
+    "defines",
+    "item_type_argument",
+]
