@@ -110,7 +110,7 @@ class BatchFailed(CloudQueueError):  # noqa: N818 - named for what the handler d
 class RetryLater(CloudQueueError):  # noqa: N818 - named for what the handler declares
     """Raise from a handler to have its message come back in ``delay_s`` seconds (rounded up to
     whole seconds: visibility takes whole seconds), e.g. when a service said "rate limited, try
-    again in 30 s". Not named ``Retry``: that is the worker's retry *policy*.
+    again in 30 s". Not named ``Retry``: that is the worker's retry policy.
 
     The delivery counts toward poisoning, as any failed one does (``poison.max_dequeue_count``,
     a worker's ``Retry(max_deliveries=...)``): the service counts every get, and a handler that

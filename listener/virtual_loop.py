@@ -10,6 +10,10 @@ its threads, so 50 coroutines each awaiting 0.2 s on 8 slots finish in 1.4 s of 
 
 The loop still watches its file descriptors for real, polling them every ``STOP_POLL_S`` of real
 time while it waits: a coroutine submitted from another thread, or real I/O, wakes it as usual.
+An idle wait first waits ``REAL_QUIET_S`` of real time for I/O before it counts as a wait on the
+clock, as trio's autojump threshold does: a handler calling a real server (a test server on
+localhost) would otherwise see time jump to its next timer -- the client's own timeout -- while
+the connection or the reply is on its way, and time out in no real time at all.
 """
 
 from __future__ import annotations
@@ -20,6 +24,9 @@ import selectors
 from cloudqueue.listener.testing import STOP_POLL_S, VirtualClock
 
 Ready = list[tuple[selectors.SelectorKey, int]]
+
+REAL_QUIET_S = 0.1
+"""Real seconds without I/O before an idle wait lets virtual time move."""
 
 
 class VirtualTimeLoop(asyncio.SelectorEventLoop):
@@ -44,6 +51,9 @@ class _VirtualSelector(selectors.DefaultSelector):
         ready: Ready = super().select(0)
         if ready or (timeout is not None and timeout <= 0):
             return ready  # work to do: the loop is not waiting
+        ready = super().select(REAL_QUIET_S)
+        if ready:
+            return ready  # real I/O came (a reply, a connection, an executor's result)
         with self._clock.watching(timeout) as ended:
             while not ready and not ended():
                 ready = super().select(STOP_POLL_S)
