@@ -6,8 +6,8 @@ the seam, once the rest of the chain has run and *before* settlement deletes or 
 1. **record** the member settled (``GroupLedger.settle``), as settlement is about to settle it:
    ``handled`` when its handler returned (or a middleware skipped it), ``poisoned`` when it is
    about to go to the poison queue (given up, a ``PermanentFailure``, its last delivery failed,
-   or it cannot be handled at all). A message that will be retried, deferred or rerouted is not
-   settled yet and records nothing;
+   or it was delivered too often). A message that will be retried, deferred or rerouted, or
+   whose lease was lost, is not settled yet and records nothing;
 2. if that was the last member, **publish** one ``GroupDone`` to the completion queue, with the
    group id as its message key, then mark the completion sent;
 3. settlement deletes (or poisons) the message.
@@ -25,6 +25,12 @@ Why this order -- what a ``kill -9`` between any two steps leaves:
   redelivery: both copies carry the group id as key, so a completion worker with idempotent
   handling (``[idempotency] window_s``) handles one.
 * after 3: done.
+
+What cannot be told before settlement is recorded just after it (``after_settle``): a member
+poisoned because it could not be opened (undecodable), or by its time limit while its handler
+still ran. Only for these does a crash in the instant between the poison move and the record
+leave the group one member short (``groups`` then shows it pending; the member is in the poison
+queue with its reason).
 
 A member is counted by its *first* recorded settlement: a member recorded handled whose delete
 then failed and whose redelivery is poisoned stays handled. Members added at run time
@@ -81,14 +87,28 @@ class GroupCompletion(Middleware):
         if member is None:
             call_next()
             return
-        if not context.deliverable:  # it can only be poisoned now: recorded before that
-            if self._record(context, member, "poisoned"):
-                call_next()
+        if not context.deliverable:
+            # Settled inside call_next: recorded first when it is surely poisoned (delivered too
+            # often); anything else it becomes (lost, undecodable) is seen in after_settle.
+            if overdue(context, self.delivery):
+                self._record(context, member, "poisoned", retry=False)
+            call_next()
             return
         call_next()
         settled = settles_as(context, self.delivery)
         if settled is not None:
-            self._record(context, member, settled)
+            self._record(context, member, settled, retry=True)
+
+    def after_settle(self, context: MessageContext[Any]) -> None:
+        """The safety net for what could not be told before settlement: a member that could
+        not be opened, or whose handler ran past its time limit, poisoned (a duplicate of an
+        earlier record changes nothing)."""
+        outcome = context.outcome
+        if outcome is None or outcome.kind != "poisoned":
+            return
+        member = membership_of(context.envelope)
+        if member is not None:
+            self._record(context, member, "poisoned", retry=False)
 
     def send_owed(self) -> int:
         """Publish every completion the ledger holds owed; how many were published."""
@@ -99,9 +119,11 @@ class GroupCompletion(Middleware):
             return 0
         return sum(self._complete(status) for status in owed)
 
-    def _record(self, context: MessageContext[Any], member: Membership, settled: Settled) -> bool:
+    def _record(
+        self, context: MessageContext[Any], member: Membership, settled: Settled, *, retry: bool
+    ) -> None:
         """Record the member; publish the completion when it was the last (or is still owed on
-        a redelivery). False when the ledger failed: the message is retried instead."""
+        a redelivery). When the ledger fails, ``retry`` the message rather than settle it."""
         try:
             last = self.ledger.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
@@ -110,13 +132,13 @@ class GroupCompletion(Middleware):
             log.warning(
                 "group_ledger_unavailable", message_id=context.message_id, error=str(failure)
             )
-            context.retry(
-                "group_ledger_unavailable", delay_s=UNAVAILABLE_RETRY_S, error=str(failure)
-            )
-            return False
+            if retry:
+                context.retry(
+                    "group_ledger_unavailable", delay_s=UNAVAILABLE_RETRY_S, error=str(failure)
+                )
+            return
         if last is not None:
             self._complete(last)
-        return True
 
     def _owed(self, group_id: str) -> GroupStatus | None:
         status = self.ledger.status(group_id)
@@ -152,6 +174,12 @@ def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> lis
     return [] if ledger is None else [GroupCompletion(ledger, storage, delivery=delivery)]
 
 
+def overdue(context: MessageContext[Any], delivery: DeliveryPolicy) -> bool:
+    """A message delivered more often than allowed: settlement poisons it unhandled."""
+    limit = delivery.max_dequeue_count
+    return context.message.dequeue_count > limit or context.deliveries > limit
+
+
 def settles_as(context: MessageContext[Any], delivery: DeliveryPolicy) -> Settled | None:
     """How settlement is about to settle a handled message (``cloudqueue.listener.consumer
     .settlement``): handled, poisoned, or None when it stays unsettled (retried, deferred,
@@ -170,4 +198,10 @@ def settles_as(context: MessageContext[Any], delivery: DeliveryPolicy) -> Settle
     return None
 
 
-__all__ = ["UNAVAILABLE_RETRY_S", "GroupCompletion", "group_completion_for", "settles_as"]
+__all__ = [
+    "UNAVAILABLE_RETRY_S",
+    "GroupCompletion",
+    "group_completion_for",
+    "overdue",
+    "settles_as",
+]

@@ -15,7 +15,7 @@ from structlog.testing import capture_logs
 from cloudqueue.listener import InMemoryQueueStorage, SqliteQueueStorage
 from cloudqueue.listener.consumer.events import ListenerStarted
 from cloudqueue.listener.consumer.item_failures import ItemFailure
-from cloudqueue.listener.consumer.middleware import MessageContext
+from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.producer.publisher import Publisher
@@ -73,9 +73,10 @@ def deliver(
     deliveries: int = 1,
     handler: Callable[[MessageContext[Any]], None] | None = None,
     deliverable: bool = True,
+    settled: OutcomeKind | None = None,
 ) -> MessageContext[Any]:
     """One delivery of ``message`` through the middleware; ``handler`` plays the rest of the
-    chain (by default: the item was handled)."""
+    chain (by default: the item was handled), ``settled`` what settlement made of it."""
     context: MessageContext[Any] = MessageContext(
         "work", message, [{}], parse_envelope(message.content), deliveries, deliverable=deliverable
     )
@@ -86,6 +87,9 @@ def deliver(
             handler(context)
 
     middleware.around_handle(context, call_next)
+    if settled is not None:
+        context.outcome = Outcome(settled)
+        middleware.after_settle(context)
     return context
 
 
@@ -134,17 +138,30 @@ def test_the_last_member_sends_one_group_done_keyed_by_the_group(storage: QueueS
 
 def test_a_member_that_will_be_poisoned_is_counted_poisoned(storage: QueueStorage) -> None:
     """A member failing below its delivery limit is not settled (it is retried); failing on its
-    last delivery, or with a PermanentFailure, or undeliverable, it counts as poisoned."""
-    members = sent_members(storage, 4)
+    last delivery, with a PermanentFailure, or delivered too often, it counts as poisoned (before
+    the poison move); poisoned unopened, just after it."""
+    members = sent_members(storage, 5)
     middleware = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
     deliver(middleware, members[0], deliveries=1, handler=failed(RuntimeError("again")))
     deliver(middleware, members[0], deliveries=3, handler=failed(RuntimeError("last")))
     deliver(middleware, members[1], handler=failed(PermanentFailure("hopeless")))
-    deliver(middleware, members[2], deliverable=False)
+    deliver(middleware, members[2], deliveries=4, deliverable=False)
+    deliver(middleware, members[3], deliverable=False, settled="poisoned")
     assert completions(storage) == []
-    deliver(middleware, members[3])
+    deliver(middleware, members[4])
     [(done, _)] = completions(storage)
-    assert (done.handled, done.poisoned) == (1, 3)
+    assert (done.handled, done.poisoned) == (1, 4)
+
+
+def test_a_member_whose_lease_was_lost_is_not_settled(storage: QueueStorage) -> None:
+    """Undeliverable because another consumer took it over (left where it is): not counted."""
+    [member] = sent_members(storage, 1)
+    ledger = ledger_of(storage)
+    middleware = GroupCompletion(ledger, storage, delivery=POLICY)
+    deliver(middleware, member, deliverable=False, settled="left")
+    status = ledger.status(parse_envelope(member.content).fields["group"])  # type: ignore[union-attr]
+    assert status is not None
+    assert status.pending == 1
 
 
 def test_a_retried_deferred_or_rerouted_member_is_not_settled(storage: QueueStorage) -> None:
