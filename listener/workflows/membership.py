@@ -39,9 +39,10 @@ def membership_of(envelope: Envelope | None) -> Membership | None:
     return None
 
 
-def member_message(text: str, membership: Membership) -> str:
-    """The message text of one member: its item's codec text in an envelope with the fields."""
-    message = single_message(text, enveloped=True)
+def member_message(text: str, membership: Membership, *, key: str | None = None) -> str:
+    """The message text of one member: its item's codec text in an envelope with the fields
+    (and its message ``key``, if it has one)."""
+    message = single_message(text, enveloped=True, key=key)
     envelope = None if not isinstance(message, str) else parse_envelope(message)
     if envelope is None:
         raise MessageTooLargeError(

@@ -4,7 +4,8 @@ handle to watch it (``GroupHandle``).
 The group is opened in the ledger with its member count *before* any member is sent, so no member
 can settle into a group that does not know its size yet. Members never expire in their queue
 (unless the publisher sets a time to live): a member that expired unhandled would hold its group
-open for good. If a put fails the error is raised: the members put before it are sent, and the
+open for good. A publisher's ``key`` gives each member its message key, as ``publish`` does. If a
+put fails the error is raised: the members put before it are sent, and the
 group stays open with the others pending (its status shows them).
 """
 
@@ -17,6 +18,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from cloudqueue.listener import tracing
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.producer.routing import key_of_item
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.storage import validate_queue_name
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
@@ -145,8 +147,12 @@ def _put_members(
 ) -> None:
     ttl_s = NEVER_EXPIRES if publisher.time_to_live_s is None else publisher.time_to_live_s
     for item, member_id in zip(items, member_ids, strict=True):
-        text = member_message(publisher.codec.encode(item), Membership(group_id, member_id))
-        target = publisher.router.queue_for(item)
+        key = None if publisher.key is None else key_of_item(item, publisher.key)
+        membership = Membership(group_id, member_id)
+        text = member_message(publisher.codec.encode(item), membership, key=key)
+        target = (
+            publisher.router.queue_for(item) if key is None else publisher.router.queue_for_key(key)
+        )
         publisher.storage.put_message(target, tracing.stamp(text), time_to_live_s=ttl_s)
 
 

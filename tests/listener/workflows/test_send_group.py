@@ -40,6 +40,18 @@ def test_each_member_travels_alone_with_its_group_and_member_id() -> None:
     assert (status.total, status.pending, status.on_complete) == (5, 5, "done")
 
 
+def test_a_publishers_key_rides_with_each_member() -> None:
+    """With ``key="n"``, each member's envelope carries its item's key beside its membership."""
+    storage = InMemoryQueueStorage()
+    publisher_on(storage)
+    keyed = Publisher(storage, "work", dict, key="n")
+    keyed.send_group([{"n": 7}], on_complete="done")
+    [message] = storage.get_messages("work", max_messages=1, visibility_timeout_s=30)
+    envelope = parse_envelope(message.content)
+    assert envelope is not None
+    assert (envelope.key, membership_of(envelope) is not None) == ("7", True)
+
+
 @pytest.mark.parametrize(
     ("items", "on_complete", "error"),
     [
