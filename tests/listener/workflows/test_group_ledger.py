@@ -168,3 +168,38 @@ def test_a_group_outlives_its_sqlite_connection(tmp_path: Path) -> None:
     assert last is not None
     assert (last.handled, last.poisoned) == (1, 1)
     again.close()
+
+
+def test_a_settlement_decides_under_the_write_lock_it_writes_with(tmp_path: Path) -> None:
+    """Two processes settle the last two members of a group of two at once: the second waits
+    for the first's transaction and reads what it wrote, so it hears it settled the last
+    member. (Read outside the write lock, it would count from a stale total: no completion.)"""
+    first = SqliteQueueStorage(tmp_path / "q.db", busy_timeout_s=30)
+    second = SqliteQueueStorage(tmp_path / "q.db", busy_timeout_s=30)
+    SqliteGroupLedger(first).open("race", total=2, on_complete="done")
+    ledger = SqliteGroupLedger(second)
+    waiting_for_lock = threading.Event()
+
+    def traced(statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            waiting_for_lock.set()
+
+    with second.reading() as db:
+        db.set_trace_callback(traced)
+    answers: list[GroupStatus | None] = []
+    settling = threading.Thread(
+        target=lambda: answers.append(ledger.settle("race", "1", "handled"))
+    )
+    with first.transaction() as db:  # another process settling member 0 right now
+        db.execute(
+            "INSERT INTO group_members (group_id, member, outcome) VALUES ('race', 0, 'handled')"
+        )
+        db.execute("UPDATE message_groups SET handled = handled + 1 WHERE id = 'race'")
+        settling.start()
+        assert waiting_for_lock.wait(30)
+    settling.join(30)
+    [last] = answers
+    assert last is not None
+    assert (last.handled, last.pending) == (2, 0)
+    first.close()
+    second.close()
