@@ -150,10 +150,13 @@ class GroupCompletion(Middleware):
         content = single_message(_CODEC.encode(done), key=status.group_id)
         try:
             self.storage.put_message(status.on_complete, str(content))
-            self.ledger.mark_sent(status.group_id)
         except StorageError as failure:  # still owed: sent on a redelivery or at a start
             log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
             return False
+        try:
+            self.ledger.mark_sent(status.group_id)
+        except StorageError as failure:  # sent again later: the copy is dropped by its key
+            log.warning("group_done_not_marked", group=status.group_id, error=str(failure))
         log.info(
             "group_done",
             group=status.group_id,

@@ -227,3 +227,20 @@ def test_a_ledger_out_of_reach_retries_the_member_rather_than_lose_it() -> None:
     assert context.decision is not None
     assert context.decision.kind == "retry"
     assert [e["event"] for e in logs] == ["group_ledger_unavailable"]
+
+
+def test_a_completion_queue_missing_keeps_the_completion_owed_until_a_start() -> None:
+    """The completion queue does not exist yet when the last member settles: the completion
+    stays owed (``group_done_not_sent``), and a listener starting once it exists puts it."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue("work")
+    Publisher(storage, "work", dict).send_group([{"n": 1}], on_complete="done")
+    [member] = storage.get_messages("work", max_messages=1, visibility_timeout_s=60)
+    middleware = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    with capture_logs() as logs:
+        deliver(middleware, member)
+    assert "group_done_not_sent" in [e["event"] for e in logs]
+    storage.create_queue("done")
+    middleware.on_start(ListenerStarted("work", 1, threading.Event()))
+    assert [done.handled for done, _ in completions(storage)] == [1]
+    assert ledger_of(storage).owed() == []
