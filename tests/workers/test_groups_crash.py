@@ -39,7 +39,8 @@ def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
 def test_a_group_survives_kill_9_with_exactly_one_completion(
     tmp_path: Path, processes: list[subprocess.Popen[bytes]]
 ) -> None:
-    """200 members over two processes, one killed twice and restarted: one GroupDone 190 + 10."""
+    """200 members: a process killed alone, then one killed while another handles beside it,
+    then restarted beside that one: one GroupDone of 190 + 10."""
     database, record_path = tmp_path / "queues.db", tmp_path / "record.txt"
     env = {
         **os.environ,
@@ -78,16 +79,19 @@ def test_a_group_survives_kill_9_with_exactly_one_completion(
     def handled_by(process: subprocess.Popen[bytes]) -> int:
         return sum(1 for event in events("returned") if event[-1] == str(process.pid))
 
-    steady = start("steady")
-    eventually(lambda: log_events(tmp_path / "steady.log", "host_started"), timeout_s=60)
+    steady: subprocess.Popen[bytes] | None = None
     for kill in range(KILLS):
         victim = start(f"victim{kill}")
+        if kill == KILLS - 1:  # the last victim dies while another process handles beside it
+            steady = start("steady")
         # Killed once it has handled members of its own, while its handlers run.
         eventually(lambda: handled_by(victim) >= 10, timeout_s=120)  # noqa: B023
         os.killpg(victim.pid, signal.SIGKILL)
         victim.wait(10)
+    assert steady is not None
     last = start("restarted")
-    eventually(lambda: log_events(tmp_path / "restarted.log", "host_started"), timeout_s=60)
+    for name in ("steady", "restarted"):  # a SIGTERM before its handlers are set would kill it
+        eventually(lambda: log_events(tmp_path / f"{name}.log", "host_started"), timeout_s=60)  # noqa: B023
     eventually(lambda: events("done") != [], timeout_s=180)
     eventually(lambda: storage.approximate_message_count("members-done") == 0, timeout_s=60)
     for process in (steady, last):
