@@ -96,6 +96,9 @@ from cloudqueue.listener.stores.storage import (
 )
 from cloudqueue.listener.wire.codec import Codec, MessageCodec
 from cloudqueue.listener.wire.limits import DecodingLimits
+from cloudqueue.listener.workflows.group_done import GroupDone
+from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
+from cloudqueue.listener.workflows.sending import GroupHandle
 
 __all__ = [
     "MAX_BATCH_SIZE",
@@ -118,6 +121,10 @@ __all__ = [
     "EventSleeper",
     "FolderPayloadStore",
     "ForeignPayloadError",
+    "GroupDone",
+    "GroupError",
+    "GroupHandle",
+    "GroupStatus",
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",

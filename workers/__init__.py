@@ -7,6 +7,7 @@ is internal."""
 
 from cloudqueue.listener.errors import BatchFailed, RetryLater
 from cloudqueue.listener.policies.retry import Retry
+from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.workers.api.periodic_job import PeriodicJob
 from cloudqueue.workers.api.worker import QueueWorker, load_worker
 from cloudqueue.workers.host.host import WorkerHost
@@ -26,6 +27,7 @@ __all__ = [
     "BatchFailed",
     "CloudQueueSettings",
     "ConsoleStream",
+    "GroupDone",
     "ListenerSettings",
     "LiveProgress",
     "LoggingSettings",

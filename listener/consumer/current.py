@@ -57,6 +57,13 @@ def current_envelope() -> MessageEnvelope:
     return MessageEnvelope.of(*delivery)
 
 
+def current_message() -> QueueMessage | None:
+    """The message being delivered, its text included (None outside a delivery): for what rides
+    in its envelope (a group member's membership, ``cloudqueue.listener.workflows``)."""
+    delivery = _current.get()
+    return None if delivery is None else delivery[1]
+
+
 def set_current_message(
     queue_name: str | None, message: QueueMessage | None = None, key: str | None = None
 ) -> None:

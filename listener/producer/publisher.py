@@ -32,7 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import structlog
 
@@ -72,6 +72,9 @@ from cloudqueue.listener.wire.envelope import blob_envelope
 from cloudqueue.listener.wire.frames import Packed
 from cloudqueue.listener.wire.keys import check_key
 from cloudqueue.listener.wire.packing import PlannedMessage, message_bytes, single_message
+
+if TYPE_CHECKING:
+    from cloudqueue.listener.workflows.sending import GroupHandle
 
 T = TypeVar("T")
 
@@ -203,6 +206,24 @@ class Publisher(Generic[T]):
         message of it is being handled now: it finishes) or ``done`` (one was completed, as far
         as idempotent handling remembers); the cancel is recorded either way."""
         return cancel_keys(self.ledger, self.queue_name, keys, hold_s=hold_s)
+
+    def send_group(
+        self, items: Iterable[T], *, on_complete: object, group_id: str | None = None
+    ) -> GroupHandle:
+        """Send the items as the members of a new group, each in a message of its own; when every
+        member settled (handled or poisoned), ``on_complete`` (a worker class, or a queue name)
+        receives one ``GroupDone`` (``cloudqueue.listener.workflows``). GroupError for no items
+        or an ``on_complete`` that is neither."""
+        from cloudqueue.listener.workflows.sending import send_group
+
+        return send_group(self, items, on_complete=on_complete, group_id=group_id)
+
+    def add_to_group(self, items: Iterable[T], *, group_id: str | None = None) -> list[str]:
+        """From a member's handler, before it returns: add the items to its group (or to
+        ``group_id``) as members it waits for too; their member ids."""
+        from cloudqueue.listener.workflows.sending import add_to_group
+
+        return add_to_group(self, items, group_id=group_id)
 
     def publish_many(
         self,

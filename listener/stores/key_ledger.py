@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import heapq
 import threading
-import weakref
 from datetime import UTC, datetime
 from sqlite3 import Connection as Sqlite
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.errors import ConfigurationError
-from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.stores.embedded_ledgers import EmbeddedLedgers
 from cloudqueue.listener.stores.key_records import (
     EMPTY,
     SWEEP_INTERVAL_S,
@@ -30,8 +29,6 @@ from cloudqueue.listener.stores.key_records import (
     R,
     RecordKind,
 )
-from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
-from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 
@@ -191,26 +188,16 @@ def _time(seconds: float | None) -> datetime | None:
     return None if seconds is None else datetime.fromtimestamp(seconds, UTC)
 
 
-_MEMORY_LEDGERS: weakref.WeakKeyDictionary[InMemoryQueueStorage, InMemoryKeyLedger] = (
-    weakref.WeakKeyDictionary()
+_LEDGERS: EmbeddedLedgers[KeyLedger] = EmbeddedLedgers(
+    lambda clock: InMemoryKeyLedger(clock=clock), SqliteKeyLedger
 )
-_MEMORY_LOCK = threading.Lock()
 
 
 def key_ledger_for(storage: QueueStorage) -> KeyLedger | None:
     """The ledger in the same embedded store as ``storage`` (seen through metering and
     partitioning wrappers): one per in-memory store, a table of the SQLite file. None for any
     other storage (open Azure's from its connection string)."""
-    inner = _innermost(storage)
-    if isinstance(inner, InMemoryQueueStorage):
-        with _MEMORY_LOCK:
-            ledger = _MEMORY_LEDGERS.get(inner)
-            if ledger is None:
-                ledger = _MEMORY_LEDGERS[inner] = InMemoryKeyLedger(clock=inner.clock)
-            return ledger
-    if isinstance(inner, SqliteQueueStorage):
-        return SqliteKeyLedger(inner)
-    return None
+    return _LEDGERS.for_storage(storage)
 
 
 def required_ledger(storage: QueueStorage) -> KeyLedger:
@@ -223,14 +210,9 @@ def required_ledger(storage: QueueStorage) -> KeyLedger:
     return ledger
 
 
-def _innermost(storage: QueueStorage) -> QueueStorage:
-    while True:
-        if isinstance(storage, ForwardingStorage):
-            storage = storage.inner
-        elif isinstance(storage, PartitionedQueueStorage):
-            storage = storage.accounts[0]
-        else:
-            return storage
-
-
-__all__ = ["InMemoryKeyLedger", "SqliteKeyLedger", "key_ledger_for", "required_ledger"]
+__all__ = [
+    "InMemoryKeyLedger",
+    "SqliteKeyLedger",
+    "key_ledger_for",
+    "required_ledger",
+]

@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     )
     from cloudqueue.listener.policies.retry import Retry
     from cloudqueue.listener.producer.publisher import Publisher
+    from cloudqueue.listener.workflows.group_done import GroupDone
     from cloudqueue.workers.api.periodic_job import PeriodicJob
     from cloudqueue.workers.api.worker import QueueWorker
     from cloudqueue.workers.settings.model import CloudQueueSettings, load_settings
@@ -56,6 +57,7 @@ _HOMES = {
     "CloudQueueSettings": "cloudqueue.workers.settings.model",
     "ConfigurationError": "cloudqueue.listener.errors",
     "Decision": "cloudqueue.listener.consumer.middleware",
+    "GroupDone": "cloudqueue.listener.workflows.group_done",
     "MessageContext": "cloudqueue.listener.consumer.middleware",
     "MessageEnvelope": "cloudqueue.listener.consumer.current",
     "Middleware": "cloudqueue.listener.consumer.middleware",
@@ -79,6 +81,7 @@ __all__ = [
     "CloudQueueSettings",
     "ConfigurationError",
     "Decision",
+    "GroupDone",
     "MessageContext",
     "MessageEnvelope",
     "Middleware",

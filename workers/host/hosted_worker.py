@@ -19,6 +19,7 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
+from cloudqueue.listener.workflows.completion import group_completion_for
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
@@ -79,7 +80,10 @@ def host_worker(
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
     count = None if observability is None else observability.count_decisions(location.queue_name)
-    middleware = key_middleware(worker, settings, location, key_ledger, count)
+    controls = controls_for(type(worker), settings)
+    # Groups first: they must see every other middleware's decision about a member.
+    middleware = group_completion_for(storage, controls.delivery)
+    middleware += key_middleware(worker, settings, location, key_ledger, count)
     if observability is not None:
         middleware.append(observability.middleware(location.queue_names, policy))
     if recorder is not None:
@@ -87,7 +91,6 @@ def host_worker(
     limiter = open_rate_limiter(settings, location)
     if limiter is not None:
         middleware.append(RateLimit(limiter))
-    controls = controls_for(type(worker), settings)
     middleware += [*controls.middleware, *worker.own_middleware(), *options.build_middleware()]
     runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(

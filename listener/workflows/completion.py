@@ -1,0 +1,210 @@
+"""Counting a group's members as they settle, and sending its ``GroupDone`` once: a middleware.
+
+For a message that is a group member (``cloudqueue.listener.workflows.membership``), outermost on
+the seam, once the rest of the chain has run and *before* settlement deletes or poisons it:
+
+1. **record** the member settled (``GroupLedger.settle``), as settlement is about to settle it:
+   ``handled`` when its handler returned (or a middleware skipped it), ``poisoned`` when it is
+   about to go to the poison queue (given up, a ``PermanentFailure``, its last delivery failed,
+   or it was delivered too often). A message that will be retried, deferred or rerouted, or
+   whose lease was lost, is not settled yet and records nothing;
+2. if that was the last member, **publish** one ``GroupDone`` to the completion queue, with the
+   group id as its message key, then mark the completion sent;
+3. settlement deletes (or poisons) the message.
+
+Why this order -- what a ``kill -9`` between any two steps leaves:
+
+* before 1: the member was not recorded and its message is still queued: it is redelivered and
+  handled again (at-least-once, as any message), then recorded. Recording *after* the delete
+  instead would lose the member for good, and its group would never complete.
+* between 1 and 2: the completion is recorded *owed* in the same step as the last member. The
+  member's message is still queued (not yet deleted): its redelivery finds the member settled (a
+  duplicate changes nothing) and the completion owed, and publishes it. Every listener with
+  groups also publishes the owed completions when it starts (a restarted worker).
+* between 2 and its mark: the ``GroupDone`` was published, and is published again on the
+  redelivery: both copies carry the group id as key, so a completion worker with idempotent
+  handling (``[idempotency] window_s``) handles one.
+* after 3: done.
+
+What cannot be told before settlement is recorded just after it (``after_settle``): a member
+poisoned because it could not be opened (undecodable), or by its time limit while its handler
+still ran. Only for these does a crash in the instant between the poison move and the record
+leave the group one member short (``groups`` then shows it pending; the member is in the poison
+queue with its reason).
+
+A member is counted by its *first* recorded settlement: a member recorded handled whose delete
+then failed and whose redelivery is poisoned stays handled. Members added at run time
+(``add_members``) are added by their adding member's handler, before that member is recorded, so
+the group cannot complete between them. A ledger that cannot be reached leaves the member's
+message to be retried (``group_ledger_unavailable``): it is never deleted unrecorded.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+
+from cloudqueue.listener.consumer.events import ListenerStarted
+from cloudqueue.listener.consumer.item_failures import is_permanent
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.packing import single_message
+from cloudqueue.listener.workflows.group_done import GroupDone
+from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
+from cloudqueue.listener.workflows.membership import Membership, membership_of
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+
+log = structlog.get_logger(__name__)
+
+UNAVAILABLE_RETRY_S = 5.0
+"""How soon a member is tried again when the group ledger could not be written."""
+
+_CODEC = MessageCodec(GroupDone)
+
+
+class GroupCompletion(Middleware):
+    """Records group members as they settle; the last one's listener sends the ``GroupDone``.
+    Place it first in the middleware list: it must see every other middleware's decision."""
+
+    def __init__(
+        self, ledger: GroupLedger, storage: QueueStorage, *, delivery: DeliveryPolicy
+    ) -> None:
+        self.ledger = ledger
+        self.storage = storage
+        self.delivery = delivery
+
+    def on_start(self, event: ListenerStarted) -> None:
+        """Publish the completions owed from before (a process that died after recording a
+        group's last member and before publishing its ``GroupDone``)."""
+        self.send_owed()
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        member = membership_of(context.envelope)
+        if member is None:
+            call_next()
+            return
+        if not context.deliverable:
+            # Settled inside call_next: recorded first when it is surely poisoned (delivered too
+            # often); anything else it becomes (lost, undecodable) is seen in after_settle.
+            if overdue(context, self.delivery):
+                self._record(context, member, "poisoned", retry=False)
+            call_next()
+            return
+        call_next()
+        settled = settles_as(context, self.delivery)
+        if settled is not None:
+            self._record(context, member, settled, retry=True)
+
+    def after_settle(self, context: MessageContext[Any]) -> None:
+        """The safety net for what could not be told before settlement: a member that could
+        not be opened, or whose handler ran past its time limit, poisoned (a duplicate of an
+        earlier record changes nothing)."""
+        outcome = context.outcome
+        if outcome is None or outcome.kind != "poisoned":
+            return
+        member = membership_of(context.envelope)
+        if member is not None:
+            self._record(context, member, "poisoned", retry=False)
+
+    def send_owed(self) -> int:
+        """Publish every completion the ledger holds owed; how many were published."""
+        try:
+            owed = self.ledger.owed()
+        except StorageError as failure:
+            log.warning("group_ledger_unavailable", error=str(failure))
+            return 0
+        return sum(self._complete(status) for status in owed)
+
+    def _record(
+        self, context: MessageContext[Any], member: Membership, settled: Settled, *, retry: bool
+    ) -> None:
+        """Record the member; publish the completion when it was the last (or is still owed on
+        a redelivery). When the ledger fails, ``retry`` the message rather than settle it."""
+        try:
+            last = self.ledger.settle(member.group_id, member.member_id, settled)
+            if last is None and context.deliveries > 1:
+                last = self._owed(member.group_id)
+        except StorageError as failure:
+            log.warning(
+                "group_ledger_unavailable", message_id=context.message_id, error=str(failure)
+            )
+            if retry:
+                context.retry(
+                    "group_ledger_unavailable", delay_s=UNAVAILABLE_RETRY_S, error=str(failure)
+                )
+            return
+        if last is not None:
+            self._complete(last)
+
+    def _owed(self, group_id: str) -> GroupStatus | None:
+        status = self.ledger.status(group_id)
+        return status if status is not None and status.completion == "owed" else None
+
+    def _complete(self, status: GroupStatus) -> bool:
+        """Publish the group's ``GroupDone`` (keyed by the group id), then mark it sent."""
+        done = GroupDone.of(status)
+        content = single_message(_CODEC.encode(done), key=status.group_id)
+        try:
+            self.storage.put_message(status.on_complete, str(content))
+        except StorageError as failure:  # still owed: sent on a redelivery or at a start
+            log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
+            return False
+        try:
+            self.ledger.mark_sent(status.group_id)
+        except StorageError as failure:  # sent again later: the copy is dropped by its key
+            log.warning("group_done_not_marked", group=status.group_id, error=str(failure))
+        log.info(
+            "group_done",
+            group=status.group_id,
+            queue=status.on_complete,
+            handled=status.handled,
+            poisoned=status.poisoned,
+        )
+        return True
+
+    def __repr__(self) -> str:
+        return f"GroupCompletion({self.ledger!r})"
+
+
+def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> list[Middleware]:
+    """The groups middleware for a listener on ``storage``: none where no group ledger goes
+    with it (Azure, for now)."""
+    ledger = group_ledger_for(storage)
+    return [] if ledger is None else [GroupCompletion(ledger, storage, delivery=delivery)]
+
+
+def overdue(context: MessageContext[Any], delivery: DeliveryPolicy) -> bool:
+    """A message delivered more often than allowed: settlement poisons it unhandled."""
+    limit = delivery.max_dequeue_count
+    return context.message.dequeue_count > limit or context.deliveries > limit
+
+
+def settles_as(context: MessageContext[Any], delivery: DeliveryPolicy) -> Settled | None:
+    """How settlement is about to settle a handled message (``cloudqueue.listener.consumer
+    .settlement``): handled, poisoned, or None when it stays unsettled (retried, deferred,
+    rerouted: it comes back, or settles on the queue it goes to)."""
+    decision = context.decision
+    failed = context.failures or context.middleware_error is not None
+    if decision is not None and decision.kind in ("defer", "reroute"):
+        return None
+    if decision is not None and decision.kind == "skip":
+        return "handled"
+    if decision is None and not failed:
+        return "handled"
+    given_up = decision is not None and decision.kind == "give_up"
+    if given_up or is_permanent(context.failures) or exhausted(context.deliveries, delivery):
+        return "poisoned"
+    return None
+
+
+__all__ = [
+    "UNAVAILABLE_RETRY_S",
+    "GroupCompletion",
+    "group_completion_for",
+    "overdue",
+    "settles_as",
+]

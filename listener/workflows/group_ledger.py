@@ -1,0 +1,215 @@
+"""The group ledger: how many members a group has and which of them have settled, counted by
+*distinct* member, in the queue's own store.
+
+A group is opened with its members' count before they are sent; a member's handler may add members
+before it settles (fan-out found at run time). Each member is settled once -- handled or poisoned
+-- by one atomic step (``GroupLedger.settle``) that inserts the member's mark (a second settlement
+of the same member, a redelivery or a duplicate, finds it and changes nothing) and counts it. The
+step that counts the last member also records the completion as *owed* and answers with the
+group's final status: exactly one caller ever hears "you settled the last member". That caller
+publishes the ``GroupDone`` and then marks the completion *sent*; a completion owed but not marked
+is published again by whoever looks next (``owed``), under the group id as its message key, so a
+second copy is dropped by idempotent handling (``cloudqueue.listener.workflows.completion``).
+
+Stores:
+
+* memory: a dict under a lock (this process only; ``InMemoryGroupLedger``);
+* SQLite: two tables in the queues' file, each step one ``BEGIN IMMEDIATE`` transaction
+  (``cloudqueue.listener.workflows.sqlite_groups``);
+* Azure (planned, not built yet): a table ``cloudqueuegroups`` in the account's Table service,
+  partition key the group id. The group's row (``RowKey`` ``"$group"``) holds total, handled,
+  poisoned, started, ended and the completion state; each member's row (``RowKey`` its member id)
+  its outcome. ``settle`` is one entity-group transaction in the group's partition: *insert* the
+  member's row (a 409 conflict means a duplicate: nothing changes) and *update* the group row with
+  ``If-Match`` its ETag (a 412 means another member settled meanwhile: read again, retry). Members
+  of one group settled together may share a transaction, up to its 100 entities. ``add_members``
+  is an ``If-Match`` update of the group row. A group counter that would be one hot partition is
+  sharded (``$group-0`` ... ``$group-k``, the member's shard by its id), the last settlement then
+  found by summing the shards in the same step that owes the completion. The protocol below holds
+  nothing SQLite-specific: every step is a read-decide-write on one group's rows.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, replace
+from datetime import datetime
+from typing import Literal, Protocol
+
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.errors import CloudQueueError
+
+Settled = Literal["handled", "poisoned"]
+"""How a member settled: its handler returned (the message deleted), or it was poisoned."""
+
+Completion = Literal["pending", "owed", "sent"]
+"""``pending``: members still unsettled; ``owed``: the last settled, its ``GroupDone`` not yet
+known to be published; ``sent``: published."""
+
+
+class GroupError(CloudQueueError, ValueError):
+    """A group that cannot be made or changed as asked (empty, unknown, already complete)."""
+
+
+@dataclass(frozen=True, slots=True)
+class GroupStatus:
+    """A group's counts as the ledger holds them."""
+
+    group_id: str
+    total: int
+    handled: int
+    poisoned: int
+    started: datetime
+    ended: datetime | None
+    on_complete: str
+    """The queue its ``GroupDone`` goes to."""
+    completion: Completion = "pending"
+
+    @property
+    def settled(self) -> int:
+        return self.handled + self.poisoned
+
+    @property
+    def pending(self) -> int:
+        return self.total - self.settled
+
+    @property
+    def done(self) -> bool:
+        return self.ended is not None
+
+
+class GroupLedger(Protocol):
+    """Groups and their settled members in the queue's own store."""
+
+    def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
+        """A new group of ``total`` (>= 1) members, its start now; GroupError if it exists."""
+
+    def add_members(self, group_id: str, count: int) -> list[str]:
+        """``count`` more members (fan-out at run time): their new member ids. GroupError when
+        the group is unknown or already complete (add before the adding member settles)."""
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        """Count ``member_id`` settled, once: the final status when this call settled the last
+        member (its completion now owed), else None (a duplicate, a stray id, members pending)."""
+
+    def status(self, group_id: str) -> GroupStatus | None:
+        """The group as it stands; None when unknown."""
+
+    def owed(self) -> list[GroupStatus]:
+        """The complete groups whose ``GroupDone`` is not marked sent."""
+
+    def mark_sent(self, group_id: str) -> None:
+        """The group's ``GroupDone`` was published."""
+
+    def close(self) -> None:
+        """Release connections."""
+
+
+def member_ids(first: int, count: int) -> list[str]:
+    """Members are numbered in the order they join their group, from 0."""
+    return [str(index) for index in range(first, first + count)]
+
+
+def member_index(member_id: str, total: int) -> int | None:
+    """The member's number when it belongs to a group of ``total`` members, else None."""
+    if not member_id.isdigit() or len(member_id) > 12:
+        return None
+    index = int(member_id)
+    return index if index < total else None
+
+
+def check_count(count: int, what: str) -> int:
+    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+        raise GroupError(f"{what} must be at least 1 member, got {count!r}")
+    return count
+
+
+class InMemoryGroupLedger:
+    """Groups in a dict under one lock, for this process only (``memory://``)."""
+
+    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
+        self._clock = clock
+        self._groups: dict[str, GroupStatus] = {}
+        self._settled: dict[str, set[int]] = {}
+        self._lock = threading.Lock()
+
+    def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
+        check_count(total, "a group")
+        with self._lock:
+            if group_id in self._groups:
+                raise GroupError(f"group {group_id!r} exists already")
+            opened = GroupStatus(group_id, total, 0, 0, self._clock.now(), None, on_complete)
+            self._groups[group_id], self._settled[group_id] = opened, set()
+            return opened
+
+    def add_members(self, group_id: str, count: int) -> list[str]:
+        check_count(count, "an addition")
+        with self._lock:
+            group = open_group(self._groups.get(group_id), group_id)
+            self._groups[group_id] = replace(group, total=group.total + count)
+            return member_ids(group.total, count)
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            index = None if group is None else member_index(member_id, group.total)
+            if group is None or index is None or index in self._settled[group_id]:
+                return None
+            self._settled[group_id].add(index)
+            group = counted(group, outcome)
+            if group.pending == 0:
+                group = replace(group, ended=self._clock.now(), completion="owed")
+            self._groups[group_id] = group
+            return group if group.done else None
+
+    def status(self, group_id: str) -> GroupStatus | None:
+        with self._lock:
+            return self._groups.get(group_id)
+
+    def owed(self) -> list[GroupStatus]:
+        with self._lock:
+            return [group for group in self._groups.values() if group.completion == "owed"]
+
+    def mark_sent(self, group_id: str) -> None:
+        with self._lock:
+            group = self._groups.get(group_id)
+            if group is not None and group.done:
+                self._groups[group_id] = replace(group, completion="sent")
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+    def __repr__(self) -> str:
+        return f"InMemoryGroupLedger(groups={len(self._groups)})"
+
+
+def counted(group: GroupStatus, outcome: Settled) -> GroupStatus:
+    """The group with one more member settled as ``outcome``."""
+    if outcome == "handled":
+        return replace(group, handled=group.handled + 1)
+    return replace(group, poisoned=group.poisoned + 1)
+
+
+def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
+    if group is None:
+        raise GroupError(f"no group {group_id!r}")
+    if group.done:
+        raise GroupError(
+            f"group {group_id!r} is complete: members are added before the adding member settles"
+        )
+    return group
+
+
+__all__ = [
+    "Completion",
+    "GroupError",
+    "GroupLedger",
+    "GroupStatus",
+    "InMemoryGroupLedger",
+    "Settled",
+    "check_count",
+    "counted",
+    "member_ids",
+    "member_index",
+    "open_group",
+]

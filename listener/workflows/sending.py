@@ -1,0 +1,166 @@
+"""Sending a group: its members, each in a message of its own that carries its membership, and a
+handle to watch it (``GroupHandle``).
+
+The group is opened in the ledger with its member count *before* any member is sent, so no member
+can settle into a group that does not know its size yet. Members never expire in their queue
+(unless the publisher sets a time to live): a member that expired unhandled would hold its group
+open for good. A publisher's ``key`` gives each member its message key, as ``publish`` does. If a
+put fails the error is raised: the members put before it are sent, and the
+group stays open with the others pending (its status shows them).
+"""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from cloudqueue.listener import tracing
+from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.producer.routing import key_of_item
+from cloudqueue.listener.queue_limits import NEVER_EXPIRES
+from cloudqueue.listener.stores.storage import validate_queue_name
+from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
+from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
+from cloudqueue.listener.workflows.membership import (
+    Membership,
+    current_membership,
+    member_message,
+)
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+
+if TYPE_CHECKING:
+    from cloudqueue.listener.producer.publisher import Publisher
+
+T = TypeVar("T")
+
+FIRST_POLL_S = 0.1
+LAST_POLL_S = 5.0
+"""Waiting reads the group's status after 0.1 s, then twice as long each time, up to every 5 s:
+a long wait costs one read per 5 s, not one per 0.2 s."""
+
+
+class GroupHandle:
+    """A sent group: its ``id``, its ``status()``, and ``wait`` for its completion."""
+
+    def __init__(
+        self,
+        group_id: str,
+        ledger: GroupLedger,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        sleeper: Sleeper = EVENT_SLEEPER,
+    ) -> None:
+        self.id = group_id
+        self.ledger = ledger
+        self.clock = clock
+        self.sleeper = sleeper
+
+    def status(self) -> GroupStatus:
+        """The group's counts now."""
+        status = self.ledger.status(self.id)
+        if status is None:
+            raise GroupError(f"no group {self.id!r}")
+        return status
+
+    def wait(self, timeout_s: float) -> GroupStatus:
+        """The group's status once every member settled; TimeoutError after ``timeout_s``.
+        Polls with a back-off from 0.1 s to 5 s."""
+        deadline = self.clock.monotonic() + timeout_s
+        pause_s, never = FIRST_POLL_S, threading.Event()
+        while True:
+            status = self.status()
+            if status.done:
+                return status
+            left = deadline - self.clock.monotonic()
+            if left <= 0:
+                raise TimeoutError(
+                    f"group {self.id!r}: {status.pending} of {status.total} members pending "
+                    f"after {timeout_s} s"
+                )
+            self.sleeper.wait(never, min(pause_s, left))
+            pause_s = min(pause_s * 2, LAST_POLL_S)
+
+    def __repr__(self) -> str:
+        return f"GroupHandle({self.id!r})"
+
+
+def send_group(
+    publisher: Publisher[T],
+    items: Iterable[T],
+    *,
+    on_complete: object,
+    group_id: str | None = None,
+) -> GroupHandle:
+    """Open a group of ``items`` and send each as a member (see the module docstring)."""
+    members = list(items)
+    if not members:
+        raise GroupError("a group needs at least one member: got no items")
+    queue = completion_queue(on_complete)
+    ledger = required_group_ledger(publisher)
+    group = group_id or uuid.uuid4().hex
+    ledger.open(group, total=len(members), on_complete=queue)
+    _put_members(publisher, group, members, numbered(0, len(members)))
+    return GroupHandle(group, ledger, clock=publisher.clock)
+
+
+def add_to_group(publisher: Publisher[T], items: Iterable[T], *, group_id: str | None) -> list[str]:
+    """Add ``items`` as members of ``group_id`` (default: the group of the message being
+    handled), before the adding member settles; their member ids."""
+    members = list(items)
+    if group_id is None:
+        membership = current_membership()
+        if membership is None:
+            raise GroupError("add_to_group outside a group member's handler needs a group_id")
+        group_id = membership.group_id
+    added = required_group_ledger(publisher).add_members(group_id, len(members))
+    _put_members(publisher, group_id, members, added)
+    return added
+
+
+def completion_queue(on_complete: object) -> str:
+    """The queue of a completion worker (a class with a ``queue_name``), or a queue name."""
+    name = getattr(on_complete, "queue_name", on_complete)
+    if isinstance(name, tuple) and name:
+        name = name[0]  # a worker reading queues in priority order: its first
+    if not isinstance(name, str):
+        raise GroupError(f"on_complete must be a worker class or a queue name, got {on_complete!r}")
+    try:
+        return validate_queue_name(name)
+    except ValueError as error:
+        raise GroupError(f"on_complete: {error}") from None
+
+
+def required_group_ledger(publisher: Publisher[Any]) -> GroupLedger:
+    ledger = group_ledger_for(publisher.storage)
+    if ledger is None:
+        raise GroupError(
+            "groups are kept in the embedded stores (SQLite, memory) for now: "
+            "Azure Table storage comes later"
+        )
+    return ledger
+
+
+def _put_members(
+    publisher: Publisher[T], group_id: str, items: list[T], member_ids: list[str]
+) -> None:
+    ttl_s = NEVER_EXPIRES if publisher.time_to_live_s is None else publisher.time_to_live_s
+    for item, member_id in zip(items, member_ids, strict=True):
+        key = None if publisher.key is None else key_of_item(item, publisher.key)
+        membership = Membership(group_id, member_id)
+        text = member_message(publisher.codec.encode(item), membership, key=key)
+        target = (
+            publisher.router.queue_for(item) if key is None else publisher.router.queue_for_key(key)
+        )
+        publisher.storage.put_message(target, tracing.stamp(text), time_to_live_s=ttl_s)
+
+
+__all__ = [
+    "FIRST_POLL_S",
+    "LAST_POLL_S",
+    "GroupHandle",
+    "add_to_group",
+    "completion_queue",
+    "send_group",
+]

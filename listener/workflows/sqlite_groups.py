@@ -1,0 +1,170 @@
+"""The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
+
+Two tables beside the queues: ``message_groups`` (a row per group: its counts, times and
+completion state) and ``group_members`` (a row per settled member, primary key group and member:
+``INSERT OR IGNORE`` finds a duplicate). Each step is one ``BEGIN IMMEDIATE`` transaction on the
+store's own connection, so the member's mark, the count and the owed completion are written
+together or not at all: a process killed at any point leaves either the whole step or none.
+
+``group_ledger_for`` finds the ledger that goes with an embedded storage object, as
+``key_ledger_for`` does for keys: one per in-memory store, the tables of the SQLite file.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from sqlite3 import Connection as Sqlite
+
+from cloudqueue.listener.stores.embedded_ledgers import EmbeddedLedgers
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.workflows.group_ledger import (
+    GroupError,
+    GroupLedger,
+    GroupStatus,
+    InMemoryGroupLedger,
+    Settled,
+    check_count,
+    member_ids,
+    member_index,
+    open_group,
+)
+
+_SCHEMA = (
+    """CREATE TABLE IF NOT EXISTS message_groups (
+        id TEXT PRIMARY KEY,
+        total INTEGER NOT NULL,
+        handled INTEGER NOT NULL DEFAULT 0,
+        poisoned INTEGER NOT NULL DEFAULT 0,
+        started REAL NOT NULL,
+        ended REAL,
+        on_complete TEXT NOT NULL,
+        completion TEXT NOT NULL DEFAULT 'pending'
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS group_members (
+        group_id TEXT NOT NULL,
+        member INTEGER NOT NULL,
+        outcome TEXT NOT NULL,
+        PRIMARY KEY (group_id, member)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX IF NOT EXISTS message_groups_owed ON message_groups (completion)",
+)
+_COLUMNS = "id, total, handled, poisoned, started, ended, on_complete, completion"
+
+
+class SqliteGroupLedger:
+    """Groups in the queues' SQLite file, each change one write transaction."""
+
+    def __init__(self, database: SqliteQueueStorage, *, owns: bool = False) -> None:
+        """``owns``: close ``database`` with the ledger (it was opened for it)."""
+        self._database = database
+        self._clock = database.clock
+        self._owns = owns
+        with database.transaction() as db:
+            for statement in _SCHEMA:
+                db.execute(statement)
+
+    def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
+        check_count(total, "a group")
+        with self._database.transaction() as db:
+            if _read(db, group_id) is not None:
+                raise GroupError(f"group {group_id!r} exists already")
+            now = self._clock.now()
+            db.execute(
+                "INSERT INTO message_groups (id, total, started, on_complete) VALUES (?, ?, ?, ?)",
+                (group_id, total, now.timestamp(), on_complete),
+            )
+            return GroupStatus(group_id, total, 0, 0, now, None, on_complete)
+
+    def add_members(self, group_id: str, count: int) -> list[str]:
+        check_count(count, "an addition")
+        with self._database.transaction() as db:
+            group = open_group(_read(db, group_id), group_id)
+            db.execute(
+                "UPDATE message_groups SET total = total + ? WHERE id = ?", (count, group_id)
+            )
+            return member_ids(group.total, count)
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        with self._database.transaction() as db:
+            group = _read(db, group_id)
+            index = None if group is None else member_index(member_id, group.total)
+            if group is None or index is None:
+                return None
+            inserted = db.execute(
+                "INSERT OR IGNORE INTO group_members (group_id, member, outcome) VALUES (?, ?, ?)",
+                (group_id, index, outcome),
+            ).rowcount
+            if not inserted:  # settled before: a redelivery or a duplicate
+                return None
+            last = group.pending == 1
+            db.execute(
+                f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
+                " ended = ?, completion = ? WHERE id = ?",
+                (self._clock.now().timestamp() if last else None, _state(last), group_id),
+            )
+            return _read(db, group_id) if last else None
+
+    def status(self, group_id: str) -> GroupStatus | None:
+        with self._database.reading() as db:
+            return _read(db, group_id)
+
+    def owed(self) -> list[GroupStatus]:
+        with self._database.reading() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM message_groups WHERE completion = 'owed'"
+            ).fetchall()
+        return [_status(row) for row in rows]
+
+    def mark_sent(self, group_id: str) -> None:
+        with self._database.transaction() as db:
+            db.execute(
+                "UPDATE message_groups SET completion = 'sent'"
+                " WHERE id = ? AND completion = 'owed'",
+                (group_id,),
+            )
+
+    def close(self) -> None:
+        if self._owns:
+            self._database.close()
+
+    def __repr__(self) -> str:
+        return f"SqliteGroupLedger({self._database!r})"
+
+
+def _state(last: bool) -> str:
+    return "owed" if last else "pending"
+
+
+def _read(db: Sqlite, group_id: str) -> GroupStatus | None:
+    row = db.execute(f"SELECT {_COLUMNS} FROM message_groups WHERE id = ?", (group_id,)).fetchone()
+    return None if row is None else _status(row)
+
+
+def _status(row: tuple[object, ...]) -> GroupStatus:
+    group_id, total, handled, poisoned, started, ended, on_complete, completion = row
+    return GroupStatus(
+        str(group_id),
+        int(str(total)),
+        int(str(handled)),
+        int(str(poisoned)),
+        datetime.fromtimestamp(float(str(started)), UTC),
+        None if ended is None else datetime.fromtimestamp(float(str(ended)), UTC),
+        str(on_complete),
+        "owed" if completion == "owed" else "sent" if completion == "sent" else "pending",
+    )
+
+
+_LEDGERS: EmbeddedLedgers[GroupLedger] = EmbeddedLedgers(
+    lambda clock: InMemoryGroupLedger(clock=clock), SqliteGroupLedger
+)
+
+
+def group_ledger_for(storage: QueueStorage) -> GroupLedger | None:
+    """The group ledger in the same embedded store as ``storage`` (seen through metering and
+    partitioning wrappers): one per in-memory store, tables of the SQLite file; None for any other
+    storage (Azure's Table service comes later: see ``group_ledger``'s plan)."""
+    return _LEDGERS.for_storage(storage)
+
+
+__all__ = ["SqliteGroupLedger", "group_ledger_for"]

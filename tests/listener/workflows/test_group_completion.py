@@ -1,0 +1,246 @@
+"""Recording members as they settle and sending one ``GroupDone``: the middleware driven message by
+message on real stores, with the settlement it predicts and the crash windows it closes (a kill
+between recording the last member and publishing, and between publishing and marking it sent)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from structlog.testing import capture_logs
+
+from cloudqueue.listener import InMemoryQueueStorage, SqliteQueueStorage
+from cloudqueue.listener.consumer.events import ListenerStarted
+from cloudqueue.listener.consumer.item_failures import ItemFailure
+from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
+from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.envelope import parse_envelope
+from cloudqueue.listener.wire.frames import unpack
+from cloudqueue.listener.workflows.completion import GroupCompletion
+from cloudqueue.listener.workflows.group_done import GroupDone
+from cloudqueue.listener.workflows.group_ledger import GroupLedger
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+
+POLICY = DeliveryPolicy(max_dequeue_count=3)
+
+
+class Crash(BaseException):
+    """A process killed here: nothing after it runs (not an Exception: nothing catches it)."""
+
+
+class CrashingPuts:
+    """A store whose puts to ``queue`` die, as a process killed before the put returns."""
+
+    def __init__(self, inner: QueueStorage, queue: str) -> None:
+        self.inner, self.queue = inner, queue
+
+    def put_message(self, queue_name: str, content: str, **options: Any) -> QueueMessage:
+        if queue_name == self.queue:
+            raise Crash
+        return self.inner.put_message(queue_name, content, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def ledger_of(storage: QueueStorage) -> GroupLedger:
+    ledger = group_ledger_for(storage)
+    assert ledger is not None
+    return ledger
+
+
+def sent_members(storage: QueueStorage, count: int) -> list[QueueMessage]:
+    """A group of ``count`` items sent to ``work`` (completion to ``done``), fetched."""
+    for queue in ("work", "done"):
+        storage.create_queue(queue)
+    Publisher(storage, "work", dict).send_group(
+        [{"n": n} for n in range(count)], on_complete="done"
+    )
+    return storage.get_messages("work", max_messages=32, visibility_timeout_s=60)
+
+
+def deliver(
+    middleware: GroupCompletion,
+    message: QueueMessage,
+    *,
+    deliveries: int = 1,
+    handler: Callable[[MessageContext[Any]], None] | None = None,
+    deliverable: bool = True,
+    settled: OutcomeKind | None = None,
+) -> MessageContext[Any]:
+    """One delivery of ``message`` through the middleware; ``handler`` plays the rest of the
+    chain (by default: the item was handled), ``settled`` what settlement made of it."""
+    context: MessageContext[Any] = MessageContext(
+        "work", message, [{}], parse_envelope(message.content), deliveries, deliverable=deliverable
+    )
+
+    def call_next() -> None:
+        context.handled = True
+        if handler is not None:
+            handler(context)
+
+    middleware.around_handle(context, call_next)
+    if settled is not None:
+        context.outcome = Outcome(settled)
+        middleware.after_settle(context)
+    return context
+
+
+def completions(storage: QueueStorage) -> list[tuple[GroupDone, str | None]]:
+    """The ``GroupDone`` items on ``done``, each with its message key."""
+    codec, found = MessageCodec(GroupDone), []
+    for message in storage.get_messages("done", max_messages=32, visibility_timeout_s=60):
+        envelope = parse_envelope(message.content)
+        assert envelope is not None
+        assert envelope.packed is not None
+        [text] = unpack(envelope.packed)
+        found.append((codec.decode(text), envelope.key))
+    return found
+
+
+def failed(error: Exception) -> Callable[[MessageContext[Any]], None]:
+    def handler(context: MessageContext[Any]) -> None:
+        context.failures = [ItemFailure(0, "{}", "{}", [error])]
+
+    return handler
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> QueueStorage:
+    if request.param == "memory":
+        return InMemoryQueueStorage()
+    return SqliteQueueStorage(tmp_path / "q.db")
+
+
+def test_the_last_member_sends_one_group_done_keyed_by_the_group(storage: QueueStorage) -> None:
+    """Three members, each delivered twice (a redelivery after its delete failed): one
+    ``GroupDone`` with 3 handled, after the third member, its key the group id."""
+    members = sent_members(storage, 3)
+    middleware = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    group = parse_envelope(members[0].content).fields["group"]  # type: ignore[union-attr]
+    for message in members[:2]:
+        deliver(middleware, message)
+        deliver(middleware, message, deliveries=2)
+    assert completions(storage) == []
+    deliver(middleware, members[2])
+    deliver(middleware, members[2], deliveries=2)
+    [(done, key)] = completions(storage)
+    assert (done.group_id, done.handled, done.poisoned, key) == (group, 3, 0, group)
+    assert done.started <= done.ended
+
+
+def test_a_member_that_will_be_poisoned_is_counted_poisoned(storage: QueueStorage) -> None:
+    """A member failing below its delivery limit is not settled (it is retried); failing on its
+    last delivery, with a PermanentFailure, or delivered too often, it counts as poisoned (before
+    the poison move); poisoned unopened, just after it."""
+    members = sent_members(storage, 5)
+    middleware = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    deliver(middleware, members[0], deliveries=1, handler=failed(RuntimeError("again")))
+    deliver(middleware, members[0], deliveries=3, handler=failed(RuntimeError("last")))
+    deliver(middleware, members[1], handler=failed(PermanentFailure("hopeless")))
+    deliver(middleware, members[2], deliveries=4, deliverable=False)
+    deliver(middleware, members[3], deliverable=False, settled="poisoned")
+    assert completions(storage) == []
+    deliver(middleware, members[4])
+    [(done, _)] = completions(storage)
+    assert (done.handled, done.poisoned) == (1, 4)
+
+
+def test_a_member_whose_lease_was_lost_is_not_settled(storage: QueueStorage) -> None:
+    """Undeliverable because another consumer took it over (left where it is): not counted."""
+    [member] = sent_members(storage, 1)
+    ledger = ledger_of(storage)
+    middleware = GroupCompletion(ledger, storage, delivery=POLICY)
+    deliver(middleware, member, deliverable=False, settled="left")
+    status = ledger.status(parse_envelope(member.content).fields["group"])  # type: ignore[union-attr]
+    assert status is not None
+    assert status.pending == 1
+
+
+def test_a_retried_deferred_or_rerouted_member_is_not_settled(storage: QueueStorage) -> None:
+    """A member a middleware retries, defers or reroutes comes back (or settles where it goes):
+    the group of one stays pending; skipped (deleted unhandled) it counts as handled."""
+    [member] = sent_members(storage, 1)
+    ledger = ledger_of(storage)
+    middleware = GroupCompletion(ledger, storage, delivery=POLICY)
+    deliver(middleware, member, handler=lambda context: context.retry("later", delay_s=1))
+    deliver(middleware, member, handler=lambda context: context.reroute("elsewhere"))
+    assert ledger.owed() == []
+    deliver(middleware, member, handler=lambda context: context.skip("cancelled"))
+    [(done, _)] = completions(storage)
+    assert (done.handled, done.poisoned) == (1, 0)
+
+
+def test_a_crash_before_the_publish_still_completes_once_on_restart(tmp_path: Path) -> None:
+    """The process dies after recording the last member, before the ``GroupDone`` is put: a
+    listener started on the reopened file sends it, once; a second start sends nothing."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    [member] = sent_members(storage, 1)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, member)
+    storage.close()
+    reopened = SqliteQueueStorage(tmp_path / "q.db")
+    for _ in range(2):
+        GroupCompletion(ledger_of(reopened), reopened, delivery=POLICY).on_start(
+            ListenerStarted("work", 1, threading.Event())
+        )
+    [(done, _)] = completions(reopened)
+    assert done.handled == 1
+    reopened.close()
+
+
+def test_a_crash_before_the_publish_completes_on_the_members_redelivery(tmp_path: Path) -> None:
+    """The last member's message was not deleted (the crash came first): its redelivery finds
+    the completion owed and sends it."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    [member] = sent_members(storage, 1)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, member)
+    again = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    deliver(again, member, deliveries=2)
+    deliver(again, member, deliveries=3)
+    assert [done.handled for done, _ in completions(storage)] == [1]
+    storage.close()
+
+
+def test_a_ledger_out_of_reach_retries_the_member_rather_than_lose_it() -> None:
+    """The ledger cannot be written: the member is retried later, not deleted unrecorded."""
+    storage = InMemoryQueueStorage()
+    [member] = sent_members(storage, 1)
+
+    class Unreachable:
+        def settle(self, *args: object) -> None:
+            raise TransientStorageError("ledger down")
+
+    middleware = GroupCompletion(Unreachable(), storage, delivery=POLICY)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        context = deliver(middleware, member)
+    assert context.decision is not None
+    assert context.decision.kind == "retry"
+    assert [e["event"] for e in logs] == ["group_ledger_unavailable"]
+
+
+def test_a_completion_queue_missing_keeps_the_completion_owed_until_a_start() -> None:
+    """The completion queue does not exist yet when the last member settles: the completion
+    stays owed (``group_done_not_sent``), and a listener starting once it exists puts it."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue("work")
+    Publisher(storage, "work", dict).send_group([{"n": 1}], on_complete="done")
+    [member] = storage.get_messages("work", max_messages=1, visibility_timeout_s=60)
+    middleware = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    with capture_logs() as logs:
+        deliver(middleware, member)
+    assert "group_done_not_sent" in [e["event"] for e in logs]
+    storage.create_queue("done")
+    middleware.on_start(ListenerStarted("work", 1, threading.Event()))
+    assert [done.handled for done, _ in completions(storage)] == [1]
+    assert ledger_of(storage).owed() == []

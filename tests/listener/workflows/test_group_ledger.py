@@ -1,0 +1,205 @@
+"""The group ledger on memory and SQLite: members counted by distinct id, a poisoned member
+settled too, fan-out added before the adding member settles, and exactly one caller told it
+settled the last member -- among many threads (SQLite: each its own connection, as processes)."""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from cloudqueue.listener import InMemoryQueueStorage, SqliteQueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
+from cloudqueue.listener.workflows.sqlite_groups import SqliteGroupLedger, group_ledger_for
+
+LedgerMaker = Callable[[], GroupLedger]
+"""Each call a ledger on the same store (SQLite: a new connection to the same file)."""
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def ledgers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerMaker]:
+    clock = ManualClock()
+    opened: list[SqliteQueueStorage] = []
+    if request.param == "memory":
+        storage = InMemoryQueueStorage(clock=clock)
+
+        def memory() -> GroupLedger:
+            ledger = group_ledger_for(storage)
+            assert ledger is not None
+            return ledger
+
+        yield memory
+        return
+
+    def sqlite() -> GroupLedger:
+        opened.append(SqliteQueueStorage(tmp_path / "q.db", clock=clock, busy_timeout_s=30))
+        return SqliteGroupLedger(opened[-1])
+
+    yield sqlite
+    for storage_ in opened:
+        storage_.close()
+
+
+def test_members_are_counted_once_each_however_often_they_settle(ledgers: LedgerMaker) -> None:
+    """Three members, the first settled three times: only the third distinct member's settlement
+    answers with the final status, and the counts are 3."""
+    ledger = ledgers()
+    ledger.open("g1", total=3, on_complete="done")
+    answers = [ledger.settle("g1", member, "handled") for member in ["0", "0", "1", "0", "1"]]
+    assert answers == [None] * 5
+    status = ledger.status("g1")
+    assert status is not None
+    assert (status.total, status.handled, status.pending, status.done) == (3, 2, 1, False)
+    last = ledger.settle("g1", "2", "handled")
+    assert last is not None
+    assert (last.handled, last.poisoned, last.pending) == (3, 0, 0)
+    assert last.done
+    assert last.completion == "owed"
+    assert ledger.settle("g1", "2", "handled") is None
+    assert ledger.settle("g1", "1", "poisoned") is None
+
+
+def test_a_poisoned_member_counts_as_settled(ledgers: LedgerMaker) -> None:
+    """A group of two with one member poisoned completes with 1 handled and 1 poisoned."""
+    ledger = ledgers()
+    ledger.open("g2", total=2, on_complete="done")
+    assert ledger.settle("g2", "0", "poisoned") is None
+    last = ledger.settle("g2", "1", "handled")
+    assert last is not None
+    assert (last.handled, last.poisoned) == (1, 1)
+
+
+def test_ids_outside_the_group_are_not_counted(ledgers: LedgerMaker) -> None:
+    """A member id beyond the group's size, or not a member number, or an unknown group,
+    settles nothing: a stray message cannot complete a group early."""
+    ledger = ledgers()
+    ledger.open("g3", total=2, on_complete="done")
+    for stray in ["2", "-1", "x", "00000000000000000001"]:
+        assert ledger.settle("g3", stray, "handled") is None
+    assert ledger.settle("nope", "0", "handled") is None
+    assert ledger.status("g3").settled == 0  # type: ignore[union-attr]
+
+
+def test_members_added_at_run_time_hold_the_group_open(ledgers: LedgerMaker) -> None:
+    """Member 0 adds two members before it settles: the group completes only when those did,
+    with 3 handled; adding to a complete group is refused."""
+    ledger = ledgers()
+    ledger.open("g4", total=1, on_complete="done")
+    assert ledger.add_members("g4", 2) == ["1", "2"]
+    assert ledger.settle("g4", "0", "handled") is None
+    assert ledger.settle("g4", "2", "handled") is None
+    last = ledger.settle("g4", "1", "handled")
+    assert last is not None
+    assert last.total == 3
+    assert last.handled == 3
+    with pytest.raises(GroupError, match="is complete"):
+        ledger.add_members("g4", 1)
+    with pytest.raises(GroupError, match="no group"):
+        ledger.add_members("missing", 1)
+
+
+def test_empty_and_repeated_groups_are_refused(ledgers: LedgerMaker) -> None:
+    """Opening a group of no members, or an id twice, raises one GroupError."""
+    ledger = ledgers()
+    with pytest.raises(GroupError, match="at least 1 member"):
+        ledger.open("g5", total=0, on_complete="done")
+    ledger.open("g5", total=1, on_complete="done")
+    with pytest.raises(GroupError, match="exists already"):
+        ledger.open("g5", total=1, on_complete="done")
+
+
+def test_an_owed_completion_stays_owed_until_marked_sent(ledgers: LedgerMaker) -> None:
+    """The last settlement owes the completion; ``owed`` lists it (to another connection too)
+    until ``mark_sent``."""
+    ledger = ledgers()
+    ledger.open("g6", total=1, on_complete="done")
+    ledger.open("g7", total=2, on_complete="done")
+    ledger.settle("g6", "0", "handled")
+    ledger.settle("g7", "0", "handled")
+    assert [group.group_id for group in ledgers().owed()] == ["g6"]
+    ledger.mark_sent("g6")
+    assert ledgers().owed() == []
+    assert ledger.status("g6").completion == "sent"  # type: ignore[union-attr]
+
+
+def test_many_threads_settling_one_group_hear_of_the_last_member_once(
+    ledgers: LedgerMaker,
+) -> None:
+    """8 threads (SQLite: 8 connections) each settle all 100 members of one group, in their own
+    order: the counts are 100 and exactly one settlement of all 800 was the last."""
+    ledger = ledgers()
+    ledger.open("hot", total=100, on_complete="done")
+    lasts: list[GroupStatus] = []
+    lock, start = threading.Lock(), threading.Barrier(8)
+
+    def settle_all(seed: int) -> None:
+        mine = ledgers()
+        members = [str(n) for n in range(100)]
+        random.Random(seed).shuffle(members)
+        start.wait()
+        for member in members:
+            last = mine.settle("hot", member, "poisoned" if int(member) % 10 == 0 else "handled")
+            if last is not None:
+                with lock:
+                    lasts.append(last)
+
+    threads = [threading.Thread(target=settle_all, args=(seed,)) for seed in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert len(lasts) == 1
+    assert (lasts[0].handled, lasts[0].poisoned, lasts[0].pending) == (90, 10, 0)
+
+
+def test_a_group_outlives_its_sqlite_connection(tmp_path: Path) -> None:
+    """A group recorded through one connection is read, settled and completed through another
+    opened later (a restarted process)."""
+    first = SqliteQueueStorage(tmp_path / "q.db")
+    SqliteGroupLedger(first).open("kept", total=2, on_complete="done")
+    SqliteGroupLedger(first).settle("kept", "0", "handled")
+    first.close()
+    again = SqliteQueueStorage(tmp_path / "q.db")
+    last = SqliteGroupLedger(again).settle("kept", "1", "poisoned")
+    assert last is not None
+    assert (last.handled, last.poisoned) == (1, 1)
+    again.close()
+
+
+def test_a_settlement_decides_under_the_write_lock_it_writes_with(tmp_path: Path) -> None:
+    """Two processes settle the last two members of a group of two at once: the second waits
+    for the first's transaction and reads what it wrote, so it hears it settled the last
+    member. (Read outside the write lock, it would count from a stale total: no completion.)"""
+    first = SqliteQueueStorage(tmp_path / "q.db", busy_timeout_s=30)
+    second = SqliteQueueStorage(tmp_path / "q.db", busy_timeout_s=30)
+    SqliteGroupLedger(first).open("race", total=2, on_complete="done")
+    ledger = SqliteGroupLedger(second)
+    waiting_for_lock = threading.Event()
+
+    def traced(statement: str) -> None:
+        if statement.startswith("BEGIN IMMEDIATE"):
+            waiting_for_lock.set()
+
+    with second.reading() as db:
+        db.set_trace_callback(traced)
+    answers: list[GroupStatus | None] = []
+    settling = threading.Thread(
+        target=lambda: answers.append(ledger.settle("race", "1", "handled"))
+    )
+    with first.transaction() as db:  # another process settling member 0 right now
+        db.execute(
+            "INSERT INTO group_members (group_id, member, outcome) VALUES ('race', 0, 'handled')"
+        )
+        db.execute("UPDATE message_groups SET handled = handled + 1 WHERE id = 'race'")
+        settling.start()
+        assert waiting_for_lock.wait(30)
+    settling.join(30)
+    [last] = answers
+    assert last is not None
+    assert (last.handled, last.pending) == (2, 0)
+    first.close()
+    second.close()
