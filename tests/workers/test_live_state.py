@@ -168,7 +168,8 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
     assert isinstance(rate, float)
     assert rate > 0
     counters = listener.counters.snapshot()
-    del counters["retried_later"]  # counted among "failed" in the file; RetryLater's own count is a metric
+    # The file counts a RetryLater among "failed"; its own count is a metric, not published here.
+    del counters["retried_later"]
     no_meter = {
         "storage_transactions_per_hour": None,
         "projected_cost_per_month_usd": None,
