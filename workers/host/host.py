@@ -37,12 +37,7 @@ from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT
 from cloudqueue.workers.host.cost_meter import CostMeter
 from cloudqueue.workers.host.host_keys import HostKeyLedger
 from cloudqueue.workers.host.hosted_jobs import HostedJobs
-from cloudqueue.workers.host.hosted_worker import (
-    finish,
-    host_worker,
-    open_trigger_channel,
-    wake_on_triggers,
-)
+from cloudqueue.workers.host.hosted_worker import finish, host_worker, wake_on_triggers
 from cloudqueue.workers.host.live_state import LiveStatePublisher
 from cloudqueue.workers.host.partitioning import (
     layout_of,
@@ -51,6 +46,7 @@ from cloudqueue.workers.host.partitioning import (
     worker_queues,
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
+from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.observability.process import ProcessObservability
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 
