@@ -23,8 +23,11 @@ def command_paths(
     """Every command with its full name (``("cloudqueue", "poison", "requeue")``), groups first."""
     yield path, command
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            yield from command_paths(command.commands[name], (*path, name))
+        context = click.Context(command, info_name=path[-1])
+        for name in command.list_commands(context):  # the root's are imported on first ask
+            subcommand = command.get_command(context, name)
+            if subcommand is not None:
+                yield from command_paths(subcommand, (*path, name))
 
 
 def help_text(path: tuple[str, ...], command: click.Command) -> str:

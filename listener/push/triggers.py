@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import threading
 from dataclasses import asdict, dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import structlog
-from reactivex import Observable
-from reactivex.subject import Subject
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.push.wire import parse_trigger
 from cloudqueue.listener.stores.connection import parse_connection_string
+
+if TYPE_CHECKING:  # reactivex is imported by the channels that make events, not by producers
+    from reactivex import Observable
+    from reactivex.subject import Subject
 
 log = structlog.get_logger(__name__)
 
@@ -76,6 +78,8 @@ class InProcessTriggerChannel:
     """Producer and listeners in one process: a thread-safe reactivex Subject."""
 
     def __init__(self) -> None:
+        from reactivex.subject import Subject
+
         self._subject: Subject[WorkDetected] = Subject()
         self._lock = threading.Lock()
 

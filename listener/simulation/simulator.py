@@ -11,7 +11,7 @@ simulation changes with it.
 
 The parts: ``timeline`` (the clock and the events), ``pool`` (the threads, as the scaler sees
 them), ``storage_line`` (when a storage call returns), ``settlement`` (delete, retry or poison,
-as the real delivery policy says) and ``idle`` (idle waits, in long strides when nothing can
+as the real delivery policy says) and ``idle_waits`` (idle waits, in long strides when nothing can
 arrive).
 
 Not modelled: visibility renewals (handlers are assumed shorter than half the visibility
@@ -33,7 +33,7 @@ from cloudqueue.listener.consumer.throughput import ThroughputMeter
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.scaling.scaler import ElasticScaler
 from cloudqueue.listener.scaling.waker import Watchdog
-from cloudqueue.listener.simulation.idle import IdlePolicy
+from cloudqueue.listener.simulation.idle_waits import IdlePolicy
 from cloudqueue.listener.simulation.policies import PolicySpec
 from cloudqueue.listener.simulation.pool import SimThread, SimulatedPool
 from cloudqueue.listener.simulation.queue import SimulatedMessage, SimulatedQueue

@@ -10,20 +10,25 @@ either schema, so a worker need not know which one the subscription was created 
 * ``EventGridEvent`` below, a pydantic model of the Event Grid schema; a CloudEvents schema event
   maps the other way round.
 
-Published events are written in the item type's own schema.
+Published events are written in the item type's own schema. The Azure SDK is imported only when
+a CloudEvent is read: every codec asks ``is_cloud_event_type``, and a command that never meets
+one (``cloudqueue enqueue``) should not pay for the SDK.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import sys
 from datetime import datetime
-from typing import Any, get_origin
+from typing import TYPE_CHECKING, Any, get_origin
 
-from azure.core.messaging import CloudEvent
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, model_validator
 
 from cloudqueue.listener.errors import DecodeError
+
+if TYPE_CHECKING:
+    from azure.core.messaging import CloudEvent
 
 __all__ = ["CloudEventAdapter", "EventGridEvent", "cloud_event_to_dict", "is_cloud_event_type"]
 
@@ -71,8 +76,14 @@ class EventGridEvent(BaseModel):
 
 
 def is_cloud_event_type(item_type: object) -> bool:
-    """True for ``CloudEvent`` and ``CloudEvent[...]``."""
-    return item_type is CloudEvent or get_origin(item_type) is CloudEvent
+    """True for ``CloudEvent`` and ``CloudEvent[...]``.
+
+    Nothing is imported: a type can only be ``CloudEvent`` once its module has been imported.
+    """
+    messaging = sys.modules.get("azure.core.messaging")
+    if messaging is None:
+        return False
+    return item_type is messaging.CloudEvent or get_origin(item_type) is messaging.CloudEvent
 
 
 def _from_event_grid_schema(document: dict[str, Any]) -> dict[str, Any]:
@@ -120,6 +131,8 @@ class CloudEventAdapter:
             raise DecodeError(f"an event is a JSON object, not {type(document).__name__}")
         if "specversion" not in document and "eventType" in document:
             document = _from_event_grid_schema(document)
+        from azure.core.messaging import CloudEvent  # imported already: the item type is one
+
         try:
             return CloudEvent.from_dict(document)
         except (ValueError, KeyError, TypeError) as error:

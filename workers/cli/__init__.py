@@ -1,8 +1,9 @@
 """The ``cloudqueue`` command line (``python -m cloudqueue`` too).
 
 Built on click, the well-kept standard for Python command lines, so every command has ``--help``
-with examples. Each command lives in its own module; this one only assembles the group, gives
-every command the ``--config`` option, and routes every command's errors through one path.
+with examples. Each command lives in its own module, imported only when the command runs
+(``LazyGroup``); this one names them, gives every command the ``--config`` option, and routes
+every command's errors through one path.
 """
 
 from __future__ import annotations
@@ -11,23 +12,72 @@ from typing import Any
 
 import click
 
-from cloudqueue.workers.cli.cancel import cancel
-from cloudqueue.workers.cli.common import CONFIG_ERROR_EXIT, config_option, translated_errors
-from cloudqueue.workers.cli.config_cmd import config_group
-from cloudqueue.workers.cli.dashboard import dashboard
-from cloudqueue.workers.cli.demo import demo
-from cloudqueue.workers.cli.messages import enqueue
-from cloudqueue.workers.cli.poison import poison_group
-from cloudqueue.workers.cli.queues import queues_group
-from cloudqueue.workers.cli.replay import replay_command
-from cloudqueue.workers.cli.run import run
-from cloudqueue.workers.cli.simulate import simulate
-from cloudqueue.workers.cli.status import status
-from cloudqueue.workers.cli.trigger import trigger
-from cloudqueue.workers.cli.tune import tune_command
+from cloudqueue._version import __version__
+from cloudqueue.workers.cli.config_option import CONFIG_ERROR_EXIT, config_option
+from cloudqueue.workers.cli.lazy_group import LazyCommand, LazyGroup
+
+COMMANDS = {
+    "cancel": LazyCommand(
+        "cloudqueue.workers.cli.cancel:cancel",
+        "Cancel KEYS on QUEUE: a worker deletes their messages unhandled when it next fetches "
+        "them.",
+    ),
+    "config": LazyCommand(
+        "cloudqueue.workers.cli.config_cmd:config_group",
+        "Inspect the settings a worker would run with.",
+    ),
+    "dashboard": LazyCommand(
+        "cloudqueue.workers.cli.dashboard:dashboard",
+        "Serve a live web dashboard of QUEUES and of every queue a running worker publishes.",
+    ),
+    "demo": LazyCommand(
+        "cloudqueue.workers.cli.demo:demo",
+        "Drain a burst of invoices with an auto-scaling worker on the embedded store.",
+    ),
+    "enqueue": LazyCommand(
+        "cloudqueue.workers.cli.messages:enqueue",
+        "Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.",
+    ),
+    "poison": LazyCommand(
+        "cloudqueue.workers.cli.poison:poison_group",
+        "Inspect, requeue and purge the poison queue of QUEUE (QUEUE-poison).",
+    ),
+    "queues": LazyCommand(
+        "cloudqueue.workers.cli.queues:queues_group", "List, create, clear and delete queues."
+    ),
+    "replay": LazyCommand(
+        "cloudqueue.workers.cli.replay:replay_command",
+        "Put a profile's arrivals on QUEUE, sped up, while a worker with the given settings "
+        "drains it here; print the measured transactions and pickup beside the simulator's "
+        "prediction.",
+    ),
+    "run": LazyCommand(
+        "cloudqueue.workers.cli.run:run",
+        "Run workers and periodic jobs until SIGTERM/SIGINT, then drain in-flight items and exit.",
+    ),
+    "simulate": LazyCommand(
+        "cloudqueue.workers.cli.simulate:simulate",
+        "Simulate a workload under several polling policies and compare what they cost.",
+    ),
+    "status": LazyCommand(
+        "cloudqueue.workers.cli.status:status",
+        "Show the approximate depth of QUEUE and of its poison queue, and the workers on it.",
+    ),
+    "trigger": LazyCommand(
+        "cloudqueue.workers.cli.trigger:trigger",
+        "Tell listeners of QUEUE that work is waiting (needs CLOUDQUEUE_TRIGGERS__URL).",
+    ),
+    "tune": LazyCommand(
+        "cloudqueue.workers.cli.tune:tune_command",
+        "Find the cheapest settings that meet pickup and drain goals for a recorded workload.",
+    ),
+}
+"""Every command, imported when it runs: ``cloudqueue --version`` or ``enqueue`` imports neither
+the host nor the dashboard. Each summary is the first sentence of the command's help (a test
+holds them equal), so that ``cloudqueue --help`` lists the commands without importing them."""
 
 
-class CloudQueueGroup(click.Group):
+class CloudQueueGroup(LazyGroup):
     """The root group: ``--config`` on every subcommand, one error path for all of them."""
 
     def add_command(self, cmd: click.Command, name: str | None = None) -> None:
@@ -35,6 +85,9 @@ class CloudQueueGroup(click.Group):
         super().add_command(cmd, name)
 
     def invoke(self, ctx: click.Context) -> Any:
+        # Imported here: the settings and stores it names are what --version must not import.
+        from cloudqueue.workers.cli.common import translated_errors
+
         with translated_errors():
             return super().invoke(ctx)
 
@@ -48,8 +101,12 @@ def _give_config_option(command: click.Command) -> None:
             _give_config_option(subcommand)
 
 
-@click.group(cls=CloudQueueGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(package_name="cloudqueue", prog_name="cloudqueue")
+@click.group(
+    cls=CloudQueueGroup,
+    lazy_commands=COMMANDS,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+@click.version_option(__version__, prog_name="cloudqueue")
 def cli() -> None:
     """cloudqueue: auto-scaling queue workers for Azure Storage Queues.
 
@@ -61,9 +118,6 @@ def cli() -> None:
 
 
 cli.params.append(config_option())
-commands = (run, enqueue, status, dashboard, config_group, demo, queues_group, poison_group)
-for command in (*commands, cancel, trigger, simulate, tune_command, replay_command):
-    cli.add_command(command)
 
 
 def main() -> None:

@@ -13,7 +13,6 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 from typing import Any
 
 import click
@@ -24,14 +23,13 @@ from cloudqueue.listener.errors import CloudQueueError, ConfigurationError, Stor
 from cloudqueue.listener.redaction import redact
 from cloudqueue.listener.stores.connection import describe_storage, outlives_process
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
+from cloudqueue.workers.cli.config_option import CONFIG_ERROR_EXIT, config_file
 from cloudqueue.workers.logging import configure_logging
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import open_storage_from_settings
 from cloudqueue.workers.settings.keys import closest, known_keys
 
-CONFIG_ERROR_EXIT = 2
 SECRET_FIELDS = frozenset({"connection_string", "triggers.url", "dashboard.token"})
-_CONFIG_FILE = "cloudqueue.config_file"
 
 log = structlog.get_logger(__name__)
 
@@ -56,34 +54,6 @@ def translated_errors() -> Iterator[None]:
         raise BadInput(str(error)) from None
     except CloudQueueError as error:
         raise click.ClickException(redact(str(error))) from None
-
-
-def remember_config_file(ctx: click.Context, _: click.Parameter, value: Path | None) -> None:
-    """``--config`` callback, before or after the subcommand: the last one given wins."""
-    if value is not None:
-        ctx.find_root().meta[_CONFIG_FILE] = value
-
-
-CONFIG_HELP = "TOML settings file (default: $CLOUDQUEUE_CONFIG, else config/cloudqueue.toml)."
-
-
-def config_option() -> click.Option:
-    """The ``--config`` option that every command accepts."""
-    return click.Option(
-        ["--config"],
-        type=click.Path(path_type=Path),
-        default=None,
-        expose_value=False,
-        is_eager=True,
-        callback=remember_config_file,
-        help=CONFIG_HELP,
-    )
-
-
-def config_file() -> Path | None:
-    """The ``--config`` given on the command line, if any."""
-    path: Path | None = click.get_current_context().find_root().meta.get(_CONFIG_FILE)
-    return path
 
 
 def current_settings(overrides: Mapping[str, Any] | None = None) -> CloudQueueSettings:

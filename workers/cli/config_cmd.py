@@ -8,11 +8,11 @@ import click
 
 from cloudqueue.workers.api.worker import load_worker
 from cloudqueue.workers.cli.common import (
-    config_file,
     current_settings,
     import_from_working_directory,
     parse_overrides,
 )
+from cloudqueue.workers.cli.config_option import config_file
 from cloudqueue.workers.cli.run import worker_settings
 from cloudqueue.workers.settings.sources import SettingValue, WorkerOverrides, explain_settings
 

@@ -18,12 +18,12 @@ from cloudqueue.workers.api.periodic_job import PeriodicJob, load_target
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.cli.common import (
     BadInput,
-    config_file,
     current_settings,
     import_from_working_directory,
     one_line,
     parse_overrides,
 )
+from cloudqueue.workers.cli.config_option import config_file
 from cloudqueue.workers.fleet.reload import run_reloading, watched_folders
 from cloudqueue.workers.fleet.supervisor import Supervisor
 from cloudqueue.workers.host.controls import controls_for

@@ -23,8 +23,10 @@ pydantic does), so ``import cloudqueue`` costs nothing until a name is asked for
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from cloudqueue._version import __version__ as __version__
+from cloudqueue.listener.exports import lazy_exports
 
 if TYPE_CHECKING:
     from cloudqueue.listener.consumer.current import MessageEnvelope, current_envelope
@@ -50,30 +52,6 @@ if TYPE_CHECKING:
     from cloudqueue.workers.api.worker import QueueWorker
     from cloudqueue.workers.settings.model import CloudQueueSettings, load_settings
 
-_HOMES = {
-    "BatchFailed": "cloudqueue.listener.errors",
-    "CallNext": "cloudqueue.listener.consumer.middleware",
-    "CloudQueueError": "cloudqueue.listener.errors",
-    "CloudQueueSettings": "cloudqueue.workers.settings.model",
-    "ConfigurationError": "cloudqueue.listener.errors",
-    "Decision": "cloudqueue.listener.consumer.middleware",
-    "GroupDone": "cloudqueue.listener.workflows.group_done",
-    "MessageContext": "cloudqueue.listener.consumer.middleware",
-    "MessageEnvelope": "cloudqueue.listener.consumer.current",
-    "Middleware": "cloudqueue.listener.consumer.middleware",
-    "Outcome": "cloudqueue.listener.consumer.middleware",
-    "PeriodicJob": "cloudqueue.workers.api.periodic_job",
-    "PermanentFailure": "cloudqueue.listener.errors",
-    "Publisher": "cloudqueue.listener.producer.publisher",
-    "QueueWorker": "cloudqueue.workers.api.worker",
-    "Retry": "cloudqueue.listener.policies.retry",
-    "RetryLater": "cloudqueue.listener.errors",
-    "TimeLimitExceeded": "cloudqueue.listener.errors",
-    "current_envelope": "cloudqueue.listener.consumer.current",
-    "load_settings": "cloudqueue.workers.settings.model",
-}
-"""Each public name and the module that defines it."""
-
 __all__ = [
     "BatchFailed",
     "CallNext",
@@ -98,14 +76,31 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'cloudqueue' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # the next look-up is an ordinary attribute
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an error
+    __getattr__, __dir__ = lazy_exports(
+        __name__,
+        {
+            "cloudqueue.listener.consumer.current": ("MessageEnvelope", "current_envelope"),
+            "cloudqueue.listener.consumer.middleware": (
+                "CallNext",
+                "Decision",
+                "MessageContext",
+                "Middleware",
+                "Outcome",
+            ),
+            "cloudqueue.listener.errors": (
+                "BatchFailed",
+                "CloudQueueError",
+                "ConfigurationError",
+                "PermanentFailure",
+                "RetryLater",
+                "TimeLimitExceeded",
+            ),
+            "cloudqueue.listener.policies.retry": ("Retry",),
+            "cloudqueue.listener.producer.publisher": ("Publisher",),
+            "cloudqueue.listener.workflows.group_done": ("GroupDone",),
+            "cloudqueue.workers.api.periodic_job": ("PeriodicJob",),
+            "cloudqueue.workers.api.worker": ("QueueWorker",),
+            "cloudqueue.workers.settings.model": ("CloudQueueSettings", "load_settings"),
+        },
+    )

@@ -38,12 +38,7 @@ from cloudqueue.workers.host.cost_meter import CostMeter
 from cloudqueue.workers.host.depth_refresh import DepthTicker
 from cloudqueue.workers.host.host_keys import HostKeyLedger
 from cloudqueue.workers.host.hosted_jobs import HostedJobs
-from cloudqueue.workers.host.hosted_worker import (
-    finish,
-    host_worker,
-    open_trigger_channel,
-    wake_on_triggers,
-)
+from cloudqueue.workers.host.hosted_worker import finish, host_worker, wake_on_triggers
 from cloudqueue.workers.host.lifecycle import StartupFailedError, call_plain_hook
 from cloudqueue.workers.host.live_state import LiveStatePublisher
 from cloudqueue.workers.host.partitioning import (
@@ -55,6 +50,7 @@ from cloudqueue.workers.host.partitioning import (
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.host.sending import send_with
+from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,

@@ -10,7 +10,6 @@ import structlog
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.middleware.rate_limit import RateLimit
-from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
 from cloudqueue.listener.push.triggers import TriggerChannel
 from cloudqueue.listener.scaling.scaler import ElasticScaler
 from cloudqueue.listener.scaling.waker import TriggerWaker, Watchdog
@@ -136,16 +135,6 @@ def host_worker(
     )
 
 
-def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
-    """The Redis trigger channel the settings name, or None to poll only."""
-    url = settings.triggers.url_value()
-    if url is None:
-        return None
-    return RedisTriggerChannel(
-        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
-    )
-
-
 def wake_on_triggers(
     hosted: HostedWorker, channel: TriggerChannel, account: str
 ) -> list[TriggerWaker | Watchdog]:
@@ -170,4 +159,4 @@ def finish(hosted: HostedWorker) -> None:
     hosted.runner.close()
 
 
-__all__ = ["HostedWorker", "finish", "host_worker", "open_trigger_channel", "wake_on_triggers"]
+__all__ = ["HostedWorker", "finish", "host_worker", "wake_on_triggers"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import closing, contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -22,9 +22,11 @@ from cloudqueue.listener.stores.layouts import QueueLayout, read_layout, record_
 from cloudqueue.listener.stores.partition_names import PARTITION_SEPARATOR, partition_of_queue
 from cloudqueue.listener.stores.partitioned import Partition, PartitionedQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import open_storage_from_settings
+
+if TYPE_CHECKING:  # commands that only put (enqueue, poison requeue) need not import the worker API
+    from cloudqueue.workers.api.worker import QueueWorker
 
 log = structlog.get_logger(__name__)
 

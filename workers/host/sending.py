@@ -34,8 +34,8 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Encoding, MessageCodec
 from cloudqueue.workers.api.class_checks import check_item_type
 from cloudqueue.workers.api.worker import QueueWorker
-from cloudqueue.workers.host.hosted_worker import open_trigger_channel
 from cloudqueue.workers.host.partitioning import command_layout, over_accounts
+from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,

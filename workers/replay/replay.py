@@ -43,7 +43,7 @@ from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.host import WorkerHost
-from cloudqueue.workers.host.hosted_worker import open_trigger_channel
+from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.replay.replay_prediction import (
     CONSUMER_OPERATIONS,
     ReplayReport,

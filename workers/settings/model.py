@@ -11,14 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
-from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.workers.settings.files import (
     check_found_dotenv,
@@ -57,6 +56,9 @@ from cloudqueue.workers.settings.worker_sections import (
     RateLimitSettings,
     ScalingSettings,
 )
+
+if TYPE_CHECKING:
+    from cloudqueue.listener.scaling.scaler import ScalingPolicy
 
 _EXAMPLE = '{"scaling": {"max_threads": 4}}'
 OVERRIDE_SOURCE = "--set"
@@ -196,6 +198,9 @@ class CloudQueueSettings(BaseSettings):
 
     def scaling_policy(self) -> ScalingPolicy:
         """The listener-level policy these settings describe."""
+        # Imported here: the scaler loads the loop's parts, which reading settings does not need.
+        from cloudqueue.listener.scaling.scaler import ScalingPolicy
+
         scaling, backoff = self.scaling, self.backoff
         return ScalingPolicy(
             min_threads=scaling.min_threads,

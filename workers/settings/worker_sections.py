@@ -9,12 +9,11 @@ process as a whole are in ``cloudqueue.workers.settings.process_sections``.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY, MAX_CONCURRENCY
-from cloudqueue.listener.consumer.middleware import Middleware, make_middleware
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.imports import check_object_path, import_object
 from cloudqueue.listener.policies.priority import Priority, PriorityMode
@@ -29,6 +28,9 @@ from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
 from cloudqueue.listener.stores.storage import MAX_BATCH_SIZE, MAX_VISIBILITY_TIMEOUT_S
 from cloudqueue.listener.wire.codec import Encoding
 from cloudqueue.listener.wire.limits import MAX_JSON_DEPTH_CEILING, DecodingLimits
+
+if TYPE_CHECKING:
+    from cloudqueue.listener.consumer.middleware import Middleware
 
 BUILT_IN_RULES = ("steps", "proportional", "drain_time")
 MAX_BATCH_ITEMS = 256
@@ -139,6 +141,9 @@ class ListenerSettings(Section):
 
     def build_middleware(self) -> list[Middleware]:
         """The middleware the settings name, imported and made (ConfigurationError if not)."""
+        # Imported here, as the middleware are: reading settings should not load the loop's parts.
+        from cloudqueue.listener.consumer.middleware import make_middleware
+
         return [
             make_middleware(import_object(path, what="middleware"), path)
             for path in self.middleware
