@@ -196,7 +196,7 @@ def test_a_root_name_is_the_object_its_home_module_defines() -> None:
     assert cloudqueue.QueueWorker is QueueWorker
     assert cloudqueue.PermanentFailure is PermanentFailure
     with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
-        _ = cloudqueue.Nothing
+        _ = cloudqueue.Nothing  # type: ignore[attr-defined]
 
 
 def test_importing_the_root_imports_nothing_until_a_name_is_used() -> None:
