@@ -13,9 +13,6 @@ from typing import TYPE_CHECKING
 from cloudqueue.listener.exports import lazy_exports
 
 if TYPE_CHECKING:
-    from cloudqueue.listener.errors import BatchFailed, RetryLater
-    from cloudqueue.listener.policies.retry import Retry
-    from cloudqueue.listener.workflows.group_done import GroupDone
     from cloudqueue.workers.api.periodic_job import PeriodicJob
     from cloudqueue.workers.api.worker import QueueWorker, load_worker
     from cloudqueue.workers.host.host import WorkerHost
@@ -32,17 +29,13 @@ if TYPE_CHECKING:
     from cloudqueue.workers.settings.connections import open_storage_from_settings
 
 __all__ = [
-    "BatchFailed",
     "CloudQueueSettings",
     "ConsoleStream",
-    "GroupDone",
     "ListenerSettings",
     "LiveProgress",
     "LoggingSettings",
     "PeriodicJob",
     "QueueWorker",
-    "Retry",
-    "RetryLater",
     "ScalingSettings",
     "WorkerHost",
     "close_senders",
@@ -56,9 +49,6 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
     __getattr__, __dir__ = lazy_exports(
         __name__,
         {
-            "cloudqueue.listener.errors": ("BatchFailed", "RetryLater"),
-            "cloudqueue.listener.policies.retry": ("Retry",),
-            "cloudqueue.listener.workflows.group_done": ("GroupDone",),
             "cloudqueue.workers.api.periodic_job": ("PeriodicJob",),
             "cloudqueue.workers.api.worker": ("QueueWorker", "load_worker"),
             "cloudqueue.workers.host.host": ("WorkerHost",),

@@ -137,17 +137,13 @@ def test_the_public_surface_is_exactly_this() -> None:
         "steps",
     ]
     assert list(workers.__all__) == [
-        "BatchFailed",
         "CloudQueueSettings",
         "ConsoleStream",
-        "GroupDone",
         "ListenerSettings",
         "LiveProgress",
         "LoggingSettings",
         "PeriodicJob",
         "QueueWorker",
-        "Retry",
-        "RetryLater",
         "ScalingSettings",
         "WorkerHost",
         "close_senders",
@@ -212,3 +208,11 @@ def test_importing_the_root_imports_nothing_until_a_name_is_used() -> None:
     assert shown.strip() == str(
         ["cloudqueue._version", "cloudqueue.listener", "cloudqueue.listener.exports"]
     )
+
+
+def test_each_name_has_one_home_among_the_subpackages() -> None:
+    """A name ``cloudqueue.listener`` exports is not exported again by ``cloudqueue.workers``:
+    each has one documented place (the root re-exports what users import first)."""
+    from cloudqueue import listener, workers
+
+    assert sorted(set(listener.__all__) & set(workers.__all__)) == []

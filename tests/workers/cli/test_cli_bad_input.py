@@ -77,7 +77,7 @@ class BatchWaitPastLimit(Bulk):
 """
 
 BAD_RETRY = """
-from cloudqueue.workers import QueueWorker, Retry
+from cloudqueue import QueueWorker, Retry
 
 
 class R(QueueWorker[str]):

@@ -13,9 +13,10 @@ from typing import Any, ClassVar
 
 import pytest
 
+from cloudqueue import BatchFailed, CloudQueueSettings, QueueWorker
 from cloudqueue.listener import InMemoryQueueStorage, Retry
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.workers import BatchFailed, CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers import WorkerHost
 from cloudqueue.workers.cli.status_text import worker_line
 from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE, RECYCLE_EXIT_CODE
 from cloudqueue.workers.host.live_state import LiveState, QueueLiveState, utc_now
