@@ -25,7 +25,7 @@ from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.key_controls import key_middleware
-from cloudqueue.workers.host.lifecycle import call_plain_hook, shut_down, start_up
+from cloudqueue.workers.host.lifecycle import start_up, wind_down
 from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.host.rate_limits import open_rate_limiter
 from cloudqueue.workers.host.recording import Recording
@@ -149,13 +149,14 @@ def wake_on_triggers(
 def finish(hosted: HostedWorker) -> None:
     """After the drain: cancel the coroutines that outlived it, call the worker's ``on_stop``,
     then its ``shutdown`` on the same loop, and close the loop (hook errors logged, not raised)."""
-    hosted.runner.loop.cancel_pending()
-    try:
-        call_plain_hook(hosted.worker.on_stop)
-    except Exception:
-        log.exception("worker_on_stop_failed", queue=hosted.listener.queue_name)
-    if hosted.started_up:
-        shut_down(hosted.worker, hosted.runner.loop, worker=hosted.name)
+    wind_down(
+        hosted.worker,
+        hosted.runner.loop,
+        started_up=hosted.started_up,
+        on_stop_failed="worker_on_stop_failed",
+        queue=hosted.listener.queue_name,
+        worker=hosted.name,
+    )
     hosted.runner.close()
 
 

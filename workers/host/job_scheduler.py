@@ -30,7 +30,7 @@ from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.tick_ledger import JobRecord, TickLedger
 from cloudqueue.workers.api.periodic_job import JobSpec, PeriodicJob
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
-from cloudqueue.workers.host.lifecycle import call_plain_hook, shut_down, start_up
+from cloudqueue.workers.host.lifecycle import start_up, wind_down
 
 log = structlog.get_logger(__name__)
 
@@ -130,13 +130,13 @@ class JobScheduler:
         if self._thread.is_alive():
             self._thread.join(max(0.0, deadline - self.clock.monotonic()))
         finished = self.wait_for_run(max(0.0, deadline - self.clock.monotonic()))
-        self._runner.loop.cancel_pending()
-        try:
-            call_plain_hook(self.job.on_stop)
-        except Exception:
-            log.exception("job_on_stop_failed", job=self.spec.name)
-        if self._started_up:
-            shut_down(self.job, self._runner.loop, job=self.spec.name)
+        wind_down(
+            self.job,
+            self._runner.loop,
+            started_up=self._started_up,
+            on_stop_failed="job_on_stop_failed",
+            job=self.spec.name,
+        )
         self._runner.close()
         return finished
 

@@ -53,6 +53,21 @@ def shut_down(owner: Any, loop: LoopThread, **where: str) -> None:
         log.exception("shutdown_failed", **where)
 
 
+def wind_down(
+    owner: Any, loop: LoopThread, *, started_up: bool, on_stop_failed: str, **where: str
+) -> None:
+    """After a worker's or a job's drain: cancel the coroutines that outlived it, call
+    ``owner.on_stop``, then ``owner.shutdown`` on the same loop if ``startup`` had returned.
+    Errors are logged (``on_stop_failed`` names the event), never raised."""
+    loop.cancel_pending()
+    try:
+        call_plain_hook(owner.on_stop)
+    except Exception:
+        log.exception(on_stop_failed, **where)
+    if started_up:
+        shut_down(owner, loop, **where)
+
+
 def call_plain_hook(hook: Callable[..., object], *arguments: Any) -> None:
     """Call a hook that is not awaited (``on_start``, ``on_stop``): an awaitable it returns is
     an error, not a coroutine silently dropped."""
