@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,6 +33,18 @@ def _reset_structlog() -> Iterator[None]:
     yield
     structlog.reset_defaults()
     structlog.contextvars.clear_contextvars()
+
+
+@pytest.fixture
+def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+    """Processes a test starts (each in a session of its own): killed with their children at
+    teardown if still running, so a failed kill -9 test leaves no worker behind."""
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for process in started:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.wait(10)
 
 
 @pytest.fixture

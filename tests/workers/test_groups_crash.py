@@ -9,10 +9,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from cloudqueue.listener import Publisher, SqliteQueueStorage
 from tests.support.polling import eventually
@@ -24,16 +21,6 @@ WORKERS = [
     "tests.support.crash_group_workers:GroupMembers",
     "tests.support.crash_group_workers:GroupFinisher",
 ]
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
 
 
 def test_a_group_survives_kill_9_with_exactly_one_completion(

@@ -16,7 +16,6 @@ import subprocess
 import sys
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -38,16 +37,6 @@ def connection_string(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'queues.db'}"
     azurite: AzuriteProcess = request.getfixturevalue("azurite_with_blobs")
     return azurite.connection_string
-
-
-@pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
-    yield started
-    for process in started:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
-            process.wait(10)
 
 
 def lines(path: Path) -> list[tuple[str, int, int]]:
