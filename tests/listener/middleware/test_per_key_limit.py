@@ -272,7 +272,13 @@ def test_a_worker_holding_its_most_deferred_messages_fetches_no_more(
             release.wait(30)
             handled.append(item["id"])
 
-    settings = host_settings(limits={"per_key": 1}, listener={"dequeue_batch_size": 8})
+    # One dequeue thread: with more, a scale-up on the burst lets each thread have a get under
+    # way when the deferrals fill, and the bound below would race with it (15 held, once).
+    settings = host_settings(
+        limits={"per_key": 1},
+        listener={"dequeue_batch_size": 8},
+        scaling={"max_threads": 1},
+    )
     with hosting(Blocking, storage, settings) as host:
         eventually(started.is_set)
         deferrals = host.listeners[0]._parts.deferrals
