@@ -26,6 +26,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -41,6 +42,7 @@ from cloudqueue.listener.stores.payload_store import (
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.tick_ledger import TickLedger
 from cloudqueue.listener.stores.token_connection import (
+    TokenTarget,
     open_token_payload_store,
     open_token_storage,
     open_token_tick_ledger,
@@ -56,6 +58,8 @@ __all__ = [
     "MemoryTarget",
     "SqliteTarget",
     "StorageTarget",
+    "azure_origin",
+    "check_table_endpoint",
     "describe_storage",
     "open_payload_store",
     "open_storage",
@@ -111,6 +115,22 @@ class AzureTarget:
 
 StorageTarget = SqliteTarget | MemoryTarget | AzureTarget
 
+AzureOrigin = AzureTarget | TokenTarget
+"""How an Azure storage was opened: a connection string, or a token sign-in."""
+
+_AZURE_ORIGINS: weakref.WeakKeyDictionary[QueueStorage, AzureOrigin] = weakref.WeakKeyDictionary()
+
+
+def azure_origin(storage: QueueStorage) -> AzureOrigin | None:
+    """How ``open_storage`` opened this Azure storage, so that the account's other services (the
+    Table service of groups) are opened the same way; None for a storage it did not open."""
+    return _AZURE_ORIGINS.get(storage)
+
+
+def _remembered(storage: QueueStorage, origin: AzureOrigin) -> QueueStorage:
+    _AZURE_ORIGINS[storage] = origin
+    return storage
+
 
 def open_storage(connection_string: str, *, credential: str | None = None) -> QueueStorage:
     """The storage backend the connection string names; raises ConfigurationError if it is
@@ -130,7 +150,7 @@ def open_storage(connection_string: str, *, credential: str | None = None) -> Qu
         )
     token = token_target(connection_string, credential)
     if token is not None:
-        return open_token_storage(token)
+        return _remembered(open_token_storage(token), token)
     target = parse_connection_string(connection_string)
     if isinstance(target, MemoryTarget):
         from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
@@ -143,7 +163,8 @@ def open_storage(connection_string: str, *, credential: str | None = None) -> Qu
     # Imported here so that only Azure users pay for importing the Azure SDK.
     from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 
-    return AzureQueueStorage.from_connection_string(target.connection_string)
+    storage = AzureQueueStorage.from_connection_string(target.connection_string)
+    return _remembered(storage, target)
 
 
 def open_payload_store(
@@ -273,6 +294,16 @@ def check_blob_endpoint(connection_string: str) -> None:
         raise ConfigurationError(
             "the Azure Storage connection string names a QueueEndpoint but no BlobEndpoint: add "
             "BlobEndpoint=... to keep large payloads in blob storage"
+        )
+
+
+def check_table_endpoint(connection_string: str) -> None:
+    """As ``check_blob_endpoint``, for the Table service that holds groups and results."""
+    settings = _settings(connection_string)
+    if "QUEUEENDPOINT" in settings and "TABLEENDPOINT" not in settings:
+        raise ConfigurationError(
+            "the Azure Storage connection string names a QueueEndpoint but no TableEndpoint: add "
+            "TableEndpoint=... to keep groups and results in the Table service"
         )
 
 

@@ -37,6 +37,8 @@ class TokenTarget:
     queue_url: str
     blob_url: str | None
     credential: str
+    table_url: str | None = None
+    """The Table service (groups, results): ``TableEndpoint=...``, or derived as the blob's."""
 
     @property
     def description(self) -> str:
@@ -48,8 +50,9 @@ def token_target(connection_string: str | None, credential: str | None) -> Token
     text = (connection_string or "").strip()
     credential = (credential or "").strip() or None
     if text.lower().startswith(("https://", "http://")):
-        return TokenTarget(_service_url(text, "the queue service URL"), _derived_blob_url(text),
-                           credential or DEFAULT_CREDENTIAL)  # fmt: skip
+        queue_url = _service_url(text, "the queue service URL")
+        return TokenTarget(queue_url, _derived_blob_url(text), credential or DEFAULT_CREDENTIAL,
+                           _derived_url(text, "table"))  # fmt: skip
     if credential is None:
         return None
     if not text or text.startswith("sqlite:///") or text.lower() == "memory://":
@@ -76,11 +79,12 @@ def _from_endpoints(text: str, credential: str) -> TokenTarget:
             "signing in with a credential needs the queue service URL: "
             "https://ACCOUNT.queue.core.windows.net or QueueEndpoint=...;BlobEndpoint=..."
         )
-    blob = endpoints.get("BLOBENDPOINT")
+    blob, table = endpoints.get("BLOBENDPOINT"), endpoints.get("TABLEENDPOINT")
     return TokenTarget(
         _service_url(queue, "the QueueEndpoint"),
         _service_url(blob, "the BlobEndpoint") if blob else _derived_blob_url(queue),
         credential,
+        _service_url(table, "the TableEndpoint") if table else _derived_url(queue, "table"),
     )
 
 
@@ -101,11 +105,16 @@ def _service_url(url: str, what: str) -> str:
 
 def _derived_blob_url(queue_url: str) -> str | None:
     """https://ACCOUNT.blob.SUFFIX for https://ACCOUNT.queue.SUFFIX; None if not of that form."""
+    return _derived_url(queue_url, "blob")
+
+
+def _derived_url(queue_url: str, service: str) -> str | None:
+    """https://ACCOUNT.SERVICE.SUFFIX for https://ACCOUNT.queue.SUFFIX; None if not so."""
     parts = urlsplit(queue_url)
     account, dot_queue, suffix = (parts.hostname or "").partition(".queue.")
     if not dot_queue or not account:
         return None
-    return f"https://{account}.blob.{suffix}"
+    return f"https://{account}.{service}.{suffix}"
 
 
 def open_token_storage(target: TokenTarget) -> QueueStorage:

@@ -172,7 +172,7 @@ class GroupCompletion(Middleware):
 
 def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> list[Middleware]:
     """The groups middleware for a listener on ``storage``: none where no group ledger goes
-    with it (Azure, for now)."""
+    with it (a storage not opened by ``open_storage``)."""
     ledger = group_ledger_for(storage)
     return [] if ledger is None else [GroupCompletion(ledger, storage, delivery=delivery)]
 

@@ -136,8 +136,8 @@ def required_group_ledger(publisher: Publisher[Any]) -> GroupLedger:
     ledger = group_ledger_for(publisher.storage)
     if ledger is None:
         raise GroupError(
-            "groups are kept in the embedded stores (SQLite, memory) for now: "
-            "Azure Table storage comes later"
+            "no group ledger goes with this storage: groups are kept in the queues' own store, "
+            "so open it with open_storage(connection_string) (Azure: its Table service)"
         )
     return ledger
 

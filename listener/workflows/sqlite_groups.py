@@ -6,8 +6,9 @@ completion state) and ``group_members`` (a row per settled member, primary key g
 store's own connection, so the member's mark, the count and the owed completion are written
 together or not at all: a process killed at any point leaves either the whole step or none.
 
-``group_ledger_for`` finds the ledger that goes with an embedded storage object, as
-``key_ledger_for`` does for keys: one per in-memory store, the tables of the SQLite file.
+``group_ledger_for`` finds the ledger that goes with a storage object, as ``key_ledger_for`` does
+for keys: one per in-memory store, the tables of the SQLite file, and for an Azure storage the
+account's Table service (``cloudqueue.listener.workflows.azure_finder``).
 """
 
 from __future__ import annotations
@@ -161,10 +162,15 @@ _LEDGERS: EmbeddedLedgers[GroupLedger] = EmbeddedLedgers(
 
 
 def group_ledger_for(storage: QueueStorage) -> GroupLedger | None:
-    """The group ledger in the same embedded store as ``storage`` (seen through metering and
-    partitioning wrappers): one per in-memory store, tables of the SQLite file; None for any other
-    storage (Azure's Table service comes later: see ``group_ledger``'s plan)."""
-    return _LEDGERS.for_storage(storage)
+    """The group ledger in the same store as ``storage`` (seen through metering and partitioning
+    wrappers): one per in-memory store, tables of the SQLite file, the Table service of an Azure
+    account ``open_storage`` opened (``azure_finder``); None for any other storage."""
+    ledger = _LEDGERS.for_storage(storage)
+    if ledger is None:
+        from cloudqueue.listener.workflows.azure_finder import azure_group_ledger_for
+
+        ledger = azure_group_ledger_for(storage)
+    return ledger
 
 
 __all__ = ["SqliteGroupLedger", "group_ledger_for"]

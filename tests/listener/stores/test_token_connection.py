@@ -13,18 +13,27 @@ from cloudqueue.listener.stores.token_connection import TokenTarget, token_targe
 
 
 def test_a_queue_service_url_alone_signs_in_with_the_default_credential() -> None:
-    """No key, no SAS: the URL selects token sign-in and the blob URL is derived from it."""
+    """No key, no SAS: the URL selects token sign-in and the blob and table URLs are derived
+    from it."""
     assert token_target("https://acct.queue.core.windows.net/", None) == TokenTarget(
-        "https://acct.queue.core.windows.net", "https://acct.blob.core.windows.net", "default"
+        "https://acct.queue.core.windows.net",
+        "https://acct.blob.core.windows.net",
+        "default",
+        "https://acct.table.core.windows.net",
     )
 
 
 def test_endpoints_with_a_credential_set_both_urls_on_their_own() -> None:
-    """QueueEndpoint and BlobEndpoint without a secret, plus a credential, name both services."""
+    """QueueEndpoint, BlobEndpoint and TableEndpoint without a secret, plus a credential, name
+    the three services."""
     target = token_target(
-        "QueueEndpoint=https://127.0.0.1:1/dev;BlobEndpoint=https://127.0.0.1:2/dev", "azure_cli"
+        "QueueEndpoint=https://127.0.0.1:1/dev;BlobEndpoint=https://127.0.0.1:2/dev;"
+        "TableEndpoint=https://127.0.0.1:3/dev",
+        "azure_cli",
     )
-    assert target == TokenTarget("https://127.0.0.1:1/dev", "https://127.0.0.1:2/dev", "azure_cli")
+    assert target == TokenTarget(
+        "https://127.0.0.1:1/dev", "https://127.0.0.1:2/dev", "azure_cli", "https://127.0.0.1:3/dev"
+    )
 
 
 @pytest.mark.parametrize("connection_string", [None, "", "sqlite:///q.db", "memory://"])

@@ -1,0 +1,153 @@
+"""Finding the workflow stores in the Table service of an Azure storage's account: opened the way
+``open_storage`` opened the storage (its connection string, or its token sign-in, Microsoft Entra
+ID), one group ledger per storage object, so a publisher and the listeners of one process share it.
+
+The ledger is opened on first use, not when found: a listener on Azure finds it at start, and an
+account that keeps no groups (a connection string without a table endpoint, or without the
+``tables`` extra installed) then costs nothing and logs one line (``groups_unavailable``), while a
+group member arriving there is retried with the reason rather than deleted unrecorded, and
+``send_group`` fails with it: ``pip install 'cloudqueue[tables]'``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+import structlog
+
+from cloudqueue.listener import errors
+from cloudqueue.listener.stores.connection import (
+    AzureTarget,
+    azure_origin,
+    check_table_endpoint,
+    parse_connection_string,
+)
+from cloudqueue.listener.stores.embedded_ledgers import innermost_storage
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.stores.token_connection import TokenTarget, token_target
+from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
+
+if TYPE_CHECKING:
+    from azure.data.tables import TableClient
+
+    from cloudqueue.listener.workflows.azure_results import AzureResultStore
+
+__all__ = ["azure_group_ledger_for", "azure_result_store", "open_table"]
+
+log = structlog.get_logger(__name__)
+
+_LEDGERS: weakref.WeakKeyDictionary[QueueStorage, GroupLedger] = weakref.WeakKeyDictionary()
+_LOCK = threading.Lock()
+
+
+def azure_group_ledger_for(storage: QueueStorage) -> GroupLedger | None:
+    """The group ledger of the account ``storage`` (seen through wrappers) is in, when
+    ``open_storage`` opened it; None otherwise."""
+    inner = innermost_storage(storage)
+    origin = azure_origin(inner)
+    if origin is None:
+        return None
+    with _LOCK:
+        ledger = _LEDGERS.get(inner)
+        if ledger is None:
+            ledger = _LEDGERS[inner] = OnFirstUse(lambda: _group_ledger(origin))
+        return ledger
+
+
+def azure_result_store(
+    connection_string: str, *, credential: str | None = None
+) -> AzureResultStore:
+    """The result store in the Table service of the account the connection string names (a
+    token sign-in when ``credential`` is set or the string is a service URL)."""
+    from cloudqueue.listener.workflows.azure_results import RESULTS_TABLE, AzureResultStore
+
+    token = token_target(connection_string, credential)
+    target = token or parse_connection_string(connection_string)
+    if not isinstance(target, AzureTarget | TokenTarget):
+        raise errors.ConfigurationError("azure_result_store needs an Azure Storage account")
+    return AzureResultStore(open_table(target, RESULTS_TABLE))
+
+
+def open_table(origin: AzureTarget | TokenTarget, table_name: str) -> TableClient:
+    """A client of ``table_name`` in the account's Table service, signed in as the queues are."""
+    from cloudqueue.listener.stores.azure_tables import (
+        table_from_account_url,
+        table_from_connection_string,
+    )
+    from cloudqueue.listener.stores.credentials import open_credential
+    from cloudqueue.listener.workflows.table_calls import table_call
+
+    with table_call(f"open table {table_name}"):  # it is created on first use
+        if isinstance(origin, AzureTarget):
+            check_table_endpoint(origin.connection_string)
+            return table_from_connection_string(origin.connection_string, table_name)
+        if origin.table_url is None:
+            raise errors.ConfigurationError(
+                "the table service URL cannot be derived from the queue service URL: use "
+                "QueueEndpoint=...;TableEndpoint=... for groups and results"
+            )
+        credential = open_credential(origin.credential)
+        return table_from_account_url(origin.table_url, table_name, credential)
+
+
+def _group_ledger(origin: AzureTarget | TokenTarget) -> GroupLedger:
+    from cloudqueue.listener.workflows.azure_groups import GROUPS_TABLE, AzureGroupLedger
+
+    return AzureGroupLedger(open_table(origin, GROUPS_TABLE))
+
+
+class OnFirstUse:
+    """A group ledger opened when first used. Opening refused (no table endpoint, no ``tables``
+    extra) is a StorageError naming the reason on each use -- a member is then retried, never
+    deleted unrecorded -- except for ``owed`` at a listener's start, which logs it once."""
+
+    def __init__(self, opener: Callable[[], GroupLedger]) -> None:
+        self._opener = opener
+        self._ledger: GroupLedger | None = None
+        self._lock = threading.Lock()
+        self._told = False
+
+    def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
+        return self._opened().open(group_id, total=total, on_complete=on_complete)
+
+    def add_members(self, group_id: str, count: int) -> list[str]:
+        return self._opened().add_members(group_id, count)
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        return self._opened().settle(group_id, member_id, outcome)
+
+    def status(self, group_id: str) -> GroupStatus | None:
+        return self._opened().status(group_id)
+
+    def owed(self) -> list[GroupStatus]:
+        try:
+            ledger = self._opened()
+        except errors.StorageError as reason:
+            if not self._told:
+                self._told = True
+                log.info("groups_unavailable", reason=str(reason))
+            return []
+        return ledger.owed()
+
+    def mark_sent(self, group_id: str) -> None:
+        self._opened().mark_sent(group_id)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._ledger is not None:
+                self._ledger.close()
+
+    def _opened(self) -> GroupLedger:
+        with self._lock:
+            if self._ledger is None:
+                try:
+                    self._ledger = self._opener()
+                except errors.ConfigurationError as reason:
+                    raise errors.StorageError(f"groups on Azure: {reason}") from None
+            return self._ledger
+
+    def __repr__(self) -> str:
+        return f"OnFirstUse({self._ledger!r})"

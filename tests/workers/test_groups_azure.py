@@ -1,0 +1,101 @@
+"""Groups on Azure (Azurite's queues and Table service) in a running host: a storage opened with
+``open_storage`` finds its group ledger in the account's Table service, so ``send_group`` works
+there, members handled, poisoned on purpose and added at run time all settle, and the completion
+worker gets exactly one ``GroupDone``."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from typing import Any
+
+import pytest
+
+from cloudqueue.listener import PermanentFailure, Publisher
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.listener.workflows.azure_groups import AzureGroupLedger
+from cloudqueue.listener.workflows.group_done import GroupDone
+from cloudqueue.listener.workflows.group_ledger import GroupError
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+from cloudqueue.workers import QueueWorker
+from cloudqueue.workers.settings import CloudQueueSettings
+from tests.support.azurite import AzuriteProcess
+from tests.support.keyed_workers import drained, hosting
+from tests.support.polling import eventually
+
+
+def test_a_group_sent_on_azure_completes_once(azurite_with_tables: AzuriteProcess) -> None:
+    """20 members, 2 raising PermanentFailure, member 7 adding 2 more at run time, handled by a
+    real host on Azurite: one ``GroupDone`` of 20 handled and 2 poisoned, after every handler."""
+    connection_string = azurite_with_tables.connection_string
+    storage = open_storage(connection_string)
+    members, finished = f"m{uuid.uuid4().hex[:12]}", f"f{uuid.uuid4().hex[:12]}"
+    handled: list[int] = []
+    done: list[tuple[GroupDone, int]] = []
+    lock = threading.Lock()
+
+    class Members(QueueWorker[dict[str, Any]]):
+        queue_name = members
+
+        def handle(self, item: dict[str, Any]) -> None:
+            if item["n"] % 10 == 3:
+                raise PermanentFailure("poisoned on purpose")
+            if item["n"] == 7:
+                Publisher(storage, members, dict).add_to_group([{"n": 100 + n} for n in range(2)])
+            with lock:
+                handled.append(item["n"])
+
+    class Finisher(QueueWorker[GroupDone]):
+        queue_name = finished  # no idempotent handling (no blob service): a copy would show
+
+        def handle(self, item: GroupDone) -> None:
+            with lock:
+                done.append((item, len(handled)))
+
+    for queue in (members, finished):
+        storage.create_queue(queue)
+    group = Publisher(storage, members, dict).send_group(
+        [{"n": n} for n in range(20)], on_complete=Finisher
+    )
+    settings = CloudQueueSettings.model_validate(
+        {"connection_string": connection_string, "shutdown_grace_s": 10}
+        | {"backoff": {"max_idle_s": 0.2}}
+    )
+    with hosting(Members, storage, settings), hosting(Finisher, storage, settings):
+        eventually(lambda: len(done) == 1, timeout_s=60)
+        drained(storage, finished, lambda: True, timeout_s=30)
+        drained(storage, members, lambda: True, timeout_s=30)
+        status = group.status()
+    [(completion, handled_before)] = done
+    assert (completion.group_id, completion.handled, completion.poisoned) == (group.id, 20, 2)
+    assert handled_before == 20
+    assert (status.pending, status.completion) == (0, "sent")
+    storage.close()
+
+
+def test_a_storage_not_opened_by_open_storage_has_no_group_ledger(
+    azurite_with_tables: AzuriteProcess,
+) -> None:
+    """An Azure storage built from its class directly names no way to its Table service:
+    ``send_group`` says to open it with ``open_storage``."""
+    from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+
+    storage = AzureQueueStorage.from_connection_string(azurite_with_tables.connection_string)
+    with pytest.raises(GroupError, match="open_storage"):
+        Publisher(storage, "members", dict).send_group([{"n": 1}], on_complete="done")
+    storage.close()
+
+
+def test_the_ledger_of_an_azure_storage_is_found_once_and_opened_on_first_use(
+    azurite_with_tables: AzuriteProcess,
+) -> None:
+    """Found twice through ``open_storage``'s storage, the ledger is one object; its repr shows
+    the Azure ledger only once it was used."""
+    storage = open_storage(azurite_with_tables.connection_string)
+    ledger = group_ledger_for(storage)
+    assert ledger is not None
+    assert ledger is group_ledger_for(storage)
+    assert AzureGroupLedger.__name__ not in repr(ledger)
+    assert ledger.status(f"g{uuid.uuid4().hex}") is None
+    assert AzureGroupLedger.__name__ in repr(ledger)
+    storage.close()
