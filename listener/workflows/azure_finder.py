@@ -101,8 +101,9 @@ def _group_ledger(origin: AzureTarget | TokenTarget) -> GroupLedger:
 
 class OnFirstUse:
     """A group ledger opened when first used. Opening refused (no table endpoint, no ``tables``
-    extra) is a StorageError naming the reason on each use -- a member is then retried, never
-    deleted unrecorded -- except for ``owed`` at a listener's start, which logs it once."""
+    extra) is a ConfigurationError naming the reason to a sender (``open``, ``add_members``), a
+    StorageError to a listener -- a member is then retried, never deleted unrecorded -- and, for
+    ``owed`` at a listener's start, one log line."""
 
     def __init__(self, opener: Callable[[], GroupLedger]) -> None:
         self._opener = opener
@@ -117,14 +118,14 @@ class OnFirstUse:
         return self._opened().add_members(group_id, count)
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
-        return self._opened().settle(group_id, member_id, outcome)
+        return self._reachable().settle(group_id, member_id, outcome)
 
     def status(self, group_id: str) -> GroupStatus | None:
-        return self._opened().status(group_id)
+        return self._reachable().status(group_id)
 
     def owed(self) -> list[GroupStatus]:
         try:
-            ledger = self._opened()
+            ledger = self._reachable()
         except errors.StorageError as reason:
             if not self._told:
                 self._told = True
@@ -133,7 +134,7 @@ class OnFirstUse:
         return ledger.owed()
 
     def mark_sent(self, group_id: str) -> None:
-        self._opened().mark_sent(group_id)
+        self._reachable().mark_sent(group_id)
 
     def close(self) -> None:
         with self._lock:
@@ -141,13 +142,18 @@ class OnFirstUse:
                 self._ledger.close()
 
     def _opened(self) -> GroupLedger:
+        """The ledger; ConfigurationError when it cannot be opened here (a sender's mistake)."""
         with self._lock:
             if self._ledger is None:
-                try:
-                    self._ledger = self._opener()
-                except errors.ConfigurationError as reason:
-                    raise errors.StorageError(f"groups on Azure: {reason}") from None
+                self._ledger = self._opener()
             return self._ledger
+
+    def _reachable(self) -> GroupLedger:
+        """The ledger; StorageError when it cannot be opened (a listener retries the member)."""
+        try:
+            return self._opened()
+        except errors.ConfigurationError as reason:
+            raise errors.StorageError(str(reason)) from None
 
     def __repr__(self) -> str:
         return f"OnFirstUse({self._ledger!r})"

@@ -1,17 +1,22 @@
 """Groups on Azure (Azurite's queues and Table service) in a running host: a storage opened with
 ``open_storage`` finds its group ledger in the account's Table service, so ``send_group`` works
 there, members handled, poisoned on purpose and added at run time all settle, and the completion
-worker gets exactly one ``GroupDone``."""
+worker gets exactly one ``GroupDone``. Without the ``tables`` extra or a table endpoint, one clear
+line says what is missing."""
 
 from __future__ import annotations
 
+import re
+import sys
 import threading
 import uuid
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from cloudqueue.listener import PermanentFailure, Publisher
+from cloudqueue.listener.errors import ConfigurationError, MissingExtraError, StorageError
 from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.workflows.azure_groups import AzureGroupLedger
 from cloudqueue.listener.workflows.group_done import GroupDone
@@ -98,4 +103,38 @@ def test_the_ledger_of_an_azure_storage_is_found_once_and_opened_on_first_use(
     assert AzureGroupLedger.__name__ not in repr(ledger)
     assert ledger.status(f"g{uuid.uuid4().hex}") is None
     assert AzureGroupLedger.__name__ in repr(ledger)
+    storage.close()
+
+
+def test_without_the_tables_extra_groups_on_azure_say_what_to_install(
+    azurite_with_tables: AzuriteProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With azure-data-tables not importable: ``send_group`` raises one MissingExtraError naming
+    ``pip install 'cloudqueue[tables]'``; a listener's start logs it once and returns no owed
+    completions; a member's settlement raises it as a StorageError (the member is retried)."""
+    monkeypatch.setitem(sys.modules, "azure.data.tables", None)
+    storage = open_storage(azurite_with_tables.connection_string)
+    install = re.escape("pip install 'cloudqueue[tables]'")
+    with pytest.raises(MissingExtraError, match=install):
+        Publisher(storage, "members", dict).send_group([{"n": 1}], on_complete="done")
+    ledger = group_ledger_for(storage)
+    assert ledger is not None
+    with capture_logs() as logs:
+        assert ledger.owed() == []
+        assert ledger.owed() == []
+    assert [log["event"] for log in logs] == ["groups_unavailable"]
+    assert "cloudqueue[tables]" in logs[0]["reason"]
+    with pytest.raises(StorageError, match=install):
+        ledger.settle("g", "0", "handled")
+    storage.close()
+
+
+def test_a_queue_only_connection_string_names_the_missing_table_endpoint(
+    azurite: AzuriteProcess,
+) -> None:
+    """A connection string that lists its endpoints without a TableEndpoint (Azurite serving
+    queues only): ``send_group`` says to add one, without a call to a wrong host."""
+    storage = open_storage(azurite.connection_string)
+    with pytest.raises(ConfigurationError, match="TableEndpoint="):
+        Publisher(storage, "members", dict).send_group([{"n": 1}], on_complete="done")
     storage.close()
