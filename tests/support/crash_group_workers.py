@@ -1,5 +1,6 @@
 """The workers of the groups kill -9 test: ``GroupMembers`` handles ``{"n": n}`` members (every
-20th raises PermanentFailure: poisoned on purpose) and ``GroupFinisher`` receives the
+``TEST_POISON_EVERY``-th, default 20th, raises PermanentFailure: poisoned on purpose) and
+``GroupFinisher`` receives the
 ``GroupDone``. Each writes one line per event with O_APPEND (whole lines, in order, on disk before
 the process can be killed): ``started n pid``, ``returned n pid``, ``poisoned n pid``, and
 ``done handled poisoned pid``."""
@@ -15,6 +16,7 @@ from cloudqueue.workers import QueueWorker
 
 RECORD_PATH = os.environ.get("TEST_RECORD_PATH", "record.txt")
 HANDLER_S = float(os.environ.get("TEST_HANDLER_DELAY_S", "0.02"))
+POISON_EVERY = int(os.environ.get("TEST_POISON_EVERY", "20"))
 
 
 def record(*fields: object) -> None:
@@ -32,7 +34,7 @@ class GroupMembers(QueueWorker[dict[str, Any]]):
         n = int(item["n"])
         record("started", n)
         time.sleep(HANDLER_S)  # the handler's own work: a kill may fall inside it
-        if n % 20 == 0:
+        if n % POISON_EVERY == 0:
             record("poisoned", n)
             raise PermanentFailure("poisoned on purpose")
         record("returned", n)
