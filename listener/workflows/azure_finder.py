@@ -35,11 +35,12 @@ if TYPE_CHECKING:
 
     from cloudqueue.listener.workflows.azure_results import AzureResultStore
 
-__all__ = ["azure_group_ledger_for", "azure_result_store", "open_table"]
+__all__ = ["azure_group_ledger_for", "azure_result_store", "azure_result_store_for", "open_table"]
 
 log = structlog.get_logger(__name__)
 
 _LEDGERS: weakref.WeakKeyDictionary[QueueStorage, GroupLedger] = weakref.WeakKeyDictionary()
+_RESULTS: weakref.WeakKeyDictionary[QueueStorage, AzureResultStore] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
 
 
@@ -55,6 +56,23 @@ def azure_group_ledger_for(storage: QueueStorage) -> GroupLedger | None:
         if ledger is None:
             ledger = _LEDGERS[inner] = OnFirstUse(lambda: _group_ledger(origin))
         return ledger
+
+
+def azure_result_store_for(storage: QueueStorage) -> AzureResultStore | None:
+    """The result store of the account ``storage`` (seen through wrappers) is in, when
+    ``open_storage`` opened it, one per storage object; None otherwise. Opened at once: a
+    ConfigurationError says what is missing (a table endpoint, the ``tables`` extra)."""
+    from cloudqueue.listener.workflows.azure_results import RESULTS_TABLE, AzureResultStore
+
+    inner = innermost_storage(storage)
+    origin = azure_origin(inner)
+    if origin is None:
+        return None
+    with _LOCK:
+        store = _RESULTS.get(inner)
+        if store is None:
+            store = _RESULTS[inner] = AzureResultStore(open_table(origin, RESULTS_TABLE))
+        return store
 
 
 def azure_result_store(

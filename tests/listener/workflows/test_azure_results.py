@@ -11,9 +11,10 @@ import pytest
 
 from cloudqueue.listener.errors import ConfigurationError, MessageTooLargeError
 from cloudqueue.listener.stores.azure_tables import table_from_connection_string
+from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.stores.key_records import SWEEP_INTERVAL_S
 from cloudqueue.listener.testing import ManualClock
-from cloudqueue.listener.workflows.azure_finder import azure_result_store
+from cloudqueue.listener.workflows.azure_finder import azure_result_store, azure_result_store_for
 from cloudqueue.listener.workflows.azure_results import MAX_RESULT_BYTES, AzureResultStore
 from tests.support.azurite import AzuriteProcess
 from tests.support.polling import eventually
@@ -100,3 +101,19 @@ def test_the_finder_opens_the_account_the_connection_string_names(
     store.close()
     with pytest.raises(ConfigurationError, match="Azure Storage account"):
         azure_result_store("memory://")
+
+
+def test_a_storage_opened_by_open_storage_finds_its_result_store(
+    azurite_with_tables: AzuriteProcess,
+) -> None:
+    """One result store per storage object, in its account's Table service; none for a storage
+    ``open_storage`` did not open on Azure."""
+    storage = open_storage(azurite_with_tables.connection_string)
+    store = azure_result_store_for(storage)
+    assert store is not None
+    assert azure_result_store_for(storage) is store
+    key = uuid.uuid4().hex
+    store.put(key, "7", ttl_s=60, group_id="found")
+    assert azure_result_store(azurite_with_tables.connection_string).get(key) == "7"
+    assert azure_result_store_for(open_storage("memory://")) is None
+    storage.close()
