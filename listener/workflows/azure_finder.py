@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import structlog
 
@@ -39,6 +39,8 @@ __all__ = ["azure_group_ledger_for", "azure_result_store", "azure_result_store_f
 
 log = structlog.get_logger(__name__)
 
+S = TypeVar("S")
+
 _LEDGERS: weakref.WeakKeyDictionary[QueueStorage, GroupLedger] = weakref.WeakKeyDictionary()
 _RESULTS: weakref.WeakKeyDictionary[QueueStorage, AzureResultStore] = weakref.WeakKeyDictionary()
 _LOCK = threading.Lock()
@@ -47,15 +49,7 @@ _LOCK = threading.Lock()
 def azure_group_ledger_for(storage: QueueStorage) -> GroupLedger | None:
     """The group ledger of the account ``storage`` (seen through wrappers) is in, when
     ``open_storage`` opened it; None otherwise."""
-    inner = innermost_storage(storage)
-    origin = azure_origin(inner)
-    if origin is None:
-        return None
-    with _LOCK:
-        ledger = _LEDGERS.get(inner)
-        if ledger is None:
-            ledger = _LEDGERS[inner] = OnFirstUse(lambda: _group_ledger(origin))
-        return ledger
+    return _per_storage(_LEDGERS, storage, lambda origin: OnFirstUse(lambda: _group_ledger(origin)))
 
 
 def azure_result_store_for(storage: QueueStorage) -> AzureResultStore | None:
@@ -64,15 +58,26 @@ def azure_result_store_for(storage: QueueStorage) -> AzureResultStore | None:
     ConfigurationError says what is missing (a table endpoint, the ``tables`` extra)."""
     from cloudqueue.listener.workflows.azure_results import RESULTS_TABLE, AzureResultStore
 
+    return _per_storage(
+        _RESULTS, storage, lambda origin: AzureResultStore(open_table(origin, RESULTS_TABLE))
+    )
+
+
+def _per_storage(
+    found: weakref.WeakKeyDictionary[QueueStorage, S],
+    storage: QueueStorage,
+    make: Callable[[AzureTarget | TokenTarget], S],
+) -> S | None:
+    """What ``found`` holds for the storage under ``storage``'s wrappers, made once from how
+    ``open_storage`` opened it; None for a storage it did not open on Azure."""
     inner = innermost_storage(storage)
     origin = azure_origin(inner)
     if origin is None:
         return None
     with _LOCK:
-        store = _RESULTS.get(inner)
-        if store is None:
-            store = _RESULTS[inner] = AzureResultStore(open_table(origin, RESULTS_TABLE))
-        return store
+        if inner not in found:
+            found[inner] = make(origin)
+        return found[inner]
 
 
 def azure_result_store(
