@@ -16,16 +16,18 @@ Stores:
 * memory: a dict under a lock (this process only; ``InMemoryGroupLedger``);
 * SQLite: two tables in the queues' file, each step one ``BEGIN IMMEDIATE`` transaction
   (``cloudqueue.listener.workflows.sqlite_groups``);
-* Azure (planned, not built yet): a table ``cloudqueuegroups`` in the account's Table service,
-  partition key the group id. The group's row (``RowKey`` ``"$group"``) holds total, handled,
-  poisoned, started, ended and the completion state; each member's row (``RowKey`` its member id)
-  its outcome. ``settle`` is one entity-group transaction in the group's partition: *insert* the
-  member's row (a 409 conflict means a duplicate: nothing changes) and *update* the group row with
-  ``If-Match`` its ETag (a 412 means another member settled meanwhile: read again, retry). Members
-  of one group settled together may share a transaction, up to its 100 entities. ``add_members``
-  is an ``If-Match`` update of the group row. A group counter that would be one hot partition is
-  sharded (``$group-0`` ... ``$group-k``, the member's shard by its id), the last settlement then
-  found by summing the shards in the same step that owes the completion. The protocol below holds
+* Azure: a table ``cloudqueuegroups`` in the account's Table service, partition key the group id
+  (``cloudqueue.listener.workflows.azure_groups``, rows in ``azure_group_rows``). The group's row
+  (``RowKey`` ``"$group"``) holds total, started, ended and the completion state; the counter is
+  sharded over ``$group-00`` ... ``$group-15`` (a member's shard: its number modulo 16); each
+  settled member has a row (``RowKey`` its member id) with its outcome. ``settle`` is one
+  entity-group transaction in the group's partition: *create* the member's row (a 409 conflict
+  means a duplicate: nothing changes) and *update* its shard with ``If-Match`` (a 412 means
+  another member of the shard settled meanwhile: read again, retry); the settlement that
+  completes a shard updates the group row in the same transaction, and the one completing the
+  last shard owes the completion there. ``add_members`` updates the group row and every shard in
+  one transaction. One group sustains about 1,000 settlements per second on Azure's published
+  partition target (2,000 entities per second; a settlement writes 2). The protocol below holds
   nothing SQLite-specific: every step is a read-decide-write on one group's rows.
 """
 
