@@ -117,9 +117,10 @@ class OAuthAzurite:
 
 @pytest.fixture(scope="session")
 def azurite_oauth(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OAuthAzurite]:
-    """Azurite's queue and blob services over HTTPS, accepting bearer tokens, for the session."""
+    """Azurite's queue, blob and table services over HTTPS, accepting bearer tokens, for the
+    session."""
     tls, ca = write_tls(tmp_path_factory.mktemp("azurite-tls"))
-    with AzuriteProcess(REPO_ROOT, blob=True, oauth=tls) as process:
+    with AzuriteProcess(REPO_ROOT, blob=True, table=True, oauth=tls) as process:
         yield OAuthAzurite(process, ca)
 
 

@@ -10,7 +10,6 @@ import re
 import sys
 import threading
 import uuid
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,8 +24,8 @@ from cloudqueue.listener.workflows.group_ledger import GroupError
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers import QueueWorker
 from cloudqueue.workers.settings import CloudQueueSettings
-from tests.support.azurite import REPO_ROOT, AzuriteProcess
-from tests.support.entra import CREDENTIAL_PATH, write_tls
+from tests.support.azurite import AzuriteProcess
+from tests.support.entra import CREDENTIAL_PATH, OAuthAzurite
 from tests.support.keyed_workers import drained, hosting
 from tests.support.polling import eventually
 
@@ -143,24 +142,21 @@ def test_a_queue_only_connection_string_names_the_missing_table_endpoint(
 
 
 def test_groups_sign_in_with_a_token_where_the_queues_do(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    trusted_azurite_oauth: OAuthAzurite,
 ) -> None:
     """A storage opened from endpoints and a Microsoft Entra ID credential (Azurite in OAuth mode
     over HTTPS, no key anywhere) finds its group ledger in the Table service signed in alike: a
     group sent there settles and completes."""
-    tls, ca_bundle = write_tls(tmp_path)
-    monkeypatch.setenv("REQUESTS_CA_BUNDLE", str(ca_bundle))
-    with AzuriteProcess(REPO_ROOT, table=True, oauth=tls) as azurite:
-        endpoints = f"QueueEndpoint={azurite.queue_url};TableEndpoint={azurite.table_url}"
-        storage = open_storage(endpoints, credential=CREDENTIAL_PATH)
-        storage.create_queue("members")
-        group = Publisher(storage, "members", dict).send_group(
-            [{"n": 0}, {"n": 1}], on_complete="done"
-        )
-        ledger = group_ledger_for(storage)
-        assert ledger is not None
-        assert ledger.settle(group.id, "0", "handled") is None
-        last = ledger.settle(group.id, "1", "poisoned")
-        assert last is not None
-        assert (last.handled, last.poisoned, group.status().completion) == (1, 1, "owed")
-        storage.close()
+    azurite = trusted_azurite_oauth.process
+    endpoints = f"QueueEndpoint={azurite.queue_url};TableEndpoint={azurite.table_url}"
+    storage = open_storage(endpoints, credential=CREDENTIAL_PATH)
+    members = f"m{uuid.uuid4().hex[:12]}"
+    storage.create_queue(members)
+    group = Publisher(storage, members, dict).send_group([{"n": 0}, {"n": 1}], on_complete="done")
+    ledger = group_ledger_for(storage)
+    assert ledger is not None
+    assert ledger.settle(group.id, "0", "handled") is None
+    last = ledger.settle(group.id, "1", "poisoned")
+    assert last is not None
+    assert (last.handled, last.poisoned, group.status().completion) == (1, 1, "owed")
+    storage.close()
