@@ -98,6 +98,12 @@ class GroupLedger(Protocol):
     def owed(self) -> list[GroupStatus]:
         """The complete groups whose ``GroupDone`` is not marked sent."""
 
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        """Up to ``limit`` ids of the group's members not settled yet, lowest first."""
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        """Up to ``limit`` groups, the most recently started first."""
+
     def mark_sent(self, group_id: str) -> None:
         """The group's ``GroupDone`` was published."""
 
@@ -116,6 +122,12 @@ def member_index(member_id: str, total: int) -> int | None:
         return None
     index = int(member_id)
     return index if index < total else None
+
+
+def unsettled_ids(total: int, settled: set[int], limit: int) -> list[str]:
+    """The ids of up to ``limit`` members of ``0 .. total - 1`` not in ``settled``, lowest first."""
+    unsettled = (str(index) for index in range(total) if index not in settled)
+    return [member for member, _ in zip(unsettled, range(limit), strict=False)]
 
 
 def check_count(count: int, what: str) -> int:
@@ -170,6 +182,17 @@ class InMemoryGroupLedger:
         with self._lock:
             return [group for group in self._groups.values() if group.completion == "owed"]
 
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        with self._lock:
+            group, settled = self._groups.get(group_id), self._settled.get(group_id, set())
+            total = 0 if group is None else group.total
+            return unsettled_ids(total, settled, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        with self._lock:
+            groups = sorted(self._groups.values(), key=lambda group: group.started, reverse=True)
+            return groups[:limit]
+
     def mark_sent(self, group_id: str) -> None:
         with self._lock:
             group = self._groups.get(group_id)
@@ -212,4 +235,5 @@ __all__ = [
     "member_ids",
     "member_index",
     "open_group",
+    "unsettled_ids",
 ]

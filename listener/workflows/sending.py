@@ -25,6 +25,7 @@ from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, 
 from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
 from cloudqueue.listener.workflows.membership import (
     Membership,
+    check_group_id,
     current_membership,
     member_message,
 )
@@ -99,7 +100,7 @@ def send_group(
         raise GroupError("a group needs at least one member: got no items")
     queue = completion_queue(on_complete)
     ledger = required_group_ledger(publisher)
-    group = group_id or uuid.uuid4().hex
+    group = uuid.uuid4().hex if group_id is None else check_group_id(group_id)
     ledger.open(group, total=len(members), on_complete=queue)
     _put_members(publisher, group, members, numbered(0, len(members)))
     return GroupHandle(group, ledger, clock=publisher.clock)

@@ -28,6 +28,7 @@ from cloudqueue.listener.workflows.group_ledger import (
     member_ids,
     member_index,
     open_group,
+    unsettled_ids,
 )
 
 _SCHEMA = (
@@ -113,6 +114,26 @@ class SqliteGroupLedger:
         with self._database.reading() as db:
             rows = db.execute(
                 f"SELECT {_COLUMNS} FROM message_groups WHERE completion = 'owed'"
+            ).fetchall()
+        return [_status(row) for row in rows]
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        with self._database.reading() as db:
+            group = _read(db, group_id)
+            if group is None or group.pending == 0:
+                return []
+            settled = {
+                int(row[0])
+                for row in db.execute(
+                    "SELECT member FROM group_members WHERE group_id = ?", (group_id,)
+                )
+            }
+        return unsettled_ids(group.total, settled, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        with self._database.reading() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM message_groups ORDER BY started DESC LIMIT ?", (limit,)
             ).fetchall()
         return [_status(row) for row in rows]
 

@@ -20,9 +20,15 @@ LedgerMaker = Callable[[], GroupLedger]
 """Each call a ledger on the same store (SQLite: a new connection to the same file)."""
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture(params=["memory", "sqlite"])
-def ledgers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerMaker]:
-    clock = ManualClock()
+def ledgers(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> Iterator[LedgerMaker]:
     opened: list[SqliteQueueStorage] = []
     if request.param == "memory":
         storage = InMemoryQueueStorage(clock=clock)
@@ -100,6 +106,31 @@ def test_members_added_at_run_time_hold_the_group_open(ledgers: LedgerMaker) -> 
         ledger.add_members("g4", 1)
     with pytest.raises(GroupError, match="no group"):
         ledger.add_members("missing", 1)
+
+
+def test_pending_members_are_those_not_settled_lowest_first(ledgers: LedgerMaker) -> None:
+    """Of five members with 1 and 3 settled, the pending are 0, 2, 4, as many as asked; an
+    unknown group and a complete one have none."""
+    ledger = ledgers()
+    ledger.open("g", total=5, on_complete="done")
+    ledger.settle("g", "1", "handled")
+    ledger.settle("g", "3", "poisoned")
+    assert ledger.pending_members("g", 10) == ["0", "2", "4"]
+    assert ledger.pending_members("g", 2) == ["0", "2"]
+    assert ledger.pending_members("nope", 10) == []
+    for member in ["0", "2", "4"]:
+        ledger.settle("g", member, "handled")
+    assert ledger.pending_members("g", 10) == []
+
+
+def test_the_newest_groups_come_first(ledgers: LedgerMaker, clock: ManualClock) -> None:
+    """Groups are listed by start, the latest first, as many as asked."""
+    ledger = ledgers()
+    for name in ["first", "second", "third"]:
+        ledger.open(name, total=1, on_complete="done")
+        clock.advance(1)
+    assert [group.group_id for group in ledger.newest(2)] == ["third", "second"]
+    assert [group.group_id for group in ledger.newest(10)] == ["third", "second", "first"]
 
 
 def test_empty_and_repeated_groups_are_refused(ledgers: LedgerMaker) -> None:
