@@ -51,6 +51,20 @@ def group_rows(
     return [group_row(group, now) for group in groups if not (running_only and group.done)]
 
 
+RECENT_S = 600.0
+"""The dashboard keeps a finished group in view this long after its end, then drops it."""
+
+
+def dashboard_rows(ledger: GroupLedger, now: datetime, *, limit: int = 20) -> list[dict[str, Any]]:
+    """What the dashboard shows: the newest groups still running or ended in the last
+    ``RECENT_S``, at most ``limit``."""
+    return [
+        group_row(group, now)
+        for group in ledger.newest(limit)
+        if group.ended is None or (now - group.ended).total_seconds() <= RECENT_S
+    ]
+
+
 def state_of(group: GroupStatus) -> str:
     """``running`` while members are pending; then ``completing`` until its ``GroupDone`` is
     known published, and ``done``."""
@@ -59,4 +73,12 @@ def state_of(group: GroupStatus) -> str:
     return "done" if group.completion == "sent" else "completing"
 
 
-__all__ = ["PENDING_SHOWN", "group_detail", "group_row", "group_rows", "state_of"]
+__all__ = [
+    "PENDING_SHOWN",
+    "RECENT_S",
+    "dashboard_rows",
+    "group_detail",
+    "group_row",
+    "group_rows",
+    "state_of",
+]

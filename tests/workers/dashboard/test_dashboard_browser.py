@@ -88,6 +88,7 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
     }
     storage = SqliteQueueStorage(tmp_path / "queues.db")
     storage.create_queue(QUEUE)
+    storage.create_queue("totals")
     publisher = Publisher(storage, QUEUE, dict[str, Any])
     port = free_port()
     worker_log = tmp_path / "worker.log"
@@ -130,12 +131,21 @@ def number(page: Page, name: str) -> int:
     return int(shown(page, name).replace(",", ""))
 
 
+def group_row(page: Page, group_id: str) -> list[str]:
+    return page.locator(f'[data-group="{group_id}"] td').all_inner_texts()
+
+
 def test_the_page_shows_threads_follow_a_burst_and_requeues_a_poisoned_message(
     scene: Scene, page: Page
 ) -> None:
-    """Threads rise above one for a burst and come back; Requeue moves the poisoned one back."""
+    """Threads rise above one for a burst and come back; Requeue moves the poisoned one back; a
+    group sent meanwhile is listed with its counts until it completes."""
     scene.publisher.publish({"n": -1, "poison": True})
     page.goto(scene.url)
+    group = scene.publisher.send_group(
+        [{"n": 1000 + n} for n in range(5)], on_complete="totals", group_id="billing-run"
+    )
+    eventually(lambda: group_row(page, group.id)[:6] == ["billing-run", "done", "5", "0", "0", "5"])
     eventually(lambda: number(page, "poison-count") == 1, timeout_s=15)
     assert "cannot handle this item" in page.locator('[data-queue="invoices"] .poison').inner_text()
 

@@ -62,6 +62,29 @@ function render(state) {
     "updated " + new Date(state.at).toLocaleTimeString();
   document.getElementById("empty").hidden = state.queues.length > 0;
   for (const queue of state.queues) renderQueue(queue);
+  renderGroups(state.groups || []);
+}
+
+// Groups running, or ended in the last minutes: one row each, keyed by the group id.
+function renderGroups(groups) {
+  document.getElementById("groups").hidden = groups.length === 0;
+  document.querySelector('[data-field="group-rows"]').replaceChildren(
+    ...groups.map((group) => {
+      if (group.error) return rowOf([group.error]);
+      const row = rowOf([
+        group.group,
+        group.state,
+        fmtInt(group.handled),
+        fmtInt(group.poisoned),
+        fmtInt(group.pending),
+        fmtInt(group.total),
+        fmtAge(group.age_s),
+        group.on_complete,
+      ]);
+      row.setAttribute("data-group", group.group);
+      return row;
+    }),
+  );
 }
 
 function renderQueue(queue) {
