@@ -1,0 +1,252 @@
+"""Results through a running worker, on memory and SQLite: what a handler returns comes back
+through ``send``'s handle, expires with its time to live, is kept once per key however often its
+message is delivered, and is found for every member of a group; with push triggers the waiter
+reads the store only for the value."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from cloudqueue.listener import (
+    InMemoryQueueStorage,
+    Publisher,
+    QueueStorage,
+    SqliteQueueStorage,
+    TransientStorageError,
+)
+from cloudqueue.listener.consumer.current import current_envelope
+from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.stores.forwarding import ForwardingStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.workflows.result_store import ResultStore
+from cloudqueue.listener.workflows.result_stores import required_result_store, result_store_for
+from cloudqueue.workers import QueueWorker, WorkerHost, close_senders, load_settings
+from cloudqueue.workers.host.result_handles import result_handle
+from tests.support.keyed_workers import host_settings, hosting
+from tests.support.polling import eventually
+from tests.support.redis_server import RedisServer
+from tests.support.result_workers import Price, Priced, Pricer
+from tests.support.runs import run_environment
+
+pytest_plugins = ["tests.support.redis_server"]
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def storage(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[QueueStorage]:
+    made: QueueStorage = (
+        InMemoryQueueStorage() if request.param == "memory" else SqliteQueueStorage(tmp_path / "q")
+    )
+    made.create_queue("prices")
+    yield made
+    made.close()
+
+
+def test_a_handlers_value_comes_back_through_its_handle(storage: QueueStorage) -> None:
+    """The handler's ``Priced`` is kept under the message's key and ``result`` returns it as
+    that model."""
+    Publisher(storage, "prices", Price).publish(Price(sku="a", cents=21), key="order-1")
+    handle = result_handle(Pricer, "order-1", storage, None)
+    with hosting(Pricer, storage, host_settings()):
+        assert handle.result(timeout_s=30) == Priced(sku="a", total=42)
+
+
+def test_worker_send_makes_a_key_and_its_handle_waits_for_the_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``Pricer.send(item)`` without a key: the handle has a new key, which the worker keeps
+    its result under (SQLite, the store the settings name)."""
+    for name, value in run_environment(f"sqlite:///{tmp_path / 'q.db'}", tmp_path).items():
+        monkeypatch.setenv(name, value)
+    close_senders()
+    try:
+        host = WorkerHost([Pricer], load_settings(backoff={"max_idle_s": 0.2}))
+        host.start()
+        try:
+            handle = Pricer.send({"sku": "b", "cents": 5})
+            assert handle.key is not None
+            assert len(handle.key) == 32
+            assert handle.result(timeout_s=30) == Priced(sku="b", total=10)
+        finally:
+            host.stop()
+    finally:
+        close_senders()
+
+
+def test_a_result_expires_with_its_time_to_live(tmp_path: Path) -> None:
+    """Read an hour after it was kept (``results_ttl_s = 3600``), the result is gone: the
+    handle times out naming the key."""
+    clock = ManualClock()
+    storage = SqliteQueueStorage(tmp_path / "q.db", clock=clock)
+    storage.create_queue("prices")
+    Publisher(storage, "prices", Price).publish(Price(sku="c", cents=1), key="order-3")
+    with hosting(Pricer, storage, host_settings()):
+        handle = result_handle(Pricer, "order-3", storage, None)
+        assert handle.result(timeout_s=30) == Priced(sku="c", total=2)
+        clock.advance(3600)
+        with pytest.raises(TimeoutError, match="'order-3'"):
+            handle.result(timeout_s=0)
+    storage.close()
+
+
+class DeleteFailsOnce(ForwardingStorage):
+    """A store whose first delete fails: the message handled is delivered again."""
+
+    def __init__(self, inner: QueueStorage) -> None:
+        super().__init__(inner)
+        self.failed = threading.Event()
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        if queue_name == "prices" and not self.failed.is_set():
+            self.failed.set()
+            raise TransientStorageError("delete failed on purpose")
+        return super().delete_message(queue_name, message_id, pop_receipt)
+
+    def close(self) -> None:
+        """The store under it is the test's, closed by its fixture."""
+
+
+def test_a_redelivered_message_keeps_one_result_the_last_one(storage: QueueStorage) -> None:
+    """Its delete fails after the result was kept: handled again, the message keeps its result
+    again under the same key, replacing the first (one row)."""
+
+    class Counter(QueueWorker[Price]):
+        queue_name = "prices"
+        keep_results = True
+
+        def handle(self, item: Price) -> dict[str, Any]:
+            return {"sku": item.sku, "delivery": current_envelope().dequeue_count}
+
+    flaky = DeleteFailsOnce(storage)
+    Publisher(storage, "prices", Price).publish(Price(sku="d", cents=1), key="order-4")
+    settings = host_settings(listener={"visibility_timeout_s": 1})
+    with hosting(Counter, flaky, settings):
+        eventually(lambda: storage.approximate_message_count("prices") == 0, timeout_s=30)
+    kept = result_store_for(storage)
+    assert flaky.failed.is_set()
+    assert kept is not None
+    assert kept.get("order-4") == '{"sku":"d","delivery":2}'
+    assert len(list_keys(storage)) == 1
+
+
+def list_keys(storage: QueueStorage) -> list[str]:
+    """Every key the store holds a result for (SQLite: its rows; memory: its dict)."""
+    if isinstance(storage, SqliteQueueStorage):
+        with storage.reading() as db:
+            return [row[0] for row in db.execute("SELECT key FROM message_results")]
+    kept = result_store_for(storage)
+    return [] if kept is None else list(kept._kept)  # type: ignore[attr-defined]
+
+
+def test_a_groups_results_hold_every_members_value(storage: QueueStorage) -> None:
+    """Ten members priced by a worker that keeps results, sent without keys: once the group
+    completed, ``results()`` yields each member's price."""
+
+    class Finisher(QueueWorker[dict[str, Any]]):
+        queue_name = "finished"
+
+        def handle(self, item: dict[str, Any]) -> None:
+            return None
+
+    storage.create_queue("finished")
+    items = [Price(sku=f"s{n}", cents=n) for n in range(10)]
+    group = Publisher(storage, "prices", Price).send_group(items, on_complete=Finisher)
+    with hosting(Pricer, storage, host_settings()):  # it closes the store when it stops
+        group.wait(timeout_s=30)
+        totals = sorted(priced.total for priced in group.results(Priced))
+    assert totals == [2 * n for n in range(10)]
+
+
+@pytest.mark.parametrize(
+    ("returned", "reason"),
+    [(object(), "result_not_json"), ("x" * 40_000, "result_too_large")],
+)
+def test_a_value_that_cannot_be_kept_poisons_its_message_with_the_reason(
+    storage: QueueStorage, returned: object, reason: str
+) -> None:
+    """A handler returning something JSON cannot hold, or too large, has its message moved to
+    the poison queue with that reason, and no result kept."""
+
+    class Odd(QueueWorker[Price]):
+        queue_name = "prices"
+        keep_results = True
+
+        def handle(self, item: Price) -> object:
+            return returned
+
+    Publisher(storage, "prices", Price).publish(Price(sku="e", cents=1), key="order-5")
+    with hosting(Odd, storage, host_settings()):  # it closes the store when it stops
+        eventually(lambda: storage.approximate_message_count("prices-poison") == 1, timeout_s=30)
+        [poisoned] = storage.peek_messages("prices-poison", max_messages=1)
+        kept = result_store_for(storage)
+        assert kept is not None
+        assert kept.get("order-5") is None
+    record = read_record(poisoned.content)
+    assert record is not None
+    assert record.reason == reason
+
+
+class CountedReads:
+    """A result store whose reads are counted."""
+
+    def __init__(self, inner: ResultStore) -> None:
+        self.inner = inner
+        self.reads = 0
+
+    def put(self, key: str, value: str, *, ttl_s: float, group_id: str | None = None) -> None:
+        self.inner.put(key, value, ttl_s=ttl_s, group_id=group_id)
+
+    def get(self, key: str) -> str | None:
+        self.reads += 1
+        return self.inner.get(key)
+
+    def for_group(self, group_id: str) -> Iterator[tuple[str, str]]:
+        return self.inner.for_group(group_id)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def test_with_push_triggers_the_waiter_reads_only_before_waiting_and_for_the_value(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, redis_server: RedisServer
+) -> None:
+    """A worker on SQLite with Redis triggers holds the item until told; the waiter reads once,
+    waits, and is woken by the worker's announcement: 2 reads in all, 0 while it waited."""
+    release = threading.Event()
+
+    class Held(Pricer):
+        def handle(self, item: Price) -> Priced:
+            release.wait(30)
+            return super().handle(item)
+
+    env = run_environment(f"sqlite:///{tmp_path / 'q.db'}", tmp_path)
+    for name, value in {**env, "CLOUDQUEUE_TRIGGERS__URL": redis_server.url}.items():
+        monkeypatch.setenv(name, value)
+    counted: list[CountedReads] = []
+
+    def counting(storage: QueueStorage) -> ResultStore:
+        counted.append(CountedReads(required_result_store(storage)))
+        return counted[-1]
+
+    close_senders()
+    host = WorkerHost([Held], load_settings(backoff={"max_idle_s": 0.2}))
+    host.start()
+    try:
+        handle = Held.send({"sku": "f", "cents": 4})
+        monkeypatch.setattr(handle, "_open_store", lambda: counting(host.storage))
+        got: list[object] = []
+        waiter = threading.Thread(target=lambda: got.append(handle.result(timeout_s=25)))
+        waiter.start()
+        eventually(lambda: bool(counted) and counted[0].reads == 1, timeout_s=10)
+        release.set()
+        waiter.join(30)
+    finally:
+        release.set()
+        host.stop()
+        close_senders()
+    assert got == [Priced(sku="f", total=8)]
+    assert counted[0].reads == 2
