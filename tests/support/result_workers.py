@@ -1,6 +1,9 @@
-"""Workers that keep results, for tests that run them in a host or with ``cloudqueue run``."""
+"""Workers that keep results, for tests that run them in a host or with ``cloudqueue run``; and
+a sleeper that tells how a result's waits ended."""
 
 from __future__ import annotations
+
+import threading
 
 from pydantic import BaseModel
 
@@ -42,3 +45,15 @@ class BatchPricer(QueueWorker[Price]):
 
     def handle_batch(self, items: list[Price]) -> None:
         return None
+
+
+class WakeUps:
+    """A real sleeper (on events) that notes how each wait ended: True when woken."""
+
+    def __init__(self) -> None:
+        self.ended: list[bool] = []
+
+    def wait(self, stop_event: threading.Event, delay_s: float) -> bool:
+        woken = stop_event.wait(delay_s)
+        self.ended.append(woken)
+        return woken

@@ -30,7 +30,7 @@ from cloudqueue.workers.host.result_handles import result_handle
 from tests.support.keyed_workers import host_settings, hosting
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
-from tests.support.result_workers import Price, Priced, Pricer
+from tests.support.result_workers import Price, Priced, Pricer, WakeUps
 from tests.support.runs import run_environment
 
 pytest_plugins = ["tests.support.redis_server"]
@@ -238,6 +238,7 @@ def test_with_push_triggers_the_waiter_reads_only_before_waiting_and_for_the_val
     try:
         handle = Held.send({"sku": "f", "cents": 4})
         monkeypatch.setattr(handle, "_open_store", lambda: counting(host.storage))
+        handle.sleeper = wake_ups = WakeUps()
         got: list[object] = []
         waiter = threading.Thread(target=lambda: got.append(handle.result(timeout_s=25)))
         waiter.start()
@@ -250,3 +251,4 @@ def test_with_push_triggers_the_waiter_reads_only_before_waiting_and_for_the_val
         close_senders()
     assert got == [Priced(sku="f", total=8)]
     assert counted[0].reads == 2
+    assert wake_ups.ended == [True]  # woken by the worker's announcement, not at a time-out

@@ -16,6 +16,7 @@ from cloudqueue.listener.workflows.result_handle import ResultHandle
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.listener.workflows.result_stores import InMemoryResultStore
 from tests.support.polling import eventually
+from tests.support.result_workers import WakeUps
 
 
 class Total(BaseModel):
@@ -86,10 +87,11 @@ def test_with_push_triggers_waiting_reads_once_then_only_for_the_value(
     channel: InProcessTriggerChannel,
 ) -> None:
     """Subscribed to the channel, the waiter reads once, then not at all until the worker
-    announces the key: the value comes with the second read."""
+    announces the key, which wakes its one wait: the value comes with the second read."""
     store = CountedStore(ManualClock())
     signals = ResultSignals(channel, account="memory")
-    handle = ResultHandle("k-2", lambda: store, signals=signals)  # the real clock and sleeper
+    wake_ups = WakeUps()
+    handle = ResultHandle("k-2", lambda: store, signals=signals, sleeper=wake_ups)
     got: list[object] = []
     waiter = threading.Thread(target=lambda: got.append(handle.result(timeout_s=25)))
     waiter.start()
@@ -100,6 +102,7 @@ def test_with_push_triggers_waiting_reads_once_then_only_for_the_value(
     waiter.join(20)
     assert got == [{"amount": 7}]
     assert len(store.reads) == 2
+    assert wake_ups.ended == [True]  # woken by the announcement, not at a time-out
 
 
 def test_a_handle_without_a_key_or_refused_says_why_without_reading() -> None:
