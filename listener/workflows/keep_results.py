@@ -61,21 +61,26 @@ class KeepResults(Middleware):
         def handle(item: Any) -> Any:
             value = handler(item)
             message = current_message()
-            if message is not None:
-                with self._lock:
-                    self._returned.setdefault(message.id, []).append(value)
+            with self._lock:
+                # Only while the middleware waits for it: a handler that returns after its time
+                # limit settled the message has nowhere to put its value.
+                returned = None if message is None else self._returned.get(message.id)
+                if returned is not None:
+                    returned.append(value)
             return value
 
         return handle
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        with self._lock:
+            self._returned[context.message_id] = []
         try:
             call_next()
         finally:
             with self._lock:
-                returned = self._returned.pop(context.message_id, None)
+                returned = self._returned.pop(context.message_id)
         failed = context.failures or context.middleware_error is not None
-        if returned is None or failed or context.decision is not None:
+        if not (context.handled and returned) or failed or context.decision is not None:
             return  # not handled (yet): nothing returned to keep
         key = result_key(context)
         if key is None:

@@ -5,6 +5,7 @@ reads the store only for the value."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -53,6 +54,23 @@ def test_a_handlers_value_comes_back_through_its_handle(storage: QueueStorage) -
     handle = result_handle(Pricer, "order-1", storage, None)
     with hosting(Pricer, storage, host_settings()):
         assert handle.result(timeout_s=30) == Priced(sku="a", total=42)
+
+
+def test_an_async_handlers_value_comes_back_too(storage: QueueStorage) -> None:
+    """An ``async def handle`` returns through its coroutine: that value is the one kept."""
+
+    class AsyncPricer(QueueWorker[Price]):
+        queue_name = "prices"
+        keep_results = True
+
+        async def handle(self, item: Price) -> Priced:
+            await asyncio.sleep(0)
+            return Priced(sku=item.sku, total=item.cents + 1)
+
+    Publisher(storage, "prices", Price).publish(Price(sku="g", cents=1), key="order-7")
+    handle = result_handle(AsyncPricer, "order-7", storage, None)
+    with hosting(AsyncPricer, storage, host_settings()):
+        assert handle.result(timeout_s=30) == Priced(sku="g", total=2)
 
 
 def test_worker_send_makes_a_key_and_its_handle_waits_for_the_result(
