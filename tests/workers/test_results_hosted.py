@@ -24,8 +24,10 @@ from cloudqueue.listener.consumer.current import current_envelope
 from cloudqueue.listener.poison.record import read_record
 from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.result_store import ResultStore
 from cloudqueue.listener.workflows.result_stores import required_result_store, result_store_for
+from cloudqueue.listener.workflows.sending import GroupHandle
 from cloudqueue.workers import QueueWorker, WorkerHost, close_senders, load_settings
 from cloudqueue.workers.host.result_handles import result_handle
 from tests.support.keyed_workers import host_settings, hosting
@@ -112,13 +114,18 @@ def test_a_result_expires_with_its_time_to_live(tmp_path: Path) -> None:
 
 
 class DeleteFailsOnce(ForwardingStorage):
-    """A store whose first delete fails: the message handled is delivered again."""
+    """A store whose first delete fails: the message handled is delivered again. It notes
+    the result kept under ``key`` at each delete."""
 
-    def __init__(self, inner: QueueStorage) -> None:
+    def __init__(self, inner: QueueStorage, key: str) -> None:
         super().__init__(inner)
         self.failed = threading.Event()
+        self.key = key
+        self.kept_at_delete: list[str | None] = []
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        kept = result_store_for(self.inner)
+        self.kept_at_delete.append(None if kept is None else kept.get(self.key))
         if queue_name == "prices" and not self.failed.is_set():
             self.failed.set()
             raise TransientStorageError("delete failed on purpose")
@@ -129,8 +136,9 @@ class DeleteFailsOnce(ForwardingStorage):
 
 
 def test_a_redelivered_message_keeps_one_result_the_last_one(storage: QueueStorage) -> None:
-    """Its delete fails after the result was kept: handled again, the message keeps its result
-    again under the same key, replacing the first (one row)."""
+    """Each delete finds the result of its delivery kept already; the first delete fails, and
+    handled again the message keeps its result again under the same key, replacing the first
+    (one row)."""
 
     class Counter(QueueWorker[Price]):
         queue_name = "prices"
@@ -139,7 +147,7 @@ def test_a_redelivered_message_keeps_one_result_the_last_one(storage: QueueStora
         def handle(self, item: Price) -> dict[str, Any]:
             return {"sku": item.sku, "delivery": current_envelope().dequeue_count}
 
-    flaky = DeleteFailsOnce(storage)
+    flaky = DeleteFailsOnce(storage, "order-4")
     Publisher(storage, "prices", Price).publish(Price(sku="d", cents=1), key="order-4")
     settings = host_settings(listener={"visibility_timeout_s": 1})
     with hosting(Counter, flaky, settings):
@@ -148,6 +156,7 @@ def test_a_redelivered_message_keeps_one_result_the_last_one(storage: QueueStora
     assert flaky.failed.is_set()
     assert kept is not None
     assert kept.get("order-4") == '{"sku":"d","delivery":2}'
+    assert flaky.kept_at_delete == ['{"sku":"d","delivery":1}', '{"sku":"d","delivery":2}']
     assert len(list_keys(storage)) == 1
 
 
@@ -161,21 +170,25 @@ def list_keys(storage: QueueStorage) -> list[str]:
 
 
 def test_a_groups_results_hold_every_members_value(storage: QueueStorage) -> None:
-    """Ten members priced by a worker that keeps results, sent without keys: once the group
-    completed, ``results()`` yields each member's price."""
+    """Ten members priced by a worker that keeps results, sent without keys: the completion
+    worker, handling the ``GroupDone``, finds each member's price among the group's
+    ``results()`` (kept before the member counted as settled)."""
+    totals: list[int] = []
+    summed = threading.Event()
 
-    class Finisher(QueueWorker[dict[str, Any]]):
+    class Totals(QueueWorker[GroupDone]):
         queue_name = "finished"
 
-        def handle(self, item: dict[str, Any]) -> None:
-            return None
+        def handle(self, done: GroupDone) -> None:
+            group = GroupHandle.of(done.group_id, storage)
+            totals.extend(sorted(priced.total for priced in group.results(Priced)))
+            summed.set()
 
     storage.create_queue("finished")
     items = [Price(sku=f"s{n}", cents=n) for n in range(10)]
-    group = Publisher(storage, "prices", Price).send_group(items, on_complete=Finisher)
-    with hosting(Pricer, storage, host_settings()):  # it closes the store when it stops
-        group.wait(timeout_s=30)
-        totals = sorted(priced.total for priced in group.results(Priced))
+    Publisher(storage, "prices", Price).send_group(items, on_complete=Totals)
+    with hosting(Pricer, storage, host_settings()), hosting(Totals, storage, host_settings()):
+        assert summed.wait(30)
     assert totals == [2 * n for n in range(10)]
 
 
