@@ -51,13 +51,16 @@ class ResultHandle:
         self.clock = clock
         self.sleeper = sleeper
         self.refusal = refusal
+        self._store: ResultStore | None = None
 
     def result(self, timeout_s: float) -> Any:
         """The handler's return value, once stored: waits up to ``timeout_s`` for it, then
         raises ``TimeoutError`` naming the key."""
         if self.refusal is not None or self.key is None:
             raise ValueError(self.refusal or "this message was sent without a key: no result")
-        key, store = self.key, self._open_store()
+        if self._store is None:
+            self._store = self._open_store()
+        key, store = self.key, self._store
         deadline = self.clock.monotonic() + timeout_s
         stored = threading.Event()
         subscription = None if self.signals is None else self.signals.subscribe(key, stored)

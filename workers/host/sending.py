@@ -181,8 +181,10 @@ class _Senders:
     def result_handle(self, worker_type: type[QueueWorker[Any]], key: str | None) -> ResultHandle:
         with self._lock:
             opened = self._process_connections()
-        account = account_of(opened.settings.connection_string_value())
-        signals = result_signals(opened.channel, account)
+        signals = None
+        if worker_type.keep_results:  # a handle nobody can wait on needs no channel
+            account = account_of(opened.settings.connection_string_value())
+            signals = result_signals(opened.channel, account)
         return result_handle(worker_type, key, opened.storage, signals, self._clock)
 
     def adopt(self, settings: CloudQueueSettings) -> None:
