@@ -6,6 +6,7 @@ reads the store only for the value."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from cloudqueue.listener.poison.record import read_record
 from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.workflows.group_done import GroupDone
+from cloudqueue.listener.workflows.result_handle import ResultHandle
 from cloudqueue.listener.workflows.result_store import ResultStore
 from cloudqueue.listener.workflows.result_stores import required_result_store, result_store_for
 from cloudqueue.listener.workflows.sending import GroupHandle
@@ -240,6 +242,56 @@ class CountedReads:
 
     def close(self) -> None:
         self.inner.close()
+
+
+class ReleasedAfter:
+    """A handle's sleeper on a manual clock: once ``at_s`` seconds of waits have passed, it lets
+    the held handler go and waits (on an event, with a deadline) until the result is kept."""
+
+    def __init__(self, clock: ManualClock, at_s: float, release: threading.Event, kept: Any):
+        self.clock = clock
+        self.until = clock.monotonic() + at_s
+        self.release = release
+        self.kept = kept
+
+    def wait(self, stop_event: threading.Event, delay_s: float) -> bool:
+        self.clock.wait(stop_event, delay_s)
+        if self.clock.monotonic() >= self.until and not self.release.is_set():
+            self.release.set()
+            eventually(self.kept, timeout_s=30)
+        return False
+
+
+def test_without_push_triggers_a_long_wait_reads_at_most_once_per_second_after_5_s(
+    storage: QueueStorage,
+) -> None:
+    """A handler held for 60 s of the waiter's (manual) time: the waiter's reads back off to
+    one per 5 s, and the read after the worker kept the value returns it."""
+    release = threading.Event()
+
+    class Held(Pricer):
+        def handle(self, item: Price) -> Priced:
+            release.wait(30)
+            return super().handle(item)
+
+    inner = result_store_for(storage)
+    assert inner is not None
+    counted = CountedReads(inner)
+    clock = ManualClock()
+    start = clock.monotonic()
+    sleeper = ReleasedAfter(clock, 60, release, lambda: inner.get("order-8") is not None)
+    handle = ResultHandle("order-8", lambda: counted, as_type=Priced, clock=clock, sleeper=sleeper)
+    Publisher(storage, "prices", Price).publish(Price(sku="h", cents=3), key="order-8")
+    with hosting(Held, storage, host_settings()):
+        try:
+            assert handle.result(timeout_s=600) == Priced(sku="h", total=6)
+        finally:
+            release.set()
+    waited = clock.monotonic() - start
+    assert 60 <= waited < 66
+    assert counted.reads == 7 + 11  # to 6.3 s; then every 5 s to 61.3 s, which finds it
+    late = sum(1 for w in itertools.accumulate(clock.waits) if w > 5)
+    assert late / (waited - 5) <= 1.0
 
 
 def test_with_push_triggers_the_waiter_reads_only_before_waiting_and_for_the_value(
