@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 from pydantic import BaseModel
 
-from cloudqueue.listener.push.triggers import InProcessTriggerChannel
+from cloudqueue.listener.push.triggers import ANY, InProcessTriggerChannel, WorkDetected
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.workflows.result_handle import ResultHandle
 from cloudqueue.listener.workflows.result_signals import ResultSignals
@@ -103,6 +103,24 @@ def test_with_push_triggers_waiting_reads_once_then_only_for_the_value(
     assert got == [{"amount": 7}]
     assert len(store.reads) == 2
     assert wake_ups.ended == [True]  # woken by the announcement, not at a time-out
+
+
+def test_a_wildcard_trigger_makes_the_waiter_look_again(channel: InProcessTriggerChannel) -> None:
+    """After the channel reconnects it sends a wildcard (triggers may have been missed): the
+    waiter reads the store again, and finds the value announced while it was cut off."""
+    store = CountedStore(ManualClock())
+    wake_ups = WakeUps()
+    signals = ResultSignals(channel, account="memory")
+    handle = ResultHandle("k-3", lambda: store, signals=signals, sleeper=wake_ups)
+    got: list[object] = []
+    waiter = threading.Thread(target=lambda: got.append(handle.result(timeout_s=25)))
+    waiter.start()
+    eventually(lambda: len(store.reads) == 1, timeout_s=10)
+    store.put("k-3", "3", ttl_s=60)  # its announcement lost
+    channel.publish(WorkDetected(ANY, ANY))
+    waiter.join(20)
+    assert got == [3]
+    assert wake_ups.ended == [True]
 
 
 def test_a_handle_without_a_key_or_refused_says_why_without_reading() -> None:
