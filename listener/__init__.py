@@ -106,6 +106,7 @@ if TYPE_CHECKING:
     from cloudqueue.listener.wire.limits import DecodingLimits
     from cloudqueue.listener.workflows.group_done import GroupDone
     from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
+    from cloudqueue.listener.workflows.result_handle import ResultHandle
     from cloudqueue.listener.workflows.sending import GroupHandle
 
 __all__ = [
@@ -173,6 +174,7 @@ __all__ = [
     "RedisKeyGate",
     "RedisRateLimiter",
     "RedisTriggerChannel",
+    "ResultHandle",
     "Retry",
     "RetryLater",
     "RetryPolicy",
@@ -276,6 +278,7 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
             "cloudqueue.listener.producer.publisher": ("Publisher",),
             "cloudqueue.listener.workflows.group_done": ("GroupDone",),
             "cloudqueue.listener.workflows.group_ledger": ("GroupError", "GroupStatus"),
+            "cloudqueue.listener.workflows.result_handle": ("ResultHandle",),
             "cloudqueue.listener.workflows.sending": ("GroupHandle",),
             "cloudqueue.listener.push.redis_triggers": ("RedisTriggerChannel",),
             "cloudqueue.listener.push.triggers": (

@@ -13,14 +13,15 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cloudqueue.listener import tracing
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from cloudqueue.listener.producer.routing import key_of_item
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
-from cloudqueue.listener.stores.storage import validate_queue_name
+from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
 from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
 from cloudqueue.listener.workflows.membership import (
@@ -29,6 +30,9 @@ from cloudqueue.listener.workflows.membership import (
     current_membership,
     member_message,
 )
+from cloudqueue.listener.workflows.result_store import ResultStore
+from cloudqueue.listener.workflows.result_stores import result_store_for
+from cloudqueue.listener.workflows.result_values import decode_result
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
 if TYPE_CHECKING:
@@ -43,7 +47,8 @@ a long wait costs one read per 5 s, not one per 0.2 s."""
 
 
 class GroupHandle:
-    """A sent group: its ``id``, its ``status()``, and ``wait`` for its completion."""
+    """A sent group: its ``id``, its ``status()``, ``wait`` for its completion, and its
+    members' ``results()``."""
 
     def __init__(
         self,
@@ -52,11 +57,34 @@ class GroupHandle:
         *,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
+        results: Callable[[], ResultStore | None] | None = None,
     ) -> None:
+        """``results`` opens the store the members' results are kept in (at the first
+        ``results()``: a handle that never reads them opens nothing)."""
         self.id = group_id
         self.ledger = ledger
         self.clock = clock
         self.sleeper = sleeper
+        self._results = results
+
+    @classmethod
+    def of(
+        cls, group_id: str, storage: QueueStorage, *, clock: Clock = SYSTEM_CLOCK
+    ) -> GroupHandle:
+        """The handle of a group sent earlier on ``storage`` (an aggregating step's, given the
+        id by its ``GroupDone``)."""
+        ledger = required_group_ledger_of(storage)
+        return cls(group_id, ledger, clock=clock, results=partial(result_store_for, storage))
+
+    def results(self, as_type: object = None) -> Iterator[Any]:
+        """The results kept by the members' workers (``keep_results``), in key order: each an
+        ``as_type`` when that is a pydantic model, else its JSON value. Members that kept none
+        (or whose results expired) are not among them: compare with ``status()``'s counts."""
+        store = None if self._results is None else self._results()
+        if store is None:
+            raise GroupError(f"group {self.id!r}: no result store goes with its storage")
+        for _key, text in store.for_group(self.id):
+            yield decode_result(text, as_type)
 
     def status(self) -> GroupStatus:
         """The group's counts now."""
@@ -103,7 +131,8 @@ def send_group(
     group = uuid.uuid4().hex if group_id is None else check_group_id(group_id)
     ledger.open(group, total=len(members), on_complete=queue)
     _put_members(publisher, group, members, numbered(0, len(members)))
-    return GroupHandle(group, ledger, clock=publisher.clock)
+    results = partial(result_store_for, publisher.storage)
+    return GroupHandle(group, ledger, clock=publisher.clock, results=results)
 
 
 def add_to_group(publisher: Publisher[T], items: Iterable[T], *, group_id: str | None) -> list[str]:
@@ -134,7 +163,11 @@ def completion_queue(on_complete: object) -> str:
 
 
 def required_group_ledger(publisher: Publisher[Any]) -> GroupLedger:
-    ledger = group_ledger_for(publisher.storage)
+    return required_group_ledger_of(publisher.storage)
+
+
+def required_group_ledger_of(storage: QueueStorage) -> GroupLedger:
+    ledger = group_ledger_for(storage)
     if ledger is None:
         raise GroupError(
             "groups are kept in the embedded stores (SQLite, memory) for now: "

@@ -105,6 +105,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "RedisKeyGate",
         "RedisRateLimiter",
         "RedisTriggerChannel",
+        "ResultHandle",
         "Retry",
         "RetryLater",
         "RetryPolicy",

@@ -20,12 +20,14 @@ from cloudqueue.workers.api.class_checks import (
     defines,
     item_type_argument,
 )
+from cloudqueue.workers.api.results import DEFAULT_RESULTS_TTL_S, check_results
 from cloudqueue.workers.settings.model import check_worker_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from cloudqueue.listener.consumer.listener import CloudQueueListener
+    from cloudqueue.listener.workflows.result_handle import ResultHandle
 
 T = TypeVar("T")
 
@@ -69,6 +71,11 @@ class QueueWorker(Generic[T]):
     retry: ClassVar[Retry | None] = None
     """This worker's retry policy: delays, what to retry or give up on, how many deliveries.
     None: the settings' back-off (``listener.retry_delay_s``) and ``poison.max_dequeue_count``."""
+    keep_results: ClassVar[bool] = False
+    """Keep what ``handle`` returns under the message's key, for ``send``'s handle to fetch
+    (``result(timeout_s)``) and a group's ``results()`` (``cloudqueue.workers.api.results``)."""
+    results_ttl_s: ClassVar[float] = DEFAULT_RESULTS_TTL_S
+    """How long a kept result can be fetched (seconds; a day by default)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -90,8 +97,9 @@ class QueueWorker(Generic[T]):
         """Called once before the first dequeue thread starts, after ``startup``; subscribe extra
         observers here. A plain ``def``: async set-up belongs in ``startup``."""
 
-    def handle(self, item: T) -> Awaitable[None] | None:
-        """Handle one item; return to have it deleted, raise to have it retried.
+    def handle(self, item: T) -> Awaitable[Any] | Any:
+        """Handle one item; return to have it deleted, raise to have it retried. What it
+        returns is kept as the message's result when the worker has ``keep_results``.
 
         A plain ``def handle`` runs on several threads at once: up to ``listener.concurrency``
         messages (8 by default) per dequeue thread, and up to ``scaling.max_threads`` dequeue
@@ -134,6 +142,7 @@ class QueueWorker(Generic[T]):
         check_worker_overrides(cls.settings, f"settings of {name}")
         check_hooks(cls, QueueWorker, name)
         check_key_methods(name, cls)
+        check_results(cls, name)
         if cls.retry is not None and not isinstance(cls.retry, Retry):
             raise ConfigurationError(
                 f"{name!r}: retry must be a workers.Retry(...), got {cls.retry!r}"
@@ -149,7 +158,7 @@ class QueueWorker(Generic[T]):
         delay: timedelta | None = None,
         time_to_live_s: int | None = None,
         queue: str | None = None,
-    ) -> None:
+    ) -> ResultHandle:
         """Put one item on this worker's queue, where ``cloudqueue run`` of this worker reads.
 
         The item is checked first: a dict becomes the item type's model, and an invalid item
@@ -159,10 +168,13 @@ class QueueWorker(Generic[T]):
         read at the first send and kept for the process (``close_senders`` forgets them).
         ``key``, ``delay_s`` (or ``delay``) and ``time_to_live_s`` are ``Publisher.publish``'s;
         ``queue`` picks one of several ``queue_name``s.
+
+        Returns a handle: its ``key``, and ``result(timeout_s)`` for a worker that keeps results
+        (``keep_results``; a key is made for an item sent without one). Ignored, it costs nothing.
         """
         from cloudqueue.workers.host import sending  # the host's machinery; api stays below it
 
-        sending.send(
+        return sending.send(
             cls,
             item,
             key=key,

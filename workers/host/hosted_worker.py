@@ -19,6 +19,9 @@ from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
 from cloudqueue.listener.workflows.completion import group_completion_for
+from cloudqueue.listener.workflows.keep_results import KeepResults
+from cloudqueue.listener.workflows.result_signals import ResultSignals
+from cloudqueue.listener.workflows.result_stores import required_result_store
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
@@ -47,6 +50,8 @@ class HostedWorker:
     push: list[TriggerWaker | Watchdog] = field(default_factory=list)
     batcher: Batcher[Any] | None = None
     """Gathers a batch worker's items into ``handle_batch`` calls."""
+    results: KeepResults | None = None
+    """Keeps its handler's return values (``keep_results``)."""
     started_up: bool = False
     """Its ``startup`` returned: ``shutdown`` is due at the end."""
 
@@ -83,6 +88,9 @@ def host_worker(
     # Groups first: they must see every other middleware's decision about a member.
     middleware = group_completion_for(storage, controls.delivery)
     middleware += key_middleware(worker, settings, location, key_ledger, count)
+    # Results inside groups and idempotency: stored before the member or the key settles.
+    results = keep_results_for(worker, storage)
+    middleware += [] if results is None else [results]
     if observability is not None:
         middleware.append(observability.middleware(location.queue_names, policy))
     if recorder is not None:
@@ -120,7 +128,8 @@ def host_worker(
             listener, min(policy.min_threads, options.threads), options.max_stuck_threads
         )
     scaler = ElasticScaler(listener.pool_control, policy)
-    batcher = subscribe_handler(listener, worker, settings, handler=runner, loop=runner.loop)
+    handler = runner if results is None else results.capturing(runner)
+    batcher = subscribe_handler(listener, worker, settings, handler=handler, loop=runner.loop)
     depth = DepthRefresher(
         listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
     )
@@ -132,13 +141,26 @@ def host_worker(
         scaler=scaler,
         depth=depth,
         batcher=batcher,
+        results=results,
     )
+
+
+def keep_results_for(worker: QueueWorker[Any], storage: QueueStorage) -> KeepResults | None:
+    """The middleware keeping the worker's results, when it keeps them (ConfigurationError
+    when no result store goes with ``storage``)."""
+    kind = type(worker)
+    if not kind.keep_results:
+        return None
+    return KeepResults(required_result_store(storage), ttl_s=kind.results_ttl_s)
 
 
 def wake_on_triggers(
     hosted: HostedWorker, channel: TriggerChannel, account: str
 ) -> list[TriggerWaker | Watchdog]:
-    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads."""
+    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads.
+    A worker that keeps results announces them on the same channel."""
+    if hosted.results is not None:
+        hosted.results.signals = ResultSignals(channel, account=account)
     waker = TriggerWaker(hosted.listener, hosted.scaler, channel, account=account)
     watchdog = Watchdog(
         hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s

@@ -32,9 +32,11 @@ from cloudqueue.listener.stores.layouts import QueueLayout
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Encoding, MessageCodec
+from cloudqueue.listener.workflows.result_handle import ResultHandle
 from cloudqueue.workers.api.class_checks import check_item_type
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.partitioning import command_layout, over_accounts
+from cloudqueue.workers.host.result_handles import key_to_send, result_handle, result_signals
 from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import (
@@ -55,12 +57,15 @@ def send(
     delay: timedelta | None,
     time_to_live_s: int | None,
     queue: str | None,
-) -> None:
-    """Check ``item`` against the worker's item type, then put it on the worker's queue."""
+) -> ResultHandle:
+    """Check ``item`` against the worker's item type, then put it on the worker's queue; the
+    handle of its result (``cloudqueue.workers.host.result_handles``)."""
     checked = _codec(_item_type(worker_type)).validated(item)
+    key = key_to_send(worker_type, key)
     _SENDERS.publisher(worker_type, queue).publish(
         checked, key=key, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
     )
+    return _SENDERS.result_handle(worker_type, key)
 
 
 def send_many(
@@ -172,6 +177,15 @@ class _Senders:
                 route = _route(opened, worker_type, queue_name, now, route)
                 opened.routes[(worker_type, queue_name)] = route
             return route.publisher
+
+    def result_handle(self, worker_type: type[QueueWorker[Any]], key: str | None) -> ResultHandle:
+        with self._lock:
+            opened = self._process_connections()
+        signals = None
+        if worker_type.keep_results:  # a handle nobody can wait on needs no channel
+            account = account_of(opened.settings.connection_string_value())
+            signals = result_signals(opened.channel, account)
+        return result_handle(worker_type, key, opened.storage, signals, self._clock)
 
     def adopt(self, settings: CloudQueueSettings) -> None:
         with self._lock:
