@@ -41,6 +41,7 @@ message to be retried (``group_ledger_unavailable``): it is never deleted unreco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -56,6 +57,7 @@ from cloudqueue.listener.wire.packing import single_message
 from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
 from cloudqueue.listener.workflows.membership import Membership, membership_of
+from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
 log = structlog.get_logger(__name__)
@@ -76,6 +78,12 @@ class GroupCompletion(Middleware):
         self.ledger = ledger
         self.storage = storage
         self.delivery = delivery
+        self.settlements = SettleBatches(ledger)
+        self.announce: Callable[[str], None] = _nobody
+        """Called with the completion queue after each ``GroupDone`` is put: a host wakes its
+        own listeners of that queue and announces it on its trigger channel, so the completion
+        is picked up at once rather than after a poller's back-off (or, at zero threads, its
+        watchdog)."""
 
     def on_start(self, event: ListenerStarted) -> None:
         """Publish the completions owed from before (a process that died after recording a
@@ -125,7 +133,7 @@ class GroupCompletion(Middleware):
         """Record the member; publish the completion when it was the last (or is still owed on
         a redelivery). When the ledger fails, ``retry`` the message rather than settle it."""
         try:
-            last = self.ledger.settle(member.group_id, member.member_id, settled)
+            last = self.settlements.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
                 last = self._owed(member.group_id)
         except StorageError as failure:
@@ -154,6 +162,10 @@ class GroupCompletion(Middleware):
             log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
             return False
         try:
+            self.announce(status.on_complete)
+        except Exception:  # a wake-up is an optimization: the pollers find the message anyway
+            log.exception("group_done_not_announced", group=status.group_id)
+        try:
             self.ledger.mark_sent(status.group_id)
         except StorageError as failure:  # sent again later: the copy is dropped by its key
             log.warning("group_done_not_marked", group=status.group_id, error=str(failure))
@@ -168,6 +180,10 @@ class GroupCompletion(Middleware):
 
     def __repr__(self) -> str:
         return f"GroupCompletion({self.ledger!r})"
+
+
+def _nobody(queue: str) -> None:
+    """No listener to wake (a completion sent outside a host)."""
 
 
 def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> list[Middleware]:

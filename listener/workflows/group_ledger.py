@@ -32,6 +32,7 @@ Stores:
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, Protocol
@@ -91,6 +92,12 @@ class GroupLedger(Protocol):
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         """Count ``member_id`` settled, once: the final status when this call settled the last
         member (its completion now owed), else None (a duplicate, a stray id, members pending)."""
+
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        """``settle`` for each ``(group_id, member_id, outcome)``, in order, in one write: its
+        answers in the same order. All are recorded, or (raising) none."""
 
     def status(self, group_id: str) -> GroupStatus | None:
         """The group as it stands; None when unknown."""
@@ -162,17 +169,26 @@ class InMemoryGroupLedger:
             return member_ids(group.total, count)
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        return self.settle_many([(group_id, member_id, outcome)])[0]
+
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
         with self._lock:
-            group = self._groups.get(group_id)
-            index = None if group is None else member_index(member_id, group.total)
-            if group is None or index is None or index in self._settled[group_id]:
-                return None
-            self._settled[group_id].add(index)
-            group = counted(group, outcome)
-            if group.pending == 0:
-                group = replace(group, ended=self._clock.now(), completion="owed")
-            self._groups[group_id] = group
-            return group if group.done else None
+            return [self._settle(*settlement) for settlement in settlements]
+
+    def _settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        """One settlement, under the lock."""
+        group = self._groups.get(group_id)
+        index = None if group is None else member_index(member_id, group.total)
+        if group is None or index is None or index in self._settled[group_id]:
+            return None
+        self._settled[group_id].add(index)
+        group = counted(group, outcome)
+        if group.pending == 0:
+            group = replace(group, ended=self._clock.now(), completion="owed")
+        self._groups[group_id] = group
+        return group if group.done else None
 
     def status(self, group_id: str) -> GroupStatus | None:
         with self._lock:

@@ -12,6 +12,7 @@ together or not at all: a process killed at any point leaves either the whole st
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from sqlite3 import Connection as Sqlite
 
@@ -87,24 +88,13 @@ class SqliteGroupLedger:
             return member_ids(group.total, count)
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        return self.settle_many([(group_id, member_id, outcome)])[0]
+
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
         with self._database.transaction() as db:
-            group = _read(db, group_id)
-            index = None if group is None else member_index(member_id, group.total)
-            if group is None or index is None:
-                return None
-            inserted = db.execute(
-                "INSERT OR IGNORE INTO group_members (group_id, member, outcome) VALUES (?, ?, ?)",
-                (group_id, index, outcome),
-            ).rowcount
-            if not inserted:  # settled before: a redelivery or a duplicate
-                return None
-            last = group.pending == 1
-            db.execute(
-                f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
-                " ended = ?, completion = ? WHERE id = ?",
-                (self._clock.now().timestamp() if last else None, _state(last), group_id),
-            )
-            return _read(db, group_id) if last else None
+            return [_settle(db, *settlement, now=self._clock.now) for settlement in settlements]
 
     def status(self, group_id: str) -> GroupStatus | None:
         with self._database.reading() as db:
@@ -151,6 +141,29 @@ class SqliteGroupLedger:
 
     def __repr__(self) -> str:
         return f"SqliteGroupLedger({self._database!r})"
+
+
+def _settle(
+    db: Sqlite, group_id: str, member_id: str, outcome: Settled, *, now: Callable[[], datetime]
+) -> GroupStatus | None:
+    """One settlement inside the caller's write transaction (the group read under its lock)."""
+    group = _read(db, group_id)
+    index = None if group is None else member_index(member_id, group.total)
+    if group is None or index is None:
+        return None
+    inserted = db.execute(
+        "INSERT OR IGNORE INTO group_members (group_id, member, outcome) VALUES (?, ?, ?)",
+        (group_id, index, outcome),
+    ).rowcount
+    if not inserted:  # settled before: a redelivery or a duplicate
+        return None
+    last = group.pending == 1
+    db.execute(
+        f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
+        " ended = ?, completion = ? WHERE id = ?",
+        (now().timestamp() if last else None, _state(last), group_id),
+    )
+    return _read(db, group_id) if last else None
 
 
 def _state(last: bool) -> str:

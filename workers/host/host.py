@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from collections.abc import Sequence
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -18,7 +19,7 @@ import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK
 from cloudqueue.listener.consumer.listener import CloudQueueListener
-from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.push.triggers import WorkDetected, account_of
 from cloudqueue.listener.simulation.profile import ProfileRecorder
 from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.key_records import KeyLedger
@@ -161,6 +162,9 @@ class WorkerHost:
         self.jobs.start_up()
         account = account_of(self.settings.connection_string_value())
         for hosted in self.hosted:
+            if hosted.completion is not None:
+                hosted.completion.announce = partial(self._work_sent, account)
+        for hosted in self.hosted:
             call_plain_hook(hosted.worker.on_start, hosted.listener)
             if self.triggers is not None:
                 hosted.push = wake_on_triggers(hosted, self.triggers, account)
@@ -180,6 +184,15 @@ class WorkerHost:
             queues=[q for hosted in self.hosted for q in hosted.listener.queue_names],
             jobs=self.jobs.names,
         )
+
+    def _work_sent(self, account: str, queue: str) -> None:
+        """This host put a message on ``queue``: wake its own listeners of it, and announce it on
+        the trigger channel for the others."""
+        for hosted in self.hosted:
+            if queue in hosted.listener.queue_names and not hosted.listener.stopped:
+                hosted.scaler.on_trigger()
+        if self.triggers is not None:
+            self.triggers.publish(WorkDetected(account, queue, message_count=1))
 
     def stop(self) -> bool:
         """Stop all listeners against one deadline, then on_stop and close; True if drained."""

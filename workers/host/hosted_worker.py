@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.middleware.rate_limit import RateLimit
 from cloudqueue.listener.push.triggers import TriggerChannel
 from cloudqueue.listener.scaling.scaler import ElasticScaler
@@ -18,7 +19,7 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
-from cloudqueue.listener.workflows.completion import group_completion_for
+from cloudqueue.listener.workflows.completion import GroupCompletion, group_completion_for
 from cloudqueue.listener.workflows.keep_results import KeepResults
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.listener.workflows.result_stores import required_result_store
@@ -52,6 +53,8 @@ class HostedWorker:
     """Gathers a batch worker's items into ``handle_batch`` calls."""
     results: KeepResults | None = None
     """Keeps its handler's return values (``keep_results``)."""
+    completion: GroupCompletion | None = None
+    """Counts its messages that are group members, and sends their groups' ``GroupDone``."""
     started_up: bool = False
     """Its ``startup`` returned: ``shutdown`` is due at the end."""
 
@@ -86,7 +89,8 @@ def host_worker(
     count = None if observability is None else observability.count_decisions(location.queue_name)
     controls = controls_for(type(worker), settings)
     # Groups first: they must see every other middleware's decision about a member.
-    middleware = group_completion_for(storage, controls.delivery)
+    middleware: list[Middleware] = group_completion_for(storage, controls.delivery)
+    completion = next((m for m in middleware if isinstance(m, GroupCompletion)), None)
     middleware += key_middleware(worker, settings, location, key_ledger, count)
     # Results inside groups and idempotency: stored before the member or the key settles.
     results = keep_results_for(worker, storage)
@@ -142,6 +146,7 @@ def host_worker(
         depth=depth,
         batcher=batcher,
         results=results,
+        completion=completion,
     )
 
 

@@ -69,6 +69,31 @@ def test_members_are_counted_once_each_however_often_they_settle(ledgers: Ledger
     assert ledger.settle("g1", "1", "poisoned") is None
 
 
+def test_settlements_written_together_are_answered_each_in_order(ledgers: LedgerMaker) -> None:
+    """One write of five settlements -- a duplicate, a stray id, an unknown group among them --
+    answers each as its own ``settle`` would: only the one that settled the last member hears
+    the final status."""
+    ledger = ledgers()
+    ledger.open("g", total=3, on_complete="done")
+    answers = ledger.settle_many(
+        [
+            ("g", "0", "handled"),
+            ("g", "0", "poisoned"),
+            ("g", "9", "handled"),
+            ("nope", "0", "handled"),
+            ("g", "1", "poisoned"),
+        ]
+    )
+    assert answers == [None] * 5
+    [before, last, after] = ledger.settle_many(
+        [("g", "1", "handled"), ("g", "2", "handled"), ("g", "2", "handled")]
+    )
+    assert before is None
+    assert after is None
+    assert last is not None
+    assert (last.handled, last.poisoned, last.completion) == (2, 1, "owed")
+
+
 def test_a_poisoned_member_counts_as_settled(ledgers: LedgerMaker) -> None:
     """A group of two with one member poisoned completes with 1 handled and 1 poisoned."""
     ledger = ledgers()
