@@ -177,7 +177,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         "cost_counted_s": None,
     }
     no_time_limit = {"stuck_threads": 0}
-    no_reports = {"progress": []}  # no handler running: no progress reports
+    no_reports: dict[str, list[object]] = {"progress": []}  # no handler running: no reports
     assert invoices == {
         "queue": "invoices",
         "active_threads": 0,
