@@ -21,8 +21,7 @@ from pathlib import Path
 
 from cloudqueue import CloudQueueSettings, Publisher
 from cloudqueue.listener import QueueStorage
-from cloudqueue.workers import open_storage_from_settings
-from cloudqueue.workers.host.live_progress import running_progress
+from cloudqueue.workers import open_storage_from_settings, running_progress
 from examples.processes import spawn_worker, stop_worker
 from examples.resumable.accounts import AccountsDb
 from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path
