@@ -1,9 +1,10 @@
 """kill -9 inside a checkpointed step, on SQLite and on Azurite: real ``cloudqueue run``
 processes; the redelivery resumes at the step that was killed, never re-running the ones
-checkpointed before it."""
+checkpointed before it. While the step runs, ``cloudqueue status`` shows its progress."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -35,9 +36,9 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
     queue_name: str,
     processes: list[subprocess.Popen[bytes]],
 ) -> None:
-    """Steps 1 and 2 run once; step 3 starts in the killed process and again, on the
-    redelivery (dequeue count 2), in the next one, which finishes the job; the message is
-    deleted."""
+    """Steps 1 and 2 run once; step 3 starts in the killed process (``status`` showing it at
+    2/3) and again, on the redelivery (dequeue count 2), in the next one, which finishes the
+    job; the message is deleted."""
     connection = connection_for(backend, request, tmp_path)
     record_path = tmp_path / "record.txt"
     env = {
@@ -71,6 +72,21 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
 
     victim = start("victim", TEST_HANG_IN_STEP="3")
     eventually(lambda: ["started", "3", "1"] in events(), timeout_s=60)
+
+    def progress_shown() -> list[tuple[float, str]]:
+        shown = subprocess.run(
+            [sys.executable, "-m", "cloudqueue", "status", queue_name, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        workers = json.loads(shown.stdout)["workers"]
+        return [(r["fraction"], r["detail"]) for w in workers for r in w["progress"]]
+
+    # The victim publishes its live state every 2 s; the report is in the next one.
+    assert eventually(progress_shown, timeout_s=30) == [(2 / 3, "step 3 of 3")]
     os.killpg(victim.pid, signal.SIGKILL)
     victim.wait(10)
     start("successor")
