@@ -36,7 +36,8 @@ class CountingProxy(FaultProxy):
 @pytest.fixture
 def counted(azurite: AzuriteProcess) -> Iterator[tuple[CountingProxy, AzureQueueStorage]]:
     port = azurite.services[0].port
-    proxy = CountingProxy(port).start()
+    proxy = CountingProxy(port)
+    proxy.start()
     through = azurite.connection_string.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
     storage = AzureQueueStorage.from_connection_string(through)
     yield proxy, storage
