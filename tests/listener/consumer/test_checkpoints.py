@@ -55,6 +55,27 @@ def test_a_redelivery_resumes_at_the_step_after_the_last_checkpoint() -> None:
     assert ThreeSteps.steps_run == [(1, 1), (1, 2), (1, 3), (2, 3)]
 
 
+class AsyncSteps(QueueWorker[str]):
+    """An ``async def`` handler: the first delivery checkpoints, then fails."""
+
+    queue_name = "async-steps"
+    seen: ClassVar[list[object]] = []
+
+    async def handle(self, item: str) -> None:
+        envelope = current_envelope()
+        AsyncSteps.seen.append(envelope.checkpoint)
+        if envelope.dequeue_count == 1:
+            envelope.save_checkpoint({"done": 1})
+            raise ConnectionError("killed after step 1")
+
+
+def test_an_async_handler_resumes_alike() -> None:
+    """The coroutine's redelivery reads the checkpoint its first delivery saved."""
+    AsyncSteps.seen = []
+    run_until_drained(AsyncSteps(), ["job"], fail_fast=False)
+    assert AsyncSteps.seen == [None, {"done": 1}]
+
+
 def make_listener(
     storage: InMemoryQueueStorage, clock: VirtualClock, queue: str, **options: Any
 ) -> CloudQueueListener[str]:
