@@ -27,7 +27,7 @@ import structlog
 
 from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
-from cloudqueue.listener.errors import MessageNotFoundError, StorageError
+from cloudqueue.listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
@@ -188,6 +188,12 @@ class LeaseKeeper:
                     message_id=lease.message.id,
                     reason=type(failure).__name__,
                 )
+                return
+            except MessageTooLargeError:
+                # The reports are sized to fit; should one not, renew without it at once rather
+                # than let the message reappear (the report still shows in status).
+                lease.pending_content, lease.renew_at = None, self.clock.monotonic()
+                log.warning("progress_not_written", queue=self.queue_name, reason="too_large")
                 return
             except StorageError as failure:
                 # Try again soon: the message stays hidden until its current timeout ends.

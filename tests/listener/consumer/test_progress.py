@@ -20,7 +20,9 @@ from cloudqueue.listener import (
     current_envelope,
 )
 from cloudqueue.listener.consumer.current import current_message
+from cloudqueue.listener.consumer.leases import LeaseKeeper
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.envelope import parse_envelope
@@ -139,3 +141,25 @@ def test_a_report_out_of_range_is_one_clear_error(
     assert done.wait(10)
     assert len(errors) == 1
     assert "progress" in errors[0]
+
+
+def test_a_pending_text_too_large_is_dropped_and_the_message_still_renewed(
+    clock: ManualClock, queue_name: str
+) -> None:
+    """Should a pending text not fit, the renewal goes on without it: the message stays hidden
+    rather than reappearing while its handler runs."""
+    storage = InMemoryQueueStorage(clock=clock)
+    storage.create_queue(queue_name)
+    storage.put_message(queue_name, "held")
+    keeper = LeaseKeeper(storage, queue_name, TIMEOUT_S, clock=clock)
+    messages = storage.get_messages(queue_name, max_messages=1, visibility_timeout_s=TIMEOUT_S)
+    (lease,) = keeper.hold(messages)
+    lease.pending_content = "x" * (MAX_MESSAGE_BYTES + 1)
+    try:
+        clock.advance(TIMEOUT_S / 2 + 1)
+        eventually(lambda: keeper.renewals >= 1)
+        clock.advance(TIMEOUT_S / 2 + 1)  # past the fetch's own timeout: renewed, still hidden
+        assert lease.pending_content is None
+        assert storage.get_messages(queue_name, max_messages=1, visibility_timeout_s=1) == []
+    finally:
+        keeper.close()
