@@ -63,6 +63,9 @@ class Lease:
     """What its handler last reported (published with the host's live state)."""
     pending_content: str | None = None
     """The message's new text, written with its next renewal (a progress report)."""
+    checkpoint_payload: str | None = None
+    """The stored payload holding its handler's checkpoint, if it outgrew the message: removed
+    once the message is deleted."""
 
     def settle(self, action: Callable[[str], None]) -> None:
         """Run ``action(current_pop_receipt)`` and end the lease, with no renewal in between."""

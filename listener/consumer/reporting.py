@@ -11,7 +11,8 @@
   time limit or a failure -- receives ``state`` as ``current_envelope().checkpoint``. The state
   travels in the message's text while the message still fits, beyond that in the payload store
   under a name of the message's own (``<queue>/<hash of its id>``, so each save replaces the
-  last), which the message names (``cloudqueue.listener.wire.handler_notes``).
+  last), which the message names (``cloudqueue.listener.wire.handler_notes``); it is removed
+  when the message is deleted (``Lease.checkpoint_payload``).
 
 A checkpoint belongs to one message, so a message carrying several items (a publisher's batch)
 refuses one: each of its items would resume from it. Reading is forgiving where the message came
@@ -133,8 +134,9 @@ class HeldMessage:
                 "the checkpoint does not fit in the message, and the listener has no payload "
                 "store to keep it in (pass payload_store=..., or save less)"
             )
-        name = _checkpoint_payload_name(self.queue_name, self.lease.message.id)
+        name = self._own_payload_name()
         self.payload_store.put(name, text.encode("utf-8"))
+        self.lease.checkpoint_payload = name
         fields = {**progress, CHECKPOINT_FIELD: None, CHECKPOINT_BLOB_FIELD: name}
         return self._written(fields)
 
@@ -173,13 +175,14 @@ class HeldMessage:
         if self.payload_store is None:
             raise ValueError(f"the checkpoint is in payload {name!r}, but there is no store")
         data = self.payload_store.get(name, max_bytes=MAX_CHECKPOINT_BYTES)
+        if name == self._own_payload_name():  # never another message's: that one may need it
+            self.lease.checkpoint_payload = name
         return data.decode("utf-8")
 
-
-def _checkpoint_payload_name(queue_name: str, message_id: str) -> str:
-    """The payload name of a message's checkpoint: the same for each save of that message."""
-    digest = hashlib.sha256(f"checkpoint:{message_id}".encode()).hexdigest()[:32]
-    return f"{queue_name}/{digest}"
+    def _own_payload_name(self) -> str:
+        """The payload name of this message's checkpoint: the same for each save of it."""
+        digest = hashlib.sha256(f"checkpoint:{self.lease.message.id}".encode()).hexdigest()
+        return f"{self.queue_name}/{digest[:32]}"
 
 
 __all__ = ["HeldMessage"]

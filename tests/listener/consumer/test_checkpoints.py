@@ -138,7 +138,7 @@ def test_a_checkpoint_too_large_for_the_message_goes_to_the_payload_store(
     virtual_storage: InMemoryQueueStorage, virtual_clock: VirtualClock, queue_name: str
 ) -> None:
     """A 100 KiB state is kept in the payload store, the message naming it; the redelivery
-    reads it back whole."""
+    reads it back whole, and it is removed once the message is deleted."""
     virtual_storage.put_message(queue_name, "big")
     store = InMemoryPayloadStore()
     state = {"rows": [f"row {n:06d} " + "z" * 90 for n in range(1000)]}
@@ -155,6 +155,7 @@ def test_a_checkpoint_too_large_for_the_message_goes_to_the_payload_store(
     listener.subscribe(handle)
     run_until_drained(listener, fail_fast=False)
     assert seen == [None, state]
+    assert store.names() == []  # removed with its message
 
 
 def test_a_checkpoint_too_large_without_a_payload_store_is_one_clear_error(
