@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-from datetime import UTC, datetime
 from typing import Any
 
 import structlog
@@ -96,7 +95,7 @@ class HeldMessage:
             message_id=self.lease.message.id,
             fraction=note["fraction"],
             detail=detail,
-            reported_at=datetime.now(UTC).isoformat(),
+            reported_at=self.keeper.clock.now().isoformat(),
             key=self.key,
             group=None if membership is None else membership.group_id,
             member=None if membership is None else membership.member_id,

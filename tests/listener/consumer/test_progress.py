@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from datetime import datetime
 
 import pytest
 
@@ -24,7 +25,7 @@ from cloudqueue.listener.consumer.leases import LeaseKeeper
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
 from cloudqueue.listener.stores.metered import MeteredStorage
-from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.testing import START, ManualClock
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.handler_notes import PROGRESS_FIELD
 from tests.support.polling import eventually
@@ -115,6 +116,7 @@ def test_the_report_is_shown_while_the_handler_runs_and_gone_once_settled(
     [report] = listener.progress_reports()
     assert (report.queue, report.fraction, report.detail) == (queue_name, 0.4, "2 of 5 files")
     assert report.group is None
+    assert START <= datetime.fromisoformat(report.reported_at) <= clock.now()  # its clock
     handler.fail.set()
     eventually(lambda: listener.progress_reports() == [])
 
