@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         QueueWorkDetected,
         Scaled,
     )
+    from cloudqueue.listener.consumer.handler_progress import HandlerProgress
     from cloudqueue.listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
     from cloudqueue.listener.consumer.middleware import (
         CallNext,
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
         QueueStorage,
     )
     from cloudqueue.listener.wire.codec import Codec, MessageCodec
+    from cloudqueue.listener.wire.handler_notes import CheckpointError
     from cloudqueue.listener.wire.limits import DecodingLimits
     from cloudqueue.listener.workflows.group_done import GroupDone
     from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
@@ -115,6 +117,7 @@ __all__ = [
     "BatchFailed",
     "BatchProcessed",
     "CallNext",
+    "CheckpointError",
     "Clock",
     "CloudQueueError",
     "CloudQueueListener",
@@ -134,6 +137,7 @@ __all__ = [
     "GroupError",
     "GroupHandle",
     "GroupStatus",
+    "HandlerProgress",
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",
@@ -213,6 +217,7 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
         {
             "cloudqueue.listener.clock": ("Clock", "EventSleeper", "Sleeper", "SystemClock"),
             "cloudqueue.listener.consumer.current": ("MessageEnvelope", "current_envelope"),
+            "cloudqueue.listener.consumer.handler_progress": ("HandlerProgress",),
             "cloudqueue.listener.consumer.events": (
                 "BatchProcessed",
                 "ListenerStarted",
@@ -280,6 +285,7 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
             "cloudqueue.listener.workflows.group_ledger": ("GroupError", "GroupStatus"),
             "cloudqueue.listener.workflows.result_handle": ("ResultHandle",),
             "cloudqueue.listener.workflows.sending": ("GroupHandle",),
+            "cloudqueue.listener.wire.handler_notes": ("CheckpointError",),
             "cloudqueue.listener.push.redis_triggers": ("RedisTriggerChannel",),
             "cloudqueue.listener.push.triggers": (
                 "InProcessTriggerChannel",

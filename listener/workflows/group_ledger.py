@@ -38,6 +38,7 @@ from datetime import datetime
 from typing import Literal, Protocol
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.errors import CloudQueueError
 
 Settled = Literal["handled", "poisoned"]
@@ -65,6 +66,9 @@ class GroupStatus:
     on_complete: str
     """The queue its ``GroupDone`` goes to."""
     completion: Completion = "pending"
+    progress: tuple[HandlerProgress, ...] = ()
+    """Its running members' last progress reports, when the handle was given where to read them
+    (``GroupHandle(progress=...)``); the ledger itself keeps none."""
 
     @property
     def settled(self) -> int:

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
 from functools import partial
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from cloudqueue.listener import tracing
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.producer.routing import key_of_item
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
@@ -45,10 +47,17 @@ LAST_POLL_S = 5.0
 """Waiting reads the group's status after 0.1 s, then twice as long each time, up to every 5 s:
 a long wait costs one read per 5 s, not one per 0.2 s."""
 
+ProgressSource = Callable[[str], Sequence[HandlerProgress]]
+"""A group's running members' progress reports, by group id: the running processes' live state
+(``cloudqueue.workers.host.live_progress.group_progress_source``), where they are kept."""
+
 
 class GroupHandle:
     """A sent group: its ``id``, its ``status()``, ``wait`` for its completion, and its
-    members' ``results()``."""
+    members' ``results()``.
+
+    Given ``progress``, where running handlers' reports are published, ``status()`` carries its
+    running members' last progress too."""
 
     def __init__(
         self,
@@ -58,6 +67,7 @@ class GroupHandle:
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
         results: Callable[[], ResultStore | None] | None = None,
+        progress: ProgressSource | None = None,
     ) -> None:
         """``results`` opens the store the members' results are kept in (at the first
         ``results()``: a handle that never reads them opens nothing)."""
@@ -65,6 +75,7 @@ class GroupHandle:
         self.ledger = ledger
         self.clock = clock
         self.sleeper = sleeper
+        self.progress = progress
         self._results = results
 
     @classmethod
@@ -87,11 +98,13 @@ class GroupHandle:
             yield decode_result(text, as_type)
 
     def status(self) -> GroupStatus:
-        """The group's counts now."""
+        """The group's counts now, with its running members' progress when it has a source."""
         status = self.ledger.status(self.id)
         if status is None:
             raise GroupError(f"no group {self.id!r}")
-        return status
+        if self.progress is None or status.done:
+            return status
+        return replace(status, progress=tuple(self.progress(self.id)))
 
     def wait(self, timeout_s: float) -> GroupStatus:
         """The group's status once every member settled; TimeoutError after ``timeout_s``.
@@ -194,6 +207,7 @@ __all__ = [
     "FIRST_POLL_S",
     "LAST_POLL_S",
     "GroupHandle",
+    "ProgressSource",
     "add_to_group",
     "completion_queue",
     "send_group",

@@ -143,7 +143,8 @@ function createView(name) {
 
 function workersBlock() {
   const head = el("tr");
-  for (const label of ["worker", "threads", "peak", "messages", "failed", "poisoned", "msg/s"]) {
+  const labels = ["worker", "threads", "peak", "messages", "failed", "poisoned", "msg/s"];
+  for (const label of [...labels, "running handlers"]) {
     head.append(el("th", {}, label));
   }
   return el(
@@ -192,9 +193,17 @@ function renderWorkers(section, workers) {
         fmtInt(worker.failed),
         fmtInt(worker.poisoned),
         worker.rate_per_s == null ? "measuring" : worker.rate_per_s.toFixed(1),
+        progressOf(worker),
       ]),
     ),
   );
+}
+
+// Each held message's last progress report (`current_envelope().progress`), as status shows it.
+function progressOf(worker) {
+  return (worker.progress || [])
+    .map((report) => `${Math.round(report.fraction * 100)}% ${report.detail}`.trim())
+    .join("; ");
 }
 
 // A worker on several queues shares its threads among them, highest priority first.
