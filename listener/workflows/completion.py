@@ -32,7 +32,10 @@ still ran. Only for these does a crash in the instant between the poison move an
 leave the group one member short (``groups`` then shows it pending; the member is in the poison
 queue with its reason).
 
-A member is counted by its *first* recorded settlement: a member recorded handled whose delete
+A member a chain step passed on (``cloudqueue.listener.workflows.chains``: its handler's value went
+to the next step's queue with the membership) is not settled by that step: the chained message
+settles it, so the group completes after the chain's last step. A member is counted by its
+*first* recorded settlement: a member recorded handled whose delete
 then failed and whose redelivery is poisoned stays handled. Members added at run time
 (``add_members``) are added by their adding member's handler, before that member is recorded, so
 the group cannot complete between them. A ledger that cannot be reached leaves the member's
@@ -41,6 +44,7 @@ message to be retried (``group_ledger_unavailable``): it is never deleted unreco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -65,17 +69,28 @@ UNAVAILABLE_RETRY_S = 5.0
 
 _CODEC = MessageCodec(GroupDone)
 
+PassedOn = Callable[[str], bool]
+"""Whether the member in the message of this id was passed on by a chain step."""
+
 
 class GroupCompletion(Middleware):
     """Records group members as they settle; the last one's listener sends the ``GroupDone``.
     Place it first in the middleware list: it must see every other middleware's decision."""
 
     def __init__(
-        self, ledger: GroupLedger, storage: QueueStorage, *, delivery: DeliveryPolicy
+        self,
+        ledger: GroupLedger,
+        storage: QueueStorage,
+        *,
+        delivery: DeliveryPolicy,
+        passed_on: PassedOn | None = None,
     ) -> None:
         self.ledger = ledger
         self.storage = storage
         self.delivery = delivery
+        self.passed_on = passed_on
+        """Asked after the handling: True when a chain step passed the member on (its chained
+        message settles it, ``cloudqueue.listener.workflows.chains``)."""
 
     def on_start(self, event: ListenerStarted) -> None:
         """Publish the completions owed from before (a process that died after recording a
@@ -95,6 +110,8 @@ class GroupCompletion(Middleware):
             call_next()
             return
         call_next()
+        if self.passed_on is not None and self.passed_on(context.message_id):
+            return  # not settled yet: the chain's next message carries the membership on
         settled = settles_as(context, self.delivery)
         if settled is not None:
             self._record(context, member, settled, retry=True)
@@ -170,11 +187,15 @@ class GroupCompletion(Middleware):
         return f"GroupCompletion({self.ledger!r})"
 
 
-def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> list[Middleware]:
+def group_completion_for(
+    storage: QueueStorage, delivery: DeliveryPolicy, *, passed_on: PassedOn | None = None
+) -> list[Middleware]:
     """The groups middleware for a listener on ``storage``: none where no group ledger goes
     with it (Azure, for now)."""
     ledger = group_ledger_for(storage)
-    return [] if ledger is None else [GroupCompletion(ledger, storage, delivery=delivery)]
+    if ledger is None:
+        return []
+    return [GroupCompletion(ledger, storage, delivery=delivery, passed_on=passed_on)]
 
 
 def overdue(context: MessageContext[Any], delivery: DeliveryPolicy) -> bool:
@@ -204,6 +225,7 @@ def settles_as(context: MessageContext[Any], delivery: DeliveryPolicy) -> Settle
 __all__ = [
     "UNAVAILABLE_RETRY_S",
     "GroupCompletion",
+    "PassedOn",
     "group_completion_for",
     "overdue",
     "settles_as",

@@ -14,6 +14,7 @@ from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.policies.retry import Retry
 from cloudqueue.workers.api.class_checks import (
+    check_chain,
     check_hooks,
     check_item_type,
     check_takes,
@@ -69,6 +70,10 @@ class QueueWorker(Generic[T]):
     retry: ClassVar[Retry | None] = None
     """This worker's retry policy: delays, what to retry or give up on, how many deliveries.
     None: the settings' back-off (``listener.retry_delay_s``) and ``poison.max_dequeue_count``."""
+    then: ClassVar[type[QueueWorker[Any]] | None] = None
+    """The next step of a chain: what ``handle`` returns (an item of its type, a list of them, or
+    None for nothing) is sent to its queue before this message is deleted, effect-once, with
+    the message's key, trace and group membership (``cloudqueue.listener.workflows.chains``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -90,8 +95,9 @@ class QueueWorker(Generic[T]):
         """Called once before the first dequeue thread starts, after ``startup``; subscribe extra
         observers here. A plain ``def``: async set-up belongs in ``startup``."""
 
-    def handle(self, item: T) -> Awaitable[None] | None:
-        """Handle one item; return to have it deleted, raise to have it retried.
+    def handle(self, item: T) -> Any:
+        """Handle one item; return to have it deleted, raise to have it retried. What it
+        returns is ignored, unless ``then`` names a next step (the items to send it).
 
         A plain ``def handle`` runs on several threads at once: up to ``listener.concurrency``
         messages (8 by default) per dequeue thread, and up to ``scaling.max_threads`` dequeue
@@ -133,6 +139,7 @@ class QueueWorker(Generic[T]):
         check_item_type(cls, name)
         check_worker_overrides(cls.settings, f"settings of {name}")
         check_hooks(cls, QueueWorker, name)
+        check_chain(cls, QueueWorker, name)
         check_key_methods(name, cls)
         if cls.retry is not None and not isinstance(cls.retry, Retry):
             raise ConfigurationError(

@@ -18,10 +18,12 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
+from cloudqueue.listener.workflows.chains import returning
 from cloudqueue.listener.workflows.completion import group_completion_for
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
+from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.key_controls import key_middleware
@@ -80,8 +82,13 @@ def host_worker(
     policy = settings.scaling_policy()
     count = None if observability is None else observability.count_decisions(location.queue_name)
     controls = controls_for(type(worker), settings)
+    if observability is not None:
+        storage = observability.observe_storage(storage)
+    # Innermost: it sends what the handler returned on before any other middleware settles.
+    chain = chain_step_for(type(worker), storage, settings, key_ledger)
     # Groups first: they must see every other middleware's decision about a member.
-    middleware = group_completion_for(storage, controls.delivery)
+    passed_on = None if chain is None else chain.passed_on
+    middleware = group_completion_for(storage, controls.delivery, passed_on=passed_on)
     middleware += key_middleware(worker, settings, location, key_ledger, count)
     if observability is not None:
         middleware.append(observability.middleware(location.queue_names, policy))
@@ -91,9 +98,10 @@ def host_worker(
     if limiter is not None:
         middleware.append(RateLimit(limiter))
     middleware += [*controls.middleware, *worker.own_middleware(), *options.build_middleware()]
+    middleware += [] if chain is None else [chain]
     runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage if observability is None else observability.observe_storage(storage),
+        storage,
         location,
         worker.item_type,
         codec=reading_codec(
@@ -120,7 +128,8 @@ def host_worker(
             listener, min(policy.min_threads, options.threads), options.max_stuck_threads
         )
     scaler = ElasticScaler(listener.pool_control, policy)
-    batcher = subscribe_handler(listener, worker, settings, handler=runner, loop=runner.loop)
+    handler = runner if chain is None else returning(runner)
+    batcher = subscribe_handler(listener, worker, settings, handler=handler, loop=runner.loop)
     depth = DepthRefresher(
         listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
     )

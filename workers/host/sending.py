@@ -214,14 +214,14 @@ def _route(
         storage,
         queue_name,
         worker_type.item_type,
-        codec=MessageCodec(worker_type.item_type, encoding=_writing(settings)),
+        codec=MessageCodec(worker_type.item_type, encoding=written_encoding(settings)),
         payload_store=opened.payloads,
         announcer=_announcer(opened),
     )
     return _Route(publisher, layout, now)
 
 
-def _writing(settings: CloudQueueSettings) -> Encoding:
+def written_encoding(settings: CloudQueueSettings) -> Encoding:
     """What the worker reads: plain text when it reads only that, else base64 (as Functions)."""
     return "plain" if settings.listener.encoding == "plain" else "base64"
 
@@ -252,4 +252,11 @@ _SENDERS = _Senders()
 atexit.register(close_senders)
 
 
-__all__ = ["LAYOUT_REFRESH_S", "close_senders", "send", "send_many", "send_with"]
+__all__ = [
+    "LAYOUT_REFRESH_S",
+    "close_senders",
+    "send",
+    "send_many",
+    "send_with",
+    "written_encoding",
+]

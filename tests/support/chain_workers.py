@@ -1,0 +1,95 @@
+"""The workers of the chain tests: ``Split`` (an order into its lines) -> ``Price`` (a line's
+price) -> ``Total`` (records it), and ``Done`` (records a group's ``GroupDone``).
+
+Each event is a line ``what fields... pid`` written with O_APPEND to ``TEST_RECORD_PATH`` (whole
+lines, on disk before a process can be killed). With ``TEST_KILL_MARKER`` set, the first ``Price``
+message whose handling ends kills its own process with SIGKILL right after its chained send and
+before its delete: the marker file (created once, exclusively) says it happened.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from cloudqueue.listener import GroupDone, Middleware
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext
+from cloudqueue.workers import QueueWorker
+
+CENTS_PER_UNIT = 150
+
+
+class Order(BaseModel):
+    order: str
+    quantities: list[int]
+
+
+class Line(BaseModel):
+    order: str
+    quantity: int
+
+
+class Priced(BaseModel):
+    order: str
+    cents: int
+
+
+def record(*fields: object) -> None:
+    path = os.environ["TEST_RECORD_PATH"]
+    descriptor = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(descriptor, (" ".join(map(str, (*fields, os.getpid()))) + "\n").encode())
+    finally:
+        os.close(descriptor)
+
+
+class KillAfterChainedSend(Middleware):
+    """Outside the chain step: its ``call_next`` returns once the chained items were put."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        call_next()
+        marker = os.environ.get("TEST_KILL_MARKER")
+        if marker is None or context.failures:
+            return
+        try:
+            os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return
+        record("killed", context.message_id)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class Total(QueueWorker[Priced]):
+    queue_name = "chain-totals"
+
+    def handle(self, item: Priced) -> None:
+        record("priced", item.order, item.cents)
+
+
+class Price(QueueWorker[Line]):
+    queue_name = "chain-lines"
+    then = Total
+    middleware: ClassVar[list[Any]] = [KillAfterChainedSend]
+
+    async def handle(self, item: Line) -> Priced:  # async: its value is awaited, then sent on
+        record("pricing", item.order, item.quantity)
+        return Priced(order=item.order, cents=item.quantity * CENTS_PER_UNIT)
+
+
+class Split(QueueWorker[Order]):
+    queue_name = "chain-orders"
+    then = Price
+
+    def handle(self, item: Order) -> list[Line]:
+        return [Line(order=item.order, quantity=quantity) for quantity in item.quantities]
+
+
+class Done(QueueWorker[GroupDone]):
+    queue_name = "chain-done"
+    settings: ClassVar[dict[str, Any]] = {"idempotency": {"window_s": 3600}}
+
+    def handle(self, item: GroupDone) -> None:
+        record("done", item.handled, item.poisoned)
