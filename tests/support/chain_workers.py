@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import os
 import signal
+from collections import Counter
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel
@@ -18,6 +20,7 @@ from pydantic import BaseModel
 from cloudqueue.listener import GroupDone, Middleware
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext
 from cloudqueue.workers import QueueWorker
+from tests.support.written_lines import complete_lines
 
 CENTS_PER_UNIT = 150
 
@@ -93,3 +96,24 @@ class Done(QueueWorker[GroupDone]):
 
     def handle(self, item: GroupDone) -> None:
         record("done", item.handled, item.poisoned)
+
+
+ORDERS = [Order(order=f"o{n}", quantities=[n + 1, 2 * n + 1, 3]) for n in range(6)]
+LINES = sum(len(order.quantities) for order in ORDERS)
+
+
+def events(path: Path, what: str) -> list[list[str]]:
+    """The fields of each recorded ``what`` event, without the pid."""
+    return [line.split()[1:-1] for line in complete_lines(path) if line.startswith(what + " ")]
+
+
+def totals(path: Path) -> dict[str, int]:
+    """The cents recorded by ``Total`` per order."""
+    summed: Counter[str] = Counter()
+    for order, cents in events(path, "priced"):
+        summed[order] += int(cents)
+    return dict(summed)
+
+
+def expected_totals() -> dict[str, int]:
+    return {order.order: sum(order.quantities) * CENTS_PER_UNIT for order in ORDERS}

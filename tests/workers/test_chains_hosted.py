@@ -5,7 +5,6 @@ delete failed) sends nothing twice; a chain inside a group completes it once, af
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -18,13 +17,22 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.group_ledger import GroupStatus
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.host.host import WorkerHost
-from tests.support.chain_workers import CENTS_PER_UNIT, Done, Order, Price, Split, Total
+from tests.support.chain_workers import (
+    LINES,
+    ORDERS,
+    Done,
+    Order,
+    Price,
+    Split,
+    Total,
+    events,
+    expected_totals,
+    totals,
+)
 from tests.support.keyed_workers import host_settings
 from tests.support.polling import eventually
 from tests.support.written_lines import complete_lines
 
-ORDERS = [Order(order=f"o{n}", quantities=[n + 1, 2 * n + 1, 3]) for n in range(6)]
-LINES = sum(len(order.quantities) for order in ORDERS)
 WORKERS = [Split, Price, Total]
 
 
@@ -33,21 +41,6 @@ def record_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     path = tmp_path / "record.txt"
     monkeypatch.setenv("TEST_RECORD_PATH", str(path))
     return path
-
-
-def events(path: Path, what: str) -> list[list[str]]:
-    return [line.split()[1:-1] for line in complete_lines(path) if line.startswith(what + " ")]
-
-
-def totals(path: Path) -> dict[str, int]:
-    summed: Counter[str] = Counter()
-    for order, cents in events(path, "priced"):
-        summed[order] += int(cents)
-    return dict(summed)
-
-
-def expected_totals() -> dict[str, int]:
-    return {order.order: sum(order.quantities) * CENTS_PER_UNIT for order in ORDERS}
 
 
 def run_chain(storage: QueueStorage, workers: list[Any], until: Any, **sections: Any) -> None:

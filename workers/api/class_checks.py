@@ -158,6 +158,8 @@ def _is_item(part: Any, item_type: Any) -> bool:
 
 
 def _named(annotation: Any) -> str:
+    if annotation is type(None):
+        return "None"
     return annotation.__name__ if isinstance(annotation, type) else str(annotation)
 
 
