@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from cloudqueue.listener import GroupDone, Middleware
+from cloudqueue.listener import GroupDone, Middleware, current_envelope
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext
 from cloudqueue.workers import QueueWorker
 from tests.support.written_lines import complete_lines
@@ -61,15 +61,20 @@ class KillAfterChainedSend(Middleware):
             os.close(os.open(marker, os.O_CREAT | os.O_EXCL | os.O_WRONLY))
         except FileExistsError:
             return
-        record("killed", context.message_id)
+        record("killed", context.key)
         os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Total(QueueWorker[Priced]):
+    """Handles a key once: a chained put whose effect-once mark a kill prevented is sent again
+    under the same key, and dropped here."""
+
     queue_name = "chain-totals"
+    settings: ClassVar[dict[str, Any]] = {"idempotency": {"window_s": 3600}}
 
     def handle(self, item: Priced) -> None:
-        record("priced", item.order, item.cents)
+        message = current_envelope()  # the chained message: its derived key, its own id
+        record("priced", item.order, item.cents, message.key, message.message_id)
 
 
 class Price(QueueWorker[Line]):
@@ -107,12 +112,22 @@ def events(path: Path, what: str) -> list[list[str]]:
     return [line.split()[1:-1] for line in complete_lines(path) if line.startswith(what + " ")]
 
 
+def priced(path: Path) -> list[tuple[str, int, str]]:
+    """Each line ``Total`` handled: its order, cents and message key."""
+    return [(order, int(cents), key) for order, cents, key, _ in events(path, "priced")]
+
+
 def totals(path: Path) -> dict[str, int]:
-    """The cents recorded by ``Total`` per order."""
+    """The cents ``Total`` handled, per order."""
     summed: Counter[str] = Counter()
-    for order, cents in events(path, "priced"):
-        summed[order] += int(cents)
+    for order, cents, _ in priced(path):
+        summed[order] += cents
     return dict(summed)
+
+
+def expected_keys() -> set[str]:
+    """The keys the chain derives: each order's key, ``/i`` per line of it."""
+    return {f"{order.order}/{n}" for order in ORDERS for n in range(len(order.quantities))}
 
 
 def expected_totals() -> dict[str, int]:
