@@ -5,7 +5,6 @@ delete failed) sends nothing twice; a chain inside a group completes it once, af
 
 from __future__ import annotations
 
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -13,8 +12,8 @@ import pytest
 
 from cloudqueue.listener import Publisher, SqliteQueueStorage
 from cloudqueue.listener.errors import TransientStorageError
-from cloudqueue.listener.stores.forwarding import ForwardingStorage
-from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.group_ledger import GroupStatus
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.host.host import WorkerHost
@@ -74,31 +73,14 @@ def test_a_three_step_chain_gives_the_exact_totals(tmp_path: Path, record_path: 
     assert len(events(record_path, "pricing")) == LINES
 
 
-class FailingFirstDeletes(ForwardingStorage):
+class FailingFirstDeletes(MeteredStorage):
     """Fails the first delete of each message on one queue, as a lost connection would: the
-    message stays and is delivered again once its visibility passes. Counts the puts per queue."""
+    message stays and is delivered again once its visibility passes. Counts every call."""
 
     def __init__(self, inner: QueueStorage, queue_name: str) -> None:
         super().__init__(inner)
         self.queue_name = queue_name
         self.failed: set[str] = set()
-        self.puts: Counter[str] = Counter()
-
-    def put_message(
-        self,
-        queue_name: str,
-        content: str,
-        *,
-        time_to_live_s: int | None = None,
-        visibility_delay_s: int = 0,
-    ) -> QueueMessage:
-        self.puts[queue_name] += 1
-        return super().put_message(
-            queue_name,
-            content,
-            time_to_live_s=time_to_live_s,
-            visibility_delay_s=visibility_delay_s,
-        )
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
         if queue_name == self.queue_name and message_id not in self.failed:
@@ -126,7 +108,7 @@ def test_a_step_redelivered_after_its_send_sends_nothing_twice(
         listener={"visibility_timeout_s": 1},
     )
     assert len(storage.failed) == LINES
-    assert storage.puts[Total.queue_name] == LINES
+    assert storage.counts_by_queue_and_operation()[(Total.queue_name, "put_message")] == LINES
     assert len(priced(record_path)) == LINES
     assert totals(record_path) == expected_totals()
 
