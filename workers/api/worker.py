@@ -167,7 +167,7 @@ class QueueWorker(Generic[T]):
         ``key``, ``delay_s`` (or ``delay``) and ``time_to_live_s`` are ``Publisher.publish``'s;
         ``queue`` picks one of several ``queue_name``s.
         """
-        from cloudqueue.workers.host import sending  # the host's machinery; api stays below it
+        from cloudqueue.workers.api import sending  # imported on the first send: it opens stores
 
         sending.send(
             cls,
@@ -192,7 +192,7 @@ class QueueWorker(Generic[T]):
         """Put many items on this worker's queue, as ``send`` does, and return how many
         messages that took. Every item is checked before the first is sent: one invalid item
         raises and none is sent."""
-        from cloudqueue.workers.host import sending
+        from cloudqueue.workers.api import sending
 
         return sending.send_many(
             cls, items, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s, queue=queue

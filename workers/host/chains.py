@@ -14,8 +14,8 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.workflows.chains import ChainStep
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+from cloudqueue.workers.api.sending import written_encoding
 from cloudqueue.workers.api.worker import QueueWorker
-from cloudqueue.workers.host.sending import written_encoding
 from cloudqueue.workers.settings import CloudQueueSettings
 
 EFFECT_ONCE_S = 7 * 24 * 3600

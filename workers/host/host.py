@@ -28,6 +28,7 @@ from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.tick_ledger import TickLedger
 from cloudqueue.workers.api.periodic_job import PeriodicJob
+from cloudqueue.workers.api.sending import send_with
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.child_slot import (
     CHILD_SLOT_VARIABLE,
@@ -49,12 +50,11 @@ from cloudqueue.workers.host.partitioning import (
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.host.process_observability import ProcessObservability
-from cloudqueue.workers.host.sending import send_with
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,
     open_storage_from_settings,
+    open_trigger_channel,
 )
 
 log = structlog.get_logger(__name__)

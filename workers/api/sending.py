@@ -17,13 +17,14 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol, cast
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.producer.announce import WorkAnnouncer
 from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.push.triggers import TriggerChannel, account_of
@@ -33,21 +34,30 @@ from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Encoding, MessageCodec
 from cloudqueue.workers.api.class_checks import check_item_type
-from cloudqueue.workers.api.worker import QueueWorker
-from cloudqueue.workers.host.partitioning import command_layout, over_accounts
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,
     open_storage_from_settings,
+    open_trigger_channel,
 )
+from cloudqueue.workers.settings.layouts import command_layout, over_accounts
 
 LAYOUT_REFRESH_S = 60.0
 """How long a queue's layout is trusted before it is read again (one metadata read)."""
 
 
+class WorkerClass(Protocol):
+    """What sending reads of a ``QueueWorker`` class (typed so, as ``worker.py`` imports this
+    module when ``send`` is called: each importing the other would be a circle)."""
+
+    item_type: Any
+    settings: Mapping[str, Mapping[str, Any]]
+
+    def location(self, visibility_timeout_s: int) -> CloudQueueLocation: ...
+
+
 def send(
-    worker_type: type[QueueWorker[Any]],
+    worker_type: WorkerClass,
     item: object,
     *,
     key: str | None,
@@ -64,7 +74,7 @@ def send(
 
 
 def send_many(
-    worker_type: type[QueueWorker[Any]],
+    worker_type: WorkerClass,
     items: Iterable[object],
     *,
     delay_s: int,
@@ -92,9 +102,13 @@ def close_senders() -> None:
     _SENDERS.close()
 
 
-def _item_type(worker_type: type[QueueWorker[Any]]) -> type[Any]:
+def _name(worker_type: WorkerClass) -> str:
+    return str(getattr(worker_type, "__qualname__", worker_type))
+
+
+def _item_type(worker_type: WorkerClass) -> type[Any]:
     """The worker's item type; a worker without one is refused as ``cloudqueue run`` refuses it."""
-    check_item_type(worker_type, worker_type.__qualname__)
+    check_item_type(cast(type, worker_type), _name(worker_type))  # a class: WorkerClass says so
     item_type: type[Any] = worker_type.item_type
     return item_type
 
@@ -128,7 +142,7 @@ class _Opened:
     further: list[QueueStorage]
     payloads: PayloadStore | None
     channel: TriggerChannel | None
-    routes: dict[tuple[type[Any], str], _Route] = field(default_factory=dict)
+    routes: dict[tuple[WorkerClass, str], _Route] = field(default_factory=dict)
 
     @classmethod
     def open(cls, settings: CloudQueueSettings) -> _Opened:
@@ -162,7 +176,7 @@ class _Senders:
         self._adopted: CloudQueueSettings | None = None
         self._pid = os.getpid()
 
-    def publisher(self, worker_type: type[QueueWorker[Any]], queue: str | None) -> Publisher[Any]:
+    def publisher(self, worker_type: WorkerClass, queue: str | None) -> Publisher[Any]:
         queue_name = _queue_of(worker_type, queue)
         with self._lock:
             opened = self._process_connections()
@@ -194,14 +208,14 @@ class _Senders:
 
 def _route(
     opened: _Opened,
-    worker_type: type[QueueWorker[Any]],
+    worker_type: WorkerClass,
     queue_name: str,
     now: float,
     previous: _Route | None,
 ) -> _Route:
     """The queue's publisher for its current layout: the previous one if that still holds."""
     settings = opened.settings.for_worker(
-        worker_type.settings, source=f"settings of {worker_type.__qualname__}"
+        worker_type.settings, source=f"settings of {_name(worker_type)}"
     )
     layout = command_layout(opened.storage, settings, queue_name, None)
     if previous is not None and previous.layout == layout:
@@ -234,14 +248,14 @@ def _announcer(opened: _Opened) -> WorkAnnouncer | None:
     return WorkAnnouncer(opened.channel, account=account, mode=opened.settings.triggers.publish)
 
 
-def _queue_of(worker_type: type[QueueWorker[Any]], queue: str | None) -> str:
+def _queue_of(worker_type: WorkerClass, queue: str | None) -> str:
     """The queue to send to: the worker's one queue, or the one of its queues ``queue`` names."""
     names = worker_type.location(visibility_timeout_s=30).queue_names  # the names checked only
     if queue is None and len(names) == 1:
         return names[0]
     if queue in names:
         return queue
-    name = worker_type.__qualname__
+    name = _name(worker_type)
     listed = ", ".join(names)
     if queue is None:
         raise ConfigurationError(f"{name} reads several queues ({listed}): send(..., queue=...)")
