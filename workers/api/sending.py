@@ -33,6 +33,7 @@ from cloudqueue.listener.stores.layouts import QueueLayout
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Encoding, MessageCodec
+from cloudqueue.listener.workflows.sending import GroupHandle
 from cloudqueue.workers.api.class_checks import check_item_type
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import (
@@ -88,6 +89,17 @@ def send_many(
     return _SENDERS.publisher(worker_type, queue).publish_many(
         checked, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
     )
+
+
+def send_group(
+    worker_type: WorkerClass, items: Iterable[object], *, on_complete: object, queue: str | None
+) -> GroupHandle:
+    """Check every item, then send them as the members of a new group whose ``GroupDone`` goes
+    to the worker ``on_complete``'s queue; its handle."""
+    codec = _codec(_item_type(worker_type))
+    checked = [codec.validated(item) for item in items]
+    publisher = _SENDERS.publisher(worker_type, queue)
+    return publisher.send_group(checked, on_complete=on_complete)
 
 
 def send_with(settings: CloudQueueSettings) -> None:
@@ -270,6 +282,7 @@ __all__ = [
     "LAYOUT_REFRESH_S",
     "close_senders",
     "send",
+    "send_group",
     "send_many",
     "send_with",
     "written_encoding",

@@ -13,6 +13,7 @@ from cloudqueue.listener.imports import import_object
 from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.policies.retry import Retry
+from cloudqueue.listener.workflows.group_ledger import GroupError
 from cloudqueue.workers.api.class_checks import (
     check_chain,
     check_hooks,
@@ -27,6 +28,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from cloudqueue.listener.consumer.listener import CloudQueueListener
+    from cloudqueue.listener.workflows.sending import GroupHandle
 
 T = TypeVar("T")
 
@@ -197,6 +199,28 @@ class QueueWorker(Generic[T]):
         return sending.send_many(
             cls, items, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s, queue=queue
         )
+
+    @classmethod
+    def send_group(
+        cls,
+        items: Iterable[T | Mapping[str, Any]],
+        *,
+        on_complete: type[QueueWorker[Any]],
+        queue: str | None = None,
+    ) -> GroupHandle:
+        """Send the items as the members of a new group, each in a message of its own on this
+        worker's queue, as ``send_many`` sends (every item checked first); when every member
+        settled, handled or poisoned, ``on_complete`` (a worker class) receives one ``GroupDone``
+        (``cloudqueue.listener.workflows``). Returns the group's handle (``id``, ``status()``,
+        ``wait(timeout_s)``). GroupError for no items or an ``on_complete`` that is no worker."""
+        if not (isinstance(on_complete, type) and issubclass(on_complete, QueueWorker)):
+            raise GroupError(
+                "on_complete must be the worker class that receives the GroupDone (a "
+                f"QueueWorker subclass), got {on_complete!r}"
+            )
+        from cloudqueue.workers.api import sending
+
+        return sending.send_group(cls, items, on_complete=on_complete, queue=queue)
 
     def on_stop(self) -> None:
         """Called once after the listener has stopped and in-flight items have finished, before
