@@ -136,6 +136,8 @@ class ChainStep(Middleware):
         for position, value in outgoing:
             key = f"{base}/{position}" if several else base
             planned += self._keyed(key, value)
+        if not planned:  # empty lists: nothing goes on, and a member settles here
+            return 0
         member = membership_of(context.envelope) if self.groups is not None else None
         memberships = self._memberships(context, member, len(planned))
         with tracing.producer_span(self.next_step.queue_name) as traced:

@@ -14,12 +14,15 @@ from pydantic import BaseModel
 from cloudqueue.listener import InMemoryQueueStorage, PermanentFailure, Publisher
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.testing import VirtualClock
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.payload import open_message
 from cloudqueue.listener.wire.trace_context import read_carrier
 from cloudqueue.listener.workflows.chains import ChainStep, returning
+from cloudqueue.listener.workflows.completion import GroupCompletion
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.testing import run_until_drained
 from tests.support.tracing import named
 
@@ -29,6 +32,7 @@ class Priced(BaseModel):
 
 
 PRICED = MessageCodec(Priced)
+POLICY = DeliveryPolicy(max_dequeue_count=3)
 
 
 def run_step(
@@ -109,3 +113,33 @@ def test_a_value_of_the_wrong_type_gives_the_message_up_with_nothing_sent(
     poisoned = run_step(virtual_storage, virtual_clock, lambda item: "not a price")
     assert [(item.item, item.reason) for item in poisoned] == [({"n": 1}, "chain_item_invalid")]
     assert sent_on(virtual_storage) == []
+
+
+def test_an_empty_list_sends_nothing_and_settles_a_group_member_here(
+    virtual_clock: VirtualClock, virtual_storage: InMemoryQueueStorage
+) -> None:
+    """A member whose step returns ``[]`` passes nothing on: it is handled, and its group of one
+    completes with it."""
+    for queue in ("work", "next", "done"):
+        virtual_storage.create_queue(queue)
+    group = Publisher(virtual_storage, "work", dict).send_group([{"n": 1}], on_complete="done")
+    ledger = group_ledger_for(virtual_storage)
+    assert ledger is not None
+    next_step = Publisher(virtual_storage, "next", Priced, effect_once_s=3600)
+    chain = ChainStep(next_step, ledger)
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        virtual_storage,
+        CloudQueueLocation("work"),
+        dict,
+        clock=virtual_clock,
+        sleeper=virtual_clock,
+        middleware=[
+            GroupCompletion(ledger, virtual_storage, delivery=POLICY, passed_on=chain.passed_on),
+            chain,
+        ],
+    )
+    listener.subscribe(returning(lambda item: []))
+    assert run_until_drained(listener, fail_fast=False).poisoned == []
+    assert sent_on(virtual_storage) == []
+    status = group.status()
+    assert (status.handled, status.completion) == (1, "sent")
