@@ -22,6 +22,7 @@ from cloudqueue.listener.wire.payload import open_message
 from cloudqueue.listener.wire.trace_context import read_carrier
 from cloudqueue.listener.workflows.chains import ChainStep, returning
 from cloudqueue.listener.workflows.completion import GroupCompletion
+from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.testing import run_until_drained
 from tests.support.tracing import named
@@ -36,19 +37,29 @@ POLICY = DeliveryPolicy(max_dequeue_count=3)
 
 
 def run_step(
-    storage: InMemoryQueueStorage, clock: VirtualClock, handler: Callable[[Any], Any]
+    storage: InMemoryQueueStorage,
+    clock: VirtualClock,
+    handler: Callable[[Any], Any],
+    groups: GroupLedger | None = None,
 ) -> list[Any]:
-    """Drain ``work`` through a chain step to ``next`` (``Priced`` items); the poisoned items."""
+    """Drain ``work`` through a chain step to ``next`` (``Priced`` items), inside the groups
+    middleware when ``groups`` is given; the poisoned items."""
     for queue in ("work", "next"):
         storage.create_queue(queue)
     next_step = Publisher(storage, "next", Priced, effect_once_s=3600, trace_envelope=True)
+    chain = ChainStep(next_step, groups)
+    completion = (
+        []
+        if groups is None
+        else [GroupCompletion(groups, storage, delivery=POLICY, passed_on=chain.passed_on)]
+    )
     listener: CloudQueueListener[Any] = CloudQueueListener(
         storage,
         CloudQueueLocation("work"),
         dict,
         clock=clock,
         sleeper=clock,
-        middleware=[ChainStep(next_step)],
+        middleware=[*completion, chain],
     )
     listener.subscribe(returning(handler))
     return run_until_drained(listener, fail_fast=False).poisoned
@@ -125,21 +136,8 @@ def test_an_empty_list_sends_nothing_and_settles_a_group_member_here(
     group = Publisher(virtual_storage, "work", dict).send_group([{"n": 1}], on_complete="done")
     ledger = group_ledger_for(virtual_storage)
     assert ledger is not None
-    next_step = Publisher(virtual_storage, "next", Priced, effect_once_s=3600)
-    chain = ChainStep(next_step, ledger)
-    listener: CloudQueueListener[Any] = CloudQueueListener(
-        virtual_storage,
-        CloudQueueLocation("work"),
-        dict,
-        clock=virtual_clock,
-        sleeper=virtual_clock,
-        middleware=[
-            GroupCompletion(ledger, virtual_storage, delivery=POLICY, passed_on=chain.passed_on),
-            chain,
-        ],
-    )
-    listener.subscribe(returning(lambda item: []))
-    assert run_until_drained(listener, fail_fast=False).poisoned == []
+    nothing: list[Priced] = []
+    assert run_step(virtual_storage, virtual_clock, lambda item: nothing, ledger) == []
     assert sent_on(virtual_storage) == []
     status = group.status()
     assert (status.handled, status.completion) == (1, "sent")
