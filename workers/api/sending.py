@@ -1,5 +1,6 @@
-"""``QueueWorker.send``: a worker's items put on its queue from any process, on the store, the
-partitions and the trigger channel a ``cloudqueue run`` of that worker would use.
+"""``QueueWorker.send``, ``send_many`` and ``send_group``: a worker's items put on its queue from
+any process, on the store, the partitions and the trigger channel a ``cloudqueue run`` of that
+worker would use.
 
 The process settings are read once, at the first send (``load_settings``: the environment's
 ``CLOUDQUEUE_*``, ``.env``, the TOML file), as ``cloudqueue run`` reads them once at start; each
