@@ -12,6 +12,7 @@ import pytest
 
 from cloudqueue.listener import Publisher, SqliteQueueStorage
 from cloudqueue.listener.errors import TransientStorageError
+from cloudqueue.listener.stores.layouts import QueueLayout, record_layout
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.group_ledger import GroupStatus
@@ -157,3 +158,30 @@ def test_a_chain_inside_a_group_completes_it_once_after_its_last_step(
     status = statuses[-1]
     assert (status.total, status.handled, status.pending) == (LINES, LINES, 0)
     assert totals(record_path) == expected_totals()
+
+
+def test_a_chain_puts_on_the_partitions_recorded_for_the_next_queue(
+    tmp_path: Path, record_path: Path
+) -> None:
+    """``Price`` not running here, its queue recorded as 2 partitions: a host of ``Split`` alone
+    puts the lines on ``chain-lines-p0`` and ``-p1``, where ``Price`` reads, none on the plain
+    queue."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    storage.create_queue(Split.queue_name)
+    record_layout(storage, Price.queue_name, QueueLayout(2))
+    Publisher(storage, Split.queue_name, Order, key="order").publish_many(ORDERS)
+    partitions = [f"{Price.queue_name}-p{n}" for n in range(2)]
+    depths: list[list[int]] = []
+
+    def lines_put() -> bool:
+        plain = Price.queue_name in storage.list_queues()
+        depths.append(
+            [storage.approximate_message_count(q) for q in partitions]
+            + [storage.approximate_message_count(Price.queue_name) if plain else 0]
+        )
+        return sum(depths[-1]) == LINES
+
+    run_chain(storage, [Split], lines_put)
+    *on_partitions, on_plain = depths[-1]
+    assert all(on_partitions)  # spread by key over both
+    assert on_plain == 0
