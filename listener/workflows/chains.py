@@ -37,6 +37,7 @@ import structlog
 from cloudqueue.listener import tracing
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.producer.announce import WorkAnnouncer
 from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.wire.keys import MAX_KEY_CHARS
@@ -74,11 +75,19 @@ def returning(handler: Callable[[Any], R]) -> Callable[[Any], R]:
 class ChainStep(Middleware):
     """Sends what a step's handler returned to the next step's queue (see the module)."""
 
-    def __init__(self, next_step: Publisher[Any], groups: GroupLedger | None = None) -> None:
+    def __init__(
+        self,
+        next_step: Publisher[Any],
+        groups: GroupLedger | None = None,
+        *,
+        announcer: WorkAnnouncer | None = None,
+    ) -> None:
         if next_step.once is None:
             raise ValueError("a chain step's publisher needs effect_once_s")
         self.next_step = next_step
         self.groups = groups
+        self.announcer = announcer
+        """Announces the items put on the trigger channel, one trigger per handled message."""
         self._passed: set[str] = set()
         self._lock = threading.Lock()
 
@@ -140,10 +149,14 @@ class ChainStep(Middleware):
             return 0
         member = membership_of(context.envelope) if self.groups is not None else None
         memberships = self._memberships(context, member, len(planned))
+        before, members_put = self.next_step.messages_sent, 0
         with tracing.producer_span(self.next_step.queue_name) as traced:
             for (key, item), membership in zip(planned, memberships, strict=True):
-                self._put(key, item, membership)
+                members_put += self._put(key, item, membership)
             traced(len(planned))
+        put = self.next_step.messages_sent - before + members_put  # none when all were marked
+        if self.announcer is not None:
+            self.announcer.batch_done(self.next_step.queue_name, messages=put, size=0)
         if member is not None:
             with self._lock:
                 self._passed.add(context.message_id)
@@ -167,11 +180,13 @@ class ChainStep(Middleware):
         ids = self.groups.pass_on(member.group_id, member.member_id, step, count)
         return [Membership(member.group_id, member_id) for member_id in ids]
 
-    def _put(self, key: str, item: Any, membership: Membership | None) -> None:
+    def _put(self, key: str, item: Any, membership: Membership | None) -> int:
+        """Put one item (a plain one as the publisher publishes it); the members put: 1, or 0
+        for a plain item or one found marked."""
         publisher = self.next_step
         if membership is None:
             publisher.publish(item, key=key)
-            return
+            return 0
         once = publisher.once
         assert once is not None  # checked in __init__
         text = publisher.codec.encode(item)
@@ -183,7 +198,7 @@ class ChainStep(Middleware):
                 target, tracing.stamp(content), time_to_live_s=NEVER_EXPIRES
             )
 
-        once.put_once(key, [text], put)
+        return once.put_once(key, [text], put)
 
     def __repr__(self) -> str:
         return f"ChainStep(then={self.next_step.queue_name!r})"

@@ -6,7 +6,7 @@ delete failed) sends nothing twice; a chain inside a group completes it once, af
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -34,6 +34,7 @@ from tests.support.chain_workers import (
 )
 from tests.support.keyed_workers import host_settings
 from tests.support.polling import eventually
+from tests.support.redis_server import RedisServer
 from tests.support.written_lines import complete_lines
 
 WORKERS = [Split, Price, Total]
@@ -185,3 +186,35 @@ def test_a_chain_puts_on_the_partitions_recorded_for_the_next_queue(
     *on_partitions, on_plain = depths[-1]
     assert all(on_partitions)  # spread by key over both
     assert on_plain == 0
+
+
+class IdlePrice(Price):
+    """``Price`` scaled to no poller: only a trigger (or its watchdog, 10 minutes away) wakes it."""
+
+    settings: ClassVar[dict[str, Any]] = {"scaling": {"min_threads": 0}}
+
+
+class SplitToIdle(Split):
+    then = IdlePrice
+
+
+def test_a_chained_put_wakes_the_next_worker_through_the_trigger_channel(
+    tmp_path: Path, record_path: Path, redis_server: RedisServer
+) -> None:
+    """With ``Price`` idle at zero threads, the lines ``Split`` sends on are announced on the
+    host's trigger channel, and ``Price`` takes them at once."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    storage.create_queue(Split.queue_name)
+    settings = host_settings(
+        triggers={"url": redis_server.url, "watchdog_interval_s": 600}, listener={"threads": 1}
+    )
+    host = WorkerHost([SplitToIdle, IdlePrice, Total], settings, storage=storage)
+    host.start()
+    try:
+        price = host.hosted[1].listener
+        eventually(lambda: price.threads_alive == 0, timeout_s=60)
+        Publisher(storage, Split.queue_name, Order, key="order").publish_many(ORDERS)
+        eventually(lambda: len(priced(record_path)) == LINES, timeout_s=30)
+    finally:
+        host.stop()
+    assert totals(record_path) == expected_totals()

@@ -254,11 +254,17 @@ def written_encoding(settings: CloudQueueSettings) -> Encoding:
 
 
 def _announcer(opened: _Opened) -> WorkAnnouncer | None:
+    return work_announcer(opened.settings, opened.channel)
+
+
+def work_announcer(
+    settings: CloudQueueSettings, channel: TriggerChannel | None
+) -> WorkAnnouncer | None:
     """Announces work on the trigger channel as the workers listen to it (triggers.*)."""
-    if opened.channel is None:
+    if channel is None:
         return None
-    account = account_of(opened.settings.connection_string_value())
-    return WorkAnnouncer(opened.channel, account=account, mode=opened.settings.triggers.publish)
+    account = account_of(settings.connection_string_value())
+    return WorkAnnouncer(channel, account=account, mode=settings.triggers.publish)
 
 
 def _queue_of(worker_type: WorkerClass, queue: str | None) -> str:
@@ -286,5 +292,6 @@ __all__ = [
     "send_group",
     "send_many",
     "send_with",
+    "work_announcer",
     "written_encoding",
 ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.push.triggers import TriggerChannel
 from cloudqueue.listener.stores.key_ledger import key_ledger_for
 from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
@@ -15,7 +16,7 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.workflows.chains import ChainStep
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
-from cloudqueue.workers.api.sending import written_encoding
+from cloudqueue.workers.api.sending import work_announcer, written_encoding
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.settings import CloudQueueSettings
 from cloudqueue.workers.settings.layouts import command_layout, over_accounts
@@ -30,9 +31,10 @@ def chain_step_for(
     storage: QueueStorage,
     settings: CloudQueueSettings,
     key_ledger: KeyLedger | None,
+    triggers: TriggerChannel | None = None,
 ) -> ChainStep | None:
-    """The chain step of a worker with ``then`` (None without); ConfigurationError when the
-    store has no key ledger for its effect-once marks."""
+    """The chain step of a worker with ``then`` (None without), announcing what it puts on the
+    host's ``triggers``; ConfigurationError when the store has no key ledger for its marks."""
     then = worker_type.then
     if then is None:
         return None
@@ -55,7 +57,8 @@ def chain_step_for(
         ledger=ledger,
         effect_once_s=EFFECT_ONCE_S,
     )
-    return ChainStep(next_step, group_ledger_for(storage))
+    announcer = work_announcer(settings, triggers)
+    return ChainStep(next_step, group_ledger_for(storage), announcer=announcer)
 
 
 def _partitioned_as_recorded(

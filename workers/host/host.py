@@ -130,19 +130,26 @@ class WorkerHost:
                 account.close()
             raise
         self._plain_watches: list[PlainQueueWatch] = []
-        self.hosted = [
-            host_worker(
-                worker,
-                worker_settings,
-                listening,
-                self.payloads,
-                self.observability,
-                recorder=self.recorder,
-                key_ledger=self.keys.ledger,
-            )
-            for worker, worker_settings in workers
-        ]
+        # Opened before the workers: a chain step (``then``) announces what it puts on it.
         self.triggers = open_trigger_channel(settings)
+        try:
+            self.hosted = [
+                host_worker(
+                    worker,
+                    worker_settings,
+                    listening,
+                    self.payloads,
+                    self.observability,
+                    recorder=self.recorder,
+                    key_ledger=self.keys.ledger,
+                    triggers=self.triggers,
+                )
+                for worker, worker_settings in workers
+            ]
+        except BaseException:
+            if self.triggers is not None:
+                self.triggers.close()
+            raise
         self._shutdown = threading.Event()
         self._depths = DepthTicker([hosted.depth for hosted in self.hosted])
         self._signals = 0

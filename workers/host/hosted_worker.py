@@ -74,9 +74,11 @@ def host_worker(
     *,
     recorder: ProfileRecorder | None = None,
     key_ledger: KeyLedger | None = None,
+    triggers: TriggerChannel | None = None,
 ) -> HostedWorker:
     """Build a worker's listener with its middleware, its scaler and its (possibly async)
-    handler; ``key_ledger`` serves its idempotency and cancelling."""
+    handler; ``key_ledger`` serves its idempotency and cancelling; ``triggers`` announce what
+    its chain step (``then``) puts."""
     options = settings.listener
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
@@ -85,7 +87,7 @@ def host_worker(
     if observability is not None:
         storage = observability.observe_storage(storage)
     # Innermost: it sends what the handler returned on before any other middleware settles.
-    chain = chain_step_for(type(worker), storage, settings, key_ledger)
+    chain = chain_step_for(type(worker), storage, settings, key_ledger, triggers)
     # Groups first: they must see every other middleware's decision about a member.
     passed_on = None if chain is None else chain.passed_on
     middleware = group_completion_for(storage, controls.delivery, passed_on=passed_on)
