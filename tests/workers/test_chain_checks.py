@@ -5,13 +5,15 @@ one line naming the worker, and what is right passes."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from pydantic import BaseModel
 
 from cloudqueue.listener.errors import ConfigurationError
-from cloudqueue.workers import QueueWorker
+from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker
+from cloudqueue.workers.host.host_keys import HostKeyLedger
 
 
 class Line(BaseModel):
@@ -134,3 +136,20 @@ def test_handlers_returning_items_of_the_next_type_pass() -> None:
 
     for worker in (One, Many, Seq, Plain):
         worker.check()
+
+
+QUEUE_ONLY_AZURE = (  # Azurite's published development account, no blob endpoint
+    "DefaultEndpointsProtocol=http;AccountName=devstoreaccount1;AccountKey="
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==;"
+    "QueueEndpoint=http://127.0.0.1:1/devstoreaccount1;"
+)
+
+
+def test_a_chain_on_azure_without_a_blob_endpoint_is_refused_at_start() -> None:
+    """Its effect-once marks need the key ledger: one line saying what to add, even with the
+    cancel check (the other reader of the ledger) turned off."""
+    settings = CloudQueueSettings.model_validate(
+        {"connection_string": QUEUE_ONLY_AZURE, "cancel": {"check": False}}
+    )
+    with pytest.raises(ConfigurationError, match=r"then needs the key ledger .* BlobEndpoint"):
+        HostKeyLedger(settings, cast(QueueStorage, object()), None, [settings], chains=True)

@@ -112,7 +112,10 @@ class WorkerHost:
         self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         # Before any queue is touched: idempotency without a ledger is refused here.
-        self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
+        chains = any(type(worker).then is not None for worker, _ in workers)
+        self.keys = HostKeyLedger(
+            settings, self.storage, key_ledger, [s for _, s in workers], chains=chains
+        )
         # Billed beside the queue calls: counted by the live cost and the metrics alike.
         self.blobs = blob_counts(self.payloads, self.keys.ledger)
         if self.observability is not None:
