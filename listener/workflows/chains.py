@@ -154,7 +154,9 @@ class ChainStep(Middleware):
             for (key, item), membership in zip(planned, memberships, strict=True):
                 members_put += self._put(key, item, membership)
             traced(len(planned))
-        put = self.next_step.messages_sent - before + members_put  # none when all were marked
+        # None when all were found marked; another thread's puts may count too: then one trigger
+        # too many, never one too few.
+        put = self.next_step.messages_sent - before + members_put
         if self.announcer is not None:
             self.announcer.batch_done(self.next_step.queue_name, messages=put, size=0)
         if member is not None:
