@@ -32,7 +32,10 @@ still ran. Only for these does a crash in the instant between the poison move an
 leave the group one member short (``groups`` then shows it pending; the member is in the poison
 queue with its reason).
 
-A member is counted by its *first* recorded settlement: a member recorded handled whose delete
+A member a chain step passed on (``cloudqueue.listener.workflows.chains``: its handler's value went
+to the next step's queue with the membership) is not settled by that step: the chained message
+settles it, so the group completes after the chain's last step. A member is counted by its
+*first* recorded settlement: a member recorded handled whose delete
 then failed and whose redelivery is poisoned stays handled. Members added at run time
 (``add_members``) are added by their adding member's handler, before that member is recorded, so
 the group cannot complete between them. A ledger that cannot be reached leaves the member's
@@ -67,13 +70,21 @@ UNAVAILABLE_RETRY_S = 5.0
 
 _CODEC = MessageCodec(GroupDone)
 
+PassedOn = Callable[[str], bool]
+"""Whether the member in the message of this id was passed on by a chain step."""
+
 
 class GroupCompletion(Middleware):
     """Records group members as they settle; the last one's listener sends the ``GroupDone``.
     Place it first in the middleware list: it must see every other middleware's decision."""
 
     def __init__(
-        self, ledger: GroupLedger, storage: QueueStorage, *, delivery: DeliveryPolicy
+        self,
+        ledger: GroupLedger,
+        storage: QueueStorage,
+        *,
+        delivery: DeliveryPolicy,
+        passed_on: PassedOn | None = None,
     ) -> None:
         self.ledger = ledger
         self.storage = storage
@@ -84,6 +95,9 @@ class GroupCompletion(Middleware):
         own listeners of that queue and announces it on its trigger channel, so the completion
         is picked up at once rather than after a poller's back-off (or, at zero threads, its
         watchdog)."""
+        self.passed_on = passed_on
+        """Asked after the handling: True when a chain step passed the member on (its chained
+        message settles it, ``cloudqueue.listener.workflows.chains``)."""
 
     def on_start(self, event: ListenerStarted) -> None:
         """Publish the completions owed from before (a process that died after recording a
@@ -103,6 +117,8 @@ class GroupCompletion(Middleware):
             call_next()
             return
         call_next()
+        if self.passed_on is not None and self.passed_on(context.message_id):
+            return  # not settled yet: the chain's next message carries the membership on
         settled = settles_as(context, self.delivery)
         if settled is not None:
             self._record(context, member, settled, retry=True)
@@ -186,11 +202,15 @@ def _nobody(queue: str) -> None:
     """No listener to wake (a completion sent outside a host)."""
 
 
-def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> list[Middleware]:
+def group_completion_for(
+    storage: QueueStorage, delivery: DeliveryPolicy, *, passed_on: PassedOn | None = None
+) -> list[Middleware]:
     """The groups middleware for a listener on ``storage``: none where no group ledger goes
     with it (Azure, for now)."""
     ledger = group_ledger_for(storage)
-    return [] if ledger is None else [GroupCompletion(ledger, storage, delivery=delivery)]
+    if ledger is None:
+        return []
+    return [GroupCompletion(ledger, storage, delivery=delivery, passed_on=passed_on)]
 
 
 def overdue(context: MessageContext[Any], delivery: DeliveryPolicy) -> bool:
@@ -220,6 +240,7 @@ def settles_as(context: MessageContext[Any], delivery: DeliveryPolicy) -> Settle
 __all__ = [
     "UNAVAILABLE_RETRY_S",
     "GroupCompletion",
+    "PassedOn",
     "group_completion_for",
     "overdue",
     "settles_as",

@@ -21,7 +21,10 @@ Stores:
   poisoned, started, ended and the completion state; each member's row (``RowKey`` its member id)
   its outcome. ``settle`` is one entity-group transaction in the group's partition: *insert* the
   member's row (a 409 conflict means a duplicate: nothing changes) and *update* the group row with
-  ``If-Match`` its ETag (a 412 means another member settled meanwhile: read again, retry). Members
+  ``If-Match`` its ETag (a 412 means another member settled meanwhile: read again, retry).
+  ``pass_on`` (a chain step's items, ``cloudqueue.listener.workflows.chains``) inserts a row per
+  member and step (``RowKey`` ``chain:<member>:<step>``, holding the first member id it added and
+  the count) with the group row's ``If-Match`` update of its total, in one transaction. Members
   of one group settled together may share a transaction, up to its 100 entities. ``add_members``
   is an ``If-Match`` update of the group row. A group counter that would be one hot partition is
   sharded (``$group-0`` ... ``$group-k``, the member's shard by its id), the last settlement then
@@ -103,6 +106,12 @@ class GroupLedger(Protocol):
         """``settle`` for each ``(group_id, member_id, outcome)``, in order, in one write: its
         answers in the same order. All are recorded, or (raising) none."""
 
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        """The member ids of the ``count`` messages a chain step (``step``, its queue) sends on
+        for ``member_id``, which stays unsettled: the member's own id first, then ``count - 1``
+        members added. Once per member and step: a repeat (a redelivery) gets the same ids, and
+        GroupError when it asks for another count or the group is unknown or complete."""
+
     def status(self, group_id: str) -> GroupStatus | None:
         """The group as it stands; None when unknown."""
 
@@ -154,6 +163,7 @@ class InMemoryGroupLedger:
         self._clock = clock
         self._groups: dict[str, GroupStatus] = {}
         self._settled: dict[str, set[int]] = {}
+        self._passed: dict[tuple[str, str, str], list[str]] = {}
         self._lock = threading.Lock()
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
@@ -171,6 +181,18 @@ class InMemoryGroupLedger:
             group = open_group(self._groups.get(group_id), group_id)
             self._groups[group_id] = replace(group, total=group.total + count)
             return member_ids(group.total, count)
+
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        check_count(count, "a chain step's items")
+        with self._lock:
+            group = open_group(self._groups.get(group_id), group_id)
+            earlier = self._passed.get((group_id, member_id, step))
+            if earlier is not None:
+                return passed_again(earlier, count, group_id, member_id)
+            added = member_ids(group.total, count - 1)
+            self._groups[group_id] = replace(group, total=group.total + count - 1)
+            passed = self._passed[(group_id, member_id, step)] = [member_id, *added]
+            return passed
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         return self.settle_many([(group_id, member_id, outcome)])[0]
@@ -233,6 +255,16 @@ def counted(group: GroupStatus, outcome: Settled) -> GroupStatus:
     return replace(group, poisoned=group.poisoned + 1)
 
 
+def passed_again(earlier: list[str], count: int, group_id: str, member_id: str) -> list[str]:
+    """The ids a member's chain step was given before, when it asks for as many again."""
+    if len(earlier) != count:
+        raise GroupError(
+            f"member {member_id} of group {group_id!r} was passed on as {len(earlier)} "
+            f"items before and {count} now: a chain step must return the same on a redelivery"
+        )
+    return earlier
+
+
 def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
     if group is None:
         raise GroupError(f"no group {group_id!r}")
@@ -255,5 +287,6 @@ __all__ = [
     "member_ids",
     "member_index",
     "open_group",
+    "passed_again",
     "unsettled_ids",
 ]

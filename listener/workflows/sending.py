@@ -16,14 +16,15 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import replace
 from functools import partial
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from cloudqueue.listener import tracing
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
-from cloudqueue.listener.producer.routing import key_of_item
+from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_of_item
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
+from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
 from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
 from cloudqueue.listener.workflows.membership import (
@@ -37,10 +38,26 @@ from cloudqueue.listener.workflows.result_stores import result_store_for
 from cloudqueue.listener.workflows.result_values import decode_result
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
-if TYPE_CHECKING:
-    from cloudqueue.listener.producer.publisher import Publisher
-
 T = TypeVar("T")
+
+
+class GroupPublisher(Protocol[T]):
+    """What sending members reads of a ``Publisher`` (``cloudqueue.listener.producer``), whose
+    ``send_group`` calls this module: a protocol, so that this module need not import it back."""
+
+    @property
+    def storage(self) -> QueueStorage: ...
+    @property
+    def codec(self) -> Codec[T]: ...
+    @property
+    def key(self) -> ItemKey[T] | None: ...
+    @property
+    def router(self) -> PartitionRouter[T]: ...
+    @property
+    def time_to_live_s(self) -> int | None: ...
+    @property
+    def clock(self) -> Clock: ...
+
 
 FIRST_POLL_S = 0.1
 LAST_POLL_S = 5.0
@@ -129,7 +146,7 @@ class GroupHandle:
 
 
 def send_group(
-    publisher: Publisher[T],
+    publisher: GroupPublisher[T],
     items: Iterable[T],
     *,
     on_complete: object,
@@ -148,7 +165,9 @@ def send_group(
     return GroupHandle(group, ledger, clock=publisher.clock, results=results)
 
 
-def add_to_group(publisher: Publisher[T], items: Iterable[T], *, group_id: str | None) -> list[str]:
+def add_to_group(
+    publisher: GroupPublisher[T], items: Iterable[T], *, group_id: str | None
+) -> list[str]:
     """Add ``items`` as members of ``group_id`` (default: the group of the message being
     handled), before the adding member settles; their member ids."""
     members = list(items)
@@ -175,7 +194,7 @@ def completion_queue(on_complete: object) -> str:
         raise GroupError(f"on_complete: {error}") from None
 
 
-def required_group_ledger(publisher: Publisher[Any]) -> GroupLedger:
+def required_group_ledger(publisher: GroupPublisher[Any]) -> GroupLedger:
     return required_group_ledger_of(publisher.storage)
 
 
@@ -190,7 +209,7 @@ def required_group_ledger_of(storage: QueueStorage) -> GroupLedger:
 
 
 def _put_members(
-    publisher: Publisher[T], group_id: str, items: list[T], member_ids: list[str]
+    publisher: GroupPublisher[T], group_id: str, items: list[T], member_ids: list[str]
 ) -> None:
     ttl_s = NEVER_EXPIRES if publisher.time_to_live_s is None else publisher.time_to_live_s
     for item, member_id in zip(items, member_ids, strict=True):

@@ -1,10 +1,12 @@
 """The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
 
-Two tables beside the queues: ``message_groups`` (a row per group: its counts, times and
-completion state) and ``group_members`` (a row per settled member, primary key group and member:
-``INSERT OR IGNORE`` finds a duplicate). Each step is one ``BEGIN IMMEDIATE`` transaction on the
-store's own connection, so the member's mark, the count and the owed completion are written
-together or not at all: a process killed at any point leaves either the whole step or none.
+Three tables beside the queues: ``message_groups`` (a row per group: its counts, times and
+completion state), ``group_members`` (a row per settled member, primary key group and member:
+``INSERT OR IGNORE`` finds a duplicate) and ``group_chains`` (a row per member a chain step passed
+on, with the members it added for the step's items: a redelivery gets the same ids). Each step
+is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark, the
+count and the owed completion are written together or not at all: a process killed at any point
+leaves either the whole step or none.
 
 ``group_ledger_for`` finds the ledger that goes with an embedded storage object, as
 ``key_ledger_for`` does for keys: one per in-memory store, the tables of the SQLite file.
@@ -29,6 +31,7 @@ from cloudqueue.listener.workflows.group_ledger import (
     member_ids,
     member_index,
     open_group,
+    passed_again,
     unsettled_ids,
 )
 
@@ -48,6 +51,14 @@ _SCHEMA = (
         member INTEGER NOT NULL,
         outcome TEXT NOT NULL,
         PRIMARY KEY (group_id, member)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS group_chains (
+        group_id TEXT NOT NULL,
+        member TEXT NOT NULL,
+        step TEXT NOT NULL,
+        first_added INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (group_id, member, step)
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS message_groups_owed ON message_groups (completion)",
 )
@@ -86,6 +97,29 @@ class SqliteGroupLedger:
                 "UPDATE message_groups SET total = total + ? WHERE id = ?", (count, group_id)
             )
             return member_ids(group.total, count)
+
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        check_count(count, "a chain step's items")
+        with self._database.transaction() as db:
+            group = open_group(_read(db, group_id), group_id)
+            row = db.execute(
+                "SELECT first_added, count FROM group_chains"
+                " WHERE group_id = ? AND member = ? AND step = ?",
+                (group_id, member_id, step),
+            ).fetchone()
+            if row is not None:
+                first, earlier = int(row[0]), int(row[1])
+                ids = [member_id, *member_ids(first, earlier - 1)]
+                return passed_again(ids, count, group_id, member_id)
+            db.execute(
+                "INSERT INTO group_chains (group_id, member, step, first_added, count)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (group_id, member_id, step, group.total, count),
+            )
+            db.execute(
+                "UPDATE message_groups SET total = total + ? WHERE id = ?", (count - 1, group_id)
+            )
+            return [member_id, *member_ids(group.total, count - 1)]
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         return self.settle_many([(group_id, member_id, outcome)])[0]

@@ -12,7 +12,7 @@ import pytest
 
 from cloudqueue.listener import ConfigurationError, InMemoryQueueStorage
 from cloudqueue.workers import QueueWorker
-from cloudqueue.workers.host.result_handles import key_to_send, result_handle
+from cloudqueue.workers.api.result_handles import key_to_send, result_handle
 from tests.support.cli import cloudqueue
 from tests.support.result_workers import BatchPricer, NeverExpiring, Price, Pricer
 

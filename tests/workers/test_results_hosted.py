@@ -31,7 +31,7 @@ from cloudqueue.listener.workflows.result_store import ResultStore
 from cloudqueue.listener.workflows.result_stores import required_result_store, result_store_for
 from cloudqueue.listener.workflows.sending import GroupHandle
 from cloudqueue.workers import QueueWorker, WorkerHost, close_senders, load_settings
-from cloudqueue.workers.host.result_handles import result_handle
+from cloudqueue.workers.api.result_handles import result_handle
 from tests.support.keyed_workers import host_settings, hosting
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer

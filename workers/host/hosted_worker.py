@@ -19,6 +19,7 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
+from cloudqueue.listener.workflows.chains import returning
 from cloudqueue.listener.workflows.completion import GroupCompletion, group_completion_for
 from cloudqueue.listener.workflows.keep_results import KeepResults
 from cloudqueue.listener.workflows.result_signals import ResultSignals
@@ -26,6 +27,7 @@ from cloudqueue.listener.workflows.result_stores import required_result_store
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
+from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.key_controls import key_middleware
@@ -80,16 +82,25 @@ def host_worker(
     *,
     recorder: ProfileRecorder | None = None,
     key_ledger: KeyLedger | None = None,
+    triggers: TriggerChannel | None = None,
 ) -> HostedWorker:
     """Build a worker's listener with its middleware, its scaler and its (possibly async)
-    handler; ``key_ledger`` serves its idempotency and cancelling."""
+    handler; ``key_ledger`` serves its idempotency and cancelling; ``triggers`` announce what
+    its chain step (``then``) puts."""
     options = settings.listener
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
     count = None if observability is None else observability.count_decisions(location.queue_name)
     controls = controls_for(type(worker), settings)
+    if observability is not None:
+        storage = observability.observe_storage(storage)
+    # Innermost: it sends what the handler returned on before any other middleware settles.
+    chain = chain_step_for(type(worker), storage, settings, key_ledger, triggers)
     # Groups first: they must see every other middleware's decision about a member.
-    middleware: list[Middleware] = group_completion_for(storage, controls.delivery)
+    passed_on = None if chain is None else chain.passed_on
+    middleware: list[Middleware] = group_completion_for(
+        storage, controls.delivery, passed_on=passed_on
+    )
     completion = next((m for m in middleware if isinstance(m, GroupCompletion)), None)
     middleware += key_middleware(worker, settings, location, key_ledger, count)
     # Results inside groups and idempotency: stored before the member or the key settles.
@@ -103,9 +114,10 @@ def host_worker(
     if limiter is not None:
         middleware.append(RateLimit(limiter))
     middleware += [*controls.middleware, *worker.own_middleware(), *options.build_middleware()]
+    middleware += [] if chain is None else [chain]
     runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage if observability is None else observability.observe_storage(storage),
+        storage,
         location,
         worker.item_type,
         codec=reading_codec(
@@ -132,7 +144,8 @@ def host_worker(
             listener, min(policy.min_threads, options.threads), options.max_stuck_threads
         )
     scaler = ElasticScaler(listener.pool_control, policy)
-    handler = runner if results is None else results.capturing(runner)
+    handler: Any = runner if results is None else results.capturing(runner)
+    handler = handler if chain is None else returning(handler)
     batcher = subscribe_handler(listener, worker, settings, handler=handler, loop=runner.loop)
     depth = DepthRefresher(
         listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s

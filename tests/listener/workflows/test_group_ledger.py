@@ -259,3 +259,25 @@ def test_a_settlement_decides_under_the_write_lock_it_writes_with(tmp_path: Path
     assert (last.handled, last.pending) == (2, 0)
     first.close()
     second.close()
+
+
+def test_a_member_passed_on_gets_the_same_ids_on_a_repeat(ledgers: LedgerMaker) -> None:
+    """A chain step passing member 1 of 2 on as three items keeps its id and adds two members,
+    once: a redelivery of the step (another connection) gets the same ids, another step of the
+    chain its own, and a different count is refused."""
+    ledger = ledgers()
+    ledger.open("g5", total=2, on_complete="done")
+    assert ledger.pass_on("g5", "1", "split", 3) == ["1", "2", "3"]
+    assert ledgers().pass_on("g5", "1", "split", 3) == ["1", "2", "3"]
+    assert ledger.pass_on("g5", "1", "price", 1) == ["1"]
+    assert ledger.pass_on("g5", "2", "price", 2) == ["2", "4"]
+    with pytest.raises(GroupError, match="passed on as 3 items before and 2 now"):
+        ledger.pass_on("g5", "1", "split", 2)
+    status = ledger.status("g5")
+    assert status is not None
+    assert (status.total, status.pending) == (5, 5)
+    for member in ["0", "1", "2", "3"]:
+        assert ledger.settle("g5", member, "handled") is None
+    last = ledger.settle("g5", "4", "handled")
+    assert last is not None
+    assert (last.total, last.handled) == (5, 5)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import uuid
 from functools import partial
-from typing import Any
+from typing import Protocol
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.push.triggers import TriggerChannel
@@ -18,20 +18,28 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.result_handle import ResultHandle
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.listener.workflows.result_stores import required_result_store
-from cloudqueue.workers.api.class_checks import defines
 from cloudqueue.workers.api.results import result_type
-from cloudqueue.workers.api.worker import QueueWorker
 
 
-def key_to_send(worker_type: type[QueueWorker[Any]], key: str | None) -> str | None:
+class ResultKeeper(Protocol):
+    """What a handle reads of a ``QueueWorker`` class (typed so: ``worker.py`` imports the
+    sending modules when ``send`` is called, and each importing the other would be a circle)."""
+
+    keep_results: bool
+
+    @classmethod
+    def gives_keys(cls) -> bool: ...
+
+
+def key_to_send(worker_type: ResultKeeper, key: str | None) -> str | None:
     """``key``; or, for a worker that keeps results and gives no keys itself, a new one."""
-    if key is not None or not worker_type.keep_results or _gives_keys(worker_type):
+    if key is not None or not worker_type.keep_results or worker_type.gives_keys():
         return key
     return uuid.uuid4().hex
 
 
 def result_handle(
-    worker_type: type[QueueWorker[Any]],
+    worker_type: ResultKeeper,
     key: str | None,
     storage: QueueStorage,
     signals: ResultSignals | None,
@@ -53,8 +61,8 @@ def result_signals(channel: TriggerChannel | None, account: str) -> ResultSignal
     return None if channel is None else ResultSignals(channel, account=account)
 
 
-def _refusal(worker_type: type[QueueWorker[Any]], key: str | None) -> str | None:
-    name = worker_type.__qualname__
+def _refusal(worker_type: ResultKeeper, key: str | None) -> str | None:
+    name = str(getattr(worker_type, "__qualname__", worker_type))
     if not worker_type.keep_results:
         return f"{name} keeps no results: set keep_results = True on it to wait for one"
     if key is None:
@@ -62,8 +70,4 @@ def _refusal(worker_type: type[QueueWorker[Any]], key: str | None) -> str | None
     return None
 
 
-def _gives_keys(worker_type: type[QueueWorker[Any]]) -> bool:
-    return defines(worker_type, QueueWorker, "key")
-
-
-__all__ = ["key_to_send", "result_handle", "result_signals"]
+__all__ = ["ResultKeeper", "key_to_send", "result_handle", "result_signals"]
