@@ -23,6 +23,7 @@ from cloudqueue.listener import (
 from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.workflows.sending import GroupHandle
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.cli import cli
 from cloudqueue.workers.host.live_progress import group_progress_source, running_progress
 from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
@@ -113,3 +114,23 @@ def test_the_report_leaves_the_live_state_once_the_message_settled(
     (state,) = read_live_states(tmp_path / "run", QUEUE)
     assert state.pid == os.getpid()
     assert state.queues[0].progress == ()
+
+
+def test_groups_show_lists_its_running_members_progress(tmp_path: Path, running: Running) -> None:
+    """`cloudqueue groups show ID` adds the member's report under the group's counts, and its
+    JSON a ``progress`` list."""
+    publish(tmp_path, running)
+    with closing(SqliteQueueStorage(tmp_path / "queues.db")) as queues:
+        ledger = group_ledger_for(queues)
+        assert ledger is not None
+        ledger.open(running.group.id, total=1, on_complete="billed")
+    env = {
+        "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
+    }
+    shown = CliRunner().invoke(cli, ["groups", "show", running.group.id], env=env)
+    assert shown.exit_code == 0, shown.output
+    assert f"member 0 of group {running.group.id} 40%: 2 of 5 pages" in shown.output
+    as_json = CliRunner().invoke(cli, ["groups", "show", running.group.id, "--json"], env=env)
+    (report,) = json.loads(as_json.stdout)["progress"]
+    assert (report["member"], report["fraction"], report["detail"]) == ("0", 0.4, "2 of 5 pages")

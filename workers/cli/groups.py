@@ -9,15 +9,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import asdict
 from typing import Any
 
 import click
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK
+from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.cli.common import BadInput, current_settings, json_text, opened_storage
+from cloudqueue.workers.cli.status_text import progress_line
+from cloudqueue.workers.host.live_progress import running_progress
 from cloudqueue.workers.logging import printable
+from cloudqueue.workers.settings import CloudQueueSettings
 from cloudqueue.workers.views.groups import group_detail, group_rows
 
 
@@ -30,21 +35,28 @@ def groups_group() -> None:
 @click.argument("group_id")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of text.")
 def show(*, group_id: str, as_json: bool) -> None:
-    """Show GROUP_ID: total, handled, poisoned and pending members, its age, and the first
-    pending members' ids. Exit code 1 when there is no such group.
+    """Show GROUP_ID: total, handled, poisoned and pending members, its age, the first pending
+    members' ids, and the progress its running members last reported (read from the live state
+    of the workers that publish it here). Exit code 1 when there is no such group.
 
     \b
     Example:
       cloudqueue groups show 3f2a9c01 --json
     """
-    with group_ledger() as ledger:
+    settings = current_settings()
+    with group_ledger(settings) as ledger:
         detail = group_detail(ledger, group_id, SYSTEM_CLOCK.now())
     if detail is None:
         raise click.ClickException(f"no group {printable(group_id)!r} in this store")
+    where = describe_storage(settings.connection_string_value(), credential=settings.credential)
+    running = running_progress(settings.state_dir, storage=where, group=group_id)
+    detail["progress"] = [asdict(report) for report in running]
     if as_json:
         click.echo(json_text(detail))
         return
     click.echo(_summary(detail))
+    for report in running:
+        click.echo(progress_line(report))
     pending: list[str] = detail["pending_members"]
     if pending:
         more = detail["pending"] - len(pending)
@@ -66,7 +78,7 @@ def list_groups(*, running: bool, limit: int, as_json: bool) -> None:
       cloudqueue groups list
       cloudqueue groups list --running --json
     """
-    with group_ledger() as ledger:
+    with group_ledger(current_settings()) as ledger:
         rows = group_rows(ledger, SYSTEM_CLOCK.now(), limit=limit, running_only=running)
     if as_json:
         click.echo(json_text(rows))
@@ -77,9 +89,8 @@ def list_groups(*, running: bool, limit: int, as_json: bool) -> None:
 
 
 @contextmanager
-def group_ledger() -> Iterator[GroupLedger]:
+def group_ledger(settings: CloudQueueSettings) -> Iterator[GroupLedger]:
     """The group ledger of the configured store (exit code 2 where groups are not kept)."""
-    settings = current_settings()
     with opened_storage(settings) as storage:
         ledger = group_ledger_for(storage)
         if ledger is None:
