@@ -13,6 +13,7 @@ import asyncio
 import re
 import threading
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from tests.support.fault_proxy import FaultProxy
@@ -53,10 +54,13 @@ def _table_operation(method: str, path: str) -> str:
 
 @dataclass
 class CountingProxy(FaultProxy):
-    """Forwards every request to ``upstream_port`` and counts it by ``operation_of``."""
+    """Forwards every request to ``upstream_port`` and counts it by ``operation_of``; the
+    requests ``keep`` picks are kept whole, in order (``kept``), for a test to read."""
 
     service: str = "queue"
+    keep: Callable[[bytes], bool] | None = None
     counted: Counter[str] = field(default_factory=Counter)
+    kept: list[bytes] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -74,8 +78,11 @@ class CountingProxy(FaultProxy):
     def reset(self) -> None:
         with self._counting:
             self.counted.clear()
+            self.kept.clear()
 
     async def _answer(self, request: bytes, writer: asyncio.StreamWriter) -> bool:
         with self._counting:
             self.counted[operation_of(request, self.service)] += 1
+            if self.keep is not None and self.keep(request):
+                self.kept.append(request)
         return await super()._answer(request, writer)

@@ -3,40 +3,31 @@ update-message request, which carries the message's new text; it adds no request
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 
 import pytest
 
 from cloudqueue.listener import CloudQueueListener, CloudQueueLocation, current_envelope
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteProcess
-from tests.support.fault_proxy import FaultProxy
+from tests.support.counting_proxy import CountingProxy
 from tests.support.polling import eventually
 
 VISIBILITY_TIMEOUT_S = 2  # renewed every second: the shortest cadence
 
 
-@dataclass
-class CountingProxy(FaultProxy):
-    """Forwards every request unchanged and keeps the update-message requests (a PUT naming a
-    pop receipt): renewals, and writes of a message's text."""
-
-    updates: list[bytes] = field(default_factory=list)
-
-    async def _answer(self, request: bytes, writer: asyncio.StreamWriter) -> bool:
-        request_line = request.split(b"\r\n", 1)[0]
-        if request_line.startswith(b"PUT ") and b"popreceipt=" in request_line:
-            self.updates.append(request)
-        return await super()._answer(request, writer)
+def is_update(request: bytes) -> bool:
+    """An update-message request (a PUT naming a pop receipt): a renewal, or a write of a
+    message's text."""
+    request_line = request.split(b"\r\n", 1)[0]
+    return request_line.startswith(b"PUT ") and b"popreceipt=" in request_line
 
 
 @pytest.fixture
 def counted(azurite: AzuriteProcess) -> Iterator[tuple[CountingProxy, AzureQueueStorage]]:
     port = azurite.services[0].port
-    proxy = CountingProxy(port)
+    proxy = CountingProxy(port, keep=is_update)
     proxy.start()
     through = azurite.connection_string.replace(f"127.0.0.1:{port}", f"127.0.0.1:{proxy.port}")
     storage = AzureQueueStorage.from_connection_string(through)
@@ -73,7 +64,7 @@ def test_a_report_rides_the_next_renewal_request(
     finally:
         finish.set()
         listener.stop(timeout_s=10)
-    updates = proxy.updates  # the handler returned: its message was deleted, not updated
+    updates = proxy.kept  # the handler returned: its message was deleted, not updated
     assert len(updates) == listener.visibility_renewals
     assert b"1 of 4 parts" in updates[0]
     assert all(b"1 of 4 parts" not in update for update in updates[1:])  # written once
