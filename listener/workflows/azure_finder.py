@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
 import structlog
@@ -143,8 +143,22 @@ class OnFirstUse:
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         return self._reachable().settle(group_id, member_id, outcome)
 
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        return self._reachable().settle_many(settlements)
+
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        return self._reachable().pass_on(group_id, member_id, step, count)
+
     def status(self, group_id: str) -> GroupStatus | None:
         return self._reachable().status(group_id)
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        return self._opened().pending_members(group_id, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        return self._opened().newest(limit)
 
     def owed(self) -> list[GroupStatus]:
         try:

@@ -29,6 +29,7 @@ group the account ever ran.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from cloudqueue.listener import errors
@@ -59,6 +60,7 @@ from cloudqueue.listener.workflows.group_ledger import (
     member_ids,
     member_index,
     open_group,
+    unsettled_ids,
 )
 from cloudqueue.listener.workflows.table_calls import (
     if_match,
@@ -140,9 +142,51 @@ class AzureGroupLedger:
                 return None  # settled before: a redelivery or a duplicate
         raise _contended(group_id)
 
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        """One transaction per settlement, in order (members of one shard could share one: not
+        built). A failure part way leaves the first recorded; retried, each is a duplicate, and
+        a completion it owed is found owed on the redelivery."""
+        return [self.settle(*settlement) for settlement in settlements]
+
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        raise GroupError(
+            f"group {group_id!r}: a chain step inside a group is not built on Azure yet "
+            "(its member would never settle): send the next step's items outside the group"
+        )
+
     def status(self, group_id: str) -> GroupStatus | None:
         head, shards = self._read_group(quoted_key(group_id))
         return None if head is None else status_of(head, shards)
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        """One query of the group's member rows (a command's read, not a worker's)."""
+        group = self.status(group_id)
+        if group is None or group.pending == 0:
+            return []
+        with table_call("read a group's members"):
+            settled = {
+                int(row["RowKey"])
+                for row in self._table.query_entities(
+                    "PartitionKey eq @group and RowKey ge @members",
+                    parameters={"group": quoted_key(group_id), "members": BEFORE_MEMBERS},
+                    select=["RowKey"],
+                )
+                if str(row["RowKey"]).isdigit()
+            }
+        return unsettled_ids(group.total, settled, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        """A scan of the table for group rows (billed per page it reads: a command's or the
+        dashboard's read, never a worker's), then each listed group's counts."""
+        with table_call("list groups"):
+            heads = list(
+                self._table.query_entities("RowKey eq @row", parameters={"row": GROUP_ROW})
+            )
+        heads.sort(key=lambda head: head["started"], reverse=True)
+        listed = (self.status(str(head["group"])) for head in heads[:limit])
+        return [group for group in listed if group is not None]
 
     def owed(self) -> list[GroupStatus]:
         with table_call("list owed groups"):

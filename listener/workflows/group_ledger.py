@@ -27,18 +27,24 @@ Stores:
   completes a shard updates the group row in the same transaction, and the one completing the
   last shard owes the completion there. ``add_members`` updates the group row and every shard in
   one transaction. One group sustains about 1,000 settlements per second on Azure's published
-  partition target (2,000 entities per second; a settlement writes 2). The protocol below holds
+  partition target (2,000 entities per second; a settlement writes 2). ``pass_on`` (a chain
+  step's items, ``cloudqueue.listener.workflows.chains``) is not built on Azure yet: a chained
+  member there is refused with a GroupError (planned: a row per member and step, ``RowKey``
+  ``chain:<member>:<step>``, with the group row's ``If-Match`` update of its total, in one
+  transaction). The protocol below holds
   nothing SQLite-specific: every step is a read-decide-write on one group's rows.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, Protocol
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.errors import CloudQueueError
 
 Settled = Literal["handled", "poisoned"]
@@ -66,6 +72,9 @@ class GroupStatus:
     on_complete: str
     """The queue its ``GroupDone`` goes to."""
     completion: Completion = "pending"
+    progress: tuple[HandlerProgress, ...] = ()
+    """Its running members' last progress reports, when the handle was given where to read them
+    (``GroupHandle(progress=...)``); the ledger itself keeps none."""
 
     @property
     def settled(self) -> int:
@@ -94,11 +103,31 @@ class GroupLedger(Protocol):
         """Count ``member_id`` settled, once: the final status when this call settled the last
         member (its completion now owed), else None (a duplicate, a stray id, members pending)."""
 
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        """``settle`` for each ``(group_id, member_id, outcome)``, in order, in one write where
+        the store can (memory, SQLite: all recorded or, raising, none; Azure: one transaction
+        each, so a raise may leave the first recorded -- retried, each is then a duplicate):
+        their answers in the same order."""
+
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        """The member ids of the ``count`` messages a chain step (``step``, its queue) sends on
+        for ``member_id``, which stays unsettled: the member's own id first, then ``count - 1``
+        members added. Once per member and step: a repeat (a redelivery) gets the same ids, and
+        GroupError when it asks for another count or the group is unknown or complete."""
+
     def status(self, group_id: str) -> GroupStatus | None:
         """The group as it stands; None when unknown."""
 
     def owed(self) -> list[GroupStatus]:
         """The complete groups whose ``GroupDone`` is not marked sent."""
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        """Up to ``limit`` ids of the group's members not settled yet, lowest first."""
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        """Up to ``limit`` groups, the most recently started first."""
 
     def mark_sent(self, group_id: str) -> None:
         """The group's ``GroupDone`` was published."""
@@ -120,6 +149,12 @@ def member_index(member_id: str, total: int) -> int | None:
     return index if index < total else None
 
 
+def unsettled_ids(total: int, settled: set[int], limit: int) -> list[str]:
+    """The ids of up to ``limit`` members of ``0 .. total - 1`` not in ``settled``, lowest first."""
+    unsettled = (str(index) for index in range(total) if index not in settled)
+    return [member for member, _ in zip(unsettled, range(limit), strict=False)]
+
+
 def check_count(count: int, what: str) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise GroupError(f"{what} must be at least 1 member, got {count!r}")
@@ -133,6 +168,7 @@ class InMemoryGroupLedger:
         self._clock = clock
         self._groups: dict[str, GroupStatus] = {}
         self._settled: dict[str, set[int]] = {}
+        self._passed: dict[tuple[str, str, str], list[str]] = {}
         self._lock = threading.Lock()
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
@@ -151,18 +187,39 @@ class InMemoryGroupLedger:
             self._groups[group_id] = replace(group, total=group.total + count)
             return member_ids(group.total, count)
 
-    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        check_count(count, "a chain step's items")
         with self._lock:
-            group = self._groups.get(group_id)
-            index = None if group is None else member_index(member_id, group.total)
-            if group is None or index is None or index in self._settled[group_id]:
-                return None
-            self._settled[group_id].add(index)
-            group = counted(group, outcome)
-            if group.pending == 0:
-                group = replace(group, ended=self._clock.now(), completion="owed")
-            self._groups[group_id] = group
-            return group if group.done else None
+            group = open_group(self._groups.get(group_id), group_id)
+            earlier = self._passed.get((group_id, member_id, step))
+            if earlier is not None:
+                return passed_again(earlier, count, group_id, member_id)
+            added = member_ids(group.total, count - 1)
+            self._groups[group_id] = replace(group, total=group.total + count - 1)
+            passed = self._passed[(group_id, member_id, step)] = [member_id, *added]
+            return passed
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        return self.settle_many([(group_id, member_id, outcome)])[0]
+
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        with self._lock:
+            return [self._settle(*settlement) for settlement in settlements]
+
+    def _settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        """One settlement, under the lock."""
+        group = self._groups.get(group_id)
+        index = None if group is None else member_index(member_id, group.total)
+        if group is None or index is None or index in self._settled[group_id]:
+            return None
+        self._settled[group_id].add(index)
+        group = counted(group, outcome)
+        if group.pending == 0:
+            group = replace(group, ended=self._clock.now(), completion="owed")
+        self._groups[group_id] = group
+        return group if group.done else None
 
     def status(self, group_id: str) -> GroupStatus | None:
         with self._lock:
@@ -171,6 +228,17 @@ class InMemoryGroupLedger:
     def owed(self) -> list[GroupStatus]:
         with self._lock:
             return [group for group in self._groups.values() if group.completion == "owed"]
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        with self._lock:
+            group, settled = self._groups.get(group_id), self._settled.get(group_id, set())
+            total = 0 if group is None else group.total
+            return unsettled_ids(total, settled, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        with self._lock:
+            groups = sorted(self._groups.values(), key=lambda group: group.started, reverse=True)
+            return groups[:limit]
 
     def mark_sent(self, group_id: str) -> None:
         with self._lock:
@@ -190,6 +258,16 @@ def counted(group: GroupStatus, outcome: Settled) -> GroupStatus:
     if outcome == "handled":
         return replace(group, handled=group.handled + 1)
     return replace(group, poisoned=group.poisoned + 1)
+
+
+def passed_again(earlier: list[str], count: int, group_id: str, member_id: str) -> list[str]:
+    """The ids a member's chain step was given before, when it asks for as many again."""
+    if len(earlier) != count:
+        raise GroupError(
+            f"member {member_id} of group {group_id!r} was passed on as {len(earlier)} "
+            f"items before and {count} now: a chain step must return the same on a redelivery"
+        )
+    return earlier
 
 
 def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
@@ -214,4 +292,6 @@ __all__ = [
     "member_ids",
     "member_index",
     "open_group",
+    "passed_again",
+    "unsettled_ids",
 ]

@@ -13,6 +13,7 @@ import click
 
 from cloudqueue.listener.imports import import_extra
 from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
 from cloudqueue.workers.host.partitioning import LayoutViews
 
@@ -59,7 +60,7 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
 
     from cloudqueue.workers.dashboard.access import Access, chosen_token, is_loopback
     from cloudqueue.workers.dashboard.app import create_app
-    from cloudqueue.workers.views.sampler import Sampler
+    from cloudqueue.workers.views.sampler import GROUPS_EVERY_S, Sampler
 
     settings = current_settings()
     configured = settings.dashboard.token
@@ -75,6 +76,8 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
             policy=settings.scaling_policy(),
             interval_s=interval_s,
             view_of=views.view,
+            groups=group_ledger_for(storage),
+            groups_every_s=GROUPS_EVERY_S if where.startswith("azure") else 0.0,
         )
         app = create_app(sampler, Access(token=token, loopback_only=is_loopback(host)))
         address = f"http://{_url_host(host)}:{port}/"

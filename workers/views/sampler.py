@@ -7,7 +7,9 @@ status``'s snapshot (``cloudqueue.workers.views.snapshot``: depths, and the work
 state with their rates since the previous refresh, and one peek for the visible / in-flight split
 and the oldest message's age) plus what a dashboard adds: the target thread count and the poison
 queue's latest records. It costs three storage transactions a queue (two counts and the peek), and
-one more while the poison queue holds messages (a peek for its latest records).
+one more while the poison queue holds messages (a peek for its latest records). Given the store's
+group ledger, a refresh also reads the newest groups (on Azure at most every ``GROUPS_EVERY_S``)
+(``cloudqueue.workers.views.groups``).
 
 Queues watched: those named at start, and those any running worker publishes its state for.
 """
@@ -30,8 +32,10 @@ from cloudqueue.listener.poison.queue import browse_poisoned
 from cloudqueue.listener.redaction import redact
 from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.workers.host.live_state import running_queue_names, utc_now
 from cloudqueue.workers.views.fleet import WorkerView
+from cloudqueue.workers.views.groups import dashboard_rows
 from cloudqueue.workers.views.poison import poison_summary
 from cloudqueue.workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
 
@@ -40,6 +44,11 @@ HISTORY_S = 300.0
 
 LATEST_POISONED = 10
 """How many poison records the dashboard lists (a peek: changes nothing)."""
+
+GROUPS_EVERY_S = 10.0
+"""Groups on Azure are read at most this often: listing them scans the groups table (a
+transaction per page), which a refresh every second would make a cost of its own. (In an
+embedded store they cost nothing and are read at every refresh.)"""
 
 COST_FIELDS = ("storage_transactions_per_hour", "projected_cost_per_month_usd")
 """Cost meter values a worker may publish per queue; summed over workers when present."""
@@ -70,6 +79,8 @@ class Sampler:
         interval_s: float = 1.0,
         now: Callable[[], datetime] = utc_now,
         view_of: Callable[[str], QueueStorage] | None = None,
+        groups: GroupLedger | None = None,
+        groups_every_s: float = 0.0,
     ) -> None:
         self.storage = storage
         # How a queue is read: as its partitions when it is partitioned (LayoutViews.view).
@@ -79,6 +90,10 @@ class Sampler:
         self.where = where
         self.policy = policy
         self.interval_s = interval_s
+        self.groups = groups
+        self.groups_every_s = groups_every_s
+        self._group_rows: list[dict[str, Any]] = []
+        self._groups_at: datetime | None = None
         self._now = now
         self._watched: dict[str, _Watched] = {}
         self._lock = threading.Lock()
@@ -129,6 +144,23 @@ class Sampler:
                     state = {"queue": queue, "error": f"not sampled: {redact(str(error))}"}
                 with self._lock:
                     watched.state = state
+            self._sample_groups()
+
+    def _sample_groups(self) -> None:
+        now = self._now()
+        if self.groups is None or (
+            self._groups_at is not None
+            and (now - self._groups_at).total_seconds() < self.groups_every_s
+        ):
+            return
+        self._groups_at = now
+        try:
+            rows = dashboard_rows(self.groups, self._now())
+        except Exception as error:  # the queues' numbers stay worth showing without groups
+            log.exception("dashboard_sample_failed", groups=True)
+            rows = [{"error": f"groups not sampled: {redact(str(error))}"}]
+        with self._lock:
+            self._group_rows = rows
 
     def _sample_queue(self, queue: str, watched: _Watched) -> dict[str, Any]:
         at = self._now()
@@ -211,12 +243,14 @@ class Sampler:
                 for watched in self._watched.values()
                 if watched.state
             ]
+            groups = list(self._group_rows)
         return {
             "at": self._now().isoformat(),
             "storage": self.where,
             "interval_s": self.interval_s,
             "history_s": HISTORY_S,
             "queues": queues,
+            "groups": groups,
         }
 
 
@@ -263,4 +297,4 @@ def _columns(history: Iterable[dict[str, Any]]) -> dict[str, Any]:
     return columns
 
 
-__all__ = ["HISTORY_S", "Sampler", "running_queue_names"]
+__all__ = ["GROUPS_EVERY_S", "HISTORY_S", "Sampler", "running_queue_names"]
