@@ -1,6 +1,6 @@
 """A command imports what it uses: ``--version`` and ``--help`` import no command; ``enqueue``
 and the other commands that only read settings and storage none of the host, the consumer,
-Redis, the Azure SDK or prometheus.
+Redis, the Azure SDK or prometheus; ``run`` no Redis client unless the settings name a Redis.
 
 What a process imported is read from ``PYTHONPROFILEIMPORTTIME`` (every module, once, on stderr),
 so these tests hold the structure, not a speed; ``tests/benchmarks/bench_cli_start.py`` measures
@@ -10,6 +10,8 @@ the time.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -100,6 +102,20 @@ def test_commands_that_read_storage_or_settings_import_no_worker_side(
     output, modules = imported_by(*args, env=env)
     assert shown in output
     assert among(modules, NOT_FOR_ENQUEUE) == []
+
+
+def test_run_imports_the_redis_client_only_when_settings_name_a_redis() -> None:
+    """Every ``cloudqueue run`` (and each ``--processes`` child) imports the run command and the
+    host; the Redis client (with the telemetry it imports) waits for triggers or limits URLs."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import cloudqueue.workers.cli.run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
+    assert "cloudqueue.workers.host.host" in modules
+    assert among(modules, ("redis", "opentelemetry")) == []
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
