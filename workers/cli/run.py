@@ -29,7 +29,6 @@ from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.host.partitioning import check_layouts, worker_queues
 from cloudqueue.workers.logging import configure_logging
-from cloudqueue.workers.observability.multiprocess import SupervisorEndpoint
 from cloudqueue.workers.progress import ConsoleStream, LiveProgress, shows_progress
 from cloudqueue.workers.settings import CloudQueueSettings
 
@@ -164,6 +163,9 @@ def _supervise(settings: CloudQueueSettings, command: list[str], processes: int)
     port = settings.observability.metrics_port
     if port is None:
         return Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run()
+    # Imported here: prometheus_client only when metrics are on.
+    from cloudqueue.workers.observability.multiprocess import SupervisorEndpoint
+
     endpoint = SupervisorEndpoint(settings.observability, port)
     supervisor = Supervisor(
         command,

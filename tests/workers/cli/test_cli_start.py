@@ -1,6 +1,6 @@
 """A command imports what it uses: ``--version`` and ``--help`` import no command; ``enqueue``
 and the other commands that only read settings and storage none of the host, the consumer,
-Redis, the Azure SDK or prometheus; ``run`` no Redis client unless the settings name a Redis.
+Redis, the Azure SDK or prometheus; ``run`` neither Redis nor prometheus unless settings ask.
 
 What a process imported is read from ``PYTHONPROFILEIMPORTTIME`` (every module, once, on stderr),
 so these tests hold the structure, not a speed; ``tests/benchmarks/bench_cli_start.py`` measures
@@ -104,9 +104,10 @@ def test_commands_that_read_storage_or_settings_import_no_worker_side(
     assert among(modules, NOT_FOR_ENQUEUE) == []
 
 
-def test_run_imports_the_redis_client_only_when_settings_name_a_redis() -> None:
+def test_run_imports_redis_and_prometheus_only_when_the_settings_ask_for_them() -> None:
     """Every ``cloudqueue run`` (and each ``--processes`` child) imports the run command and the
-    host; the Redis client (with the telemetry it imports) waits for triggers or limits URLs."""
+    host; the Redis client (with the telemetry it imports) waits for triggers or limits URLs, and
+    prometheus_client for a metrics port."""
     done = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", "import cloudqueue.workers.cli.run"],
         capture_output=True,
@@ -115,7 +116,7 @@ def test_run_imports_the_redis_client_only_when_settings_name_a_redis() -> None:
     )
     modules = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
     assert "cloudqueue.workers.host.host" in modules
-    assert among(modules, ("redis", "opentelemetry")) == []
+    assert among(modules, ("redis", "opentelemetry", "prometheus_client")) == []
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
