@@ -23,6 +23,7 @@ if TYPE_CHECKING:
         QueueWorkDetected,
         Scaled,
     )
+    from cloudqueue.listener.consumer.handler_progress import HandlerProgress
     from cloudqueue.listener.consumer.listener import CloudQueueListener, CloudQueueListenerInfo
     from cloudqueue.listener.consumer.middleware import (
         CallNext,
@@ -103,9 +104,11 @@ if TYPE_CHECKING:
         QueueStorage,
     )
     from cloudqueue.listener.wire.codec import Codec, MessageCodec
+    from cloudqueue.listener.wire.handler_notes import CheckpointError
     from cloudqueue.listener.wire.limits import DecodingLimits
     from cloudqueue.listener.workflows.group_done import GroupDone
     from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
+    from cloudqueue.listener.workflows.result_handle import ResultHandle
     from cloudqueue.listener.workflows.sending import GroupHandle
 
 __all__ = [
@@ -114,6 +117,7 @@ __all__ = [
     "BatchFailed",
     "BatchProcessed",
     "CallNext",
+    "CheckpointError",
     "Clock",
     "CloudQueueError",
     "CloudQueueListener",
@@ -133,6 +137,7 @@ __all__ = [
     "GroupError",
     "GroupHandle",
     "GroupStatus",
+    "HandlerProgress",
     "InMemoryPayloadStore",
     "InMemoryQueueStorage",
     "InProcessTriggerChannel",
@@ -173,6 +178,7 @@ __all__ = [
     "RedisKeyGate",
     "RedisRateLimiter",
     "RedisTriggerChannel",
+    "ResultHandle",
     "Retry",
     "RetryLater",
     "RetryPolicy",
@@ -211,6 +217,7 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
         {
             "cloudqueue.listener.clock": ("Clock", "EventSleeper", "Sleeper", "SystemClock"),
             "cloudqueue.listener.consumer.current": ("MessageEnvelope", "current_envelope"),
+            "cloudqueue.listener.consumer.handler_progress": ("HandlerProgress",),
             "cloudqueue.listener.consumer.events": (
                 "BatchProcessed",
                 "ListenerStarted",
@@ -276,7 +283,9 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
             "cloudqueue.listener.producer.publisher": ("Publisher",),
             "cloudqueue.listener.workflows.group_done": ("GroupDone",),
             "cloudqueue.listener.workflows.group_ledger": ("GroupError", "GroupStatus"),
+            "cloudqueue.listener.workflows.result_handle": ("ResultHandle",),
             "cloudqueue.listener.workflows.sending": ("GroupHandle",),
+            "cloudqueue.listener.wire.handler_notes": ("CheckpointError",),
             "cloudqueue.listener.push.redis_triggers": ("RedisTriggerChannel",),
             "cloudqueue.listener.push.triggers": (
                 "InProcessTriggerChannel",

@@ -14,9 +14,10 @@ from cloudqueue.listener.exports import lazy_exports
 
 if TYPE_CHECKING:
     from cloudqueue.workers.api.periodic_job import PeriodicJob
+    from cloudqueue.workers.api.sending import close_senders
     from cloudqueue.workers.api.worker import QueueWorker, load_worker
     from cloudqueue.workers.host.host import WorkerHost
-    from cloudqueue.workers.host.sending import close_senders
+    from cloudqueue.workers.host.live_progress import group_progress_source, running_progress
     from cloudqueue.workers.logging import configure_logging
     from cloudqueue.workers.progress import ConsoleStream, LiveProgress
     from cloudqueue.workers.settings import (
@@ -40,9 +41,11 @@ __all__ = [
     "WorkerHost",
     "close_senders",
     "configure_logging",
+    "group_progress_source",
     "load_settings",
     "load_worker",
     "open_storage_from_settings",
+    "running_progress",
 ]
 
 if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an error
@@ -52,7 +55,8 @@ if not TYPE_CHECKING:  # mypy reads the imports above; a missing name stays an e
             "cloudqueue.workers.api.periodic_job": ("PeriodicJob",),
             "cloudqueue.workers.api.worker": ("QueueWorker", "load_worker"),
             "cloudqueue.workers.host.host": ("WorkerHost",),
-            "cloudqueue.workers.host.sending": ("close_senders",),
+            "cloudqueue.workers.host.live_progress": ("group_progress_source", "running_progress"),
+            "cloudqueue.workers.api.sending": ("close_senders",),
             "cloudqueue.workers.logging": ("configure_logging",),
             "cloudqueue.workers.progress": ("ConsoleStream", "LiveProgress"),
             "cloudqueue.workers.settings": (

@@ -2,9 +2,10 @@
 
 Opens sample accounts, enqueues one close-account intent per account, and starts a worker that
 kills itself (SIGKILL) right after its first completed step. A second worker is started at once;
-the intents reappear after the visibility timeout and it resumes every job at its first
-unfinished step. Prints each job's progress, then checks that every step's effect happened
-exactly once. ``--no-crash`` skips the crash. Exit code 0 when the check passes.
+the intents reappear after the visibility timeout, each carrying its checkpoint, and it resumes
+every job at its first unfinished step. Prints the running jobs' progress as ``cloudqueue status``
+reads it (the worker's live state), then checks that every step's effect happened exactly once.
+``--no-crash`` skips the crash. Exit code 0 when the check passes.
 """
 
 from __future__ import annotations
@@ -16,15 +17,15 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from pathlib import Path
 
 from cloudqueue import CloudQueueSettings, Publisher
 from cloudqueue.listener import QueueStorage
-from cloudqueue.workers import open_storage_from_settings
+from cloudqueue.workers import open_storage_from_settings, running_progress
 from examples.processes import spawn_worker, stop_worker
 from examples.resumable.accounts import AccountsDb
-from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path, open_state_store
+from examples.resumable.config import CRASH_AFTER_ENV, QUEUE, accounts_path
 from examples.resumable.intent import STEPS, CloseAccount
-from examples.resumable.state import StateStore
 
 WORKER = "examples.resumable.worker:CloseAccountWorker"
 VISIBILITY_ENV = "CLOUDQUEUE_LISTENER__VISIBILITY_TIMEOUT_S"
@@ -45,21 +46,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     settings = CloudQueueSettings()
-    connection = settings.connection_string_value()
     storage = open_storage_from_settings(settings)
     print(f"queue: {storage!r}; accounts: {accounts_path().resolve()}")  # the repr holds no secret
-    states = open_state_store(connection)
     accounts = AccountsDb(accounts_path())
     try:
         intents = enqueue_intents(storage, accounts, args)
-        done = run_workers(storage, states, intents, crash=not args.no_crash, args=args)
+        done = run_workers(storage, settings.state_dir, crash=not args.no_crash, args=args)
         if not done:
             print(f"the jobs did not finish within {args.timeout_s:.0f} s", file=sys.stderr)
             return 1
         return report(accounts, intents, args)
     finally:
         accounts.close()
-        states.close()
         storage.close()
 
 
@@ -83,12 +81,7 @@ def enqueue_intents(
 
 
 def run_workers(
-    storage: QueueStorage,
-    states: StateStore,
-    intents: list[CloseAccount],
-    *,
-    crash: bool,
-    args: argparse.Namespace,
+    storage: QueueStorage, state_dir: Path, *, crash: bool, args: argparse.Namespace
 ) -> bool:
     """Run the worker (crashing the first one, if asked) until every job is done."""
     env = {VISIBILITY_ENV: DEMO_VISIBILITY_TIMEOUT_S, **os.environ}
@@ -106,25 +99,21 @@ def run_workers(
     worker = spawn_worker(WORKER, env=env)
     try:
         while time.monotonic() - started < args.timeout_s:
-            finished = print_progress(states, intents, time.monotonic() - started)
             # Deleted only after the last step: an empty queue means every intent is settled.
-            if finished and storage.approximate_message_count(QUEUE) == 0:
+            if storage.approximate_message_count(QUEUE) == 0:
                 return True
+            print_progress(state_dir, time.monotonic() - started)
             time.sleep(PROGRESS_INTERVAL_S)  # a progress display, not a test's wait
         return False
     finally:
         stop_worker(worker)
 
 
-def print_progress(states: StateStore, intents: list[CloseAccount], elapsed_s: float) -> bool:
-    """One line of every job's progress; True when all steps of all jobs are recorded done."""
-    counts = []
-    for intent in intents:
-        current = states.load(intent.job_id)
-        counts.append(0 if current is None else len(current.state.completed_steps))
-    shown = "  ".join(f"{i.job_id}: {n}/{len(STEPS)}" for i, n in zip(intents, counts, strict=True))
-    print(f"[{elapsed_s:5.1f} s] steps done  {shown}", flush=True)
-    return all(n == len(STEPS) for n in counts)
+def print_progress(state_dir: Path, elapsed_s: float) -> None:
+    """One line: the running jobs' last progress reports, from the workers' live state."""
+    reports = sorted(running_progress(state_dir), key=lambda report: report.detail)
+    shown = "  ".join(f"{r.detail} ({r.fraction:.0%})" for r in reports) or "none running"
+    print(f"[{elapsed_s:5.1f} s] jobs  {shown}", flush=True)
 
 
 def report(accounts: AccountsDb, intents: list[CloseAccount], args: argparse.Namespace) -> int:

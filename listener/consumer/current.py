@@ -3,15 +3,25 @@
 Observers receive plain items; a handler that needs the message id, dequeue count or insertion
 time calls ``current_envelope()``. It is a context variable set by the dequeue thread around each
 delivery, so it is correct for whichever thread calls the observer, and unset everywhere else.
+
+The envelope is also how a handler writes to its message while it runs: ``progress(fraction,
+detail)``, ``save_checkpoint(state)``, and ``checkpoint``, the state a redelivery resumes from
+(``cloudqueue.listener.consumer.reporting``). They sit on the envelope rather than beside it
+because the envelope is the one per-message thing a handler already reaches, from any thread it
+handles on.
 """
 
 from __future__ import annotations
 
 from contextvars import ContextVar
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from cloudqueue.listener.stores.storage import QueueMessage
+
+if TYPE_CHECKING:
+    from cloudqueue.listener.consumer.reporting import HeldMessage
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,9 +38,17 @@ class MessageEnvelope:
     key: str | None = None
     """The message's key (``cloudqueue.listener.wire.keys``), carried or the worker's; None without
     one."""
+    held: HeldMessage | None = field(default=None, compare=False, repr=False)
+    """What the handler may write to its message (None where no listener delivers it)."""
 
     @classmethod
-    def of(cls, queue_name: str, message: QueueMessage, key: str | None = None) -> MessageEnvelope:
+    def of(
+        cls,
+        queue_name: str,
+        message: QueueMessage,
+        key: str | None = None,
+        held: HeldMessage | None = None,
+    ) -> MessageEnvelope:
         return cls(
             queue_name=queue_name,
             message_id=message.id,
@@ -39,14 +57,36 @@ class MessageEnvelope:
             expires_on=message.expires_on,
             content_chars=len(message.content),
             key=key,
+            held=held,
         )
 
+    @property
+    def checkpoint(self) -> Any:
+        """The state last saved with ``save_checkpoint`` for this message, by this delivery or
+        an earlier one (which a kill, crash or failure ended); None when there is none."""
+        return None if self.held is None else self.held.checkpoint
 
-_current: ContextVar[tuple[str, QueueMessage, str | None] | None] = ContextVar(
-    "cloudqueue_envelope", default=None
-)
-"""The queue, message and key being delivered: the envelope is made only when a handler asks
-for it (most never do, and the delivery of every message sets this)."""
+    def save_checkpoint(self, state: object) -> None:
+        """Save ``state``, a small JSON value, for a redelivery of this message to resume from:
+        stored when this returns (one update-message call, which also renews the visibility).
+        CheckpointError when it is not JSON, over the limit, or the message is a batch."""
+        if self.held is None:
+            raise LookupError("save_checkpoint() needs a message a listener is handling")
+        self.held.save_checkpoint(state)
+
+    def progress(self, fraction: float, detail: str = "") -> None:
+        """Report how far the handler is (0 to 1) and what it does: shown by ``cloudqueue
+        status`` and a group's status, and written into the message with its next visibility
+        renewal, at no transaction of its own. ValueError for a fraction outside 0..1."""
+        if self.held is not None:
+            self.held.progress(fraction, detail)
+
+
+_Delivery = tuple[str, QueueMessage, str | None, "HeldMessage | None"]
+
+_current: ContextVar[_Delivery | None] = ContextVar("cloudqueue_envelope", default=None)
+"""The queue, message, key and held message being delivered: the envelope is made only when a
+handler asks for it (most never do, and the delivery of every message sets this)."""
 
 
 def current_envelope() -> MessageEnvelope:
@@ -65,7 +105,11 @@ def current_message() -> QueueMessage | None:
 
 
 def set_current_message(
-    queue_name: str | None, message: QueueMessage | None = None, key: str | None = None
+    queue_name: str | None,
+    message: QueueMessage | None = None,
+    key: str | None = None,
+    held: HeldMessage | None = None,
 ) -> None:
     """Set by the thread that delivers a message, around its delivery (internal)."""
-    _current.set(None if queue_name is None or message is None else (queue_name, message, key))
+    delivery = None if queue_name is None or message is None else (queue_name, message, key, held)
+    _current.set(delivery)

@@ -57,4 +57,15 @@ def retire(store: PayloadStore | None, name: str) -> None:
         log.exception("payload_retire_failed_unexpectedly", payload=name)
 
 
-__all__ = ["delete", "retire", "set_visibility"]
+def forget(store: PayloadStore | None, name: str) -> None:
+    """Remove a deleted message's stored checkpoint; log, never raise (left, it is only clutter
+    for the payload store's clean-up: no other message names it)."""
+    if store is None:  # pragma: no cover - the checkpoint was stored through this store
+        return
+    try:
+        store.delete(name)
+    except StorageError as failure:
+        log.warning("checkpoint_payload_not_removed", payload=name, error=str(failure))
+
+
+__all__ = ["delete", "forget", "retire", "set_visibility"]

@@ -10,6 +10,11 @@ else owns it, and renewing would only fail again.
 
 The settling thread and the renewer share each lease's lock, so a delete never races a renewal
 with a stale receipt.
+
+A renewal also carries what the handler wrote into its message since the last one (its progress:
+``Lease.pending_content``), in the same update-message call, so reporting costs no transaction
+of its own; a checkpoint is written at once (``LeaseKeeper.rewrite``), and that call renews too
+(``cloudqueue.listener.consumer.reporting``).
 """
 
 from __future__ import annotations
@@ -21,7 +26,8 @@ from dataclasses import dataclass, field
 import structlog
 
 from cloudqueue.listener.clock import Clock
-from cloudqueue.listener.errors import MessageNotFoundError, StorageError
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
+from cloudqueue.listener.errors import MessageNotFoundError, MessageTooLargeError, StorageError
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 log = structlog.get_logger(__name__)
@@ -53,6 +59,13 @@ class Lease:
     parked: bool = False
     """True while a middleware deferred it (``cloudqueue.listener.consumer.deferrals``): still
     held."""
+    progress: HandlerProgress | None = None
+    """What its handler last reported (published with the host's live state)."""
+    pending_content: str | None = None
+    """The message's new text, written with its next renewal (a progress report)."""
+    checkpoint_payload: str | None = None
+    """The stored payload holding its handler's checkpoint, if it outgrew the message: removed
+    once the message is deleted."""
 
     def settle(self, action: Callable[[str], None]) -> None:
         """Run ``action(current_pop_receipt)`` and end the lease, with no renewal in between."""
@@ -106,6 +119,22 @@ class LeaseKeeper:
             if self._leases.get(lease.message.id) is lease:
                 del self._leases[lease.message.id]
 
+    def rewrite(self, lease: Lease, content: str) -> None:
+        """Write ``content`` as the message's text now, renewing its visibility in the same call
+        (a checkpoint); raises MessageNotFoundError when the message is no longer held, and what
+        storage raises."""
+        with lease.lock:
+            if not lease.live:
+                raise MessageNotFoundError(
+                    f"message {lease.message.id} is no longer held: its checkpoint was not saved"
+                )
+            self._update(lease, content)
+
+    def progress_reports(self) -> list[HandlerProgress]:
+        """The last progress report of each held message that has one."""
+        with self._lock:
+            return [lease.progress for lease in self._leases.values() if lease.progress]
+
     def close(self) -> None:
         """Stop the renewer thread (call after the dequeue threads have exited)."""
         self._stop.set()
@@ -153,12 +182,7 @@ class LeaseKeeper:
             if not lease.live:
                 return
             try:
-                lease.pop_receipt = self.storage.update_visibility(
-                    self.queue_name,
-                    lease.message.id,
-                    lease.pop_receipt,
-                    self.visibility_timeout_s,
-                )
+                self._update(lease, lease.pending_content)
             except MessageNotFoundError as failure:
                 lease.live, lease.lost = False, True
                 log.warning(
@@ -168,11 +192,29 @@ class LeaseKeeper:
                     reason=type(failure).__name__,
                 )
                 return
+            except MessageTooLargeError:
+                # The reports are sized to fit; should one not, renew without it at once rather
+                # than let the message reappear (the report still shows in status).
+                lease.pending_content, lease.renew_at = None, self.clock.monotonic()
+                log.warning("progress_not_written", queue=self.queue_name, reason="too_large")
+                return
             except StorageError as failure:
                 # Try again soon: the message stays hidden until its current timeout ends.
                 lease.renew_at = self.clock.monotonic() + 1.0
                 log.warning("lease_renewal_delayed", queue=self.queue_name, error=str(failure))
                 return
-            lease.renew_at = self.clock.monotonic() + self.visibility_timeout_s * RENEW_AT_FRACTION
             self.renewals += 1
         log.debug("lease_renewed", queue=self.queue_name, message_id=lease.message.id)
+
+    def _update(self, lease: Lease, content: str | None) -> None:
+        """One update-message call (holding ``lease.lock``): visibility, and text if given."""
+        lease.pop_receipt = self.storage.update_visibility(
+            self.queue_name,
+            lease.message.id,
+            lease.pop_receipt,
+            self.visibility_timeout_s,
+            content=content,
+        )
+        if content is not None:
+            lease.pending_content = None  # written: a checkpoint's text holds the progress too
+        lease.renew_at = self.clock.monotonic() + self.visibility_timeout_s * RENEW_AT_FRACTION

@@ -27,6 +27,7 @@ from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleepe
 from cloudqueue.listener.consumer.coroutines import LoopThread
 from cloudqueue.listener.consumer.dequeue import DequeueLoop
 from cloudqueue.listener.consumer.events import ListenerStarted, ListenerStopped
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.loop_parts import Inputs, LoopSettings, assemble
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad, PoolControl
@@ -305,6 +306,11 @@ class CloudQueueListener(Observable[T]):
     def visibility_renewals(self) -> int:
         """How many times a held message's visibility was extended so far."""
         return self._parts.leases.renewals
+
+    def progress_reports(self) -> list[HandlerProgress]:
+        """The last progress report of each message its handlers hold now (in memory: the host
+        publishes them with its live state)."""
+        return self._parts.leases.progress_reports()
 
     @property
     def stopped(self) -> bool:

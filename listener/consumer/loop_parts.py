@@ -186,6 +186,7 @@ def assemble(
         key_of=inputs.key_of,
         deferrals=deferrals,
     )
+    processor.leases = leases
     time_limits = None
     if inputs.settings.time_limit_s > 0:
 

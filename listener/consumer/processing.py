@@ -38,8 +38,9 @@ from cloudqueue.listener.consumer.current import set_current_message
 from cloudqueue.listener.consumer.deferrals import Deferrals
 from cloudqueue.listener.consumer.hops import DelayHops
 from cloudqueue.listener.consumer.item_failures import ItemFailure, describe_errors, label
-from cloudqueue.listener.consumer.leases import Lease
+from cloudqueue.listener.consumer.leases import Lease, LeaseKeeper
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, Resume
+from cloudqueue.listener.consumer.reporting import HeldMessage
 from cloudqueue.listener.consumer.settlement import Settlement
 from cloudqueue.listener.consumer.stack import MiddlewareStack
 from cloudqueue.listener.consumer.subscribers import Subscribers
@@ -126,6 +127,8 @@ class MessageProcessor(Generic[T]):
         (``cloudqueue.listener.consumer.time_limits``)."""
         self.key_of = key_of
         self.deferrals = deferrals
+        self.leases: LeaseKeeper | None = None
+        """Writes what a handler reports to its message (``current_envelope().progress``)."""
 
     def process(self, lease: Lease) -> None:
         """Read, decode, hand through the middleware to every observer, and settle the message.
@@ -279,7 +282,9 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, lease: Lease, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer (under the time limit, if any)."""
-        set_current_message(context.queue_name, context.message, context.key)
+        set_current_message(
+            context.queue_name, context.message, context.key, self._held(lease, context)
+        )
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             if self.time_limits is None:
@@ -290,6 +295,20 @@ class MessageProcessor(Generic[T]):
             set_current_message(None)
             if self.record_handler_time is not None:
                 self.record_handler_time(1, self.clock.monotonic() - started)
+
+    def _held(self, lease: Lease, context: MessageContext[T]) -> HeldMessage | None:
+        """What the handler may write to its message (``consumer.reporting``)."""
+        if self.leases is None:
+            return None
+        return HeldMessage(
+            lease,
+            self.leases,
+            queue_name=context.queue_name,
+            envelope=context.envelope,
+            payload_store=self.payload_store,
+            key=context.key,
+            items=len(context.items),
+        )
 
     def _hand_over(self, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer; record the items any observer failed on."""

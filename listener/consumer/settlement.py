@@ -122,6 +122,8 @@ class Settlement:
             payload = context.payload_name
             if payload is not None and kind == "deleted":
                 lease_calls.retire(self.payload_store, payload)
+            if lease.checkpoint_payload is not None:
+                lease_calls.forget(self.payload_store, lease.checkpoint_payload)
         else:
             context.outcome = Outcome("left", "delete_failed")
         self.counters.message_processed(items)

@@ -20,6 +20,7 @@ PoisonReason = Literal[
     "max_dequeue_count_exceeded",
     "key_failed",
     "key_ledger_unavailable",
+    "chain_item_invalid",
 ]
 """Why a message was given up on: the ``reason`` of its poison record."""
 
@@ -46,6 +47,9 @@ POISON_REASONS: dict[PoisonReason, str] = {
     "delivery, so the message is poisoned on its first (the error says what was raised)",
     "key_ledger_unavailable": "the key's record (idempotency, cancel) could not be read from the "
     "queue's store on any of poison.max_dequeue_count deliveries",
+    "chain_item_invalid": "the handler of a worker with then returned what cannot go on: not an "
+    "item of the next worker's type (nor a list of them, nor None), or in a group another number "
+    "of items than on an earlier delivery; nothing was sent on (the error says which)",
 }
 """Every poison reason and what it means (the reference pages are generated from this)."""
 

@@ -39,25 +39,33 @@ def check_get_arguments(max_messages: int, visibility_timeout_s: int) -> None:
         )
 
 
-def check_update_arguments(visibility_timeout_s: int) -> None:
-    """Raise ValueError unless 0 <= timeout <= 7 days (0 makes the message visible at once)."""
+def check_update_arguments(visibility_timeout_s: int, content: str | None = None) -> None:
+    """Raise ValueError unless 0 <= timeout <= 7 days (0 makes the message visible at once), and
+    MessageTooLargeError for new ``content`` over the limit, as a put does."""
     if not 0 <= visibility_timeout_s <= MAX_VISIBILITY_TIMEOUT_S:
         raise ValueError(
             f"visibility_timeout_s must be 0..{MAX_VISIBILITY_TIMEOUT_S} on update, "
             f"got {visibility_timeout_s}"
         )
+    if content is not None:
+        check_message_size(content)
 
 
 def check_put_arguments(
     content: str, time_to_live_s: int | None, visibility_delay_s: int
 ) -> int | None:
     """Validate a put; return the effective time-to-live in seconds, None when it never expires."""
+    check_message_size(content)
+    return check_put_times(time_to_live_s, visibility_delay_s)
+
+
+def check_message_size(content: str) -> None:
+    """Raise MessageTooLargeError for text over the 64 KiB a message holds."""
     size = len(content.encode("utf-8"))
     if size > MAX_MESSAGE_BYTES:
         raise MessageTooLargeError(
             f"message of {size} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit"
         )
-    return check_put_times(time_to_live_s, visibility_delay_s)
 
 
 _METADATA_NAME = re.compile(r"^[a-z_][a-z0-9_]*$")

@@ -188,12 +188,18 @@ class AzureQueueStorage:
         return _to_message(sent)
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
-        check_update_arguments(visibility_timeout_s)
+        check_update_arguments(visibility_timeout_s, content)
         with translated("update_visibility", queue_name):
             updated = self._client(queue_name).update_message(
-                message_id, pop_receipt, visibility_timeout=visibility_timeout_s
+                message_id, pop_receipt, content=content, visibility_timeout=visibility_timeout_s
             )
         if not updated.pop_receipt:
             raise errors.StorageError(f"update_visibility on queue {queue_name!r}: no pop receipt")

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
@@ -45,6 +46,13 @@ class EmbeddedLedgers(Generic[L]):
         if isinstance(inner, SqliteQueueStorage):
             return self._sqlite(inner)
         return None
+
+    def required(self, storage: QueueStorage, refusal: str) -> L:
+        """``for_storage(storage)``; ConfigurationError saying ``refusal`` when there is none."""
+        ledger = self.for_storage(storage)
+        if ledger is None:
+            raise ConfigurationError(refusal)
+        return ledger
 
 
 def innermost_storage(storage: QueueStorage) -> QueueStorage:

@@ -67,13 +67,19 @@ class ForwardingStorage:
         )
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
         return self._call(
             queue_name,
             "update_visibility",
             lambda: self.inner.update_visibility(
-                queue_name, message_id, pop_receipt, visibility_timeout_s
+                queue_name, message_id, pop_receipt, visibility_timeout_s, content=content
             ),
         )
 

@@ -22,7 +22,6 @@ from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.stores.embedded_ledgers import EmbeddedLedgers
 from cloudqueue.listener.stores.key_records import (
     EMPTY,
-    SWEEP_INTERVAL_S,
     Decide,
     KeyLedger,
     KeyRecord,
@@ -30,6 +29,7 @@ from cloudqueue.listener.stores.key_records import (
     RecordKind,
 )
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.sqlite_tables import SqliteTables
 from cloudqueue.listener.stores.storage import QueueStorage
 
 _Ident = tuple[str, str, str]
@@ -107,18 +107,12 @@ _SCHEMA = (
 )
 
 
-class SqliteKeyLedger:
+class SqliteKeyLedger(SqliteTables):
     """A row per queue and key in the queues' SQLite file, changed in one write transaction."""
 
     def __init__(self, database: SqliteQueueStorage, *, owns: bool = False) -> None:
         """``owns``: close ``database`` with the ledger (it was opened for it)."""
-        self._database = database
-        self._clock = database.clock
-        self._owns = owns
-        self._next_sweep = 0.0
-        with database.transaction() as db:
-            for statement in _SCHEMA:
-                db.execute(statement)
+        super().__init__(database, _SCHEMA, owns=owns)
 
     def change(self, queue: str, kind: RecordKind, key: str, decide: Decide[R]) -> R:
         with self._database.transaction() as db:
@@ -136,15 +130,9 @@ class SqliteKeyLedger:
     def counts_by_queue(self) -> dict[str, int]:
         return {}  # no billed transactions
 
-    def close(self) -> None:
-        if self._owns:
-            self._database.close()
-
     def _sweep_if_due(self, db: Sqlite, now: datetime) -> None:
-        if self._clock.monotonic() < self._next_sweep:
-            return
-        self._next_sweep = self._clock.monotonic() + SWEEP_INTERVAL_S
-        db.execute("DELETE FROM message_keys WHERE expires_at <= ?", (now.timestamp(),))
+        if self._sweep_due():
+            db.execute("DELETE FROM message_keys WHERE expires_at <= ?", (now.timestamp(),))
 
     def __repr__(self) -> str:
         return f"SqliteKeyLedger({self._database!r})"

@@ -124,9 +124,15 @@ class InMemoryQueueStorage:
             return message
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
-        check_update_arguments(visibility_timeout_s)
+        check_update_arguments(visibility_timeout_s, content)
         with self._lock:
             now = self._clock.now()
             stored = self._queue(queue_name).get(message_id)
@@ -140,6 +146,7 @@ class InMemoryQueueStorage:
                 stored.message,
                 pop_receipt=new_pop_receipt(),
                 next_visible_on=now + timedelta(seconds=visibility_timeout_s),
+                content=stored.message.content if content is None else content,
             )
             return stored.message.pop_receipt
 

@@ -234,14 +234,20 @@ class PartitionedQueueStorage:
         return put if queue_name == partition.queue_name else _tagged(put, partition)
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
         found = self._message_home(queue_name, message_id)
         if found is None:
             raise MessageNotFoundError(f"message {message_id} is not in queue {queue_name}")
         partition, physical_id = found
         return partition.storage.update_visibility(
-            partition.queue_name, physical_id, pop_receipt, visibility_timeout_s
+            partition.queue_name, physical_id, pop_receipt, visibility_timeout_s, content=content
         )
 
     def approximate_message_count(self, queue_name: str) -> int:

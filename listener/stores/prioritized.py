@@ -107,11 +107,17 @@ class PrioritizedQueueStorage(ForwardingStorage):
         return self.inner.delete_message(queue_name, message_id, pop_receipt)
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
         queue_name, message_id = self._home(queue_name, message_id)
         return self.inner.update_visibility(
-            queue_name, message_id, pop_receipt, visibility_timeout_s
+            queue_name, message_id, pop_receipt, visibility_timeout_s, content=content
         )
 
     # -- choosing -----------------------------------------------------------------------------

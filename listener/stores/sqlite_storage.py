@@ -129,9 +129,15 @@ class SqliteQueueStorage:
         return to_message(row)
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
-        check_update_arguments(visibility_timeout_s)
+        check_update_arguments(visibility_timeout_s, content)
         new_receipt = new_pop_receipt()
         with self._transaction() as db:
             now = self._now()
@@ -148,8 +154,9 @@ class SqliteQueueStorage:
                     f"message {message_id} in queue {queue_name} was taken again by another get"
                 )
             db.execute(
-                "UPDATE messages SET pop_receipt = ?, next_visible_on = ? WHERE id = ?",
-                (new_receipt, now + visibility_timeout_s, message_id),
+                "UPDATE messages SET pop_receipt = ?, next_visible_on = ?,"
+                " content = coalesce(?, content) WHERE id = ?",
+                (new_receipt, now + visibility_timeout_s, content, message_id),
             )
         return new_receipt
 

@@ -110,9 +110,20 @@ class QueueStorage(Protocol):
         """Append a message, invisible for ``visibility_delay_s``; raises MessageTooLargeError."""
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
-        """Hide the message for ``visibility_timeout_s`` from now; return the new pop receipt."""
+        """Hide the message for ``visibility_timeout_s`` from now; return the new pop receipt.
+
+        With ``content``, replace the message's text in the same call (Azure's update-message
+        rewrites both in one request, one transaction): how a handler's progress and checkpoint
+        travel (``cloudqueue.listener.consumer.reporting``). Raises MessageTooLargeError as a
+        put does."""
 
     def approximate_message_count(self, queue_name: str) -> int:
         """The number of messages in the queue, visible or not (may lag a little on Azure)."""

@@ -32,7 +32,10 @@ still ran. Only for these does a crash in the instant between the poison move an
 leave the group one member short (``groups`` then shows it pending; the member is in the poison
 queue with its reason).
 
-A member is counted by its *first* recorded settlement: a member recorded handled whose delete
+A member a chain step passed on (``cloudqueue.listener.workflows.chains``: its handler's value went
+to the next step's queue with the membership) is not settled by that step: the chained message
+settles it, so the group completes after the chain's last step. A member is counted by its
+*first* recorded settlement: a member recorded handled whose delete
 then failed and whose redelivery is poisoned stays handled. Members added at run time
 (``add_members``) are added by their adding member's handler, before that member is recorded, so
 the group cannot complete between them. A ledger that cannot be reached leaves the member's
@@ -41,6 +44,7 @@ message to be retried (``group_ledger_unavailable``): it is never deleted unreco
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -56,6 +60,7 @@ from cloudqueue.listener.wire.packing import single_message
 from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
 from cloudqueue.listener.workflows.membership import Membership, membership_of
+from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
 log = structlog.get_logger(__name__)
@@ -65,17 +70,34 @@ UNAVAILABLE_RETRY_S = 5.0
 
 _CODEC = MessageCodec(GroupDone)
 
+PassedOn = Callable[[str], bool]
+"""Whether the member in the message of this id was passed on by a chain step."""
+
 
 class GroupCompletion(Middleware):
     """Records group members as they settle; the last one's listener sends the ``GroupDone``.
     Place it first in the middleware list: it must see every other middleware's decision."""
 
     def __init__(
-        self, ledger: GroupLedger, storage: QueueStorage, *, delivery: DeliveryPolicy
+        self,
+        ledger: GroupLedger,
+        storage: QueueStorage,
+        *,
+        delivery: DeliveryPolicy,
+        passed_on: PassedOn | None = None,
     ) -> None:
         self.ledger = ledger
         self.storage = storage
         self.delivery = delivery
+        self.settlements = SettleBatches(ledger)
+        self.announce: Callable[[str], None] = _nobody
+        """Called with the completion queue after each ``GroupDone`` is put: a host wakes its
+        own listeners of that queue and announces it on its trigger channel, so the completion
+        is picked up at once rather than after a poller's back-off (or, at zero threads, its
+        watchdog)."""
+        self.passed_on = passed_on
+        """Asked after the handling: True when a chain step passed the member on (its chained
+        message settles it, ``cloudqueue.listener.workflows.chains``)."""
 
     def on_start(self, event: ListenerStarted) -> None:
         """Publish the completions owed from before (a process that died after recording a
@@ -95,6 +117,8 @@ class GroupCompletion(Middleware):
             call_next()
             return
         call_next()
+        if self.passed_on is not None and self.passed_on(context.message_id):
+            return  # not settled yet: the chain's next message carries the membership on
         settled = settles_as(context, self.delivery)
         if settled is not None:
             self._record(context, member, settled, retry=True)
@@ -125,7 +149,7 @@ class GroupCompletion(Middleware):
         """Record the member; publish the completion when it was the last (or is still owed on
         a redelivery). When the ledger fails, ``retry`` the message rather than settle it."""
         try:
-            last = self.ledger.settle(member.group_id, member.member_id, settled)
+            last = self.settlements.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
                 last = self._owed(member.group_id)
         except StorageError as failure:
@@ -154,6 +178,10 @@ class GroupCompletion(Middleware):
             log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
             return False
         try:
+            self.announce(status.on_complete)
+        except Exception:  # a wake-up is an optimization: the pollers find the message anyway
+            log.exception("group_done_not_announced", group=status.group_id)
+        try:
             self.ledger.mark_sent(status.group_id)
         except StorageError as failure:  # sent again later: the copy is dropped by its key
             log.warning("group_done_not_marked", group=status.group_id, error=str(failure))
@@ -170,11 +198,19 @@ class GroupCompletion(Middleware):
         return f"GroupCompletion({self.ledger!r})"
 
 
-def group_completion_for(storage: QueueStorage, delivery: DeliveryPolicy) -> list[Middleware]:
+def _nobody(queue: str) -> None:
+    """No listener to wake (a completion sent outside a host)."""
+
+
+def group_completion_for(
+    storage: QueueStorage, delivery: DeliveryPolicy, *, passed_on: PassedOn | None = None
+) -> list[Middleware]:
     """The groups middleware for a listener on ``storage``: none where no group ledger goes
     with it (Azure, for now)."""
     ledger = group_ledger_for(storage)
-    return [] if ledger is None else [GroupCompletion(ledger, storage, delivery=delivery)]
+    if ledger is None:
+        return []
+    return [GroupCompletion(ledger, storage, delivery=delivery, passed_on=passed_on)]
 
 
 def overdue(context: MessageContext[Any], delivery: DeliveryPolicy) -> bool:
@@ -204,6 +240,7 @@ def settles_as(context: MessageContext[Any], delivery: DeliveryPolicy) -> Settle
 __all__ = [
     "UNAVAILABLE_RETRY_S",
     "GroupCompletion",
+    "PassedOn",
     "group_completion_for",
     "overdue",
     "settles_as",

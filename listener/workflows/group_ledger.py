@@ -21,7 +21,10 @@ Stores:
   poisoned, started, ended and the completion state; each member's row (``RowKey`` its member id)
   its outcome. ``settle`` is one entity-group transaction in the group's partition: *insert* the
   member's row (a 409 conflict means a duplicate: nothing changes) and *update* the group row with
-  ``If-Match`` its ETag (a 412 means another member settled meanwhile: read again, retry). Members
+  ``If-Match`` its ETag (a 412 means another member settled meanwhile: read again, retry).
+  ``pass_on`` (a chain step's items, ``cloudqueue.listener.workflows.chains``) inserts a row per
+  member and step (``RowKey`` ``chain:<member>:<step>``, holding the first member id it added and
+  the count) with the group row's ``If-Match`` update of its total, in one transaction. Members
   of one group settled together may share a transaction, up to its 100 entities. ``add_members``
   is an ``If-Match`` update of the group row. A group counter that would be one hot partition is
   sharded (``$group-0`` ... ``$group-k``, the member's shard by its id), the last settlement then
@@ -32,11 +35,13 @@ Stores:
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Literal, Protocol
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.errors import CloudQueueError
 
 Settled = Literal["handled", "poisoned"]
@@ -64,6 +69,9 @@ class GroupStatus:
     on_complete: str
     """The queue its ``GroupDone`` goes to."""
     completion: Completion = "pending"
+    progress: tuple[HandlerProgress, ...] = ()
+    """Its running members' last progress reports, when the handle was given where to read them
+    (``GroupHandle(progress=...)``); the ledger itself keeps none."""
 
     @property
     def settled(self) -> int:
@@ -92,11 +100,29 @@ class GroupLedger(Protocol):
         """Count ``member_id`` settled, once: the final status when this call settled the last
         member (its completion now owed), else None (a duplicate, a stray id, members pending)."""
 
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        """``settle`` for each ``(group_id, member_id, outcome)``, in order, in one write: its
+        answers in the same order. All are recorded, or (raising) none."""
+
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        """The member ids of the ``count`` messages a chain step (``step``, its queue) sends on
+        for ``member_id``, which stays unsettled: the member's own id first, then ``count - 1``
+        members added. Once per member and step: a repeat (a redelivery) gets the same ids, and
+        GroupError when it asks for another count or the group is unknown or complete."""
+
     def status(self, group_id: str) -> GroupStatus | None:
         """The group as it stands; None when unknown."""
 
     def owed(self) -> list[GroupStatus]:
         """The complete groups whose ``GroupDone`` is not marked sent."""
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        """Up to ``limit`` ids of the group's members not settled yet, lowest first."""
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        """Up to ``limit`` groups, the most recently started first."""
 
     def mark_sent(self, group_id: str) -> None:
         """The group's ``GroupDone`` was published."""
@@ -118,6 +144,12 @@ def member_index(member_id: str, total: int) -> int | None:
     return index if index < total else None
 
 
+def unsettled_ids(total: int, settled: set[int], limit: int) -> list[str]:
+    """The ids of up to ``limit`` members of ``0 .. total - 1`` not in ``settled``, lowest first."""
+    unsettled = (str(index) for index in range(total) if index not in settled)
+    return [member for member, _ in zip(unsettled, range(limit), strict=False)]
+
+
 def check_count(count: int, what: str) -> int:
     if isinstance(count, bool) or not isinstance(count, int) or count < 1:
         raise GroupError(f"{what} must be at least 1 member, got {count!r}")
@@ -131,6 +163,7 @@ class InMemoryGroupLedger:
         self._clock = clock
         self._groups: dict[str, GroupStatus] = {}
         self._settled: dict[str, set[int]] = {}
+        self._passed: dict[tuple[str, str, str], list[str]] = {}
         self._lock = threading.Lock()
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
@@ -149,18 +182,39 @@ class InMemoryGroupLedger:
             self._groups[group_id] = replace(group, total=group.total + count)
             return member_ids(group.total, count)
 
-    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        check_count(count, "a chain step's items")
         with self._lock:
-            group = self._groups.get(group_id)
-            index = None if group is None else member_index(member_id, group.total)
-            if group is None or index is None or index in self._settled[group_id]:
-                return None
-            self._settled[group_id].add(index)
-            group = counted(group, outcome)
-            if group.pending == 0:
-                group = replace(group, ended=self._clock.now(), completion="owed")
-            self._groups[group_id] = group
-            return group if group.done else None
+            group = open_group(self._groups.get(group_id), group_id)
+            earlier = self._passed.get((group_id, member_id, step))
+            if earlier is not None:
+                return passed_again(earlier, count, group_id, member_id)
+            added = member_ids(group.total, count - 1)
+            self._groups[group_id] = replace(group, total=group.total + count - 1)
+            passed = self._passed[(group_id, member_id, step)] = [member_id, *added]
+            return passed
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        return self.settle_many([(group_id, member_id, outcome)])[0]
+
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        with self._lock:
+            return [self._settle(*settlement) for settlement in settlements]
+
+    def _settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        """One settlement, under the lock."""
+        group = self._groups.get(group_id)
+        index = None if group is None else member_index(member_id, group.total)
+        if group is None or index is None or index in self._settled[group_id]:
+            return None
+        self._settled[group_id].add(index)
+        group = counted(group, outcome)
+        if group.pending == 0:
+            group = replace(group, ended=self._clock.now(), completion="owed")
+        self._groups[group_id] = group
+        return group if group.done else None
 
     def status(self, group_id: str) -> GroupStatus | None:
         with self._lock:
@@ -169,6 +223,17 @@ class InMemoryGroupLedger:
     def owed(self) -> list[GroupStatus]:
         with self._lock:
             return [group for group in self._groups.values() if group.completion == "owed"]
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        with self._lock:
+            group, settled = self._groups.get(group_id), self._settled.get(group_id, set())
+            total = 0 if group is None else group.total
+            return unsettled_ids(total, settled, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        with self._lock:
+            groups = sorted(self._groups.values(), key=lambda group: group.started, reverse=True)
+            return groups[:limit]
 
     def mark_sent(self, group_id: str) -> None:
         with self._lock:
@@ -188,6 +253,16 @@ def counted(group: GroupStatus, outcome: Settled) -> GroupStatus:
     if outcome == "handled":
         return replace(group, handled=group.handled + 1)
     return replace(group, poisoned=group.poisoned + 1)
+
+
+def passed_again(earlier: list[str], count: int, group_id: str, member_id: str) -> list[str]:
+    """The ids a member's chain step was given before, when it asks for as many again."""
+    if len(earlier) != count:
+        raise GroupError(
+            f"member {member_id} of group {group_id!r} was passed on as {len(earlier)} "
+            f"items before and {count} now: a chain step must return the same on a redelivery"
+        )
+    return earlier
 
 
 def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
@@ -212,4 +287,6 @@ __all__ = [
     "member_ids",
     "member_index",
     "open_group",
+    "passed_again",
+    "unsettled_ids",
 ]

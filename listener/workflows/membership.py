@@ -8,6 +8,7 @@ message without the fields (every message sent before groups existed) is simply 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from cloudqueue.listener.consumer.current import current_message
@@ -15,10 +16,12 @@ from cloudqueue.listener.errors import DecodeError, MessageTooLargeError
 from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
 from cloudqueue.listener.wire.envelope import Envelope, envelope_text, parse_envelope
 from cloudqueue.listener.wire.packing import message_bytes, single_message
+from cloudqueue.listener.workflows.group_ledger import GroupError
 
 GROUP_FIELD = "group"
 MEMBER_FIELD = "member"
 MAX_ID_CHARS = 64
+_GROUP_ID = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_ID_CHARS}}}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,6 +74,18 @@ def current_membership() -> Membership | None:
         return None
 
 
+def check_group_id(group_id: str) -> str:
+    """A group id a caller chose, refused unless it can travel in every member and name a row
+    in every store: 1-64 letters, digits, ``-``, ``_``, ``.`` or ``:`` (Azure's Table service
+    refuses ``/``, ``\\``, ``#``, ``?`` and control characters in keys)."""
+    if not isinstance(group_id, str) or _GROUP_ID.fullmatch(group_id) is None:
+        raise GroupError(
+            f"group_id must be 1-{MAX_ID_CHARS} letters, digits, '-', '_', '.' or ':', "
+            f"got {group_id!r:.80}"
+        )
+    return group_id
+
+
 def _is_id(value: object) -> bool:
     return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
 
@@ -79,6 +94,7 @@ __all__ = [
     "GROUP_FIELD",
     "MEMBER_FIELD",
     "Membership",
+    "check_group_id",
     "current_membership",
     "member_message",
     "membership_of",

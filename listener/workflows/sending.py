@@ -13,36 +13,68 @@ from __future__ import annotations
 
 import threading
 import uuid
-from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import replace
+from functools import partial
+from typing import Any, Protocol, TypeVar
 
 from cloudqueue.listener import tracing
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
-from cloudqueue.listener.producer.routing import key_of_item
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
+from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_of_item
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
-from cloudqueue.listener.stores.storage import validate_queue_name
+from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
+from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
 from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
 from cloudqueue.listener.workflows.membership import (
     Membership,
+    check_group_id,
     current_membership,
     member_message,
 )
+from cloudqueue.listener.workflows.result_store import ResultStore
+from cloudqueue.listener.workflows.result_stores import result_store_for
+from cloudqueue.listener.workflows.result_values import decode_result
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
-if TYPE_CHECKING:
-    from cloudqueue.listener.producer.publisher import Publisher
-
 T = TypeVar("T")
+
+
+class GroupPublisher(Protocol[T]):
+    """What sending members reads of a ``Publisher`` (``cloudqueue.listener.producer``), whose
+    ``send_group`` calls this module: a protocol, so that this module need not import it back."""
+
+    @property
+    def storage(self) -> QueueStorage: ...
+    @property
+    def codec(self) -> Codec[T]: ...
+    @property
+    def key(self) -> ItemKey[T] | None: ...
+    @property
+    def router(self) -> PartitionRouter[T]: ...
+    @property
+    def time_to_live_s(self) -> int | None: ...
+    @property
+    def clock(self) -> Clock: ...
+
 
 FIRST_POLL_S = 0.1
 LAST_POLL_S = 5.0
 """Waiting reads the group's status after 0.1 s, then twice as long each time, up to every 5 s:
 a long wait costs one read per 5 s, not one per 0.2 s."""
 
+ProgressSource = Callable[[str], Sequence[HandlerProgress]]
+"""A group's running members' progress reports, by group id: the running processes' live state
+(``cloudqueue.workers.host.live_progress.group_progress_source``), where they are kept."""
+
 
 class GroupHandle:
-    """A sent group: its ``id``, its ``status()``, and ``wait`` for its completion."""
+    """A sent group: its ``id``, its ``status()``, ``wait`` for its completion, and its
+    members' ``results()``.
+
+    Given ``progress``, where running handlers' reports are published, ``status()`` carries its
+    running members' last progress too."""
 
     def __init__(
         self,
@@ -51,18 +83,45 @@ class GroupHandle:
         *,
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
+        results: Callable[[], ResultStore | None] | None = None,
+        progress: ProgressSource | None = None,
     ) -> None:
+        """``results`` opens the store the members' results are kept in (at the first
+        ``results()``: a handle that never reads them opens nothing)."""
         self.id = group_id
         self.ledger = ledger
         self.clock = clock
         self.sleeper = sleeper
+        self.progress = progress
+        self._results = results
+
+    @classmethod
+    def of(
+        cls, group_id: str, storage: QueueStorage, *, clock: Clock = SYSTEM_CLOCK
+    ) -> GroupHandle:
+        """The handle of a group sent earlier on ``storage`` (an aggregating step's, given the
+        id by its ``GroupDone``)."""
+        ledger = required_group_ledger_of(storage)
+        return cls(group_id, ledger, clock=clock, results=partial(result_store_for, storage))
+
+    def results(self, as_type: object = None) -> Iterator[Any]:
+        """The results kept by the members' workers (``keep_results``), in key order: each an
+        ``as_type`` when that is a pydantic model, else its JSON value. Members that kept none
+        (or whose results expired) are not among them: compare with ``status()``'s counts."""
+        store = None if self._results is None else self._results()
+        if store is None:
+            raise GroupError(f"group {self.id!r}: no result store goes with its storage")
+        for _key, text in store.for_group(self.id):
+            yield decode_result(text, as_type)
 
     def status(self) -> GroupStatus:
-        """The group's counts now."""
+        """The group's counts now, with its running members' progress when it has a source."""
         status = self.ledger.status(self.id)
         if status is None:
             raise GroupError(f"no group {self.id!r}")
-        return status
+        if self.progress is None or status.done:
+            return status
+        return replace(status, progress=tuple(self.progress(self.id)))
 
     def wait(self, timeout_s: float) -> GroupStatus:
         """The group's status once every member settled; TimeoutError after ``timeout_s``.
@@ -87,7 +146,7 @@ class GroupHandle:
 
 
 def send_group(
-    publisher: Publisher[T],
+    publisher: GroupPublisher[T],
     items: Iterable[T],
     *,
     on_complete: object,
@@ -99,13 +158,16 @@ def send_group(
         raise GroupError("a group needs at least one member: got no items")
     queue = completion_queue(on_complete)
     ledger = required_group_ledger(publisher)
-    group = group_id or uuid.uuid4().hex
+    group = uuid.uuid4().hex if group_id is None else check_group_id(group_id)
     ledger.open(group, total=len(members), on_complete=queue)
     _put_members(publisher, group, members, numbered(0, len(members)))
-    return GroupHandle(group, ledger, clock=publisher.clock)
+    results = partial(result_store_for, publisher.storage)
+    return GroupHandle(group, ledger, clock=publisher.clock, results=results)
 
 
-def add_to_group(publisher: Publisher[T], items: Iterable[T], *, group_id: str | None) -> list[str]:
+def add_to_group(
+    publisher: GroupPublisher[T], items: Iterable[T], *, group_id: str | None
+) -> list[str]:
     """Add ``items`` as members of ``group_id`` (default: the group of the message being
     handled), before the adding member settles; their member ids."""
     members = list(items)
@@ -132,8 +194,12 @@ def completion_queue(on_complete: object) -> str:
         raise GroupError(f"on_complete: {error}") from None
 
 
-def required_group_ledger(publisher: Publisher[Any]) -> GroupLedger:
-    ledger = group_ledger_for(publisher.storage)
+def required_group_ledger(publisher: GroupPublisher[Any]) -> GroupLedger:
+    return required_group_ledger_of(publisher.storage)
+
+
+def required_group_ledger_of(storage: QueueStorage) -> GroupLedger:
+    ledger = group_ledger_for(storage)
     if ledger is None:
         raise GroupError(
             "groups are kept in the embedded stores (SQLite, memory) for now: "
@@ -143,7 +209,7 @@ def required_group_ledger(publisher: Publisher[Any]) -> GroupLedger:
 
 
 def _put_members(
-    publisher: Publisher[T], group_id: str, items: list[T], member_ids: list[str]
+    publisher: GroupPublisher[T], group_id: str, items: list[T], member_ids: list[str]
 ) -> None:
     ttl_s = NEVER_EXPIRES if publisher.time_to_live_s is None else publisher.time_to_live_s
     for item, member_id in zip(items, member_ids, strict=True):
@@ -160,6 +226,7 @@ __all__ = [
     "FIRST_POLL_S",
     "LAST_POLL_S",
     "GroupHandle",
+    "ProgressSource",
     "add_to_group",
     "completion_queue",
     "send_group",

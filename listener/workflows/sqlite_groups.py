@@ -1,10 +1,12 @@
 """The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
 
-Two tables beside the queues: ``message_groups`` (a row per group: its counts, times and
-completion state) and ``group_members`` (a row per settled member, primary key group and member:
-``INSERT OR IGNORE`` finds a duplicate). Each step is one ``BEGIN IMMEDIATE`` transaction on the
-store's own connection, so the member's mark, the count and the owed completion are written
-together or not at all: a process killed at any point leaves either the whole step or none.
+Three tables beside the queues: ``message_groups`` (a row per group: its counts, times and
+completion state), ``group_members`` (a row per settled member, primary key group and member:
+``INSERT OR IGNORE`` finds a duplicate) and ``group_chains`` (a row per member a chain step passed
+on, with the members it added for the step's items: a redelivery gets the same ids). Each step
+is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark, the
+count and the owed completion are written together or not at all: a process killed at any point
+leaves either the whole step or none.
 
 ``group_ledger_for`` finds the ledger that goes with an embedded storage object, as
 ``key_ledger_for`` does for keys: one per in-memory store, the tables of the SQLite file.
@@ -12,6 +14,7 @@ together or not at all: a process killed at any point leaves either the whole st
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from sqlite3 import Connection as Sqlite
 
@@ -28,6 +31,8 @@ from cloudqueue.listener.workflows.group_ledger import (
     member_ids,
     member_index,
     open_group,
+    passed_again,
+    unsettled_ids,
 )
 
 _SCHEMA = (
@@ -46,6 +51,14 @@ _SCHEMA = (
         member INTEGER NOT NULL,
         outcome TEXT NOT NULL,
         PRIMARY KEY (group_id, member)
+    ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS group_chains (
+        group_id TEXT NOT NULL,
+        member TEXT NOT NULL,
+        step TEXT NOT NULL,
+        first_added INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        PRIMARY KEY (group_id, member, step)
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS message_groups_owed ON message_groups (completion)",
 )
@@ -85,25 +98,37 @@ class SqliteGroupLedger:
             )
             return member_ids(group.total, count)
 
-    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        check_count(count, "a chain step's items")
         with self._database.transaction() as db:
-            group = _read(db, group_id)
-            index = None if group is None else member_index(member_id, group.total)
-            if group is None or index is None:
-                return None
-            inserted = db.execute(
-                "INSERT OR IGNORE INTO group_members (group_id, member, outcome) VALUES (?, ?, ?)",
-                (group_id, index, outcome),
-            ).rowcount
-            if not inserted:  # settled before: a redelivery or a duplicate
-                return None
-            last = group.pending == 1
+            group = open_group(_read(db, group_id), group_id)
+            row = db.execute(
+                "SELECT first_added, count FROM group_chains"
+                " WHERE group_id = ? AND member = ? AND step = ?",
+                (group_id, member_id, step),
+            ).fetchone()
+            if row is not None:
+                first, earlier = int(row[0]), int(row[1])
+                ids = [member_id, *member_ids(first, earlier - 1)]
+                return passed_again(ids, count, group_id, member_id)
             db.execute(
-                f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
-                " ended = ?, completion = ? WHERE id = ?",
-                (self._clock.now().timestamp() if last else None, _state(last), group_id),
+                "INSERT INTO group_chains (group_id, member, step, first_added, count)"
+                " VALUES (?, ?, ?, ?, ?)",
+                (group_id, member_id, step, group.total, count),
             )
-            return _read(db, group_id) if last else None
+            db.execute(
+                "UPDATE message_groups SET total = total + ? WHERE id = ?", (count - 1, group_id)
+            )
+            return [member_id, *member_ids(group.total, count - 1)]
+
+    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
+        return self.settle_many([(group_id, member_id, outcome)])[0]
+
+    def settle_many(
+        self, settlements: Sequence[tuple[str, str, Settled]]
+    ) -> list[GroupStatus | None]:
+        with self._database.transaction() as db:
+            return [_settle(db, *settlement, now=self._clock.now) for settlement in settlements]
 
     def status(self, group_id: str) -> GroupStatus | None:
         with self._database.reading() as db:
@@ -113,6 +138,26 @@ class SqliteGroupLedger:
         with self._database.reading() as db:
             rows = db.execute(
                 f"SELECT {_COLUMNS} FROM message_groups WHERE completion = 'owed'"
+            ).fetchall()
+        return [_status(row) for row in rows]
+
+    def pending_members(self, group_id: str, limit: int) -> list[str]:
+        with self._database.reading() as db:
+            group = _read(db, group_id)
+            if group is None or group.pending == 0:
+                return []
+            settled = {
+                int(row[0])
+                for row in db.execute(
+                    "SELECT member FROM group_members WHERE group_id = ?", (group_id,)
+                )
+            }
+        return unsettled_ids(group.total, settled, limit)
+
+    def newest(self, limit: int) -> list[GroupStatus]:
+        with self._database.reading() as db:
+            rows = db.execute(
+                f"SELECT {_COLUMNS} FROM message_groups ORDER BY started DESC LIMIT ?", (limit,)
             ).fetchall()
         return [_status(row) for row in rows]
 
@@ -130,6 +175,29 @@ class SqliteGroupLedger:
 
     def __repr__(self) -> str:
         return f"SqliteGroupLedger({self._database!r})"
+
+
+def _settle(
+    db: Sqlite, group_id: str, member_id: str, outcome: Settled, *, now: Callable[[], datetime]
+) -> GroupStatus | None:
+    """One settlement inside the caller's write transaction (the group read under its lock)."""
+    group = _read(db, group_id)
+    index = None if group is None else member_index(member_id, group.total)
+    if group is None or index is None:
+        return None
+    inserted = db.execute(
+        "INSERT OR IGNORE INTO group_members (group_id, member, outcome) VALUES (?, ?, ?)",
+        (group_id, index, outcome),
+    ).rowcount
+    if not inserted:  # settled before: a redelivery or a duplicate
+        return None
+    last = group.pending == 1
+    db.execute(
+        f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
+        " ended = ?, completion = ? WHERE id = ?",
+        (now().timestamp() if last else None, _state(last), group_id),
+    )
+    return _read(db, group_id) if last else None
 
 
 def _state(last: bool) -> str:

@@ -312,6 +312,35 @@ def test_update_visibility_of_a_deleted_message_raises_message_not_found(
     assert not isinstance(raised.value, PopReceiptMismatchError)
 
 
+def test_update_visibility_with_content_rewrites_the_text_in_the_same_call(
+    storage: QueueStorage, queue: str
+) -> None:
+    """The next get of a message updated with new content sees that content (a handler's
+    checkpoint travels so); an update without content keeps the text."""
+    storage.put_message(queue, "first text")
+    got = get_one(storage, queue)
+    receipt = storage.update_visibility(queue, got.id, got.pop_receipt, 0, content="second text")
+    assert receipt != got.pop_receipt
+    again = get_one(storage, queue)
+    assert (again.id, again.content) == (got.id, "second text")
+    storage.update_visibility(queue, again.id, again.pop_receipt, 0)
+    assert get_one(storage, queue).content == "second text"
+
+
+def test_update_visibility_with_content_over_64_kib_is_rejected(
+    storage: QueueStorage, queue: str
+) -> None:
+    """New content over the limit raises MessageTooLargeError, as a put does; the text stays."""
+    storage.put_message(queue, "kept")
+    got = get_one(storage, queue)
+    with pytest.raises(MessageTooLargeError):
+        storage.update_visibility(
+            queue, got.id, got.pop_receipt, LONG_S, content="x" * (MAX_MESSAGE_BYTES + 1)
+        )
+    storage.update_visibility(queue, got.id, got.pop_receipt, 0)
+    assert get_one(storage, queue).content == "kept"
+
+
 # Time-to-live
 
 

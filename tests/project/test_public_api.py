@@ -46,6 +46,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "BatchFailed",
         "BatchProcessed",
         "CallNext",
+        "CheckpointError",
         "Clock",
         "CloudQueueError",
         "CloudQueueListener",
@@ -65,6 +66,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "GroupError",
         "GroupHandle",
         "GroupStatus",
+        "HandlerProgress",
         "InMemoryPayloadStore",
         "InMemoryQueueStorage",
         "InProcessTriggerChannel",
@@ -105,6 +107,7 @@ def test_the_public_surface_is_exactly_this() -> None:
         "RedisKeyGate",
         "RedisRateLimiter",
         "RedisTriggerChannel",
+        "ResultHandle",
         "Retry",
         "RetryLater",
         "RetryPolicy",
@@ -148,9 +151,11 @@ def test_the_public_surface_is_exactly_this() -> None:
         "WorkerHost",
         "close_senders",
         "configure_logging",
+        "group_progress_source",
         "load_settings",
         "load_worker",
         "open_storage_from_settings",
+        "running_progress",
     ]
 
 

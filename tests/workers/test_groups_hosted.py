@@ -9,10 +9,11 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from cloudqueue.listener import PermanentFailure, Publisher, SqliteQueueStorage
+from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.packing import single_message
 from cloudqueue.listener.workflows.group_done import GroupDone
-from cloudqueue.workers import QueueWorker
+from cloudqueue.workers import QueueWorker, WorkerHost
 from tests.support.keyed_workers import drained, host_settings, hosting
 from tests.support.polling import eventually
 
@@ -61,3 +62,42 @@ def test_a_group_with_poisoned_and_added_members_completes_once(tmp_path: Path) 
     assert handled_before == 39
     assert sorted(handled) == sorted([n for n in range(40) if n % 10 != 3] + [100, 101, 102])
     assert (status.pending, status.completion, poisoned) == (0, "sent", 4)
+
+
+def test_a_completion_worker_backing_off_in_the_same_host_is_woken_by_the_group_done(
+    tmp_path: Path,
+) -> None:
+    """Members and their completion worker in one host whose pollers back off for an hour once
+    idle: the completion worker, idle since the start, still gets the ``GroupDone`` -- the host
+    wakes its own listener of the completion queue when it puts it there."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    done = threading.Event()
+
+    class Members(QueueWorker[dict[str, Any]]):
+        queue_name = "members"
+
+        def handle(self, item: dict[str, Any]) -> None:
+            pass
+
+    class Finisher(QueueWorker[GroupDone]):
+        queue_name = "finished"
+
+        def handle(self, item: GroupDone) -> None:
+            done.set()
+
+    for queue in ("members", "finished"):
+        storage.create_queue(queue)
+    settings = host_settings(backoff={"min_idle_s": 3000, "max_idle_s": 3600})
+    metered = MeteredStorage(storage)
+    host = WorkerHost([Members, Finisher], settings, storage=metered)
+    host.start()
+    try:
+        gets = metered.counts_by_queue_and_operation
+        eventually(lambda: gets().get(("finished", "get_messages"), 0) >= 1, timeout_s=30)
+        Publisher(storage, "members", dict).send_group(
+            [{"n": n} for n in range(5)], on_complete=Finisher
+        )
+        host.listeners[0].pool_control.wake_idle()  # the members' poller is asleep too
+        assert done.wait(30)
+    finally:
+        host.stop()

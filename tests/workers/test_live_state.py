@@ -177,6 +177,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         "cost_counted_s": None,
     }
     no_time_limit = {"stuck_threads": 0}
+    no_reports: dict[str, list[object]] = {"progress": []}  # no handler running: no reports
     assert invoices == {
         "queue": "invoices",
         "active_threads": 0,
@@ -184,6 +185,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         **counters,
         **no_meter,
         **no_time_limit,
+        **no_reports,
     }
     assert (counters["processed"], counters["poisoned"], counters["in_flight"]) == (4, 1, 0)
     assert counters["failed"] >= 1
@@ -195,6 +197,7 @@ def test_publish_writes_each_listeners_threads_counters_and_rate(
         "per_thread_rate_per_s": None,
         **no_meter,
         **no_time_limit,
+        **no_reports,
     }
 
 

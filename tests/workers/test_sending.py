@@ -22,7 +22,7 @@ from cloudqueue.workers import (
     load_settings,
     open_storage_from_settings,
 )
-from cloudqueue.workers.host import sending
+from cloudqueue.workers.api import sending
 from cloudqueue.workers.settings import CloudQueueSettings
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer

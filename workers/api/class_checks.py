@@ -10,7 +10,9 @@ without importing either.
 
 from __future__ import annotations
 
+import collections.abc
 import inspect
+import types
 import typing
 from typing import Any
 
@@ -76,6 +78,91 @@ def item_type_argument(argument: Any) -> Any:
     return None if isinstance(argument, typing.TypeVar) else argument
 
 
+def check_chain(cls: type, base: type, target: str) -> None:
+    """Refuse a ``then`` that is no worker class, on a batch handler, leading back to ``cls``,
+    or contradicted by the handler's return annotation (``cloudqueue.listener.workflows
+    .chains``)."""
+    then = getattr(cls, "then", None)
+    if then is None:
+        return
+    if not (isinstance(then, type) and issubclass(then, base)):
+        raise ConfigurationError(
+            f"{target!r}: then must be the next step's worker class (a QueueWorker subclass), "
+            f"got {then!r}"
+        )
+    if defines(cls, base, "handle_batch"):
+        raise ConfigurationError(
+            f"{target!r}: then needs handle(self, item): a batch call's items come from several "
+            "messages that settle one by one, so its one return value has no message to follow"
+            f" (send on from handle_batch with {then.__name__}.send_many)"
+        )
+    check_item_type(then, then.__qualname__)
+    _check_no_loop(cls, target)
+    returned, item_type = _return_annotation(cls), getattr(then, "item_type", None)
+    if returned is not None and not _returns_items_of(returned, item_type):
+        raise ConfigurationError(
+            f"{target!r}: handle returns {_named(returned)}, but then = {then.__name__} takes "
+            f"{_named(item_type)}: return one of those, a list of them, or None"
+        )
+
+
+def _check_no_loop(cls: type, target: str) -> None:
+    seen: set[type] = {cls}
+    step: Any = getattr(cls, "then", None)
+    while isinstance(step, type):
+        if step in seen:
+            raise ConfigurationError(
+                f"{target!r}: then leads back to {step.__name__}: a chain must end"
+            )
+        seen.add(step)
+        step = getattr(step, "then", None)
+
+
+def _return_annotation(cls: type) -> Any:
+    """The return annotation of ``cls.handle`` (an ``async def``'s inner one); None when it has
+    none or it cannot be resolved (a name defined in a function's body)."""
+    try:
+        hints = typing.get_type_hints(cls.handle)  # type: ignore[attr-defined]
+    except Exception:  # an annotation that cannot be resolved is not refused
+        return None
+    return hints.get("return")
+
+
+_SEQUENCES = (list, tuple, typing.Sequence, collections.abc.Sequence)
+_UNIONS = (typing.Union, types.UnionType)
+
+
+def _returns_items_of(returned: Any, item_type: Any) -> bool:
+    """True unless the annotation clearly contradicts: every part of it (a union's members, a
+    sequence's items) is the item type, a subclass of it, or ``Any``; None alone is not."""
+    origin = typing.get_origin(returned)
+    if origin in _UNIONS:
+        parts = [part for part in typing.get_args(returned) if part is not type(None)]
+        return bool(parts) and all(_returns_items_of(part, item_type) for part in parts)
+    if origin in _SEQUENCES and typing.get_args(returned):
+        return all(
+            part is Ellipsis or _is_item(part, item_type) for part in typing.get_args(returned)
+        )
+    return _is_item(returned, item_type)
+
+
+def _is_item(part: Any, item_type: Any) -> bool:
+    if part is Any or item_type is Any or part == item_type:
+        return True
+    if typing.get_origin(item_type) in _UNIONS:
+        return any(_is_item(part, member) for member in typing.get_args(item_type))
+    if isinstance(part, type) and isinstance(item_type, type):
+        return issubclass(part, item_type)
+    # Generics (dict[str, int] for dict[str, Any]): the same container is not contradicted.
+    return (typing.get_origin(part) or part) is (typing.get_origin(item_type) or item_type)
+
+
+def _named(annotation: Any) -> str:
+    if annotation is type(None):
+        return "None"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation)
+
+
 def check_hooks(cls: type, base: type, target: str) -> None:
     """Refuse a hook that would never be called, or whose coroutine would never be awaited:
     an ``async def`` plain hook, an ``on_*`` or ``*_async`` method the base does not have."""
@@ -130,6 +217,7 @@ def _user_methods(cls: type, base: type) -> list[str]:
 __all__ = [
     "LIFECYCLE_HOOKS",
     "PLAIN_HOOKS",
+    "check_chain",
     "check_hooks",
     "check_item_type",
     "check_takes",

@@ -13,19 +13,24 @@ from cloudqueue.listener.imports import import_object
 from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.policies.retry import Retry
+from cloudqueue.listener.workflows.group_ledger import GroupError
 from cloudqueue.workers.api.class_checks import (
+    check_chain,
     check_hooks,
     check_item_type,
     check_takes,
     defines,
     item_type_argument,
 )
+from cloudqueue.workers.api.results import DEFAULT_RESULTS_TTL_S, check_results
 from cloudqueue.workers.settings.model import check_worker_overrides
 
 if TYPE_CHECKING:
     from collections.abc import Awaitable
 
     from cloudqueue.listener.consumer.listener import CloudQueueListener
+    from cloudqueue.listener.workflows.result_handle import ResultHandle
+    from cloudqueue.listener.workflows.sending import GroupHandle
 
 T = TypeVar("T")
 
@@ -69,6 +74,15 @@ class QueueWorker(Generic[T]):
     retry: ClassVar[Retry | None] = None
     """This worker's retry policy: delays, what to retry or give up on, how many deliveries.
     None: the settings' back-off (``listener.retry_delay_s``) and ``poison.max_dequeue_count``."""
+    keep_results: ClassVar[bool] = False
+    """Keep what ``handle`` returns under the message's key, for ``send``'s handle to fetch
+    (``result(timeout_s)``) and a group's ``results()`` (``cloudqueue.workers.api.results``)."""
+    results_ttl_s: ClassVar[float] = DEFAULT_RESULTS_TTL_S
+    """How long a kept result can be fetched (seconds; a day by default)."""
+    then: ClassVar[type[QueueWorker[Any]] | None] = None
+    """The next step of a chain: what ``handle`` returns (an item of its type, a list of them, or
+    None for nothing) is sent to its queue before this message is deleted, effect-once, with
+    the message's key, trace and group membership (``cloudqueue.listener.workflows.chains``)."""
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -90,8 +104,10 @@ class QueueWorker(Generic[T]):
         """Called once before the first dequeue thread starts, after ``startup``; subscribe extra
         observers here. A plain ``def``: async set-up belongs in ``startup``."""
 
-    def handle(self, item: T) -> Awaitable[None] | None:
-        """Handle one item; return to have it deleted, raise to have it retried.
+    def handle(self, item: T) -> Awaitable[Any] | Any:
+        """Handle one item; return to have it deleted, raise to have it retried. What it
+        returns is kept as the message's result when the worker has ``keep_results``, and sent
+        on when ``then`` names a next step (the items to send it).
 
         A plain ``def handle`` runs on several threads at once: up to ``listener.concurrency``
         messages (8 by default) per dequeue thread, and up to ``scaling.max_threads`` dequeue
@@ -133,7 +149,9 @@ class QueueWorker(Generic[T]):
         check_item_type(cls, name)
         check_worker_overrides(cls.settings, f"settings of {name}")
         check_hooks(cls, QueueWorker, name)
+        check_chain(cls, QueueWorker, name)
         check_key_methods(name, cls)
+        check_results(cls, name)
         if cls.retry is not None and not isinstance(cls.retry, Retry):
             raise ConfigurationError(
                 f"{name!r}: retry must be a workers.Retry(...), got {cls.retry!r}"
@@ -149,7 +167,7 @@ class QueueWorker(Generic[T]):
         delay: timedelta | None = None,
         time_to_live_s: int | None = None,
         queue: str | None = None,
-    ) -> None:
+    ) -> ResultHandle:
         """Put one item on this worker's queue, where ``cloudqueue run`` of this worker reads.
 
         The item is checked first: a dict becomes the item type's model, and an invalid item
@@ -159,10 +177,13 @@ class QueueWorker(Generic[T]):
         read at the first send and kept for the process (``close_senders`` forgets them).
         ``key``, ``delay_s`` (or ``delay``) and ``time_to_live_s`` are ``Publisher.publish``'s;
         ``queue`` picks one of several ``queue_name``s.
-        """
-        from cloudqueue.workers.host import sending  # the host's machinery; api stays below it
 
-        sending.send(
+        Returns a handle: its ``key``, and ``result(timeout_s)`` for a worker that keeps results
+        (``keep_results``; a key is made for an item sent without one). Ignored, it costs nothing.
+        """
+        from cloudqueue.workers.api import sending  # imported on the first send: it opens stores
+
+        return sending.send(
             cls,
             item,
             key=key,
@@ -185,11 +206,33 @@ class QueueWorker(Generic[T]):
         """Put many items on this worker's queue, as ``send`` does, and return how many
         messages that took. Every item is checked before the first is sent: one invalid item
         raises and none is sent."""
-        from cloudqueue.workers.host import sending
+        from cloudqueue.workers.api import sending
 
         return sending.send_many(
             cls, items, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s, queue=queue
         )
+
+    @classmethod
+    def send_group(
+        cls,
+        items: Iterable[T | Mapping[str, Any]],
+        *,
+        on_complete: type[QueueWorker[Any]],
+        queue: str | None = None,
+    ) -> GroupHandle:
+        """Send the items as the members of a new group, each in a message of its own on this
+        worker's queue, as ``send_many`` sends (every item checked first); when every member
+        settled, handled or poisoned, ``on_complete`` (a worker class) receives one ``GroupDone``
+        (``cloudqueue.listener.workflows``). Returns the group's handle (``id``, ``status()``,
+        ``wait(timeout_s)``). GroupError for no items or an ``on_complete`` that is no worker."""
+        if not (isinstance(on_complete, type) and issubclass(on_complete, QueueWorker)):
+            raise GroupError(
+                "on_complete must be the worker class that receives the GroupDone (a "
+                f"QueueWorker subclass), got {on_complete!r}"
+            )
+        from cloudqueue.workers.api import sending
+
+        return sending.send_group(cls, items, on_complete=on_complete, queue=queue)
 
     def on_stop(self) -> None:
         """Called once after the listener has stopped and in-flight items have finished, before
@@ -206,6 +249,11 @@ class QueueWorker(Generic[T]):
         """The key ``[limits] per_key`` counts, where it is not the message's key (e.g. the
         customer of an invoice keyed by its number). Not defined: the message's key."""
         return None
+
+    @classmethod
+    def gives_keys(cls) -> bool:
+        """True when the worker defines ``key(item)``: its messages carry the keys it gives."""
+        return _defines(cls, "key")
 
     def key_function(self) -> Callable[[T], object] | None:
         """``key`` when this worker defines it, else None (so no call is made per message)."""

@@ -38,6 +38,10 @@ COMMANDS = {
         "cloudqueue.workers.cli.messages:enqueue",
         "Put ITEMS (or one item per line of stdin) on QUEUE, creating it if needed.",
     ),
+    "groups": LazyCommand(
+        "cloudqueue.workers.cli.groups:groups_group",
+        "Show the groups sent with send_group: counts, age and members still pending.",
+    ),
     "poison": LazyCommand(
         "cloudqueue.workers.cli.poison:poison_group",
         "Inspect, requeue and purge the poison queue of QUEUE (QUEUE-poison).",

@@ -13,6 +13,7 @@ import click
 
 from cloudqueue.listener.imports import import_extra
 from cloudqueue.listener.stores.connection import describe_storage
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
 from cloudqueue.workers.host.partitioning import LayoutViews
 
@@ -75,6 +76,7 @@ def dashboard(queues: tuple[str, ...], host: str, port: int, interval_s: float) 
             policy=settings.scaling_policy(),
             interval_s=interval_s,
             view_of=views.view,
+            groups=group_ledger_for(storage),
         )
         app = create_app(sampler, Access(token=token, loopback_only=is_loopback(host)))
         address = f"http://{_url_host(host)}:{port}/"

@@ -21,7 +21,7 @@ from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.workers.cli.common import BadInput, checked_queue, current_settings, opened_storage
 from cloudqueue.workers.cli.durations import Duration
 from cloudqueue.workers.host.partitioning import PARTITIONS_HELP, partitioned_view
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
+from cloudqueue.workers.settings.connections import open_trigger_channel
 
 
 @click.command()

@@ -33,13 +33,13 @@ from cloudqueue.workers.cli.common import (
 from cloudqueue.workers.host.live_state import utc_now
 from cloudqueue.workers.host.partitioning import (
     PARTITIONS_HELP,
-    command_layout,
     partitioned_view,
     plain_queue_depth,
     plain_queue_warning,
     viewed_as,
 )
 from cloudqueue.workers.host.plain_queue import merge_plain_queue
+from cloudqueue.workers.settings.layouts import command_layout
 from cloudqueue.workers.views.queue_list import listed_depths, listing_rows
 
 PARTITIONS_OPTION = click.option(

@@ -23,7 +23,12 @@ from cloudqueue.listener.stores.partition_names import MAX_PARTITIONS
 from cloudqueue.workers.cli.common import checked_queue, current_settings, opened_storage
 from cloudqueue.workers.cli.interrupts import ended_by_ctrl_c
 from cloudqueue.workers.cli.status_overview import overview_looks, print_overview
-from cloudqueue.workers.cli.status_text import describe_facts, headline, worker_line
+from cloudqueue.workers.cli.status_text import (
+    describe_facts,
+    headline,
+    progress_line,
+    worker_line,
+)
 from cloudqueue.workers.host.partitioning import (
     PARTITIONS_HELP,
     partitioned_view,
@@ -196,5 +201,7 @@ def _show(snapshot: Snapshot, *, as_json: bool, rates: bool) -> None:
         click.echo(plain_queue_warning(snapshot.queue, snapshot.plain_depth))
     for view in snapshot.workers:
         click.echo(worker_line(view, rates=rates))
+        for report in view.listener.progress:
+            click.echo(progress_line(report))
     if not snapshot.workers:
         click.echo(f"  no running worker publishes its state in {snapshot.storage_dir}")

@@ -5,6 +5,9 @@ per worker. What the lines say is computed in ``cloudqueue.workers.views`` (``sn
 
 from __future__ import annotations
 
+from datetime import datetime
+
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.workers.host.cost_meter import WINDOW_S
 from cloudqueue.workers.host.live_state import QueueLiveState, utc_now
 from cloudqueue.workers.progress import processed_text
@@ -77,6 +80,19 @@ def worker_line(view: WorkerView, *, rates: bool) -> str:
     if rates:
         line += f"; now {_rate(view.rate_per_s)}, {_per_hour(view.transactions_per_hour)}"
     return line
+
+
+def progress_line(report: HandlerProgress) -> str:
+    """One held message's last progress report, under its worker's line."""
+    where = f"message {report.message_id}"
+    if report.key is not None:
+        where += f" (key {report.key})"
+    if report.group is not None:
+        where += f", member {report.member} of group {report.group}"
+    detail = f": {report.detail}" if report.detail else ""
+    reported = datetime.fromisoformat(report.reported_at)
+    age_s = max(0.0, (utc_now() - reported).total_seconds())
+    return f"    {where} {report.fraction:.0%}{detail} (reported {describe_age(age_s)} ago)"
 
 
 def _estimates(listener: QueueLiveState) -> str:

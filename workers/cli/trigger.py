@@ -6,7 +6,7 @@ import click
 
 from cloudqueue.listener.push.triggers import WorkDetected, account_of
 from cloudqueue.workers.cli.common import BadInput, checked_queue, current_settings
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
+from cloudqueue.workers.settings.connections import open_trigger_channel
 
 
 @click.command()

@@ -28,19 +28,23 @@ class AsyncHandlerRunner:
 
     def __init__(
         self,
-        handler: Callable[[T], Awaitable[None] | None],
+        handler: Callable[[T], Awaitable[Any] | Any],
         *,
         loop_factory: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
     ) -> None:
-        self._handler: Callable[[Any], Awaitable[None] | None] = handler
+        self._handler: Callable[[Any], Awaitable[Any] | Any] = handler
         self.loop = LoopThread("cloudqueue:async-handlers", loop_factory=loop_factory)
         """The worker's event loop: its async handlers' and its async middleware's."""
 
-    def __call__(self, item: Any) -> None:
-        result = self._handler(item)
+    def __call__(self, item: Any) -> Any:
+        """Handle ``item``; what the handler returned (awaited, for a coroutine): a worker
+        that keeps results stores it (``cloudqueue.listener.workflows.keep_results``), a chain
+        step sends it on."""
+        result: Any = self._handler(item)
         if inspect.isawaitable(result):
             # Cancelled at the listener's time limit, if it has one.
-            wait_within_limit(self.loop.submit(result))
+            return wait_within_limit(self.loop.submit(result))
+        return result
 
     def close(self) -> None:
         """Stop and close the loop (call after the listener's threads have exited)."""

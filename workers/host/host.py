@@ -11,6 +11,7 @@ import os
 import signal
 import threading
 from collections.abc import Sequence
+from functools import partial
 from types import FrameType
 from typing import Any
 
@@ -18,7 +19,7 @@ import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK
 from cloudqueue.listener.consumer.listener import CloudQueueListener
-from cloudqueue.listener.push.triggers import account_of
+from cloudqueue.listener.push.triggers import WorkDetected, account_of
 from cloudqueue.listener.simulation.profile import ProfileRecorder
 from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.key_records import KeyLedger
@@ -28,6 +29,7 @@ from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.tick_ledger import TickLedger
 from cloudqueue.workers.api.periodic_job import PeriodicJob
+from cloudqueue.workers.api.sending import send_with
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.child_slot import (
     CHILD_SLOT_VARIABLE,
@@ -49,12 +51,11 @@ from cloudqueue.workers.host.partitioning import (
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.host.process_observability import ProcessObservability
-from cloudqueue.workers.host.sending import send_with
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,
     open_storage_from_settings,
+    open_trigger_channel,
 )
 
 log = structlog.get_logger(__name__)
@@ -112,7 +113,10 @@ class WorkerHost:
         self.recorder = None if record_path is None else ProfileRecorder(record_path)
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         # Before any queue is touched: idempotency without a ledger is refused here.
-        self.keys = HostKeyLedger(settings, self.storage, key_ledger, [s for _, s in workers])
+        chains = any(type(worker).then is not None for worker, _ in workers)
+        self.keys = HostKeyLedger(
+            settings, self.storage, key_ledger, [s for _, s in workers], chains=chains
+        )
         # Billed beside the queue calls: counted by the live cost and the metrics alike.
         self.blobs = blob_counts(self.payloads, self.keys.ledger)
         if self.observability is not None:
@@ -130,19 +134,26 @@ class WorkerHost:
                 account.close()
             raise
         self._plain_watches: list[PlainQueueWatch] = []
-        self.hosted = [
-            host_worker(
-                worker,
-                worker_settings,
-                listening,
-                self.payloads,
-                self.observability,
-                recorder=self.recorder,
-                key_ledger=self.keys.ledger,
-            )
-            for worker, worker_settings in workers
-        ]
+        # Opened before the workers: a chain step (``then``) announces what it puts on it.
         self.triggers = open_trigger_channel(settings)
+        try:
+            self.hosted = [
+                host_worker(
+                    worker,
+                    worker_settings,
+                    listening,
+                    self.payloads,
+                    self.observability,
+                    recorder=self.recorder,
+                    key_ledger=self.keys.ledger,
+                    triggers=self.triggers,
+                )
+                for worker, worker_settings in workers
+            ]
+        except BaseException:
+            if self.triggers is not None:
+                self.triggers.close()
+            raise
         self._shutdown = threading.Event()
         self._depths = DepthTicker([hosted.depth for hosted in self.hosted])
         self._signals = 0
@@ -160,6 +171,9 @@ class WorkerHost:
             hosted.start_up()
         self.jobs.start_up()
         account = account_of(self.settings.connection_string_value())
+        for hosted in self.hosted:
+            if hosted.completion is not None:
+                hosted.completion.announce = partial(self._work_sent, account)
         for hosted in self.hosted:
             call_plain_hook(hosted.worker.on_start, hosted.listener)
             if self.triggers is not None:
@@ -180,6 +194,15 @@ class WorkerHost:
             queues=[q for hosted in self.hosted for q in hosted.listener.queue_names],
             jobs=self.jobs.names,
         )
+
+    def _work_sent(self, account: str, queue: str) -> None:
+        """This host put a message on ``queue``: wake its own listeners of it, and announce it on
+        the trigger channel for the others."""
+        for hosted in self.hosted:
+            if queue in hosted.listener.queue_names and not hosted.listener.stopped:
+                hosted.scaler.on_trigger()
+        if self.triggers is not None:
+            self.triggers.publish(WorkDetected(account, queue, message_count=1))
 
     def stop(self) -> bool:
         """Stop all listeners against one deadline, then on_stop and close; True if drained."""

@@ -32,10 +32,14 @@ class HostKeyLedger:
         storage: QueueStorage,
         given: KeyLedger | None,
         worker_settings: Sequence[CloudQueueSettings],
+        *,
+        chains: bool = False,
     ) -> None:
+        """``chains``: a worker has ``then``, whose effect-once marks the ledger holds."""
         self.ledger = given
         self._owned = False
-        if given is not None or not any(wants_key_ledger(s) for s in worker_settings):
+        wanted = chains or any(wants_key_ledger(s) for s in worker_settings)
+        if given is not None or not wanted:
             return
         self.ledger = key_ledger_for(storage)
         if self.ledger is not None:
@@ -45,9 +49,10 @@ class HostKeyLedger:
                 settings.connection_string_value(), credential=settings.credential
             )
         except ConfigurationError as error:
-            if any(s.idempotency.window_s for s in worker_settings):
+            if chains or any(s.idempotency.window_s for s in worker_settings):
+                needs = "then" if chains else "idempotency.window_s"
                 raise ConfigurationError(
-                    "idempotency.window_s needs the key ledger in the account's blob storage: "
+                    f"{needs} needs the key ledger in the account's blob storage: "
                     "add BlobEndpoint=... to the connection string"
                 ) from None
             log.info("key_ledger_unavailable", reason=str(error), cancel_checks="off")

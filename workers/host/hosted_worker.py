@@ -9,6 +9,7 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.middleware.rate_limit import RateLimit
 from cloudqueue.listener.push.triggers import TriggerChannel
 from cloudqueue.listener.scaling.scaler import ElasticScaler
@@ -18,10 +19,15 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
-from cloudqueue.listener.workflows.completion import group_completion_for
+from cloudqueue.listener.workflows.chains import returning
+from cloudqueue.listener.workflows.completion import GroupCompletion, group_completion_for
+from cloudqueue.listener.workflows.keep_results import KeepResults
+from cloudqueue.listener.workflows.result_signals import ResultSignals
+from cloudqueue.listener.workflows.result_stores import required_result_store
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
+from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.key_controls import key_middleware
@@ -47,6 +53,10 @@ class HostedWorker:
     push: list[TriggerWaker | Watchdog] = field(default_factory=list)
     batcher: Batcher[Any] | None = None
     """Gathers a batch worker's items into ``handle_batch`` calls."""
+    results: KeepResults | None = None
+    """Keeps its handler's return values (``keep_results``)."""
+    completion: GroupCompletion | None = None
+    """Counts its messages that are group members, and sends their groups' ``GroupDone``."""
     started_up: bool = False
     """Its ``startup`` returned: ``shutdown`` is due at the end."""
 
@@ -72,17 +82,30 @@ def host_worker(
     *,
     recorder: ProfileRecorder | None = None,
     key_ledger: KeyLedger | None = None,
+    triggers: TriggerChannel | None = None,
 ) -> HostedWorker:
     """Build a worker's listener with its middleware, its scaler and its (possibly async)
-    handler; ``key_ledger`` serves its idempotency and cancelling."""
+    handler; ``key_ledger`` serves its idempotency and cancelling; ``triggers`` announce what
+    its chain step (``then``) puts."""
     options = settings.listener
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
     count = None if observability is None else observability.count_decisions(location.queue_name)
     controls = controls_for(type(worker), settings)
+    if observability is not None:
+        storage = observability.observe_storage(storage)
+    # Innermost: it sends what the handler returned on before any other middleware settles.
+    chain = chain_step_for(type(worker), storage, settings, key_ledger, triggers)
     # Groups first: they must see every other middleware's decision about a member.
-    middleware = group_completion_for(storage, controls.delivery)
+    passed_on = None if chain is None else chain.passed_on
+    middleware: list[Middleware] = group_completion_for(
+        storage, controls.delivery, passed_on=passed_on
+    )
+    completion = next((m for m in middleware if isinstance(m, GroupCompletion)), None)
     middleware += key_middleware(worker, settings, location, key_ledger, count)
+    # Results inside groups and idempotency: stored before the member or the key settles.
+    results = keep_results_for(worker, storage)
+    middleware += [] if results is None else [results]
     if observability is not None:
         middleware.append(observability.middleware(location.queue_names, policy))
     if recorder is not None:
@@ -91,9 +114,10 @@ def host_worker(
     if limiter is not None:
         middleware.append(RateLimit(limiter))
     middleware += [*controls.middleware, *worker.own_middleware(), *options.build_middleware()]
+    middleware += [] if chain is None else [chain]
     runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage if observability is None else observability.observe_storage(storage),
+        storage,
         location,
         worker.item_type,
         codec=reading_codec(
@@ -120,7 +144,9 @@ def host_worker(
             listener, min(policy.min_threads, options.threads), options.max_stuck_threads
         )
     scaler = ElasticScaler(listener.pool_control, policy)
-    batcher = subscribe_handler(listener, worker, settings, handler=runner, loop=runner.loop)
+    handler: Any = runner if results is None else results.capturing(runner)
+    handler = handler if chain is None else returning(handler)
+    batcher = subscribe_handler(listener, worker, settings, handler=handler, loop=runner.loop)
     depth = DepthRefresher(
         listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
     )
@@ -132,13 +158,27 @@ def host_worker(
         scaler=scaler,
         depth=depth,
         batcher=batcher,
+        results=results,
+        completion=completion,
     )
+
+
+def keep_results_for(worker: QueueWorker[Any], storage: QueueStorage) -> KeepResults | None:
+    """The middleware keeping the worker's results, when it keeps them (ConfigurationError
+    when no result store goes with ``storage``)."""
+    kind = type(worker)
+    if not kind.keep_results:
+        return None
+    return KeepResults(required_result_store(storage), ttl_s=kind.results_ttl_s)
 
 
 def wake_on_triggers(
     hosted: HostedWorker, channel: TriggerChannel, account: str
 ) -> list[TriggerWaker | Watchdog]:
-    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads."""
+    """Wake on triggers; and, as the net under lost triggers, a watchdog at zero threads.
+    A worker that keeps results announces them on the same channel."""
+    if hosted.results is not None:
+        hosted.results.signals = ResultSignals(channel, account=account)
     waker = TriggerWaker(hosted.listener, hosted.scaler, channel, account=account)
     watchdog = Watchdog(
         hosted.listener, hosted.scaler, interval_s=hosted.settings.triggers.watchdog_interval_s

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.stores.file_modes import private_folder
 from cloudqueue.workers.host.cost_meter import UNKNOWN, CostMeter, QueueCost
 
@@ -77,6 +78,14 @@ class QueueLiveState:
     cost_counted_s: float | None = None
     """Seconds the cost meter has counted while its estimate is not known yet (None: known, or
     not said by an older file): the estimate appears at ``cost_meter.WINDOW_S``."""
+    progress: tuple[HandlerProgress, ...] = ()
+    """What its handlers last reported of the messages they hold (none in older files)."""
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> QueueLiveState:
+        """Read what ``asdict`` wrote; TypeError/ValueError/KeyError if it is not that."""
+        reports = tuple(HandlerProgress.from_json(report) for report in data.get("progress", ()))
+        return cls(**{**data, "progress": reports})
 
     @classmethod
     def of(
@@ -86,6 +95,7 @@ class QueueLiveState:
         storage (``query_state`` would count)."""
         queue = queue or listener.queue_name
         counters, queues = listener.counters_of(queue), list(listener.queue_names)
+        reports = listener.progress_reports()
         return cls(
             queue=queue,
             active_threads=listener.active_dequeue_tasks,
@@ -106,6 +116,8 @@ class QueueLiveState:
             cost_counted_s=None
             if cost.storage_transactions_per_hour is not None
             else cost.counted_s,
+            # A listener on one queue holds only its messages (a partition's name included).
+            progress=tuple(r for r in reports if len(queues) == 1 or r.queue == queue),
         )
 
 
@@ -179,7 +191,7 @@ class LiveState:
             worker=str(data["worker"]),
             storage=None if data.get("storage") is None else str(data["storage"]),
             updated_at=updated_at,
-            queues=tuple(QueueLiveState(**queue) for queue in data["queues"]),
+            queues=tuple(QueueLiveState.from_json(queue) for queue in data["queues"]),
             # Absent in files of processes that do not count their transactions.
             transactions=None if data.get("transactions") is None else int(data["transactions"]),
             jobs=tuple(JobLiveState(**job) for job in data.get("jobs", ())),
@@ -288,6 +300,13 @@ def read_live_states(
     return [state for state in running if state.listening_on(queue)]
 
 
+def read_running_states(
+    directory: Path, *, storage: str | None = None, now: datetime | None = None
+) -> list[LiveState]:
+    """The states of every running process (skipped as ``read_live_states`` skips)."""
+    return _running_states(directory, storage, now or utc_now(), STALE_AFTER_S)
+
+
 def read_job_states(
     directory: Path, *, storage: str | None = None, now: datetime | None = None
 ) -> list[tuple[LiveState, JobLiveState]]:
@@ -357,5 +376,6 @@ __all__ = [
     "QueueLiveState",
     "read_job_states",
     "read_live_states",
+    "read_running_states",
     "running_queue_names",
 ]

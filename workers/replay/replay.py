@@ -43,7 +43,6 @@ from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.host import WorkerHost
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
 from cloudqueue.workers.replay.replay_prediction import (
     CONSUMER_OPERATIONS,
     ReplayReport,
@@ -51,6 +50,7 @@ from cloudqueue.workers.replay.replay_prediction import (
     service_met,
 )
 from cloudqueue.workers.settings import CloudQueueSettings
+from cloudqueue.workers.settings.connections import open_trigger_channel
 
 R = TypeVar("R")
 

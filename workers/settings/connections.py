@@ -1,5 +1,5 @@
-"""The stores a settings object names, opened the one way ``cloudqueue run``, the commands and
-``QueueWorker.send`` all open them.
+"""The stores (and the trigger channel) a settings object names, opened the one way
+``cloudqueue run``, the commands and ``QueueWorker.send`` all open them.
 
 The settings are the only place where "no connection string" means the embedded store
 (``.cloudqueue/queues.db``): ``open_storage`` itself needs a connection string, so a producer
@@ -7,6 +7,8 @@ cannot open a store other than its workers' by leaving one out.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 from cloudqueue.listener.stores.connection import (
     DEFAULT_CONNECTION_STRING,
@@ -16,6 +18,9 @@ from cloudqueue.listener.stores.connection import (
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.settings.model import CloudQueueSettings, load_settings
+
+if TYPE_CHECKING:
+    from cloudqueue.listener.push.triggers import TriggerChannel
 
 
 def store_connection_string(settings: CloudQueueSettings) -> str:
@@ -38,8 +43,22 @@ def open_payload_store_from_settings(settings: CloudQueueSettings) -> PayloadSto
     )
 
 
+def open_trigger_channel(settings: CloudQueueSettings) -> TriggerChannel | None:
+    """The Redis trigger channel the settings name, or None to poll only. Redis is imported
+    only when ``triggers.url`` is set: a command that polls need not pay for its client."""
+    url = settings.triggers.url_value()
+    if url is None:
+        return None
+    from cloudqueue.listener.push.redis_triggers import RedisTriggerChannel
+
+    return RedisTriggerChannel(
+        url, channel=settings.triggers.channel, accept_wildcard=settings.triggers.accept_wildcard
+    )
+
+
 __all__ = [
     "open_payload_store_from_settings",
     "open_storage_from_settings",
+    "open_trigger_channel",
     "store_connection_string",
 ]

@@ -18,7 +18,8 @@ from cloudqueue.listener.stores.layouts import QueueLayout, read_layout
 from cloudqueue.listener.stores.partition_names import partition_of_queue
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.host.live_state import running_queue_names
-from cloudqueue.workers.host.partitioning import over_accounts, plain_queue_depth
+from cloudqueue.workers.host.partitioning import plain_queue_depth
+from cloudqueue.workers.settings.layouts import over_accounts
 from cloudqueue.workers.views.fleet import WorkerView, running_workers, worker_report
 from cloudqueue.workers.views.queue_facts import depth_or_none
 

@@ -7,7 +7,8 @@ status``'s snapshot (``cloudqueue.workers.views.snapshot``: depths, and the work
 state with their rates since the previous refresh, and one peek for the visible / in-flight split
 and the oldest message's age) plus what a dashboard adds: the target thread count and the poison
 queue's latest records. It costs three storage transactions a queue (two counts and the peek), and
-one more while the poison queue holds messages (a peek for its latest records).
+one more while the poison queue holds messages (a peek for its latest records). Given the store's
+group ledger, each refresh also reads the newest groups (``cloudqueue.workers.views.groups``).
 
 Queues watched: those named at start, and those any running worker publishes its state for.
 """
@@ -30,8 +31,10 @@ from cloudqueue.listener.poison.queue import browse_poisoned
 from cloudqueue.listener.redaction import redact
 from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.workers.host.live_state import running_queue_names, utc_now
 from cloudqueue.workers.views.fleet import WorkerView
+from cloudqueue.workers.views.groups import dashboard_rows
 from cloudqueue.workers.views.poison import poison_summary
 from cloudqueue.workers.views.snapshot import Snapshot, snapshot_report, take_snapshot
 
@@ -70,6 +73,7 @@ class Sampler:
         interval_s: float = 1.0,
         now: Callable[[], datetime] = utc_now,
         view_of: Callable[[str], QueueStorage] | None = None,
+        groups: GroupLedger | None = None,
     ) -> None:
         self.storage = storage
         # How a queue is read: as its partitions when it is partitioned (LayoutViews.view).
@@ -79,6 +83,8 @@ class Sampler:
         self.where = where
         self.policy = policy
         self.interval_s = interval_s
+        self.groups = groups
+        self._group_rows: list[dict[str, Any]] = []
         self._now = now
         self._watched: dict[str, _Watched] = {}
         self._lock = threading.Lock()
@@ -129,6 +135,18 @@ class Sampler:
                     state = {"queue": queue, "error": f"not sampled: {redact(str(error))}"}
                 with self._lock:
                     watched.state = state
+            self._sample_groups()
+
+    def _sample_groups(self) -> None:
+        if self.groups is None:
+            return
+        try:
+            rows = dashboard_rows(self.groups, self._now())
+        except Exception as error:  # the queues' numbers stay worth showing without groups
+            log.exception("dashboard_sample_failed", groups=True)
+            rows = [{"error": f"groups not sampled: {redact(str(error))}"}]
+        with self._lock:
+            self._group_rows = rows
 
     def _sample_queue(self, queue: str, watched: _Watched) -> dict[str, Any]:
         at = self._now()
@@ -211,12 +229,14 @@ class Sampler:
                 for watched in self._watched.values()
                 if watched.state
             ]
+            groups = list(self._group_rows)
         return {
             "at": self._now().isoformat(),
             "storage": self.where,
             "interval_s": self.interval_s,
             "history_s": HISTORY_S,
             "queues": queues,
+            "groups": groups,
         }
 
 

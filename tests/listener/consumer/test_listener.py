@@ -373,10 +373,18 @@ class BrokenSettlement(InMemoryQueueStorage):
         return super().delete_message(queue_name, message_id, pop_receipt)
 
     def update_visibility(
-        self, queue_name: str, message_id: str, pop_receipt: str, visibility_timeout_s: int
+        self,
+        queue_name: str,
+        message_id: str,
+        pop_receipt: str,
+        visibility_timeout_s: int,
+        *,
+        content: str | None = None,
     ) -> str:
         self._maybe_fail("update_visibility")
-        return super().update_visibility(queue_name, message_id, pop_receipt, visibility_timeout_s)
+        return super().update_visibility(
+            queue_name, message_id, pop_receipt, visibility_timeout_s, content=content
+        )
 
     def _maybe_fail(self, operation: str) -> None:
         if operation == self.broken and self.failures > 0:

@@ -121,16 +121,20 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> QueueStorage:
 
 def test_the_last_member_sends_one_group_done_keyed_by_the_group(storage: QueueStorage) -> None:
     """Three members, each delivered twice (a redelivery after its delete failed): one
-    ``GroupDone`` with 3 handled, after the third member, its key the group id."""
+    ``GroupDone`` with 3 handled, after the third member, its key the group id, announced once."""
     members = sent_members(storage, 3)
     middleware = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    announced: list[str] = []
+    middleware.announce = announced.append
     group = parse_envelope(members[0].content).fields["group"]  # type: ignore[union-attr]
     for message in members[:2]:
         deliver(middleware, message)
         deliver(middleware, message, deliveries=2)
     assert completions(storage) == []
+    assert announced == []
     deliver(middleware, members[2])
     deliver(middleware, members[2], deliveries=2)
+    assert announced == ["done"]  # the host wakes the completion queue's listeners with it
     [(done, key)] = completions(storage)
     assert (done.group_id, done.handled, done.poisoned, key) == (group, 3, 0, group)
     assert done.started <= done.ended
@@ -218,7 +222,7 @@ def test_a_ledger_out_of_reach_retries_the_member_rather_than_lose_it() -> None:
     [member] = sent_members(storage, 1)
 
     class Unreachable:
-        def settle(self, *args: object) -> None:
+        def settle_many(self, *args: object) -> None:
             raise TransientStorageError("ledger down")
 
     middleware = GroupCompletion(Unreachable(), storage, delivery=POLICY)  # type: ignore[arg-type]

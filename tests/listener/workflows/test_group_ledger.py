@@ -20,9 +20,15 @@ LedgerMaker = Callable[[], GroupLedger]
 """Each call a ledger on the same store (SQLite: a new connection to the same file)."""
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture(params=["memory", "sqlite"])
-def ledgers(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[LedgerMaker]:
-    clock = ManualClock()
+def ledgers(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock
+) -> Iterator[LedgerMaker]:
     opened: list[SqliteQueueStorage] = []
     if request.param == "memory":
         storage = InMemoryQueueStorage(clock=clock)
@@ -63,6 +69,31 @@ def test_members_are_counted_once_each_however_often_they_settle(ledgers: Ledger
     assert ledger.settle("g1", "1", "poisoned") is None
 
 
+def test_settlements_written_together_are_answered_each_in_order(ledgers: LedgerMaker) -> None:
+    """One write of five settlements -- a duplicate, a stray id, an unknown group among them --
+    answers each as its own ``settle`` would: only the one that settled the last member hears
+    the final status."""
+    ledger = ledgers()
+    ledger.open("g", total=3, on_complete="done")
+    answers = ledger.settle_many(
+        [
+            ("g", "0", "handled"),
+            ("g", "0", "poisoned"),
+            ("g", "9", "handled"),
+            ("nope", "0", "handled"),
+            ("g", "1", "poisoned"),
+        ]
+    )
+    assert answers == [None] * 5
+    [before, last, after] = ledger.settle_many(
+        [("g", "1", "handled"), ("g", "2", "handled"), ("g", "2", "handled")]
+    )
+    assert before is None
+    assert after is None
+    assert last is not None
+    assert (last.handled, last.poisoned, last.completion) == (2, 1, "owed")
+
+
 def test_a_poisoned_member_counts_as_settled(ledgers: LedgerMaker) -> None:
     """A group of two with one member poisoned completes with 1 handled and 1 poisoned."""
     ledger = ledgers()
@@ -100,6 +131,31 @@ def test_members_added_at_run_time_hold_the_group_open(ledgers: LedgerMaker) -> 
         ledger.add_members("g4", 1)
     with pytest.raises(GroupError, match="no group"):
         ledger.add_members("missing", 1)
+
+
+def test_pending_members_are_those_not_settled_lowest_first(ledgers: LedgerMaker) -> None:
+    """Of five members with 1 and 3 settled, the pending are 0, 2, 4, as many as asked; an
+    unknown group and a complete one have none."""
+    ledger = ledgers()
+    ledger.open("g", total=5, on_complete="done")
+    ledger.settle("g", "1", "handled")
+    ledger.settle("g", "3", "poisoned")
+    assert ledger.pending_members("g", 10) == ["0", "2", "4"]
+    assert ledger.pending_members("g", 2) == ["0", "2"]
+    assert ledger.pending_members("nope", 10) == []
+    for member in ["0", "2", "4"]:
+        ledger.settle("g", member, "handled")
+    assert ledger.pending_members("g", 10) == []
+
+
+def test_the_newest_groups_come_first(ledgers: LedgerMaker, clock: ManualClock) -> None:
+    """Groups are listed by start, the latest first, as many as asked."""
+    ledger = ledgers()
+    for name in ["first", "second", "third"]:
+        ledger.open(name, total=1, on_complete="done")
+        clock.advance(1)
+    assert [group.group_id for group in ledger.newest(2)] == ["third", "second"]
+    assert [group.group_id for group in ledger.newest(10)] == ["third", "second", "first"]
 
 
 def test_empty_and_repeated_groups_are_refused(ledgers: LedgerMaker) -> None:
@@ -203,3 +259,25 @@ def test_a_settlement_decides_under_the_write_lock_it_writes_with(tmp_path: Path
     assert (last.handled, last.pending) == (2, 0)
     first.close()
     second.close()
+
+
+def test_a_member_passed_on_gets_the_same_ids_on_a_repeat(ledgers: LedgerMaker) -> None:
+    """A chain step passing member 1 of 2 on as three items keeps its id and adds two members,
+    once: a redelivery of the step (another connection) gets the same ids, another step of the
+    chain its own, and a different count is refused."""
+    ledger = ledgers()
+    ledger.open("g5", total=2, on_complete="done")
+    assert ledger.pass_on("g5", "1", "split", 3) == ["1", "2", "3"]
+    assert ledgers().pass_on("g5", "1", "split", 3) == ["1", "2", "3"]
+    assert ledger.pass_on("g5", "1", "price", 1) == ["1"]
+    assert ledger.pass_on("g5", "2", "price", 2) == ["2", "4"]
+    with pytest.raises(GroupError, match="passed on as 3 items before and 2 now"):
+        ledger.pass_on("g5", "1", "split", 2)
+    status = ledger.status("g5")
+    assert status is not None
+    assert (status.total, status.pending) == (5, 5)
+    for member in ["0", "1", "2", "3"]:
+        assert ledger.settle("g5", member, "handled") is None
+    last = ledger.settle("g5", "4", "handled")
+    assert last is not None
+    assert (last.total, last.handled) == (5, 5)

@@ -72,6 +72,18 @@ def test_bad_input_is_one_clear_error_and_sends_nothing(
     assert storage.approximate_message_count("work") == 0
 
 
+@pytest.mark.parametrize("group_id", ["", "a/b", "x" * 65, "run\x1b[2J", "run#1"])
+def test_a_group_id_that_could_not_travel_or_name_a_row_is_refused(group_id: str) -> None:
+    """A chosen group id too long for a member's envelope, or with a character Azure's Table
+    keys refuse, raises GroupError before the group is opened or a member sent (a member whose
+    membership could not be read would never settle, and its group never complete)."""
+    storage = InMemoryQueueStorage()
+    with pytest.raises(GroupError, match="group_id must be"):
+        publisher_on(storage).send_group([{"n": 1}], on_complete="done", group_id=group_id)
+    assert storage.approximate_message_count("work") == 0
+    publisher_on(storage).send_group([{"n": 1}], on_complete="done", group_id="run-2026.11:a_1")
+
+
 def test_adding_members_outside_a_members_handler_needs_a_group_id() -> None:
     """``add_to_group`` with no message being handled and no ``group_id`` says what it needs."""
     with pytest.raises(GroupError, match="needs a group_id"):

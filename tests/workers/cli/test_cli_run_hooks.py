@@ -132,8 +132,21 @@ HEADER = "from typing import Any\nfrom cloudqueue.workers import QueueWorker\n\n
             "'bad_worker:Bad' defines on_start_async, which is never called: "
             "define async def startup(self) instead",
         ),
+        (
+            "class Bad(QueueWorker[dict[str, Any]]):\n    queue_name = 'q'\n"
+            "    then = 'Next'\n    def handle(self, item): return item\n",
+            "'bad_worker:Bad': then must be the next step's worker class (a QueueWorker "
+            "subclass), got 'Next'",
+        ),
     ],
-    ids=["no-item-type", "celery-style-handle", "both-handlers", "misspelt-section", "hook"],
+    ids=[
+        "no-item-type",
+        "celery-style-handle",
+        "both-handlers",
+        "misspelt-section",
+        "hook",
+        "then",
+    ],
 )
 def test_a_worker_class_mistake_exits_2_with_one_line_before_anything_starts(
     tmp_path: Path, env: dict[str, str], body: str, message: str

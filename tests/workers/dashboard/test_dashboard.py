@@ -27,6 +27,8 @@ from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.connection import describe_storage, open_storage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
+from cloudqueue.listener.testing import ManualClock
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers.cli import cli
 from cloudqueue.workers.dashboard.access import Access, chosen_token
 from cloudqueue.workers.dashboard.app import create_app
@@ -231,6 +233,41 @@ def test_a_named_queue_that_does_not_exist_is_shown_as_an_error(
     (shown,) = sampler.state()["queues"]
     assert shown["queue"] == "missing"
     assert shown["error"] == "queue missing does not exist on here"
+
+
+def test_running_groups_and_those_ended_in_the_last_ten_minutes_are_shown(tmp_path: Path) -> None:
+    """/api/state lists the store's groups newest first: a running one with its counts, one that
+    ended a minute ago; one that ended an hour ago is gone from view."""
+    clock = ManualClock()
+    with closing(SqliteQueueStorage(tmp_path / "queues.db", clock=clock)) as store:
+        ledger = group_ledger_for(store)
+        assert ledger is not None
+        ledger.open("old", total=1, on_complete="totals")
+        ledger.settle("old", "0", "handled")
+        clock.advance(3600)
+        ledger.open("recent", total=1, on_complete="totals")
+        ledger.settle("recent", "0", "poisoned")
+        clock.advance(60)
+        ledger.open("running", total=3, on_complete="totals")
+        ledger.settle("running", "1", "handled")
+        clock.advance(5)
+        sampler = Sampler(
+            store,
+            queues=[],
+            state_dir=tmp_path,
+            where="here",
+            policy=ScalingPolicy(),
+            now=clock.now,
+            groups=ledger,
+        )
+        sampler.sample()
+        state = TestClient(create_app(sampler, Access(None, loopback_only=True), run_sampler=False))
+        shown = state.get("/api/state", headers=LOCAL).json()["groups"]
+    assert [(row["group"], row["state"], row["pending"]) for row in shown] == [
+        ("running", "running", 2),
+        ("recent", "completing", 0),
+    ]
+    assert (shown[0]["handled"], shown[0]["total"], shown[0]["age_s"]) == (1, 3, 5.0)
 
 
 def test_cost_meter_values_are_summed_when_workers_publish_them() -> None:

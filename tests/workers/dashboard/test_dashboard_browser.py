@@ -88,6 +88,7 @@ def scene(tmp_path: Path) -> Iterator[Scene]:
     }
     storage = SqliteQueueStorage(tmp_path / "queues.db")
     storage.create_queue(QUEUE)
+    storage.create_queue("totals")
     publisher = Publisher(storage, QUEUE, dict[str, Any])
     port = free_port()
     worker_log = tmp_path / "worker.log"
@@ -130,12 +131,21 @@ def number(page: Page, name: str) -> int:
     return int(shown(page, name).replace(",", ""))
 
 
+def group_row(page: Page, group_id: str) -> list[str]:
+    return page.locator(f'[data-group="{group_id}"] td').all_inner_texts()
+
+
 def test_the_page_shows_threads_follow_a_burst_and_requeues_a_poisoned_message(
     scene: Scene, page: Page
 ) -> None:
-    """Threads rise above one for a burst and come back; Requeue moves the poisoned one back."""
+    """Threads rise above one for a burst and come back; Requeue moves the poisoned one back; a
+    group sent meanwhile is listed with its counts until it completes."""
     scene.publisher.publish({"n": -1, "poison": True})
     page.goto(scene.url)
+    group = scene.publisher.send_group(
+        [{"n": 1000 + n} for n in range(5)], on_complete="totals", group_id="billing-run"
+    )
+    eventually(lambda: group_row(page, group.id)[:6] == ["billing-run", "done", "5", "0", "0", "5"])
     eventually(lambda: number(page, "poison-count") == 1, timeout_s=15)
     assert "cannot handle this item" in page.locator('[data-queue="invoices"] .poison').inner_text()
 
@@ -154,3 +164,33 @@ def test_the_page_shows_threads_follow_a_burst_and_requeues_a_poisoned_message(
     eventually(lambda: -1 in scene.handled(), timeout_s=10)
     eventually(lambda: number(page, "poison-count") == 0)
     assert peak > 1
+
+
+def test_the_page_shows_a_running_handlers_progress(tmp_path: Path, page: Page) -> None:
+    """A handler blocked in step 2 of 3 shows its last report in its worker's row."""
+    env = {
+        **os.environ,
+        "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'queues.db'}",
+        "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
+        "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
+        "TEST_QUEUE": QUEUE,
+        "TEST_RECORD_PATH": str(tmp_path / "record.txt"),
+        "TEST_HANG_IN_STEP": "2",
+    }
+    storage = SqliteQueueStorage(tmp_path / "queues.db")
+    storage.create_queue(QUEUE)
+    Publisher(storage, QUEUE, dict[str, Any]).publish({"job": "three steps"})
+    port = free_port()
+    worker_args = ["run", "tests.support.checkpoint_workers:ThreeCheckpointedSteps"]
+    worker = _start(worker_args, env, tmp_path / "worker.log")
+    dashboard_args = ["dashboard", QUEUE, "--port", str(port), "--interval", "0.5"]
+    dashboard = _start(dashboard_args, env, tmp_path / "dashboard.log")
+    try:
+        eventually(lambda: port_accepts(port), timeout_s=20)
+        page.goto(f"http://127.0.0.1:{port}/")
+        workers = page.locator(f'[data-queue="{QUEUE}"] .workers tbody')
+        eventually(lambda: "33% step 2 of 3" in workers.inner_text(), timeout_s=20)
+    finally:
+        _end(dashboard)
+        _end(worker)
+        storage.close()

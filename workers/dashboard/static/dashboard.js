@@ -62,6 +62,29 @@ function render(state) {
     "updated " + new Date(state.at).toLocaleTimeString();
   document.getElementById("empty").hidden = state.queues.length > 0;
   for (const queue of state.queues) renderQueue(queue);
+  renderGroups(state.groups || []);
+}
+
+// Groups running, or ended in the last minutes: one row each, keyed by the group id.
+function renderGroups(groups) {
+  document.getElementById("groups").hidden = groups.length === 0;
+  document.querySelector('[data-field="group-rows"]').replaceChildren(
+    ...groups.map((group) => {
+      if (group.error) return rowOf([group.error]);
+      const row = rowOf([
+        group.group,
+        group.state,
+        fmtInt(group.handled),
+        fmtInt(group.poisoned),
+        fmtInt(group.pending),
+        fmtInt(group.total),
+        fmtAge(group.age_s),
+        group.on_complete,
+      ]);
+      row.setAttribute("data-group", group.group);
+      return row;
+    }),
+  );
 }
 
 function renderQueue(queue) {
@@ -120,7 +143,8 @@ function createView(name) {
 
 function workersBlock() {
   const head = el("tr");
-  for (const label of ["worker", "threads", "peak", "messages", "failed", "poisoned", "msg/s"]) {
+  const labels = ["worker", "threads", "peak", "messages", "failed", "poisoned", "msg/s"];
+  for (const label of [...labels, "running handlers"]) {
     head.append(el("th", {}, label));
   }
   return el(
@@ -169,9 +193,17 @@ function renderWorkers(section, workers) {
         fmtInt(worker.failed),
         fmtInt(worker.poisoned),
         worker.rate_per_s == null ? "measuring" : worker.rate_per_s.toFixed(1),
+        progressOf(worker),
       ]),
     ),
   );
+}
+
+// Each held message's last progress report (`current_envelope().progress`), as status shows it.
+function progressOf(worker) {
+  return (worker.progress || [])
+    .map((report) => `${Math.round(report.fraction * 100)}% ${report.detail}`.trim())
+    .join("; ");
 }
 
 // A worker on several queues shares its threads among them, highest priority first.

@@ -1,5 +1,6 @@
-"""``QueueWorker.send``: a worker's items put on its queue from any process, on the store, the
-partitions and the trigger channel a ``cloudqueue run`` of that worker would use.
+"""``QueueWorker.send``, ``send_many`` and ``send_group``: a worker's items put on its queue from
+any process, on the store, the partitions and the trigger channel a ``cloudqueue run`` of that
+worker would use.
 
 The process settings are read once, at the first send (``load_settings``: the environment's
 ``CLOUDQUEUE_*``, ``.env``, the TOML file), as ``cloudqueue run`` reads them once at start; each
@@ -17,13 +18,14 @@ from __future__ import annotations
 import atexit
 import os
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol, cast
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.producer.announce import WorkAnnouncer
 from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.push.triggers import TriggerChannel, account_of
@@ -32,22 +34,39 @@ from cloudqueue.listener.stores.layouts import QueueLayout
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Encoding, MessageCodec
+from cloudqueue.listener.workflows.result_handle import ResultHandle
+from cloudqueue.listener.workflows.sending import GroupHandle
 from cloudqueue.workers.api.class_checks import check_item_type
-from cloudqueue.workers.api.worker import QueueWorker
-from cloudqueue.workers.host.partitioning import command_layout, over_accounts
-from cloudqueue.workers.host.trigger_channel import open_trigger_channel
+from cloudqueue.workers.api.result_handles import (
+    ResultKeeper,
+    key_to_send,
+    result_handle,
+    result_signals,
+)
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,
     open_storage_from_settings,
+    open_trigger_channel,
 )
+from cloudqueue.workers.settings.layouts import command_layout, over_accounts
 
 LAYOUT_REFRESH_S = 60.0
 """How long a queue's layout is trusted before it is read again (one metadata read)."""
 
 
+class WorkerClass(ResultKeeper, Protocol):
+    """What sending reads of a ``QueueWorker`` class (typed so, as ``worker.py`` imports this
+    module when ``send`` is called: each importing the other would be a circle)."""
+
+    item_type: Any
+    settings: Mapping[str, Mapping[str, Any]]
+
+    def location(self, visibility_timeout_s: int) -> CloudQueueLocation: ...
+
+
 def send(
-    worker_type: type[QueueWorker[Any]],
+    worker_type: WorkerClass,
     item: object,
     *,
     key: str | None,
@@ -55,16 +74,19 @@ def send(
     delay: timedelta | None,
     time_to_live_s: int | None,
     queue: str | None,
-) -> None:
-    """Check ``item`` against the worker's item type, then put it on the worker's queue."""
+) -> ResultHandle:
+    """Check ``item`` against the worker's item type, then put it on the worker's queue; the
+    handle of its result (``cloudqueue.workers.api.result_handles``)."""
     checked = _codec(_item_type(worker_type)).validated(item)
+    key = key_to_send(worker_type, key)
     _SENDERS.publisher(worker_type, queue).publish(
         checked, key=key, delay_s=delay_s, delay=delay, time_to_live_s=time_to_live_s
     )
+    return _SENDERS.result_handle(worker_type, key)
 
 
 def send_many(
-    worker_type: type[QueueWorker[Any]],
+    worker_type: WorkerClass,
     items: Iterable[object],
     *,
     delay_s: int,
@@ -80,6 +102,17 @@ def send_many(
     )
 
 
+def send_group(
+    worker_type: WorkerClass, items: Iterable[object], *, on_complete: object, queue: str | None
+) -> GroupHandle:
+    """Check every item, then send them as the members of a new group whose ``GroupDone`` goes
+    to the worker ``on_complete``'s queue; its handle."""
+    codec = _codec(_item_type(worker_type))
+    checked = [codec.validated(item) for item in items]
+    publisher = _SENDERS.publisher(worker_type, queue)
+    return publisher.send_group(checked, on_complete=on_complete)
+
+
 def send_with(settings: CloudQueueSettings) -> None:
     """Send with these settings rather than ``load_settings()``'s, unless sends have opened a
     store already: a host's own, which ``--config`` and ``--set`` shaped."""
@@ -92,9 +125,13 @@ def close_senders() -> None:
     _SENDERS.close()
 
 
-def _item_type(worker_type: type[QueueWorker[Any]]) -> type[Any]:
+def _name(worker_type: WorkerClass) -> str:
+    return str(getattr(worker_type, "__qualname__", worker_type))
+
+
+def _item_type(worker_type: WorkerClass) -> type[Any]:
     """The worker's item type; a worker without one is refused as ``cloudqueue run`` refuses it."""
-    check_item_type(worker_type, worker_type.__qualname__)
+    check_item_type(cast(type, worker_type), _name(worker_type))  # a class: WorkerClass says so
     item_type: type[Any] = worker_type.item_type
     return item_type
 
@@ -128,7 +165,7 @@ class _Opened:
     further: list[QueueStorage]
     payloads: PayloadStore | None
     channel: TriggerChannel | None
-    routes: dict[tuple[type[Any], str], _Route] = field(default_factory=dict)
+    routes: dict[tuple[WorkerClass, str], _Route] = field(default_factory=dict)
 
     @classmethod
     def open(cls, settings: CloudQueueSettings) -> _Opened:
@@ -162,7 +199,7 @@ class _Senders:
         self._adopted: CloudQueueSettings | None = None
         self._pid = os.getpid()
 
-    def publisher(self, worker_type: type[QueueWorker[Any]], queue: str | None) -> Publisher[Any]:
+    def publisher(self, worker_type: WorkerClass, queue: str | None) -> Publisher[Any]:
         queue_name = _queue_of(worker_type, queue)
         with self._lock:
             opened = self._process_connections()
@@ -172,6 +209,15 @@ class _Senders:
                 route = _route(opened, worker_type, queue_name, now, route)
                 opened.routes[(worker_type, queue_name)] = route
             return route.publisher
+
+    def result_handle(self, worker_type: WorkerClass, key: str | None) -> ResultHandle:
+        with self._lock:
+            opened = self._process_connections()
+        signals = None
+        if worker_type.keep_results:  # a handle nobody can wait on needs no channel
+            account = account_of(opened.settings.connection_string_value())
+            signals = result_signals(opened.channel, account)
+        return result_handle(worker_type, key, opened.storage, signals, self._clock)
 
     def adopt(self, settings: CloudQueueSettings) -> None:
         with self._lock:
@@ -194,14 +240,14 @@ class _Senders:
 
 def _route(
     opened: _Opened,
-    worker_type: type[QueueWorker[Any]],
+    worker_type: WorkerClass,
     queue_name: str,
     now: float,
     previous: _Route | None,
 ) -> _Route:
     """The queue's publisher for its current layout: the previous one if that still holds."""
     settings = opened.settings.for_worker(
-        worker_type.settings, source=f"settings of {worker_type.__qualname__}"
+        worker_type.settings, source=f"settings of {_name(worker_type)}"
     )
     layout = command_layout(opened.storage, settings, queue_name, None)
     if previous is not None and previous.layout == layout:
@@ -214,34 +260,40 @@ def _route(
         storage,
         queue_name,
         worker_type.item_type,
-        codec=MessageCodec(worker_type.item_type, encoding=_writing(settings)),
+        codec=MessageCodec(worker_type.item_type, encoding=written_encoding(settings)),
         payload_store=opened.payloads,
         announcer=_announcer(opened),
     )
     return _Route(publisher, layout, now)
 
 
-def _writing(settings: CloudQueueSettings) -> Encoding:
+def written_encoding(settings: CloudQueueSettings) -> Encoding:
     """What the worker reads: plain text when it reads only that, else base64 (as Functions)."""
     return "plain" if settings.listener.encoding == "plain" else "base64"
 
 
 def _announcer(opened: _Opened) -> WorkAnnouncer | None:
+    return work_announcer(opened.settings, opened.channel)
+
+
+def work_announcer(
+    settings: CloudQueueSettings, channel: TriggerChannel | None
+) -> WorkAnnouncer | None:
     """Announces work on the trigger channel as the workers listen to it (triggers.*)."""
-    if opened.channel is None:
+    if channel is None:
         return None
-    account = account_of(opened.settings.connection_string_value())
-    return WorkAnnouncer(opened.channel, account=account, mode=opened.settings.triggers.publish)
+    account = account_of(settings.connection_string_value())
+    return WorkAnnouncer(channel, account=account, mode=settings.triggers.publish)
 
 
-def _queue_of(worker_type: type[QueueWorker[Any]], queue: str | None) -> str:
+def _queue_of(worker_type: WorkerClass, queue: str | None) -> str:
     """The queue to send to: the worker's one queue, or the one of its queues ``queue`` names."""
     names = worker_type.location(visibility_timeout_s=30).queue_names  # the names checked only
     if queue is None and len(names) == 1:
         return names[0]
     if queue in names:
         return queue
-    name = worker_type.__qualname__
+    name = _name(worker_type)
     listed = ", ".join(names)
     if queue is None:
         raise ConfigurationError(f"{name} reads several queues ({listed}): send(..., queue=...)")
@@ -252,4 +304,13 @@ _SENDERS = _Senders()
 atexit.register(close_senders)
 
 
-__all__ = ["LAYOUT_REFRESH_S", "close_senders", "send", "send_many", "send_with"]
+__all__ = [
+    "LAYOUT_REFRESH_S",
+    "close_senders",
+    "send",
+    "send_group",
+    "send_many",
+    "send_with",
+    "work_announcer",
+    "written_encoding",
+]

@@ -1,0 +1,104 @@
+"""kill -9 inside a chain, on SQLite and Azurite through ``cloudqueue run``: the process
+handling ``Price`` is killed right after a line's chained send to ``Total`` and before that
+line's delete; once restarted, the line is priced again and its send is skipped, so every total
+is exact and each line reaches ``Total`` once."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from cloudqueue.listener import Publisher
+from cloudqueue.listener.errors import QueueNotFoundError
+from cloudqueue.listener.stores.connection import open_storage
+from tests.support.azurite import AzuriteProcess
+from tests.support.chain_workers import (
+    LINES,
+    ORDERS,
+    Order,
+    Price,
+    Split,
+    Total,
+    events,
+    expected_keys,
+    expected_totals,
+    priced,
+    totals,
+)
+from tests.support.polling import eventually
+from tests.support.runs import run_environment
+from tests.support.written_lines import log_events
+
+WORKERS = [f"tests.support.chain_workers:{worker.__name__}" for worker in (Split, Price, Total)]
+
+
+@pytest.fixture(params=["sqlite", "azure"])
+def connection_string(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'queues.db'}"
+    azurite: AzuriteProcess = request.getfixturevalue("azurite_with_blobs")  # the key ledger
+    return azurite.connection_string
+
+
+def test_a_step_killed_after_its_send_sends_nothing_twice(
+    connection_string: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+) -> None:
+    """The first run dies by SIGKILL after one chained send; the second finishes the chain: the
+    killed line was priced twice, totalled once, and every order's total is exact."""
+    record_path = tmp_path / "record.txt"
+    env = {
+        **run_environment(connection_string, tmp_path),
+        "PYTHONUNBUFFERED": "1",
+        "CLOUDQUEUE_LISTENER__VISIBILITY_TIMEOUT_S": "2",
+        "TEST_RECORD_PATH": str(record_path),
+    }
+    storage = open_storage(connection_string)
+    for queue in (Split.queue_name, Price.queue_name, Total.queue_name):
+        with contextlib.suppress(QueueNotFoundError):  # from another run on the session's Azurite
+            storage.delete_queue(queue)
+    storage.create_queue(Split.queue_name)
+    Publisher(storage, Split.queue_name, Order, key="order").publish_many(ORDERS)
+
+    def start(name: str, **extra: str) -> subprocess.Popen[bytes]:
+        with (tmp_path / f"{name}.log").open("ab") as log_file:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "cloudqueue", "run", *WORKERS],
+                env={**env, **extra},
+                stdout=log_file,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        processes.append(process)
+        return process
+
+    victim = start("victim", TEST_KILL_MARKER=str(tmp_path / "killed"))
+    assert victim.wait(120) == -signal.SIGKILL
+    [killed] = events(record_path, "killed")
+    survivor = start("survivor")
+    eventually(lambda: log_events(tmp_path / "survivor.log", "host_started"), timeout_s=60)
+    eventually(
+        lambda: (
+            len(events(record_path, "priced")) >= LINES
+            and all(
+                storage.approximate_message_count(queue) == 0
+                for queue in (Split.queue_name, Price.queue_name, Total.queue_name)
+            )
+        ),
+        timeout_s=120,
+    )
+    survivor.send_signal(signal.SIGTERM)
+    assert survivor.wait(60) == 0
+    storage.close()
+
+    assert len(events(record_path, "pricing")) > LINES  # the killed line was priced again
+    skipped = log_events(tmp_path / "survivor.log", "publish_skipped")
+    assert killed[0] in {event["key"] for event in skipped}  # and its send found its mark
+    sent = priced(record_path)
+    assert len(sent) == LINES  # each line handled by Total once
+    assert {key for _, _, key in sent} == expected_keys()
+    assert totals(record_path) == expected_totals()
