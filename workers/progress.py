@@ -16,7 +16,7 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from rich.console import Console
 from rich.progress import (
@@ -29,7 +29,8 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from cloudqueue.listener.consumer.listener import CloudQueueListener
+if TYPE_CHECKING:  # only hinted: `cloudqueue status` formats with this module, no consumer
+    from cloudqueue.listener.consumer.listener import CloudQueueListener
 
 REFRESH_INTERVAL_S = 0.25
 

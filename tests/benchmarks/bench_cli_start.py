@@ -17,7 +17,11 @@ first fills the disk cache and creates the SQLite file. The figures are medians 
 * ``python -c "pass"``: the interpreter's own start;
 * ``cloudqueue enqueue Q '{...}'`` on ``sqlite:///``: judged against ``import pydantic_settings``
   plus the put itself *less the interpreter start* (both processes pay it; the command pays it
-  once), target at most 1.5 times.
+  once), target at most 1.5 times;
+* ``cloudqueue queues list`` on the same file: a command that also reads the workers' published
+  state, shown against ``enqueue`` (no target): near 1 when it imports no more of the worker side
+  than ``enqueue`` does (while the consumer came with it, it imported about 100 modules more than
+  ``enqueue``; now a few fewer).
 
 Compare the ratios, not the seconds: the cores are shared with whatever else runs.
 """
@@ -52,13 +56,14 @@ PUT_ONE = (
 )
 """The put itself: what ``cloudqueue enqueue`` cannot avoid doing on SQLite."""
 
-CLICK, VERSION, SETTINGS, PUT, BARE, ENQUEUE = (
+CLICK, VERSION, SETTINGS, PUT, BARE, ENQUEUE, QUEUES = (
     "import_click",
     "version",
     "import_pydantic_settings",
     "put_one",
     "python_start",
     "enqueue",
+    "queues_list",
 )
 LABELS = {
     CLICK: '`python -c "import click"`',
@@ -67,6 +72,7 @@ LABELS = {
     PUT: "the put itself: `python -c` importing the SQLite store module, one put",
     BARE: '`python -c "pass"` (the interpreter start)',
     ENQUEUE: f"`cloudqueue enqueue {QUEUE} '{{…}}'` on `sqlite:///`",
+    QUEUES: "`cloudqueue queues list` on `sqlite:///`",
 }
 
 
@@ -81,6 +87,7 @@ def commands() -> dict[str, list[str]]:
         PUT: [python, "-c", PUT_ONE],
         BARE: [python, "-c", "pass"],
         ENQUEUE: [script, "enqueue", QUEUE, ITEM],
+        QUEUES: [script, "queues", "list"],
     }
 
 
@@ -134,6 +141,7 @@ def summary(seconds: dict[str, list[float]]) -> dict[str, Any]:
         "enqueue_baseline_s": enqueue_baseline,
         "version_ratio": median[VERSION] / median[CLICK],
         "enqueue_ratio": median[ENQUEUE] / enqueue_baseline,
+        "queues_ratio": median[QUEUES] / median[ENQUEUE],
         "target_ratio": TARGET_RATIO,
     }
 
@@ -146,6 +154,7 @@ def render_markdown(results: dict[str, Any]) -> str:
     """The docs block: each command's median start-to-exit time against its floor."""
     median, target = results["median_s"], results["target_ratio"]
     version, enqueue = results["version_ratio"], results["enqueue_ratio"]
+    queues = results["queues_ratio"]
     rows = [
         "| process | median wall time |",
         "|---|---|",
@@ -165,6 +174,8 @@ def render_markdown(results: dict[str, Any]) -> str:
             "| `cloudqueue enqueue` on SQLite | `import pydantic_settings` + the put itself, less "
             f"the interpreter start ({results['enqueue_baseline_s'] * 1000:,.0f} ms) "
             f"| **{enqueue:.2f}** | ≤ {target}: {met(enqueue, target)} |",
+            "| `cloudqueue queues list` on SQLite | `cloudqueue enqueue` on SQLite "
+            f"| **{queues:.2f}** | (none) |",
             "",
             header_line(results),
         ]

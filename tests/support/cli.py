@@ -13,6 +13,10 @@ import termios
 import threading
 from pathlib import Path
 
+from click.testing import CliRunner
+
+from cloudqueue.workers.cli import cli
+
 ANSI_SEQUENCE = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-B]|[=>])")
 
 
@@ -35,6 +39,14 @@ def cloudqueue(
         timeout=60,
         check=False,
     )
+
+
+def help_text(*args: str) -> str:
+    """``cloudqueue ARGS --help`` in this process (click's CliRunner): printing help opens no
+    store and configures nothing, so a subprocess would only add an interpreter start."""
+    result = CliRunner().invoke(cli, [*args, "--help"], prog_name="cloudqueue")
+    assert result.exit_code == 0, result.output
+    return result.output
 
 
 def ok(*args: str, env: dict[str, str], stdin: str = "") -> str:

@@ -13,7 +13,7 @@ import os
 import sys
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 import pydantic
@@ -28,6 +28,9 @@ from cloudqueue.workers.logging import configure_logging
 from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from cloudqueue.workers.settings.connections import open_storage_from_settings
 from cloudqueue.workers.settings.keys import closest, known_keys
+
+if TYPE_CHECKING:  # hinted only: `config show` must not import the worker API to check one
+    from cloudqueue.workers.api.worker import QueueWorker
 
 SECRET_FIELDS = frozenset({"connection_string", "triggers.url", "dashboard.token"})
 
@@ -91,6 +94,17 @@ def one_line(error: pydantic.ValidationError, source: str | None = None) -> str:
     if field in SECRET_FIELDS or not isinstance(first.get("input"), str | int | float):
         return message  # never echo a secret, nor a whole nested structure
     return f"{message} (got {first['input']!r})"
+
+
+def worker_settings(
+    settings: CloudQueueSettings, target: str, worker_type: type[QueueWorker[Any]]
+) -> CloudQueueSettings:
+    """The worker class's effective settings; an invalid override names the worker and field."""
+    source = f"settings of {target}"
+    try:
+        return settings.for_worker(worker_type.settings, source=source)
+    except pydantic.ValidationError as error:
+        raise BadInput(one_line(error, source)) from None
 
 
 def parse_overrides(assignments: tuple[str, ...]) -> dict[str, Any]:

@@ -6,14 +6,13 @@ import json
 
 import click
 
-from cloudqueue.workers.api.worker import load_worker
 from cloudqueue.workers.cli.common import (
     current_settings,
     import_from_working_directory,
     parse_overrides,
+    worker_settings,
 )
 from cloudqueue.workers.cli.config_option import config_file
-from cloudqueue.workers.cli.run import worker_settings
 from cloudqueue.workers.settings.sources import SettingValue, WorkerOverrides, explain_settings
 
 
@@ -52,6 +51,9 @@ def show(target: str | None, as_json: bool, assignments: tuple[str, ...]) -> Non
     settings = current_settings(overrides)  # invalid settings fail here: exit code 2
     worker = None
     if target is not None:
+        # Imported here: the worker API (and the consumer under it) only when a worker is named.
+        from cloudqueue.workers.api.worker import load_worker
+
         import_from_working_directory()  # the worker named on the command line, as `run` finds it
         worker_type = load_worker(target)
         worker_settings(settings, target, worker_type)  # exit code 2 naming worker and field

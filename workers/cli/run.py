@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-import pydantic
 import structlog
 from rich.console import Console
 
@@ -20,8 +19,8 @@ from cloudqueue.workers.cli.common import (
     BadInput,
     current_settings,
     import_from_working_directory,
-    one_line,
     parse_overrides,
+    worker_settings,
 )
 from cloudqueue.workers.cli.config_option import config_file
 from cloudqueue.workers.fleet.reload import run_reloading, watched_folders
@@ -30,7 +29,6 @@ from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.host.partitioning import check_layouts, worker_queues
 from cloudqueue.workers.logging import configure_logging
-from cloudqueue.workers.observability.multiprocess import SupervisorEndpoint
 from cloudqueue.workers.progress import ConsoleStream, LiveProgress, shows_progress
 from cloudqueue.workers.settings import CloudQueueSettings
 
@@ -165,6 +163,9 @@ def _supervise(settings: CloudQueueSettings, command: list[str], processes: int)
     port = settings.observability.metrics_port
     if port is None:
         return Supervisor(command, processes, grace_s=settings.shutdown_grace_s).run()
+    # Imported here: prometheus_client only when metrics are on.
+    from cloudqueue.workers.observability.multiprocess import SupervisorEndpoint
+
     endpoint = SupervisorEndpoint(settings.observability, port)
     supervisor = Supervisor(
         command,
@@ -178,17 +179,6 @@ def _supervise(settings: CloudQueueSettings, command: list[str], processes: int)
         return supervisor.run()
     finally:
         endpoint.close()
-
-
-def worker_settings(
-    settings: CloudQueueSettings, target: str, worker_type: type[QueueWorker[Any]]
-) -> CloudQueueSettings:
-    """The worker class's effective settings; an invalid override names the worker and field."""
-    source = f"settings of {target}"
-    try:
-        return settings.for_worker(worker_type.settings, source=source)
-    except pydantic.ValidationError as error:
-        raise BadInput(one_line(error, source)) from None
 
 
 def announce_concurrency(

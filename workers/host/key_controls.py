@@ -7,7 +7,6 @@ from typing import Any
 
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.limits.key_gate import KeyGate, LocalKeyGate
-from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate, key_set
 from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.middleware.decisions import Count
 from cloudqueue.listener.middleware.keyed import KeyedHandling
@@ -57,6 +56,9 @@ def open_key_gate(settings: CloudQueueSettings, location: CloudQueueLocation) ->
     url = limits.url_value()
     if url is None:
         return LocalKeyGate(limits.per_key)
+    # Imported here: the Redis client (and what it imports) only for a fleet-wide gate.
+    from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate, key_set
+
     account = account_of(settings.connection_string_value())
     return RedisKeyGate(
         url,

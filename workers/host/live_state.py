@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 import structlog
 
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
-from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.stores.file_modes import private_folder
 from cloudqueue.workers.host.cost_meter import UNKNOWN, CostMeter, QueueCost
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the listener (the whole consumer) only for type hints: readers
+    # of the files (`cloudqueue status`, `queues list`) never import the consumer
+    from cloudqueue.listener.consumer.listener import CloudQueueListener
     from cloudqueue.workers.host.job_scheduler import JobScheduler
 
 PUBLISH_INTERVAL_S = 2.0

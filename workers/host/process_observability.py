@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.middleware import Middleware
@@ -25,18 +25,24 @@ from cloudqueue.workers.observability.health import (
     Reachability,
     WatchedPool,
 )
-from cloudqueue.workers.observability.metrics import WorkerMetrics
 from cloudqueue.workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
-from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
 from cloudqueue.workers.settings import CloudQueueSettings
+
+if TYPE_CHECKING:  # prometheus_client and the endpoint: imported when metrics are on (__init__)
+    from cloudqueue.workers.observability.metrics import WorkerMetrics
+    from cloudqueue.workers.observability.server import ObservabilityServer
 
 
 class ProcessObservability:
     """Metrics and probes of one worker process, and its endpoint unless a supervisor serves."""
 
     def __init__(self, settings: CloudQueueSettings, *, serve: bool) -> None:
+        # Imported here, when metrics are on: a host without them never imports prometheus.
+        from cloudqueue.workers.observability.metrics import WorkerMetrics
+        from cloudqueue.workers.observability.server import ObservabilityServer, observability_app
+
         self.settings = settings.observability
-        self.metrics = WorkerMetrics()
+        self.metrics: WorkerMetrics = WorkerMetrics()
         self.heartbeats = Heartbeats()
         self.reachability = Reachability()
         self.probes = ProcessProbes(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.limits.limiter import LocalRateLimiter, RateLimiter
-from cloudqueue.listener.limits.redis_limiter import RedisRateLimiter, bucket_key
 from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.push.triggers import account_of
 from cloudqueue.workers.settings import CloudQueueSettings
@@ -26,6 +25,9 @@ def open_rate_limiter(
     url = settings.triggers.url_value()
     if url is None:  # a worker's own settings may ask for fleet; the host's validator did not see
         raise ConfigurationError("rate_limit.fleet = true needs triggers.url (the fleet's Redis)")
+    # Imported here: the Redis client (and what it imports) only for a fleet limit.
+    from cloudqueue.listener.limits.redis_limiter import RedisRateLimiter, bucket_key
+
     account = account_of(settings.connection_string_value())
     return RedisRateLimiter(
         url,

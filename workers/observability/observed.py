@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from cloudqueue.listener.consumer.events import Scaled
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
@@ -20,7 +20,9 @@ from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.observability.health import Heartbeats, Reachability
-from cloudqueue.workers.observability.metrics import WorkerMetrics
+
+if TYPE_CHECKING:  # prometheus_client is imported only when metrics are on
+    from cloudqueue.workers.observability.metrics import WorkerMetrics
 
 R = TypeVar("R")
 

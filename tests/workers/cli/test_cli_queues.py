@@ -3,6 +3,9 @@
 Every queue command runs against the embedded SQLite store and against Azurite. The session's
 Azurite is shared with other tests, so each test works on its own queue names and lists by prefix.
 Terminal behaviour (confirmation prompts, progress) is exercised through a pseudo-terminal.
+The command under test runs in a subprocess; the queues it starts from are made, and what it
+left is read, through the store's own API in the test process (``store``), so each test starts
+one CLI process per command it is about rather than one per step.
 """
 
 from __future__ import annotations
@@ -10,12 +13,15 @@ from __future__ import annotations
 import io
 import json
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.cli.queues import progress_spinner
-from tests.support.cli import Terminal, cloudqueue, ok, run_on_terminal
+from tests.support.cli import Terminal, cloudqueue, help_text, ok, run_on_terminal
 from tests.support.polling import eventually
 
 BAD_NAME = "Bad_Name"
@@ -41,28 +47,55 @@ def sqlite_env(tmp_path: Path) -> dict[str, str]:
     return {**os.environ, "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'q.db'}"}
 
 
+@pytest.fixture
+def store(env: dict[str, str]) -> Iterator[QueueStorage]:
+    """The storage ``env`` names, opened in the test process to set up and look at queues."""
+    storage = open_storage(env["CLOUDQUEUE_CONNECTION_STRING"])
+    yield storage
+    storage.close()
+
+
+@pytest.fixture
+def sqlite_store(sqlite_env: dict[str, str]) -> Iterator[QueueStorage]:
+    """The SQLite file of ``sqlite_env``, opened in the test process."""
+    storage = open_storage(sqlite_env["CLOUDQUEUE_CONNECTION_STRING"])
+    yield storage
+    storage.close()
+
+
 def listed(prefix: str, env: dict[str, str]) -> list[dict[str, object]]:
+    """What `queues list --json` prints for the prefix."""
     rows: list[dict[str, object]] = json.loads(
         ok("queues", "list", "--prefix", prefix, "--json", env=env)
     )
     return rows
 
 
-def queue_with(queue: str, items: int, env: dict[str, str]) -> str:
+def depths(prefix: str, storage: QueueStorage) -> list[dict[str, object]]:
+    """The queues starting with ``prefix`` and their depths, as the store itself reports them."""
+    return [
+        {"queue": queue, "depth": storage.approximate_message_count(queue)}
+        for queue in sorted(storage.list_queues(prefix))
+    ]
+
+
+def queue_with(queue: str, items: int, storage: QueueStorage) -> str:
     """Create the queue and put ``items`` messages on it."""
-    ok("queues", "create", queue, env=env)
-    if items:
-        ok("enqueue", queue, *(f"item-{index}" for index in range(items)), env=env)
+    storage.create_queue(queue)
+    for index in range(items):
+        storage.put_message(queue, f"item-{index}")
     return queue
 
 
 # Create and list
 
 
-def test_list_shows_each_queue_with_its_depth(env: dict[str, str], queue_name: str) -> None:
+def test_list_shows_each_queue_with_its_depth(
+    env: dict[str, str], store: QueueStorage, queue_name: str
+) -> None:
     """Created queues are listed by prefix, in name order, with their depths, as text and JSON."""
-    queue_with(queue_name, 3, env)
-    queue_with(f"{queue_name}-poison", 0, env)
+    queue_with(queue_name, 3, store)
+    queue_with(f"{queue_name}-poison", 0, store)
     assert listed(queue_name, env) == [
         {"queue": queue_name, "depth": 3},
         {"queue": f"{queue_name}-poison", "depth": 0},
@@ -84,52 +117,54 @@ def test_list_with_a_prefix_nothing_matches_says_so(env: dict[str, str], queue_n
 
 
 def test_create_is_idempotent_and_says_whether_the_queue_existed(
-    env: dict[str, str], queue_name: str
+    env: dict[str, str], store: QueueStorage, queue_name: str
 ) -> None:
     """Creating an existing queue succeeds, keeps its messages, and reports that it existed."""
     assert ok("queues", "create", queue_name, env=env).startswith(f"created {queue_name} on ")
-    ok("enqueue", queue_name, "kept", env=env)
+    store.put_message(queue_name, "kept")
     assert "already exists" in ok("queues", "create", queue_name, env=env)
-    assert listed(queue_name, env) == [{"queue": queue_name, "depth": 1}]
+    assert depths(queue_name, store) == [{"queue": queue_name, "depth": 1}]
 
 
 # Clear and delete
 
 
 def test_clear_with_yes_empties_the_queue_and_keeps_it(
-    env: dict[str, str], queue_name: str
+    env: dict[str, str], store: QueueStorage, queue_name: str
 ) -> None:
     """`queues clear --yes` deletes every message and reports how many there were."""
-    queue_with(queue_name, 4, env)
+    queue_with(queue_name, 4, store)
     assert "(4 message(s) before)" in ok("queues", "clear", queue_name, "--yes", env=env)
-    assert listed(queue_name, env) == [{"queue": queue_name, "depth": 0}]
+    assert depths(queue_name, store) == [{"queue": queue_name, "depth": 0}]
 
 
-def test_delete_with_yes_removes_the_queue(env: dict[str, str], queue_name: str) -> None:
+def test_delete_with_yes_removes_the_queue(
+    env: dict[str, str], store: QueueStorage, queue_name: str
+) -> None:
     """`queues delete --yes` removes the queue; the name can then be created again, empty."""
-    queue_with(queue_name, 2, env)
-    queue_with(f"{queue_name}-kept", 0, env)
+    queue_with(queue_name, 2, store)
+    queue_with(f"{queue_name}-kept", 0, store)
     assert ok("queues", "delete", queue_name, "--yes", env=env).startswith(f"deleted {queue_name}")
-    assert [row["queue"] for row in listed(queue_name, env)] == [f"{queue_name}-kept"]
+    assert [row["queue"] for row in depths(queue_name, store)] == [f"{queue_name}-kept"]
     # Azure keeps a deleted name reserved for 40 s or more; Azurite and the embedded stores do not.
     eventually(
         lambda: cloudqueue("queues", "create", queue_name, env=env).returncode == 0,
         timeout_s=90,
         interval_s=1,
     )
-    assert listed(queue_name, env)[0] == {"queue": queue_name, "depth": 0}
+    assert depths(queue_name, store)[0] == {"queue": queue_name, "depth": 0}
 
 
 @pytest.mark.parametrize("command", ["clear", "delete"])
 def test_destructive_commands_refuse_without_yes_when_stdin_is_not_a_terminal(
-    env: dict[str, str], queue_name: str, command: str
+    env: dict[str, str], store: QueueStorage, queue_name: str, command: str
 ) -> None:
     """Without --yes and nobody to ask, clear and delete exit 2 and touch nothing."""
-    queue_with(queue_name, 2, env)
+    queue_with(queue_name, 2, store)
     result = cloudqueue("queues", command, queue_name, env=env)
     assert result.returncode == 2
     assert "without --yes" in result.stderr
-    assert listed(queue_name, env) == [{"queue": queue_name, "depth": 2}]
+    assert depths(queue_name, store) == [{"queue": queue_name, "depth": 2}]
 
 
 @pytest.mark.parametrize("command", ["clear", "delete"])
@@ -155,8 +190,7 @@ def test_an_invalid_queue_name_exits_2(env: dict[str, str], args: tuple[str, ...
 @pytest.mark.parametrize("command", ["list", "create", "clear", "delete"])
 def test_every_queues_command_documents_examples(command: str) -> None:
     """Each command's --help ends with an Examples block that click left unwrapped."""
-    help_text = ok("queues", command, "--help", env=dict(os.environ))
-    examples = help_text.split("Examples:\n", 1)[1]
+    examples = help_text("queues", command).split("Examples:\n", 1)[1]
     assert examples.splitlines()[0].strip().startswith(f"cloudqueue queues {command}")
 
 
@@ -165,27 +199,29 @@ def test_every_queues_command_documents_examples(command: str) -> None:
 
 @pytest.mark.parametrize(("answer", "depth"), [("y", 0), ("n", 3)])
 def test_clear_on_a_terminal_asks_first(
-    sqlite_env: dict[str, str], queue_name: str, answer: str, depth: int
+    sqlite_env: dict[str, str], sqlite_store: QueueStorage, queue_name: str, answer: str, depth: int
 ) -> None:
     """On a terminal clear asks, naming the message count; only a yes clears the queue."""
-    queue_with(queue_name, 3, sqlite_env)
+    queue_with(queue_name, 3, sqlite_store)
     terminal = Terminal()
     terminal.type(f"{answer}\n")
     result, _ = run_on_terminal("queues", "clear", queue_name, env=sqlite_env, terminal=terminal)
     assert f"Delete all 3 message(s) in {queue_name}" in result.stdout
     assert result.returncode == (0 if answer == "y" else 1)
-    assert listed(queue_name, sqlite_env) == [{"queue": queue_name, "depth": depth}]
+    assert depths(queue_name, sqlite_store) == [{"queue": queue_name, "depth": depth}]
 
 
-def test_delete_on_a_terminal_asks_first(sqlite_env: dict[str, str], queue_name: str) -> None:
+def test_delete_on_a_terminal_asks_first(
+    sqlite_env: dict[str, str], sqlite_store: QueueStorage, queue_name: str
+) -> None:
     """On a terminal delete asks before removing the queue; a no keeps it."""
-    queue_with(queue_name, 1, sqlite_env)
+    queue_with(queue_name, 1, sqlite_store)
     terminal = Terminal()
     terminal.type("n\n")
     result, _ = run_on_terminal("queues", "delete", queue_name, env=sqlite_env, terminal=terminal)
     assert result.returncode == 1
     assert f"Delete {queue_name} and its 1 message(s)" in result.stdout
-    assert listed(queue_name, sqlite_env) == [{"queue": queue_name, "depth": 1}]
+    assert depths(queue_name, sqlite_store) == [{"queue": queue_name, "depth": 1}]
 
 
 def test_bulk_enqueue_shows_a_running_count_only_on_a_terminal(
@@ -206,10 +242,10 @@ def test_bulk_enqueue_shows_a_running_count_only_on_a_terminal(
 
 
 def test_a_quick_clear_shows_no_spinner_even_on_a_terminal(
-    sqlite_env: dict[str, str], queue_name: str
+    sqlite_env: dict[str, str], sqlite_store: QueueStorage, queue_name: str
 ) -> None:
     """The embedded stores clear in one quick call, so nothing is drawn on the terminal."""
-    queue_with(queue_name, 3, sqlite_env)
+    queue_with(queue_name, 3, sqlite_store)
     result, progress = run_on_terminal(
         "queues", "clear", queue_name, "--yes", env=sqlite_env, terminal=Terminal(), stdin=""
     )

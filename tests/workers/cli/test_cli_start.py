@@ -1,5 +1,6 @@
-"""A command imports what it uses: ``--version`` and ``--help`` import no command, ``enqueue``
-none of the host, Redis, the Azure SDK or prometheus.
+"""A command imports what it uses: ``--version`` and ``--help`` import no command; ``enqueue``
+and the other commands that only read settings and storage none of the host, the consumer,
+Redis, the Azure SDK or prometheus; ``run`` neither Redis nor prometheus unless settings ask.
 
 What a process imported is read from ``PYTHONPROFILEIMPORTTIME`` (every module, once, on stderr),
 so these tests hold the structure, not a speed; ``tests/benchmarks/bench_cli_start.py`` measures
@@ -9,11 +10,14 @@ the time.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import click
 import pytest
 
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.workers.cli import COMMANDS, CloudQueueGroup, cli
 from tests.support.cli import cloudqueue, plain
 
@@ -73,6 +77,46 @@ def test_enqueue_on_sqlite_imports_neither_host_nor_azure_nor_redis(tmp_path: Pa
     shown, modules = imported_by("enqueue", "invoices", '{"invoice_id": 1}', env=env)
     assert shown.startswith("enqueued 1 item(s) on invoices")
     assert among(modules, NOT_FOR_ENQUEUE) == []
+
+
+@pytest.mark.parametrize(
+    ("args", "shown"),
+    [
+        (("queues", "list"), "invoices"),
+        (("status", "invoices"), "invoices"),
+        (("poison", "list", "invoices"), "invoices-poison"),
+        (("config", "show"), "connection_string = "),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, tuple) else "",
+)
+def test_commands_that_read_storage_or_settings_import_no_worker_side(
+    tmp_path: Path, args: tuple[str, ...], shown: str
+) -> None:
+    """Listing, status, the poison queue and ``config show`` read files, settings and storage:
+    like ``enqueue`` they import neither the host nor the consumer (a listener's whole loop)."""
+    storage = SqliteQueueStorage(str(tmp_path / "q.db"))
+    storage.create_queue("invoices")
+    storage.create_queue("invoices-poison")
+    storage.close()
+    env = {**os.environ, "CLOUDQUEUE_CONNECTION_STRING": f"sqlite:///{tmp_path / 'q.db'}"}
+    output, modules = imported_by(*args, env=env)
+    assert shown in output
+    assert among(modules, NOT_FOR_ENQUEUE) == []
+
+
+def test_run_imports_redis_and_prometheus_only_when_the_settings_ask_for_them() -> None:
+    """Every ``cloudqueue run`` (and each ``--processes`` child) imports the run command and the
+    host; the Redis client (with the telemetry it imports) waits for triggers or limits URLs, and
+    prometheus_client for a metrics port."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import cloudqueue.workers.cli.run"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    modules = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines()}
+    assert "cloudqueue.workers.host.host" in modules
+    assert among(modules, ("redis", "opentelemetry", "prometheus_client")) == []
 
 
 @pytest.mark.parametrize("name", sorted(COMMANDS))
