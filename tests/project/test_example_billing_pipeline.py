@@ -89,8 +89,9 @@ def test_workers_killed_mid_run_and_restarted_still_give_the_exact_totals(
     up, then restarted (two controllers): the run's totals, reported once, equal the totals
     computed directly from the input, each work item counted once."""
     connection_string = (
-        # The Azurite the resumable example's tests need too: one start serves both.
-        request.getfixturevalue("azurite_with_tables").connection_string
+        # Tables for the group and the results, blobs for the chain's effect-once marks and
+        # the idempotent handling's key ledger.
+        request.getfixturevalue("azurite_factory")(blob=True, table=True).connection_string
         if backend == "azure"
         else f"sqlite:///{tmp_path / 'queues.db'}"
     )
