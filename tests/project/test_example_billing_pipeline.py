@@ -77,7 +77,7 @@ def worker_env(connection_string: str, state_dir: Path) -> dict[str, str]:
         "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
         "CLOUDQUEUE_SHUTDOWN_GRACE_S": "5",
         "CLOUDQUEUE_STATE_DIR": str(state_dir),
-        "BILLING_PRICING_DELAY_S": "0.02",
+        "BILLING_PRICING_DELAY_S": "0.1",
     }
 
 
@@ -114,7 +114,7 @@ def test_workers_killed_mid_run_and_restarted_still_give_the_exact_totals(
             storage.clear_queue(queue)  # the session's Azurite is shared with other tests
         group = start_run(storage, transactions, transactions_per_item=10)
         expected_items = group.status().total
-        # Killed with items in hand (8 at a time, 20 ms each): those come back after the
+        # Killed with items in hand (8 at a time, 100 ms each): those come back after the
         # visibility timeout, are priced again and their results stored again under their ids.
         processor = start(PROCESSOR, "processor-1")
         eventually(lambda: group.status().handled >= 5, timeout_s=30)
