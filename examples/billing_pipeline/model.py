@@ -1,5 +1,6 @@
-"""What a billing run is made of: customer transactions, the work items they are split into, and
-the priced results; plus the totals computed straight from the input, to check the pipeline by.
+"""What a billing run is made of: customer transactions, the work items they are split into, the
+priced results and the run's totals; plus the totals computed straight from the input, to check
+the pipeline by.
 
 Amounts are integer cents throughout, so totals add up exactly whatever the grouping.
 """
@@ -8,7 +9,7 @@ from __future__ import annotations
 
 import random
 from collections import defaultdict
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
@@ -34,13 +35,25 @@ class WorkItem(BaseModel):
 
 
 class PricedItem(BaseModel):
-    """The result of pricing one work item, sent to the controller."""
+    """The result of pricing one work item, kept under the item's id for the controller."""
 
     item_id: str
     run_id: str
     customer: str
     transactions: int
     amount_cents: int
+
+
+class RunTotals(BaseModel):
+    """What the controller makes of a complete run: each customer's total in cents."""
+
+    run_id: str
+    work_items: int
+    """Priced items the totals add up (one per work item: a result is kept once per item id)."""
+    poisoned: int
+    """Work items given up to the poison queue (they are in no total)."""
+    transactions: int
+    totals: dict[str, int]
 
 
 def transaction_cents(transaction: Transaction) -> int:
@@ -97,3 +110,20 @@ def expected_totals(transactions: Sequence[Transaction]) -> dict[str, int]:
     for transaction in transactions:
         totals[transaction.customer] += transaction_cents(transaction)
     return dict(totals)
+
+
+def run_totals(run_id: str, results: Iterable[PricedItem], *, poisoned: int = 0) -> RunTotals:
+    """Add the priced items of a run up per customer."""
+    totals: dict[str, int] = defaultdict(int)
+    items = transactions = 0
+    for result in results:
+        totals[result.customer] += result.amount_cents
+        items += 1
+        transactions += result.transactions
+    return RunTotals(
+        run_id=run_id,
+        work_items=items,
+        poisoned=poisoned,
+        transactions=transactions,
+        totals=dict(totals),
+    )

@@ -1,62 +1,57 @@
-"""The pipeline's two workers: processors price work items, the controller records the results.
+"""The pipeline's workers: processors price work items, the controller adds a run up when its
+group completes, and the report step receives the run's totals.
 
-Run them with the command line, as many processors as you like::
+Run them with the command line, as many of each as you like, on any machines that reach the
+store::
 
     cloudqueue run examples.billing_pipeline.workers:PricingWorker
     cloudqueue run examples.billing_pipeline.workers:ControllerWorker
+    cloudqueue run examples.billing_pipeline.workers:ReportWorker
 """
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import structlog
 
-from cloudqueue import CloudQueueSettings, Publisher, QueueWorker, current_envelope
-from cloudqueue.listener import CloudQueueListener, WorkAnnouncer
-from examples.billing_pipeline.announcing import announcer_from
+from cloudqueue import GroupDone, PermanentFailure, QueueWorker, current_envelope
+from cloudqueue.listener import CloudQueueListener, GroupHandle, QueueStorage
 from examples.billing_pipeline.config import (
-    RESULTS_QUEUE,
+    DONE_QUEUE,
+    TOTALS_QUEUE,
     WORK_QUEUE,
-    ledger_path,
     pricing_delay_s,
+    totaling_delay_s,
 )
-from examples.billing_pipeline.ledger import BillingLedger
-from examples.billing_pipeline.model import PricedItem, WorkItem, price
+from examples.billing_pipeline.model import PricedItem, RunTotals, WorkItem, price, run_totals
 
 log = structlog.get_logger(__name__)
 
+WEEK_S = 7 * 24 * 3600
+
 
 class PricingWorker(QueueWorker[WorkItem]):
-    """Prices each work item and publishes the result to the controller's queue.
+    """Prices each work item; the framework keeps the result under the item's id.
 
-    Idempotent by construction: pricing is a pure function of the item, and the result carries the
-    item's id as its deduplication key. A redelivered item (its processor crashed before the
-    delete) is priced again and its result published again; the controller records it once.
+    Idempotent by construction: pricing is a pure function of the item. A redelivered item (its
+    processor died before the delete) is priced again and its result stored again under the
+    same key, replacing the first; the group counts each member once.
     """
 
     queue_name = WORK_QUEUE
+    keep_results = True
+    results_ttl_s = WEEK_S  # the controller reads them when the run completes
 
     def __init__(self) -> None:
-        self._results: Publisher[PricedItem] | None = None
-        self._announcer: WorkAnnouncer | None = None
         self._delay_s = pricing_delay_s()
 
-    def on_start(self, listener: CloudQueueListener[Any]) -> None:
-        # The results go to the store the work came from, through the same connection.
-        listener.storage.create_queue(RESULTS_QUEUE)
-        self._announcer = announcer_from(CloudQueueSettings())
-        self._results = Publisher(
-            listener.storage, RESULTS_QUEUE, PricedItem, announcer=self._announcer
-        )
-
-    def handle(self, item: WorkItem) -> None:
-        assert self._results is not None, "on_start runs before the first item"
+    def handle(self, item: WorkItem) -> PricedItem:
         if self._delay_s:
             time.sleep(self._delay_s)  # stands in for a real pricing engine's work
         result = price(item)
-        self._results.publish(result)
         log.info(
             "item_priced",
             item_id=item.item_id,
@@ -64,33 +59,64 @@ class PricingWorker(QueueWorker[WorkItem]):
             amount_cents=result.amount_cents,
             attempt=current_envelope().dequeue_count,
         )
-
-    def on_stop(self) -> None:
-        if self._announcer is not None:
-            self._announcer.channel.close()
+        return result
 
 
-class ControllerWorker(QueueWorker[PricedItem]):
-    """Records each result in the ledger once, and reports when a run is complete."""
+IDEMPOTENT: Mapping[str, Mapping[str, Any]] = {"idempotency": {"window_s": WEEK_S}}
+"""A second copy of a message of the same key (the run id), put after a crash, is dropped."""
 
-    queue_name = RESULTS_QUEUE
+
+class ReportWorker(QueueWorker[RunTotals]):
+    """The last step: receives each run's totals once (a real pipeline writes the invoices)."""
+
+    queue_name = TOTALS_QUEUE
+    settings: ClassVar[Mapping[str, Mapping[str, Any]]] = IDEMPOTENT
+
+    def handle(self, totals: RunTotals) -> None:
+        log.info("run_reported", **totals.model_dump())
+
+
+class ControllerWorker(QueueWorker[GroupDone]):
+    """Adds up a run's priced items when its group completes, and sends the totals on.
+
+    It holds no state: the run's results are read from the store, so any number of controllers
+    may run, on any machines. A second copy of a ``GroupDone`` (a crash between its put and its
+    mark) is dropped by idempotent handling; a controller killed while adding up leaves the
+    ``GroupDone`` queued, and the next delivery adds the same results up again. The totals go
+    to ``ReportWorker`` effect-once: a redelivery after they were sent sends nothing again.
+    """
+
+    queue_name = DONE_QUEUE
+    settings: ClassVar[Mapping[str, Mapping[str, Any]]] = IDEMPOTENT
+    then = ReportWorker
 
     def __init__(self) -> None:
-        self._ledger: BillingLedger | None = None
+        self._storage: QueueStorage | None = None
+        self._delay_s = totaling_delay_s()
 
     def on_start(self, listener: CloudQueueListener[Any]) -> None:
-        self._ledger = BillingLedger(ledger_path())
+        # The results are where the run's group is: the store this worker reads its queue from.
+        self._storage = listener.storage
 
-    def handle(self, item: PricedItem) -> None:
-        assert self._ledger is not None, "on_start runs before the first item"
-        if not self._ledger.record(item):
-            log.info("duplicate_result_ignored", item_id=item.item_id)
-            return
-        progress = self._ledger.progress(item.run_id)
-        # Said by the delivery that recorded the run's last row (duplicates returned above).
-        if progress.complete and progress.recorded == progress.expected:
-            log.info("run_complete", run_id=item.run_id, work_items=progress.expected)
-
-    def on_stop(self) -> None:
-        if self._ledger is not None:
-            self._ledger.close()
+    def handle(self, done: GroupDone) -> RunTotals:
+        assert self._storage is not None, "on_start runs before the first item"
+        attempt = current_envelope().dequeue_count
+        log.info("run_totaling", run_id=done.group_id, work_items=done.total, attempt=attempt)
+        if self._delay_s:
+            time.sleep(self._delay_s)  # stands in for a long aggregation (tests kill it here)
+        results = GroupHandle.of(done.group_id, self._storage).results(PricedItem)
+        totals = run_totals(done.group_id, results, poisoned=done.poisoned)
+        if totals.work_items != done.handled:
+            # Every handled member stored its result before it counted: fewer means they expired,
+            # and a retry would find no more of them.
+            raise PermanentFailure(
+                f"run {done.group_id}: {totals.work_items} results for {done.handled} items"
+            )
+        log.info(
+            "run_totaled",
+            run_id=done.group_id,
+            work_items=totals.work_items,
+            poisoned=totals.poisoned,
+            attempt=attempt,
+        )
+        return totals
