@@ -32,13 +32,10 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
 
 import structlog
 from azure.storage.queue import QueueMessage
-
-# The aio package exports no retry classes: the async ExponentialRetry lives in the SDK's _shared.
-from azure.storage.queue._shared.policies_async import ExponentialRetry as AsyncExponentialRetry
 from azure.storage.queue.aio import QueueClient
 
 from cloudqueue.listener.consumer.handoff import fetch_size
@@ -58,7 +55,6 @@ from cloudqueue.listener.scaling.scaler import (
     should_stop_idle,
     targets,
 )
-from cloudqueue.listener.stores.azure_clients import CONNECTION_TIMEOUT_S, READ_TIMEOUT_S, FastRetry
 from cloudqueue.listener.wire.codec import Codec
 
 T = TypeVar("T")
@@ -67,29 +63,6 @@ log = structlog.get_logger(__name__)
 
 MAX_ERROR_DELAY_S = 30.0
 """Longest back-off after failed gets (the listener's ``max_error_delay_s`` default)."""
-
-
-class AsyncFastRetry(AsyncExponentialRetry):
-    """The listener's ``FastRetry`` curve on the aio pipeline, whose retry sleeps are awaited."""
-
-    def __init__(self) -> None:
-        super().__init__(initial_backoff=0, increment_base=0, random_jitter_range=0)
-        self._curve = FastRetry()
-
-    def get_backoff_time(self, settings: dict[str, Any]) -> float:
-        return self._curve.get_backoff_time(settings)
-
-
-def aio_client_options() -> dict[str, Any]:
-    """The listener's client options that apply to the aio SDK: retry curve and timeouts.
-
-    (Its pooled ``requests`` session does not: aiohttp keeps its own pool, 100 connections.)
-    """
-    return {
-        "retry_policy": AsyncFastRetry(),
-        "connection_timeout": CONNECTION_TIMEOUT_S,
-        "read_timeout": READ_TIMEOUT_S,
-    }
 
 
 class AsyncNativeConsumer(Generic[T]):

@@ -35,9 +35,10 @@ from typing import Any
 import structlog
 from azure.storage.queue.aio import QueueClient
 
+from cloudqueue.listener.stores.azure_aio_clients import aio_client_options
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.workers.settings import CloudQueueSettings
-from tests.benchmarks.async_native import AsyncNativeConsumer, aio_client_options
+from tests.benchmarks.async_native import AsyncNativeConsumer
 from tests.benchmarks.bench_io import (
     ASYNCIO_LOOP,
     CLOUDQUEUE,
