@@ -8,8 +8,9 @@ drains N pre-filled messages (2,000 by default) three times per repetition:
 
 * cloudqueue: a ``WorkerHost`` with default settings and ``async def handle``, as ``bench_io``
   runs it (dequeue threads; coroutines on the worker's event loop);
-* prototype: ``tests/benchmarks/async_native.py`` -- dequeue *tasks* on one event loop with the
-  aio SDK, scaled by the same pure policies, the defaults' in-flight total (16 x 8);
+* prototype: ``cloudqueue.listener.consumer.async_consumer.AsyncConsumer`` (it began as this
+  benchmark's prototype) -- dequeue *tasks* on one event loop with the aio SDK, scaled by the
+  same pure policies, the defaults' in-flight total (16 x 8), not yet wired into the host;
 * asyncio loop: ``bench_io``'s hand-written loop (4 tasks, each receiving 32 and gathering wait +
   delete).
 
@@ -33,12 +34,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import structlog
-from azure.storage.queue.aio import QueueClient
 
-from cloudqueue.listener.stores.azure_aio_clients import aio_client_options
+from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.workers.settings import CloudQueueSettings
-from tests.benchmarks.async_native import AsyncNativeConsumer
 from tests.benchmarks.bench_io import (
     ASYNCIO_LOOP,
     CLOUDQUEUE,
@@ -93,31 +94,34 @@ async def _drain_prototype(
     settings = CloudQueueSettings.model_validate({"connection_string": connection_string})
     AwaitingWorker.wait_s = cell.wait_s
     codec: MessageCodec[dict[str, Any]] = MessageCodec(dict, encoding=settings.listener.encoding)
-    async with QueueClient.from_connection_string(
-        connection_string, QUEUE, **aio_client_options()
-    ) as queue:
-        consumer = AsyncNativeConsumer(
-            queue,
-            AwaitingWorker().handle,
-            codec,
-            policy=settings.scaling_policy(),
-            concurrency=settings.listener.concurrency,
-            batch_size=settings.listener.dequeue_batch_size,
-            visibility_timeout_s=settings.listener.visibility_timeout_s,
-        )
-        started = time.perf_counter()
-        running = asyncio.create_task(consumer.run())
-        try:
-            while consumer.deleted < count:
-                if time.monotonic() > deadline or running.done():
-                    raise BenchmarkError(f"the prototype deleted {consumer.deleted}/{count}")
-                await asyncio.sleep(POLL_S)
-            seconds = time.perf_counter() - started
-        finally:
-            consumer.stop()
-            await running
-    if consumer.failed:
-        raise BenchmarkError(f"the prototype failed {consumer.failed} messages: {consumer!r}")
+    sync_storage = AzureQueueStorage.from_connection_string(connection_string)
+    storage = AioAzureQueueStorage.beside(sync_storage)
+    consumer = AsyncConsumer(
+        storage,
+        QUEUE,
+        AwaitingWorker().handle,
+        codec,
+        scaling=settings.scaling_policy(),
+        concurrency=settings.listener.concurrency,
+        batch_size=settings.listener.dequeue_batch_size,
+        visibility_timeout_s=settings.listener.visibility_timeout_s,
+    )
+    started = time.perf_counter()
+    running = asyncio.create_task(consumer.run())
+    try:
+        while consumer.counters.processed < count:
+            if time.monotonic() > deadline or running.done():
+                done = consumer.counters.processed
+                raise BenchmarkError(f"the prototype deleted {done}/{count}")
+            await asyncio.sleep(POLL_S)
+        seconds = time.perf_counter() - started
+    finally:
+        consumer.stop()
+        await running
+        await storage.aclose()
+        sync_storage.close()
+    if consumer.counters.failed:
+        raise BenchmarkError(f"the prototype failed messages: {consumer!r}")
     return seconds
 
 

@@ -1,0 +1,276 @@
+"""The event-loop consumer: an ``async def`` handler's queue fetched, handled, settled on one loop.
+
+The threaded listener runs dequeue threads and sends each ``async def`` handler's coroutine to a
+loop of its own, a thread hop per message. Here the dequeue loops are *tasks* on the handler's
+loop, awaiting an ``AsyncQueueStorage`` (the aio SDK on Azure, direct calls on the embedded
+stores): a message never crosses a thread. The decisions are the threaded path's pure ones:
+``fetch_size`` how many to get (1..32), ``idle_delay_s`` / ``should_stop_idle`` the idle back-off
+and when a surplus task leaves, ``targets`` (read as tasks) how many fetch once work appears, the
+CPU guard whether they may grow, ``randomized_exponential_backoff`` the wait after a failed get;
+``async_settling`` settles each message by the delivery policy. At most ``max_threads x
+concurrency`` handlers run at once.
+
+``await consumer.run()`` until ``stop()`` (a SIGTERM handler calls it): fetching stops, messages
+not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
+running then are cancelled: their messages reappear after their timeout.
+
+Not yet here (the threaded path has them; see issue 41): the middleware seam and its events
+(rate limits, per-key limits, idempotency, metrics, tracing), push wake-ups, batch handlers,
+payloads kept in blobs, and wiring into the worker host.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from typing import Generic, TypeVar
+
+import structlog
+
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
+from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
+from cloudqueue.listener.consumer.handoff import fetch_size
+from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.policies.backoff import (
+    RandomSource,
+    default_rng,
+    randomized_exponential_backoff,
+)
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
+from cloudqueue.listener.scaling.cpu import ProcessCpuMeter
+from cloudqueue.listener.scaling.scaler import (
+    ScalingPolicy,
+    idle_delay_s,
+    should_stop_idle,
+    targets,
+)
+from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.listener.wire.codec import Codec
+
+T = TypeVar("T")
+
+log = structlog.get_logger(__name__)
+
+MAX_ERROR_DELAY_S = 30.0
+"""Longest back-off after failed gets (the threaded listener's ``max_error_delay_s`` default)."""
+
+
+class AsyncConsumer(Generic[T]):
+    """Dequeue tasks on the running loop, feeding ``handler`` tasks under an in-flight limit."""
+
+    def __init__(
+        self,
+        storage: AsyncQueueStorage,
+        queue_name: str,
+        handler: Callable[[T], Awaitable[None]],
+        codec: Codec[T],
+        *,
+        scaling: ScalingPolicy | None = None,
+        delivery: DeliveryPolicy | None = None,
+        concurrency: int = DEFAULT_CONCURRENCY,
+        batch_size: int = MAX_BATCH_SIZE,
+        visibility_timeout_s: int = 30,
+        time_limit_s: float = 0.0,
+        grace_s: float = 30.0,
+        clock: Clock = SYSTEM_CLOCK,
+        rng: RandomSource | None = None,
+    ) -> None:
+        self.storage, self.queue_name = storage, queue_name
+        self.policy = scaling or ScalingPolicy()
+        self.delivery = delivery or DeliveryPolicy()
+        self.concurrency, self.batch_size = concurrency, batch_size
+        self.visibility_timeout_s, self.grace_s = visibility_timeout_s, grace_s
+        self.rng = rng or default_rng()
+        self.counters = AsyncCounters()
+        self.gets = 0
+        """Get Messages calls made (empty ones included): the idle cost in transactions."""
+        self.leases = AsyncLeases(
+            storage,
+            queue_name,
+            visibility_timeout_s=visibility_timeout_s,
+            renew=self.delivery.renew_visibility,
+        )
+        self.settler = AsyncSettler(
+            storage,
+            queue_name,
+            handler,
+            codec,
+            delivery=self.delivery,
+            time_limit_s=time_limit_s,
+            clock=clock,
+            rng=self.rng,
+            counters=self.counters,
+        )
+        self._active = 0
+        """Dequeue tasks running and not leaving."""
+        self._slots = asyncio.Semaphore(self.policy.max_threads * concurrency)
+        self._stopping = asyncio.Event()
+        self._scaling = asyncio.Lock()
+        self._dequeuers: set[asyncio.Task[None]] = set()
+        self._handlers: set[asyncio.Task[None]] = set()
+        self._found_work = False
+        self._latency = ThroughputMeter()  # seconds per message, one at a time: the latency
+        self._cpu = ProcessCpuMeter()
+
+    @property
+    def active_tasks(self) -> int:
+        """Dequeue tasks fetching now (the threaded listener's active dequeue threads)."""
+        return self._active
+
+    @property
+    def handlers_running(self) -> int:
+        return len(self._handlers)
+
+    def stop(self) -> None:
+        """Stop fetching; ``run`` then drains and returns."""
+        self._stopping.set()
+
+    async def run(self) -> None:
+        """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
+        await self.storage.create_queue(self.queue_name)
+        await self.storage.create_queue(poison_queue_name(self.queue_name))
+        renewing = asyncio.create_task(self.leases.keep_renewed(self._stopping))
+        self._start_dequeuers(max(1, self.policy.min_threads))
+        try:
+            while self._dequeuers:  # tasks started while waiting are awaited in the next round
+                done, _ = await asyncio.wait(set(self._dequeuers))
+                for task in done:
+                    task.result()  # a bug in a dequeue loop surfaces here instead of being lost
+            await self._drain()
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+        log.info("async_consumer_stopped", queue=self.queue_name, processed=self.counters.processed)
+
+    async def _drain(self) -> None:
+        if self._handlers:
+            await asyncio.wait(set(self._handlers), timeout=self.grace_s)
+        late = set(self._handlers)
+        for task in late:
+            task.cancel()  # its message reappears after its visibility timeout
+        if late:
+            log.warning("handlers_cancelled_at_stop", queue=self.queue_name, count=len(late))
+            await asyncio.wait(late)
+
+    def _start_dequeuers(self, count: int) -> None:
+        for _ in range(count):
+            self._active += 1
+            task = asyncio.create_task(self._dequeue())
+            self._dequeuers.add(task)
+            task.add_done_callback(self._dequeuers.discard)
+
+    async def _dequeue(self) -> None:
+        try:
+            await self._dequeue_until_stop_or_surplus()
+        finally:
+            self._active -= 1  # at once on return: a neighbour deciding next sees one fewer
+
+    async def _dequeue_until_stop_or_surplus(self) -> None:
+        idle_count = error_count = 0
+        while not self._stopping.is_set():
+            try:
+                messages = await self._get_batch()
+            except Exception as failure:  # never end the loop on a failed get: back off
+                error_count += 1
+                self.counters.dequeue_errors += 1
+                log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
+                await self._wait(self._error_delay_s(error_count))
+                continue
+            error_count = 0
+            if not messages:
+                idle_count += 1
+                delay_s = idle_delay_s(idle_count, self.policy, self.rng)
+                if should_stop_idle(delay_s, self.active_tasks, self.policy):
+                    return  # no await since the check: no neighbour left in between
+                await self._wait(delay_s)
+                continue
+            if idle_count or not self._found_work:
+                idle_count, self._found_work = 0, True
+                await self._grow()
+            await self._start_handlers([self.leases.hold(message) for message in messages])
+
+    async def _get_batch(self) -> list[QueueMessage]:
+        latency_s = self._latency.seconds_per_message
+        wanted = fetch_size(
+            batch_size=self.batch_size,
+            threads=self.active_tasks,
+            per_thread_rate_per_s=None if latency_s is None else self.concurrency / latency_s,
+            visibility_timeout_s=self.visibility_timeout_s,
+        )
+        self.gets += 1
+        return await self.storage.get_messages(
+            self.queue_name, max_messages=wanted, visibility_timeout_s=self.visibility_timeout_s
+        )
+
+    async def _grow(self) -> None:
+        """Work found after an idle spell: run as many dequeue tasks as the scaling rule wants."""
+        async with self._scaling:  # one decision at a time, or two would both add the difference
+            try:
+                depth = await self.storage.approximate_message_count(self.queue_name)
+            except Exception as failure:
+                log.warning("rescale_skipped", error=str(failure))
+                return
+            load = ListenerLoad(
+                approximate_depth=depth,
+                in_flight=self.counters.in_flight,
+                active_threads=self.active_tasks,
+                per_thread_rate_per_s=None,
+                message_latency_s=self._latency.seconds_per_message,
+                concurrency=self.concurrency,
+            )
+            grow_target, _ = targets(load, self.policy)
+            if grow_target <= self.active_tasks:
+                return
+            cores = self._cpu.cores_used()  # None: the first reading, which only starts a window
+            if cores is not None and cores >= self.policy.cpu_saturation_cores:
+                log.warning("scaling_capped", active=self.active_tasks, target=grow_target)
+                return
+            self._start_dequeuers(grow_target - self.active_tasks)
+
+    async def _start_handlers(self, held: list[HeldMessage]) -> None:
+        for index, one in enumerate(held):
+            await self._slots.acquire()  # back-pressure: the dequeue task waits for a free slot
+            if self._stopping.is_set():  # stopped meanwhile: give the unstarted ones back now
+                self._slots.release()
+                for unstarted in held[index:]:
+                    await self.leases.release(unstarted)
+                return
+            self.counters.in_flight += 1
+            task = asyncio.create_task(self._settle(one))
+            self._handlers.add(task)
+            task.add_done_callback(self._handlers.discard)
+
+    async def _settle(self, held: HeldMessage) -> None:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        try:
+            await self.settler.handle(held)
+        finally:
+            self.leases.end(held)
+            self.counters.in_flight -= 1
+            self._slots.release()
+            self._latency.record(1, loop.time() - started)
+
+    async def _wait(self, delay_s: float) -> None:
+        """Sleep on the stop event, so stop() ends an idle wait at once."""
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), delay_s)
+
+    def _error_delay_s(self, error_count: int) -> float:
+        return randomized_exponential_backoff(
+            error_count, delta_s=0.1, min_s=0.0, max_s=MAX_ERROR_DELAY_S, rng=self.rng
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"AsyncConsumer(queue={self.queue_name!r}, tasks={self.active_tasks}, "
+            f"counters={self.counters})"
+        )
