@@ -58,9 +58,6 @@ T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
 
-MAX_ERROR_DELAY_S = 30.0
-"""Longest back-off after failed gets (the threaded listener's ``max_error_delay_s`` default)."""
-
 
 class AsyncConsumer(Generic[T]):
     """Dequeue tasks on the running loop, feeding ``handler`` tasks under an in-flight limit."""
@@ -79,6 +76,7 @@ class AsyncConsumer(Generic[T]):
         visibility_timeout_s: int = 30,
         time_limit_s: float = 0.0,
         grace_s: float = 30.0,
+        max_error_delay_s: float = 30.0,
         clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource | None = None,
     ) -> None:
@@ -87,6 +85,8 @@ class AsyncConsumer(Generic[T]):
         self.delivery = delivery or DeliveryPolicy()
         self.concurrency, self.batch_size = concurrency, batch_size
         self.visibility_timeout_s, self.grace_s = visibility_timeout_s, grace_s
+        self.max_error_delay_s = max_error_delay_s
+        """Longest back-off after failed gets (as the threaded listener's)."""
         self.rng = rng or default_rng()
         self.counters = AsyncCounters()
         self.gets = 0
@@ -266,7 +266,7 @@ class AsyncConsumer(Generic[T]):
 
     def _error_delay_s(self, error_count: int) -> float:
         return randomized_exponential_backoff(
-            error_count, delta_s=0.1, min_s=0.0, max_s=MAX_ERROR_DELAY_S, rng=self.rng
+            error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
         )
 
     def __repr__(self) -> str:
