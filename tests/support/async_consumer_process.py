@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import signal
 import sys
 from typing import Any
@@ -25,6 +26,12 @@ from cloudqueue.workers.settings.connections import open_storage_from_settings
 
 
 async def serve(worker: QueueWorker[Any]) -> None:
+    async def handle(item: Any) -> None:
+        handled = worker.handle(item)
+        if not inspect.isawaitable(handled):
+            raise TypeError(f"{type(worker).__name__}.handle is not async def")
+        await handled
+
     settings = load_settings()
     storage = open_storage_from_settings(settings)
     aio = async_storage_for(storage)
@@ -32,7 +39,7 @@ async def serve(worker: QueueWorker[Any]) -> None:
     consumer = AsyncConsumer(
         aio,
         worker.location(options.visibility_timeout_s).queue_name,
-        worker.handle,
+        handle,
         reading_codec(worker.item_type, options.encoding),
         scaling=settings.scaling_policy(),
         concurrency=options.concurrency,
