@@ -136,7 +136,9 @@ class AsyncConsumer(Generic[T]):
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
         await self.storage.create_queue(self.queue_name)
         await self.storage.create_queue(poison_queue_name(self.queue_name))
-        renewing = asyncio.create_task(self.leases.keep_renewed(self._stopping))
+        # Renewal goes on through the drain: a handler finishing in its grace keeps its message.
+        drained = asyncio.Event()
+        renewing = asyncio.create_task(self.leases.keep_renewed(drained))
         self._start_dequeuers(max(1, self.policy.min_threads))
         try:
             while self._dequeuers:  # tasks started while waiting are awaited in the next round
@@ -145,6 +147,7 @@ class AsyncConsumer(Generic[T]):
                     task.result()  # a bug in a dequeue loop surfaces here instead of being lost
             await self._drain()
         finally:
+            drained.set()
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing

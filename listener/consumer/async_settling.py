@@ -31,11 +31,13 @@ from cloudqueue.listener.consumer.item_failures import judged
 from cloudqueue.listener.errors import (
     MessageTooLargeError,
     PermanentFailure,
+    QueueNotFoundError,
     RetryLater,
     StorageError,
 )
 from cloudqueue.listener.poison.move import poison_record
 from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.record import PoisonRecord
 from cloudqueue.listener.policies.backoff import RandomSource
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
@@ -191,11 +193,12 @@ class AsyncSettler(Generic[T]):
         target = poison_queue_name(self.queue_name)
         try:
             try:
-                await self.storage.put_message(
-                    target, record.to_json(), time_to_live_s=NEVER_EXPIRES
-                )
-            except MessageTooLargeError:  # as poison_message: keep the content, unwrapped
-                await self.storage.put_message(target, record.content, time_to_live_s=NEVER_EXPIRES)
+                await self._put_record(target, record)
+            except QueueNotFoundError:
+                # Deleted while the worker runs: a message must not loop for ever for want of it.
+                await self.storage.create_queue(target)
+                self._log.warning("poison_queue_recreated", poison_queue=target)
+                await self._put_record(target, record)
             await self.storage.delete_message(self.queue_name, message.id, pop_receipt)
         except StorageError as failure:
             self._left(message, failure)
@@ -209,6 +212,12 @@ class AsyncSettler(Generic[T]):
             reason=reason,
             error=error,
         )
+
+    async def _put_record(self, target: str, record: PoisonRecord) -> None:
+        try:
+            await self.storage.put_message(target, record.to_json(), time_to_live_s=NEVER_EXPIRES)
+        except MessageTooLargeError:  # as poison_message: keep the content, unwrapped
+            await self.storage.put_message(target, record.content, time_to_live_s=NEVER_EXPIRES)
 
     def _left(self, message: QueueMessage, failure: StorageError) -> None:
         """Storage failed while settling: the message reappears after its timeout."""

@@ -16,7 +16,12 @@ from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
-from cloudqueue.listener.stores.async_storage import AsyncQueueStorage, async_storage_for
+from cloudqueue.listener.stores.async_storage import (
+    AsyncQueueStorage,
+    DirectAsyncStorage,
+    async_storage_for,
+)
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
 from tests.conftest import BACKENDS, make_storage
@@ -203,3 +208,33 @@ def test_stop_finishes_started_handlers_and_releases_the_rest_at_once(
     assert consumer.counters.processed == 1
     left = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
     assert len(left) == 4
+
+
+def test_a_poison_queue_deleted_while_running_is_created_again(queue_name: str) -> None:
+    """A message given up on after its poison queue was deleted still gets its record: the
+    queue is created again, not the message left to fail for ever."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [])
+
+    async def handle(item: int) -> None:
+        raise PermanentFailure("hopeless")
+
+    async def scenario() -> AsyncConsumer[int]:
+        consumer = AsyncConsumer(
+            DirectAsyncStorage(storage), queue_name, handle, CODEC, scaling=QUICK
+        )
+        running = asyncio.create_task(consumer.run())
+        async with asyncio.timeout(30):
+            while not storage.list_queues(poison_queue_name(queue_name)):
+                await asyncio.sleep(0.01)
+            storage.delete_queue(poison_queue_name(queue_name))
+            storage.put_message(queue_name, CODEC.encode(3))
+            while consumer.counters.poisoned + consumer.counters.left == 0:
+                await asyncio.sleep(0.01)
+            consumer.stop()
+            await running
+        return consumer
+
+    consumer = asyncio.run(scenario())
+    assert consumer.counters.poisoned == 1
+    assert poison_reasons(storage, queue_name) == ["permanent_failure"]

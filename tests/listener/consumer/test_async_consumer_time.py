@@ -120,3 +120,38 @@ def most_polls(policy: ScalingPolicy, seconds: float) -> int:
 
 async def _stop(consumer: AsyncConsumer[int]) -> None:
     consumer.stop()
+
+
+def test_a_handler_finishing_in_the_stop_grace_keeps_its_message_renewed(
+    clock: VirtualClock, loop: LoopThread, queue_name: str
+) -> None:
+    """Stopped while a 30 s handler runs on a 10 s visibility timeout: renewal goes on through
+    the grace, so at 20 s no other consumer can take the message, and it is deleted at the end."""
+    storage = InMemoryQueueStorage(clock=clock)
+    storage.create_queue(queue_name)
+    storage.put_message(queue_name, CODEC.encode(1))
+    started: list[float] = []
+
+    async def handle(item: int) -> None:
+        started.append(clock.monotonic())
+        await asyncio.sleep(30)
+
+    consumer = AsyncConsumer(
+        DirectAsyncStorage(storage),
+        queue_name,
+        handle,
+        CODEC,
+        scaling=IDLE,
+        visibility_timeout_s=10,
+        grace_s=60,
+    )
+    running = loop.submit(consumer.run())
+    run_time_until(clock, lambda: bool(started), limit_s=30)
+    loop.submit(_stop(consumer)).result(10)
+    run_time_until(clock, lambda: clock.monotonic() >= started[0] + 20, limit_s=30)
+    taken_by_another = storage.get_messages(queue_name, max_messages=1, visibility_timeout_s=1)
+    run_time_until(clock, running.done, limit_s=60)
+    running.result(10)
+    assert taken_by_another == []
+    assert consumer.counters.processed == 1
+    assert storage.approximate_message_count(queue_name) == 0
