@@ -7,8 +7,8 @@ poison tools call them, never a consumer), with ``QueueStorage``'s semantics exa
 arguments, the same return values, the same ``cloudqueue.listener.errors``.
 
 Two kinds implement it: the Azure one on the SDK's aio clients
-(``cloudqueue.listener.stores.azure_aio_storage``), and ``DirectAsyncStorage`` over any
-synchronous store, for the embedded ones. An embedded call is short (a dict under a lock, or one
+(``cloudqueue.listener.stores.azure_aio_storage``), and ``DirectAsyncStorage`` over a
+synchronous embedded store. An embedded call is short (a dict under a lock, or one
 SQLite transaction in WAL mode): it is made directly on the loop, as a thread hop would cost more
 CPU than the call (``tests/benchmarks/bench_io.py`` measures a hop at about 93 us).
 """
@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Protocol, runtime_checkable
 
+from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 __all__ = ["AsyncQueueStorage", "DirectAsyncStorage", "async_storage_for"]
@@ -120,11 +121,22 @@ class DirectAsyncStorage:
 
 def async_storage_for(storage: QueueStorage) -> AsyncQueueStorage:
     """The awaitable side of ``storage``: the aio clients of the same account for Azure (their
-    own connection pool, opened on the first awaiting loop), direct calls for any other store."""
+    own connection pool, opened on the first awaiting loop), direct calls for an embedded store.
+
+    Any other store (partitioned, prioritized, metered: wrappers over one of these) is refused
+    with ConfigurationError: called directly, a wrapper over Azure would block the loop on every
+    HTTP request."""
     from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+    from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+    from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 
     if isinstance(storage, AzureQueueStorage):
         from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
 
         return AioAzureQueueStorage.beside(storage)
-    return DirectAsyncStorage(storage)
+    if isinstance(storage, InMemoryQueueStorage | SqliteQueueStorage):
+        return DirectAsyncStorage(storage)
+    raise ConfigurationError(
+        f"{type(storage).__name__} has no event-loop side yet: run this worker's async handler "
+        "on dequeue threads (partitioned and prioritized queues are not on the event loop yet)"
+    )

@@ -1,17 +1,22 @@
-"""The aio store's connections against Azurite: one loop, one pool, and dropped connections."""
+"""The aio store's connections against Azurite: one loop, one pool, and dropped connections;
+and which stores have an event-loop side at all."""
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from azure.core.credentials import AccessToken
 
 from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.async_storage import async_storage_for
 from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.azurite import AzuriteProcess
 from tests.support.polling import eventually
 from tests.support.scripted_proxy import ScriptedProxy
@@ -129,3 +134,13 @@ def test_a_synchronous_token_credential_is_refused_when_built() -> None:
     storage = AzureQueueStorage.from_account_url(url, _SyncTokenCredential())
     with pytest.raises(ConfigurationError, match="async credential"):
         AioAzureQueueStorage.beside(storage)
+
+
+def test_a_store_wrapping_others_has_no_event_loop_side_yet(tmp_path: Path) -> None:
+    """A partitioned store (here over SQLite; over Azure it would make blocking HTTP calls on the
+    loop) is refused with a message naming the way out, not called directly."""
+    parts = [SqliteQueueStorage(tmp_path / "a.db"), SqliteQueueStorage(tmp_path / "b.db")]
+    partitioned = PartitionedQueueStorage(parts, {"work": 2})
+    with pytest.raises(ConfigurationError, match="dequeue threads"):
+        async_storage_for(partitioned)
+    partitioned.close()
