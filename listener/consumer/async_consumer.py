@@ -15,8 +15,9 @@ not yet started are released at once, handlers get ``grace_s`` to finish, and th
 running then are cancelled: their messages reappear after their timeout.
 
 Not yet here (the threaded path has them; see issue 41): the middleware seam and its events
-(rate limits, per-key limits, idempotency, metrics, tracing), push wake-ups, batch handlers,
-payloads kept in blobs, and wiring into the worker host.
+(rate limits, per-key limits, idempotency, groups, metrics, tracing), push wake-ups, batch
+handlers, payloads kept in blobs, re-publishing only the failed items of a publisher's batch (a
+failed item here retries the whole message), long delays' hops, and wiring into the worker host.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ from cloudqueue.listener.scaling.scaler import (
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.listener.wire.codec import Codec
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
 
 T = TypeVar("T")
 
@@ -77,6 +79,7 @@ class AsyncConsumer(Generic[T]):
         time_limit_s: float = 0.0,
         grace_s: float = 30.0,
         max_error_delay_s: float = 30.0,
+        limits: DecodingLimits = DEFAULT_LIMITS,
         clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource | None = None,
     ) -> None:
@@ -104,6 +107,7 @@ class AsyncConsumer(Generic[T]):
             codec,
             delivery=self.delivery,
             time_limit_s=time_limit_s,
+            limits=limits,
             clock=clock,
             rng=self.rng,
             counters=self.counters,

@@ -7,7 +7,8 @@ The event-loop consumer's counterpart of ``processing`` and ``settlement``, on a
 * **retried** when it raised: hidden for the delivery policy's back-off (``retry_visibility_s``),
   or for the delay a ``RetryLater`` asked for (reason ``retry_later``);
 * **poisoned** (copied to ``<queue>-poison`` with the reason, then deleted: ``poison_record``
-  builds the same record as the threaded path) when it cannot be decoded (``undecodable``), when
+  builds the same record as the threaded path) when it cannot be opened (``undecodable``,
+  ``over_limit``, ``payload_missing``: a payload kept in a blob is not fetched here yet), when
   the handler raised ``PermanentFailure`` (``permanent_failure``), or at the last allowed delivery
   (``max_dequeue_count_exceeded``, or the reason of that last failure);
 * a handler past ``time_limit_s`` is **cancelled** (``asyncio.timeout``): a failed delivery with
@@ -25,9 +26,10 @@ from typing import Generic, TypeVar
 
 import structlog
 
-from cloudqueue.listener.clock import Clock
+from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.item_failures import judged
+from cloudqueue.listener.consumer.processing import POISON_REASONS
 from cloudqueue.listener.errors import (
     MessageTooLargeError,
     PermanentFailure,
@@ -43,6 +45,9 @@ from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, ret
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage
 from cloudqueue.listener.wire.codec import Codec
+from cloudqueue.listener.wire.envelope import parse_envelope
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
+from cloudqueue.listener.wire.payload import open_envelope
 
 T = TypeVar("T")
 
@@ -105,32 +110,35 @@ class AsyncSettler(Generic[T]):
         *,
         delivery: DeliveryPolicy,
         time_limit_s: float,
-        clock: Clock,
+        limits: DecodingLimits = DEFAULT_LIMITS,
+        clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource,
         counters: AsyncCounters,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
         self.handler, self.codec = handler, codec
-        self.delivery, self.time_limit_s = delivery, time_limit_s
+        self.delivery, self.time_limit_s, self.limits = delivery, time_limit_s, limits
         self.clock, self.rng, self.counters = clock, rng, counters
         self._log = log.bind(queue=queue_name)
 
     async def handle(self, held: HeldMessage) -> None:
-        """Decode, handle and settle one held message (renewed meanwhile: the settlement uses
+        """Open, handle and settle one held message (renewed meanwhile: the settlement uses
         its newest receipt, with no renewal on its way)."""
         message = held.message
         try:
-            item = self.codec.decode(message.content)
-        except Exception as undecodable:  # any decode failure: the text cannot become an item
+            items = self._open(message)
+        except Exception as unopened:  # it never can be opened: poisoned with the reason
             async with held.settling:
-                error = _describe(undecodable)
-                await self._poison(message, held.pop_receipt, "undecodable", error)
+                await self._poison(
+                    message, held.pop_receipt, _unopened_reason(unopened), _describe(unopened)
+                )
             return
         failure: BaseException | None = None
         limit = asyncio.timeout(self.time_limit_s or None)
         try:
             async with limit:
-                await self.handler(item)
+                for item in items:  # a publisher's batch: its items in order, all or none
+                    await self.handler(item)
         except Exception as raised:  # a handler's own TimeoutError is its failure, not the limit
             failure = raised
         reason = "time_limit" if limit.expired() else None
@@ -139,6 +147,15 @@ class AsyncSettler(Generic[T]):
                 await self._delete(message, held.pop_receipt)
             else:
                 await self._failed(message, held.pop_receipt, failure, reason=reason)
+
+    def _open(self, message: QueueMessage) -> list[T]:
+        """The message's items, through its envelope (packed or compressed by a ``Publisher``)
+        within the decoding limits, as the threaded ``Processor`` opens it."""
+        envelope = parse_envelope(message.content, max_json_depth=self.limits.max_json_depth)
+        contents = open_envelope(
+            message.content, envelope, None, limits=self.limits, queue_name=self.queue_name
+        )
+        return [self.codec.decode(text) for text in contents.texts]
 
     async def _delete(self, message: QueueMessage, pop_receipt: str) -> None:
         try:
@@ -223,6 +240,11 @@ class AsyncSettler(Generic[T]):
         """Storage failed while settling: the message reappears after its timeout."""
         self.counters.left += 1
         self._log.warning("message_left_in_queue", message_id=message.id, error=str(failure))
+
+
+def _unopened_reason(failure: Exception) -> str:
+    """The threaded path's poison reason for a message that cannot be opened."""
+    return next((name for kind, name in POISON_REASONS if isinstance(failure, kind)), "undecodable")
 
 
 def _describe(failure: BaseException) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.async_storage import (
     AsyncQueueStorage,
@@ -24,6 +26,7 @@ from cloudqueue.listener.stores.async_storage import (
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.limits import DEFAULT_LIMITS
 from tests.conftest import BACKENDS, make_storage
 
 CODEC = MessageCodec(int)
@@ -238,3 +241,32 @@ def test_a_poison_queue_deleted_while_running_is_created_again(queue_name: str) 
     consumer = asyncio.run(scenario())
     assert consumer.counters.poisoned == 1
     assert poison_reasons(storage, queue_name) == ["permanent_failure"]
+
+
+def test_a_publishers_batch_is_opened_into_its_items_and_a_bloated_one_poisoned(
+    queue_name: str,
+) -> None:
+    """Items a Publisher packed into one message are each handled, in order, and the message
+    deleted; a message announcing more items than the decoding limit is poisoned as over_limit."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [])
+    assert Publisher(storage, queue_name, int, batch=True).publish_many([4, 5, 6]) == 1
+    Publisher(storage, queue_name, int, batch=True).publish_many(list(range(2000)))
+    seen: list[int] = []
+
+    async def handle(item: int) -> None:
+        seen.append(item)
+
+    limits = replace(DEFAULT_LIMITS, max_items_per_message=1000)
+    asyncio.run(
+        consume(
+            lambda: DirectAsyncStorage(storage),
+            queue_name,
+            handle,
+            lambda c: c.counters.processed + c.counters.poisoned == 2,
+            limits=limits,
+        )
+    )
+    assert seen == [4, 5, 6]
+    assert poison_reasons(storage, queue_name) == ["over_limit"]
+    assert storage.approximate_message_count(queue_name) == 0
