@@ -8,7 +8,8 @@ stores): a message never crosses a thread. The decisions are the threaded path's
 and when a surplus task leaves, ``targets`` (read as tasks) how many fetch once work appears, the
 CPU guard whether they may grow, ``randomized_exponential_backoff`` the wait after a failed get;
 ``async_settling`` settles each message by the delivery policy. At most ``max_threads x
-concurrency`` handlers run at once.
+concurrency`` handlers run at once, and a get asks for no more messages than there are free slots:
+every message held is being handled, none waits hidden for a slot.
 
 ``await consumer.run()`` until ``stop()`` (a SIGTERM handler calls it): fetching stops, messages
 not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
@@ -114,7 +115,13 @@ class AsyncConsumer(Generic[T]):
         )
         self._active = 0
         """Dequeue tasks running and not leaving."""
-        self._slots = asyncio.Semaphore(self.policy.max_threads * concurrency)
+        self._capacity = self.policy.max_threads * concurrency
+        """Handlers that may run at once: the in-flight bound."""
+        self._taken = 0
+        """Slots spoken for: messages held (every one of them handling) and gets on their way
+        for the rest, so no get asks for a message no slot is free for (it would wait hidden,
+        its visibility renewed, while another consumer could take it)."""
+        self._freed = asyncio.Event()
         self._stopping = asyncio.Event()
         self._scaling = asyncio.Lock()
         self._dequeuers: set[asyncio.Task[None]] = set()
@@ -135,6 +142,7 @@ class AsyncConsumer(Generic[T]):
     def stop(self) -> None:
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
+        self._freed.set()  # a task waiting for a free slot sees the stop
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
@@ -183,15 +191,20 @@ class AsyncConsumer(Generic[T]):
     async def _dequeue_until_stop_or_surplus(self) -> None:
         idle_count = error_count = 0
         while not self._stopping.is_set():
+            room = await self._room()
+            if room == 0:
+                continue  # stopping
             try:
-                messages = await self._get_batch()
+                messages = await self._get_batch(room)
             except Exception as failure:  # never end the loop on a failed get: back off
+                self._taken -= room
                 error_count += 1
                 self.counters.dequeue_errors += 1
                 log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
                 await self._wait(self._error_delay_s(error_count))
                 continue
             error_count = 0
+            self._taken -= room - len(messages)  # what the get did not fill is free again
             if not messages:
                 idle_count += 1
                 delay_s = idle_delay_s(idle_count, self.policy, self.rng)
@@ -204,7 +217,9 @@ class AsyncConsumer(Generic[T]):
                 await self._grow()
             await self._start_handlers([self.leases.hold(message) for message in messages])
 
-    async def _get_batch(self) -> list[QueueMessage]:
+    async def _room(self) -> int:
+        """Reserve slots for the next get: as many as ``fetch_size`` wants and are free,
+        waiting for one to free up if none is; 0 once stopping."""
         latency_s = self._latency.seconds_per_message
         wanted = fetch_size(
             batch_size=self.batch_size,
@@ -212,9 +227,19 @@ class AsyncConsumer(Generic[T]):
             per_thread_rate_per_s=None if latency_s is None else self.concurrency / latency_s,
             visibility_timeout_s=self.visibility_timeout_s,
         )
+        while not self._stopping.is_set():
+            room = min(wanted, self._capacity - self._taken)
+            if room > 0:
+                self._taken += room
+                return room
+            self._freed.clear()
+            await self._freed.wait()
+        return 0
+
+    async def _get_batch(self, room: int) -> list[QueueMessage]:
         self.gets += 1
         return await self.storage.get_messages(
-            self.queue_name, max_messages=wanted, visibility_timeout_s=self.visibility_timeout_s
+            self.queue_name, max_messages=room, visibility_timeout_s=self.visibility_timeout_s
         )
 
     async def _grow(self) -> None:
@@ -243,13 +268,13 @@ class AsyncConsumer(Generic[T]):
             self._start_dequeuers(grow_target - self.active_tasks)
 
     async def _start_handlers(self, held: list[HeldMessage]) -> None:
-        for index, one in enumerate(held):
-            await self._slots.acquire()  # back-pressure: the dequeue task waits for a free slot
-            if self._stopping.is_set():  # stopped meanwhile: give the unstarted ones back now
-                self._slots.release()
-                for unstarted in held[index:]:
-                    await self.leases.release(unstarted)
-                return
+        """Start a handler for each (their slots were reserved before the get)."""
+        if self._stopping.is_set():  # stopped while the get was on its way: give them back now
+            for unstarted in held:
+                await self.leases.release(unstarted)
+                self._taken -= 1
+            return
+        for one in held:
             self.counters.in_flight += 1
             task = asyncio.create_task(self._settle(one))
             self._handlers.add(task)
@@ -263,7 +288,8 @@ class AsyncConsumer(Generic[T]):
         finally:
             self.leases.end(held)
             self.counters.in_flight -= 1
-            self._slots.release()
+            self._taken -= 1
+            self._freed.set()
             self._latency.record(1, loop.time() - started)
 
     async def _wait(self, delay_s: float) -> None:
