@@ -8,7 +8,7 @@ stores): a message never crosses a thread. The decisions are the threaded path's
 and when a surplus task leaves, ``targets`` (read as tasks) how many fetch once work appears, the
 CPU guard whether they may grow, ``randomized_exponential_backoff`` the wait after a failed get;
 ``async_settling`` settles each message by the delivery policy. At most ``max_threads x
-concurrency`` handlers run at once, and a get asks for no more messages than there are free slots:
+concurrency`` handlers run at once, and a get waits until there are free slots for all it asks:
 every message held is being handled, none waits hidden for a slot.
 
 ``await consumer.run()`` until ``stop()`` (a SIGTERM handler calls it): fetching stops, messages
@@ -122,6 +122,11 @@ class AsyncConsumer(Generic[T]):
         for the rest, so no get asks for a message no slot is free for (it would wait hidden,
         its visibility renewed, while another consumer could take it)."""
         self._freed = asyncio.Event()
+        """Set when enough slots are free for the get a dequeue task waits to make."""
+        self._waiting_for = 1
+        """The room the waiting tasks want before they get (one batch, or what fetch_size asks):
+        waking them for every single free slot would cost a wake-up per task per message and a
+        get of one message each."""
         self._stopping = asyncio.Event()
         self._scaling = asyncio.Lock()
         self._dequeuers: set[asyncio.Task[None]] = set()
@@ -218,8 +223,9 @@ class AsyncConsumer(Generic[T]):
             await self._start_handlers([self.leases.hold(message) for message in messages])
 
     async def _room(self) -> int:
-        """Reserve slots for the next get: as many as ``fetch_size`` wants and are free,
-        waiting for one to free up if none is; 0 once stopping."""
+        """Reserve slots for the next get: as many as ``fetch_size`` wants (a whole batch until
+        handling is measured), waiting until that many are free, as a hand-written loop waits
+        for its batch to finish; 0 once stopping."""
         latency_s = self._latency.seconds_per_message
         wanted = fetch_size(
             batch_size=self.batch_size,
@@ -227,11 +233,12 @@ class AsyncConsumer(Generic[T]):
             per_thread_rate_per_s=None if latency_s is None else self.concurrency / latency_s,
             visibility_timeout_s=self.visibility_timeout_s,
         )
+        enough = min(wanted, self._capacity)
         while not self._stopping.is_set():
-            room = min(wanted, self._capacity - self._taken)
-            if room > 0:
-                self._taken += room
-                return room
+            if self._capacity - self._taken >= enough:
+                self._taken += enough
+                return enough
+            self._waiting_for = enough
             self._freed.clear()
             await self._freed.wait()
         return 0
@@ -289,7 +296,8 @@ class AsyncConsumer(Generic[T]):
             self.leases.end(held)
             self.counters.in_flight -= 1
             self._taken -= 1
-            self._freed.set()
+            if self._capacity - self._taken >= self._waiting_for:
+                self._freed.set()
             self._latency.record(1, loop.time() - started)
 
     async def _wait(self, delay_s: float) -> None:
