@@ -202,14 +202,14 @@ class AsyncConsumer(Generic[T]):
             try:
                 messages = await self._get_batch(room)
             except Exception as failure:  # never end the loop on a failed get: back off
-                self._taken -= room
+                self._give_back(room)
                 error_count += 1
                 self.counters.dequeue_errors += 1
                 log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
                 await self._wait(self._error_delay_s(error_count))
                 continue
             error_count = 0
-            self._taken -= room - len(messages)  # what the get did not fill is free again
+            self._give_back(room - len(messages))  # what the get did not fill is free again
             if not messages:
                 idle_count += 1
                 delay_s = idle_delay_s(idle_count, self.policy, self.rng)
@@ -242,6 +242,15 @@ class AsyncConsumer(Generic[T]):
             self._freed.clear()
             await self._freed.wait()
         return 0
+
+    def _give_back(self, slots: int) -> None:
+        """Free reserved slots, waking the waiting tasks once their get fits: from a settled
+        message, and from a get that came back short -- without the latter, tasks waiting while
+        every get came back empty (its messages hidden by a get whose answer was lost) would
+        wait for a settlement that never comes."""
+        self._taken -= slots
+        if self._capacity - self._taken >= self._waiting_for:
+            self._freed.set()
 
     async def _get_batch(self, room: int) -> list[QueueMessage]:
         self.gets += 1
@@ -279,7 +288,7 @@ class AsyncConsumer(Generic[T]):
         if self._stopping.is_set():  # stopped while the get was on its way: give them back now
             for unstarted in held:
                 await self.leases.release(unstarted)
-                self._taken -= 1
+                self._give_back(1)
             return
         for one in held:
             self.counters.in_flight += 1
@@ -295,9 +304,7 @@ class AsyncConsumer(Generic[T]):
         finally:
             self.leases.end(held)
             self.counters.in_flight -= 1
-            self._taken -= 1
-            if self._capacity - self._taken >= self._waiting_for:
-                self._freed.set()
+            self._give_back(1)
             self._latency.record(1, loop.time() - started)
 
     async def _wait(self, delay_s: float) -> None:
