@@ -68,7 +68,7 @@ KeyFunction = Callable[[T], object]
 
 log = structlog.get_logger(__name__)
 
-_POISON_REASONS: tuple[tuple[type[Exception], str], ...] = (
+POISON_REASONS: tuple[tuple[type[Exception], str], ...] = (
     (LimitExceededError, "over_limit"),
     (ForeignPayloadError, "payload_foreign"),
     (PayloadNotFoundError, "payload_missing"),
@@ -272,7 +272,7 @@ class MessageProcessor(Generic[T]):
         """Settle a message that could not be opened: poisoned at once when it never can be,
         else retried like a failed delivery (an unreachable payload store, a codec bug)."""
         if isinstance(failure, DecodeError | PayloadNotFoundError):
-            reason = next(name for kind, name in _POISON_REASONS if isinstance(failure, kind))
+            reason = next(name for kind, name in POISON_REASONS if isinstance(failure, kind))
             self.settlement.poison(lease, context, reason, str(failure))
             return
         if not isinstance(failure, StorageError):

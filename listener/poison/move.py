@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import socket
+from dataclasses import replace
 from datetime import datetime
 
 import structlog
@@ -49,6 +50,25 @@ def _put(storage: QueueStorage, target: str, record: PoisonRecord) -> None:
         storage.put_message(target, record.content, time_to_live_s=NEVER_EXPIRES)
 
 
+def poison_record(
+    queue_name: str, message: QueueMessage, *, reason: str, error: str, now: datetime
+) -> PoisonRecord:
+    """The record a poisoned message leaves in ``<queue>-poison`` (its first error: this one)."""
+    return PoisonRecord(
+        queue=queue_name,
+        original_id=message.id,
+        dequeue_count=message.dequeue_count,
+        inserted_on=message.inserted_on.isoformat(),
+        poisoned_on=now.isoformat(),
+        reason=reason,
+        error=error,
+        first_error=error,
+        worker=_worker_identity(),
+        content=message.content,
+        partition=split_message_id(message.id)[1],
+    )
+
+
 def poison_message(
     storage: QueueStorage,
     queue_name: str,
@@ -67,19 +87,9 @@ def poison_message(
     ``create_queue`` re-creates a missing poison queue first. ``pop_receipt`` is the newest
     receipt when visibility was renewed since the get.
     """
-    record = PoisonRecord(
-        queue=queue_name,
-        original_id=message.id,
-        dequeue_count=message.dequeue_count,
-        inserted_on=message.inserted_on.isoformat(),
-        poisoned_on=now.isoformat(),
-        reason=reason,
-        error=error,
-        first_error=first_error or error,
-        worker=_worker_identity(),
-        content=message.content,
-        partition=split_message_id(message.id)[1],
-    )
+    record = poison_record(queue_name, message, reason=reason, error=error, now=now)
+    if first_error:
+        record = replace(record, first_error=first_error)
     target = poison_queue_name(queue_name)
     _put_record(storage, target, record, create_queue=create_queue)
     log.warning(
@@ -99,4 +109,4 @@ def poison_message(
         return False
 
 
-__all__ = ["poison_message"]
+__all__ = ["poison_message", "poison_record"]

@@ -108,6 +108,11 @@ class AzureQueueStorage:
         return cls(service)
 
     @property
+    def service_client(self) -> QueueServiceClient:
+        """The SDK's service client (its URL and credential open the aio store beside this one)."""
+        return self._service
+
+    @property
     def account_name(self) -> str:
         return str(self._service.account_name or "")
 
@@ -160,15 +165,18 @@ class AzureQueueStorage:
             with translated("delete_message", queue_name):
                 self._client(queue_name).delete_message(message_id, pop_receipt)
         except errors.MessageNotFoundError as err:
-            # Expected when handling outlasted the visibility timeout: another get owns the
-            # message now (stale receipt) or already finished it (gone). It is not ours to delete.
-            stale = isinstance(err, errors.PopReceiptMismatchError)
-            reason = "pop_receipt_mismatch" if stale else "message_not_found"
-            log.warning(
-                "message_not_deleted", queue=queue_name, message_id=message_id, reason=reason
-            )
+            self.log_not_deleted(queue_name, message_id, err)
             return False
         return True
+
+    @staticmethod
+    def log_not_deleted(queue_name: str, message_id: str, err: errors.MessageNotFoundError) -> None:
+        """Say why a delete found nothing to delete (the aio store's deletes say it alike)."""
+        # Expected when handling outlasted the visibility timeout: another get owns the
+        # message now (stale receipt) or already finished it (gone). It is not ours to delete.
+        stale = isinstance(err, errors.PopReceiptMismatchError)
+        reason = "pop_receipt_mismatch" if stale else "message_not_found"
+        log.warning("message_not_deleted", queue=queue_name, message_id=message_id, reason=reason)
 
     def put_message(
         self,

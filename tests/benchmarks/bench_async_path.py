@@ -1,24 +1,30 @@
-"""Async handlers two ways: cloudqueue's dequeue threads, or dequeue tasks on one event loop.
+"""Async handlers three ways: cloudqueue's dequeue threads, its event-loop consumer, and a
+hand-written asyncio loop on the aio SDK (the baseline of issue 41).
 
 Run ``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.bench_async_path`` (``--write``
 saves ``tests/benchmarks/results/bench_async_path.json``; ``--quick`` for a short smoke run).
 
-The handler awaits 50 ms or 200 ms (``await asyncio.sleep``), standing for an API call. Each cell
-drains N pre-filled messages (2,000 by default) three times per repetition:
+The handler awaits 0 ms or 50 ms (``await asyncio.sleep``), standing for no work or an API call;
+each wait runs straight to Azurite and with every request delayed 10 ms by a proxy process (the
+shape of a real region; ``--latency-ms``). Each cell drains N pre-filled messages (2,000 by
+default) three times per repetition:
 
 * cloudqueue: a ``WorkerHost`` with default settings and ``async def handle``, as ``bench_io``
   runs it (dequeue threads; coroutines on the worker's event loop);
-* prototype: ``tests/benchmarks/async_native.py`` -- dequeue *tasks* on one event loop with the
-  aio SDK, scaled by the same pure policies, the defaults' in-flight total (16 x 8);
+* event-loop consumer: ``cloudqueue.listener.consumer.async_consumer.AsyncConsumer`` (it began as
+  this benchmark's prototype, hence the ``prototype_*`` keys of the results) -- dequeue *tasks*
+  on one event loop with the aio SDK, scaled by the same pure policies, the defaults' in-flight
+  total (16 x 8), not yet run by the host;
 * asyncio loop: ``bench_io``'s hand-written loop (4 tasks, each receiving 32 and gathering wait +
   delete).
 
 Every drain gets a fresh Azurite and a queue filled before the clock starts; the order of the
 three rotates from one repetition to the next, so drift hits all of them. A cell reports each
-variant's median rate (min-max), the paired ratios prototype / cloudqueue and cloudqueue / loop of
-the same repetition, and the CPU each used per message: the client's (this process, the drain's
-start and stop included) and Azurite's. Figures are wall-clock on a machine Azurite shares with
-the benchmark: compare the variants of one run, not runs on different machines.
+variant's median rate (min-max), the paired rate ratios of the same repetition, the client CPU
+each used per message (this process, the drain's start and stop included; Azurite's and the
+proxy's are kept in the results) and the event loop's median client CPU over the loop's. Figures
+are wall-clock on a machine Azurite shares with the benchmark: compare the variants of one run,
+not runs on different machines.
 """
 
 from __future__ import annotations
@@ -33,11 +39,12 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import structlog
-from azure.storage.queue.aio import QueueClient
 
+from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
+from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.workers.settings import CloudQueueSettings
-from tests.benchmarks.async_native import AsyncNativeConsumer, aio_client_options
 from tests.benchmarks.bench_io import (
     ASYNCIO_LOOP,
     CLOUDQUEUE,
@@ -48,15 +55,18 @@ from tests.benchmarks.bench_io import (
     Cell,
     drain_asyncio_loop,
     drain_cloudqueue,
-    fill_queue,
-    queue_depth,
+    timed_drain,
 )
-from tests.benchmarks.drain_support import Stopwatch, cpu_ms_per_message, format_spread, spread
+from tests.benchmarks.drain_support import (
+    cpu_ms_per_message,
+    format_spread,
+    spread,
+)
 from tests.benchmarks.results_file import header_line, run_header, write_results
-from tests.support.azurite import REPO_ROOT, AzuriteProcess
 
 BENCH = "bench_async_path"
-PROTOTYPE = "asyncio-native prototype"
+PROTOTYPE = "event-loop consumer"
+"""``AsyncConsumer``; the ratio keys keep the word prototype, which it was when they were named."""
 VARIANTS = (CLOUDQUEUE, PROTOTYPE, ASYNCIO_LOOP)
 RATIOS = {
     "prototype_to_cloudqueue": (PROTOTYPE, CLOUDQUEUE),
@@ -69,11 +79,13 @@ RATIOS = {
 class Drain:
     variant: str
     wait_ms: int
+    latency_ms: int
     repetition: int
     messages: int
     seconds: float
     client_cpu_s: float
     azurite_cpu_s: float | None
+    proxy_cpu_s: float | None
 
     @property
     def rate_per_s(self) -> float:
@@ -92,31 +104,34 @@ async def _drain_prototype(
     settings = CloudQueueSettings.model_validate({"connection_string": connection_string})
     AwaitingWorker.wait_s = cell.wait_s
     codec: MessageCodec[dict[str, Any]] = MessageCodec(dict, encoding=settings.listener.encoding)
-    async with QueueClient.from_connection_string(
-        connection_string, QUEUE, **aio_client_options()
-    ) as queue:
-        consumer = AsyncNativeConsumer(
-            queue,
-            AwaitingWorker().handle,
-            codec,
-            policy=settings.scaling_policy(),
-            concurrency=settings.listener.concurrency,
-            batch_size=settings.listener.dequeue_batch_size,
-            visibility_timeout_s=settings.listener.visibility_timeout_s,
-        )
-        started = time.perf_counter()
-        running = asyncio.create_task(consumer.run())
-        try:
-            while consumer.deleted < count:
-                if time.monotonic() > deadline or running.done():
-                    raise BenchmarkError(f"the prototype deleted {consumer.deleted}/{count}")
-                await asyncio.sleep(POLL_S)
-            seconds = time.perf_counter() - started
-        finally:
-            consumer.stop()
-            await running
-    if consumer.failed:
-        raise BenchmarkError(f"the prototype failed {consumer.failed} messages: {consumer!r}")
+    sync_storage = AzureQueueStorage.from_connection_string(connection_string)
+    storage = AioAzureQueueStorage.beside(sync_storage)
+    consumer = AsyncConsumer(
+        storage,
+        QUEUE,
+        AwaitingWorker().handle,
+        codec,
+        scaling=settings.scaling_policy(),
+        concurrency=settings.listener.concurrency,
+        batch_size=settings.listener.dequeue_batch_size,
+        visibility_timeout_s=settings.listener.visibility_timeout_s,
+    )
+    started = time.perf_counter()
+    running = asyncio.create_task(consumer.run())
+    try:
+        while consumer.counters.processed < count:
+            if time.monotonic() > deadline or running.done():
+                done = consumer.counters.processed
+                raise BenchmarkError(f"the prototype deleted {done}/{count}")
+            await asyncio.sleep(POLL_S)
+        seconds = time.perf_counter() - started
+    finally:
+        consumer.stop()
+        await running
+        await storage.aclose()
+        sync_storage.close()
+    if consumer.counters.failed:
+        raise BenchmarkError(f"the prototype failed messages: {consumer!r}")
     return seconds
 
 
@@ -129,19 +144,17 @@ DRAINS: dict[str, Callable[[str, Cell, int, float], float]] = {
 
 def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
     """Fresh Azurite, fill (not timed), drain (timed, CPU metered), check the queue is empty."""
-    with AzuriteProcess(REPO_ROOT) as azurite:
-        connection_string = azurite.connection_string
-        fill_queue(connection_string, count)
-        process = azurite.queue.process
-        clock = Stopwatch(process.pid if process is not None else None)
-        clock.start()
-        seconds = DRAINS[variant](connection_string, cell, count, time.monotonic() + timeout_s)
-        clock.stop()
-        remaining = queue_depth(connection_string)
-    if remaining != 0:
-        raise BenchmarkError(f"{variant} left {remaining} messages in the queue")
+    seconds, clock = timed_drain(DRAINS[variant], variant, cell, count, timeout_s)
     return Drain(
-        variant, cell.wait_ms, repetition, count, seconds, clock.cpu_s, clock.azurite_cpu_s
+        variant,
+        cell.wait_ms,
+        cell.latency_ms,
+        repetition,
+        count,
+        seconds,
+        clock.cpu_s,
+        clock.azurite_cpu_s,
+        clock.proxy_cpu_s,
     )
 
 
@@ -167,6 +180,7 @@ def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, 
         summary.append(
             {
                 "wait_ms": cell.wait_ms,
+                "latency_ms": cell.latency_ms,
                 "msg_per_s": {variant: spread(rates[variant]) for variant in VARIANTS},
                 "client_cpu_ms_per_msg": {
                     variant: _ms_per_message(runs[variant], lambda d: d.client_cpu_s)
@@ -183,7 +197,11 @@ def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, 
 
 
 def _runs(drains: Sequence[Drain], cell: Cell, variant: str) -> list[Drain]:
-    chosen = [d for d in drains if d.wait_ms == cell.wait_ms and d.variant == variant]
+    chosen = [
+        d
+        for d in drains
+        if (d.wait_ms, d.latency_ms) == (cell.wait_ms, cell.latency_ms) and d.variant == variant
+    ]
     return sorted(chosen, key=lambda drain: drain.repetition)
 
 
@@ -203,23 +221,29 @@ def render_markdown(results: dict[str, Any]) -> str:
         "(order rotated), fresh Azurite per drain; `async def handle` awaiting the wait. "
         "Median (min-max); ratios paired within a repetition.",
         "",
-        "| handler | cloudqueue msg/s | prototype msg/s | asyncio loop msg/s "
-        "| prototype / cloudqueue | cloudqueue / loop "
-        "| client CPU ms/msg (cloudqueue, prototype, loop) | Azurite CPU ms/msg (same order) |",
+        "| handler | cloudqueue msg/s | event loop msg/s | asyncio loop msg/s "
+        "| event loop / cloudqueue | event loop / loop "
+        "| client CPU ms/msg (cloudqueue, event loop, loop) | event loop / loop client CPU |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for cell in results["cells"]:
         rates = cell["msg_per_s"]
         client_ms = _medians(cell["client_cpu_ms_per_msg"])
-        azurite_ms = _medians(cell["azurite_cpu_ms_per_msg"])
+        latency = f" +{cell['latency_ms']} ms" if cell.get("latency_ms") else ""
         lines.append(
-            f"| `await asyncio.sleep({cell['wait_ms'] / 1000:g})` "
+            f"| `await asyncio.sleep({cell['wait_ms'] / 1000:g})`{latency} "
             + "".join(f"| {format_spread(rates[variant], 0)} " for variant in VARIANTS)
-            + f"| **{format_spread(cell['prototype_to_cloudqueue'], 2)}** "
-            f"| {format_spread(cell['cloudqueue_to_loop'], 2)} "
-            f"| {client_ms} | {azurite_ms} |"
+            + f"| {format_spread(cell['prototype_to_cloudqueue'], 2)} "
+            f"| **{format_spread(cell['prototype_to_loop'], 2)}** "
+            f"| {client_ms} | **{_cpu_ratio(cell['client_cpu_ms_per_msg'])}** |"
         )
     return "\n".join(lines) + "\n"
+
+
+def _cpu_ratio(per_variant: dict[str, dict[str, float] | None]) -> str:
+    """The event loop's median client CPU per message over the hand-written loop's."""
+    mine, theirs = per_variant[PROTOTYPE], per_variant[ASYNCIO_LOOP]
+    return "?" if mine is None or theirs is None else f"{mine['median'] / theirs['median']:.2f}"
 
 
 def _medians(per_variant: dict[str, dict[str, float] | None]) -> str:
@@ -241,7 +265,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--messages", "-n", type=int, default=2000, help="N per drain")
     parser.add_argument("--repetitions", "-r", type=int, default=5, help="drains per variant")
-    parser.add_argument("--waits-ms", default="50,200", help="comma-separated handler waits")
+    parser.add_argument("--waits-ms", default="0,50", help="comma-separated handler waits")
+    parser.add_argument(
+        "--latency-ms", default="0,10", help="comma-separated delays added to every request"
+    )
     parser.add_argument("--drain-timeout-s", type=float, default=120.0, help="per-drain deadline")
     parser.add_argument("--quick", action="store_true", help="smoke run: 300 messages, 1 rep")
     parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
@@ -252,7 +279,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
-    cells = [Cell("awaited", int(wait_ms)) for wait_ms in args.waits_ms.split(",")]
+    cells = [
+        Cell("awaited", int(wait_ms), int(latency_ms))
+        for latency_ms in args.latency_ms.split(",")
+        for wait_ms in args.waits_ms.split(",")
+    ]
     results = run_header(BENCH, argv)
     started = time.monotonic()
     drains: list[Drain] = []
@@ -262,7 +293,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
                 drain = measure(variant, cell, repetition, args.messages, args.drain_timeout_s)
                 drains.append(drain)
                 print(
-                    f"rep {repetition} {cell.wait_ms} ms {variant}: {drain.rate_per_s:.0f} msg/s "
+                    f"rep {repetition} {cell.label} {variant}: {drain.rate_per_s:.0f} msg/s "
                     f"({drain.seconds:.2f} s, client CPU {drain.client_cpu_s:.2f} s)",
                     flush=True,
                 )

@@ -297,23 +297,36 @@ def queue_depth(connection_string: str) -> int:
         return int(queue.get_queue_properties().approximate_message_count or 0)
 
 
-def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
-    """Fresh Azurite, fill (not timed), drain (timed, CPU metered), check the queue is empty.
-
-    The CPU window is the whole drain call (a host's start and stop, the loop's client opening
-    and closing included); with a latency the drain goes through the proxy.
-    """
+def timed_drain(
+    drain: Callable[[str, Cell, int, float], float],
+    variant: str,
+    cell: Cell,
+    count: int,
+    timeout_s: float,
+) -> tuple[float, Stopwatch]:
+    """Fresh Azurite, fill (not timed), ``drain`` (timed, CPU metered; through the latency
+    proxy when the cell has one), check the queue is empty: the seconds and the meters."""
     with AzuriteProcess(REPO_ROOT) as azurite:
         fill_queue(azurite.connection_string, count)
         process = azurite.queue.process
         with drain_endpoint(azurite, cell.latency_ms) as (connection_string, proxy_pid):
             clock = Stopwatch(process.pid if process is not None else None, proxy_pid)
             clock.start()
-            seconds = DRAINS[variant](connection_string, cell, count, time.monotonic() + timeout_s)
+            seconds = drain(connection_string, cell, count, time.monotonic() + timeout_s)
             clock.stop()
         remaining = queue_depth(azurite.connection_string)
     if remaining != 0:
         raise BenchmarkError(f"{variant} left {remaining} messages in the queue")
+    return seconds, clock
+
+
+def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
+    """Fresh Azurite, fill (not timed), drain (timed, CPU metered), check the queue is empty.
+
+    The CPU window is the whole drain call (a host's start and stop, the loop's client opening
+    and closing included); with a latency the drain goes through the proxy.
+    """
+    seconds, clock = timed_drain(DRAINS[variant], variant, cell, count, timeout_s)
     return Drain(
         variant,
         cell,

@@ -1,5 +1,7 @@
 """The contract runs on every backend twice: as one plain queue (K = 1) and as a logical queue of
-three partitions spread over two accounts of that backend (K = 3)."""
+three partitions spread over two accounts of that backend (K = 3); and once more on the async
+stores an event-loop worker awaits (``azure-aio``: the aio SDK; ``sqlite-aio``: the SQLite store
+called directly), their message operations awaited through ``BlockingAsyncStorage``."""
 
 from __future__ import annotations
 
@@ -8,11 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from cloudqueue.listener.stores.async_storage import async_storage_for
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from tests.conftest import BACKENDS, make_storage
+from tests.support.blocking_async_storage import BlockingAsyncStorage
 
 PARTITION_COUNTS = [1, 3]
+
+ASYNC_BACKENDS = ["azure-aio", "sqlite-aio"]
+"""Plain queues only: partitioning sits above the message operations an async store awaits."""
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -52,7 +59,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(
-    params=[(backend, k) for backend in BACKENDS for k in PARTITION_COUNTS],
+    params=[(backend, k) for backend in BACKENDS for k in PARTITION_COUNTS]
+    + [(backend, 1) for backend in ASYNC_BACKENDS],
     ids=lambda param: f"{param[0]}-k{param[1]}",
 )
 def storage(
@@ -60,6 +68,12 @@ def storage(
 ) -> Iterator[QueueStorage]:
     """Each backend in turn, plain or as the test's queue partitioned over two accounts."""
     backend, partitions = request.param
+    if backend in ASYNC_BACKENDS:
+        admin = make_storage(backend.removesuffix("-aio"), request, tmp_path)
+        awaited = BlockingAsyncStorage(async_storage_for(admin), admin)
+        yield awaited
+        awaited.close()
+        return
     first = make_storage(backend, request, tmp_path)
     if partitions == 1:
         yield first

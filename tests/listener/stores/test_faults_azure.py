@@ -6,9 +6,11 @@ tests count them.
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import pytest
 
@@ -21,6 +23,7 @@ from cloudqueue.listener import (
 from cloudqueue.listener.scaling.scaler import ElasticScaler, ScalingPolicy
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory, AzuriteProcess
+from tests.support.event_loop_consumer import running_async_consumer
 from tests.support.fault_proxy import FaultProxy, Faults
 from tests.support.polling import eventually
 
@@ -54,13 +57,16 @@ def fill(storage: AzureQueueStorage, queue_name: str, count: int) -> None:
         list(pool.map(lambda n: storage.put_message(queue_name, codec.encode(n)), range(count)))
 
 
+# The event loop's run is shorter: its path is new and switched off, and the suite has 10 minutes.
+@pytest.mark.parametrize(("path", "messages"), [("threads", MESSAGES), ("event_loop", 600)])
 def test_5_percent_faults_over_2000_messages_lose_nothing(
-    fresh_azurite: AzuriteProcess, proxy: FaultProxy, queue_name: str
+    fresh_azurite: AzuriteProcess, proxy: FaultProxy, queue_name: str, path: str, messages: int
 ) -> None:
     """With 503s and resets on 5% of calls, every message is handled at least once and both the
-    queue and the poison queue end empty."""
+    queue and the poison queue end empty: on dequeue threads, and on one event loop's tasks over
+    the aio SDK."""
     direct = AzureQueueStorage.from_connection_string(fresh_azurite.connection_string)
-    fill(direct, queue_name, MESSAGES)
+    fill(direct, queue_name, messages)
     faulty = AzureQueueStorage.from_connection_string(
         through(proxy, fresh_azurite.connection_string, fresh_azurite.services[0].port)
     )
@@ -71,28 +77,56 @@ def test_5_percent_faults_over_2000_messages_lose_nothing(
         with lock:
             handled.add(number)
 
-    listener: CloudQueueListener[int] = CloudQueueListener(
-        faulty, CloudQueueLocation(queue_name), int, max_error_delay_s=1.0
-    )
-    ElasticScaler(listener.pool_control, ScalingPolicy(max_threads=8, max_idle_s=0.5))
-    listener.subscribe(handle)
-    listener.start_listener(2)
-    try:
-        eventually(lambda: len(handled) == MESSAGES, timeout_s=240)
+    policy = ScalingPolicy(max_threads=8, max_idle_s=0.5)
+    with consuming(path, faulty, queue_name, handle, policy):
+        eventually(lambda: len(handled) == messages, timeout_s=240)
         eventually(lambda: direct.approximate_message_count(queue_name) == 0, timeout_s=120)
-    finally:
-        listener.stop(30)
-        faulty.close()
+    faulty.close()
     assert direct.approximate_message_count(poison_queue_name(queue_name)) == 0
-    assert sum(proxy.injected.values()) > 0.03 * MESSAGES  # the faults really happened
+    assert sum(proxy.injected.values()) > 0.03 * messages  # the faults really happened
     assert {"busy_503", "reset_before", "reset_after"} <= set(proxy.injected)
     direct.close()
 
 
+@contextmanager
+def consuming(
+    path: str,
+    storage: AzureQueueStorage,
+    queue_name: str,
+    handle: Callable[[int], None],
+    policy: ScalingPolicy,
+) -> Iterator[None]:
+    """``handle`` run on ``queue_name`` by the threaded listener, or as an ``async def`` handler
+    by the event-loop consumer, until the block ends."""
+    if path == "event_loop":
+
+        async def handle_async(number: int) -> None:
+            handle(number)
+
+        codec = MessageCodec(int)
+        with running_async_consumer(
+            storage, queue_name, handle_async, codec, scaling=policy, max_error_delay_s=1.0
+        ):
+            yield
+        return
+    listener: CloudQueueListener[int] = CloudQueueListener(
+        storage, CloudQueueLocation(queue_name), int, max_error_delay_s=1.0
+    )
+    ElasticScaler(listener.pool_control, policy)
+    listener.subscribe(handle)
+    listener.start_listener(2)
+    try:
+        yield
+    finally:
+        listener.stop(30)
+
+
+@pytest.mark.parametrize("path", ["threads", "event_loop"])
 def test_a_job_running_three_visibility_timeouts_completes_once(
-    azurite_connection_string: str, queue_name: str
+    azurite_connection_string: str, queue_name: str, path: str
 ) -> None:
-    """Renewal keeps a 6 s job's message (2 s timeout) from every other thread: one delivery."""
+    """Renewal keeps a 6 s job's message (2 s timeout) from every other dequeue thread (or task,
+    on the event loop): one delivery."""
     storage = AzureQueueStorage.from_connection_string(azurite_connection_string)
     storage.create_queue(queue_name)
     storage.put_message(queue_name, MessageCodec(int).encode(1))
@@ -103,6 +137,25 @@ def test_a_job_running_three_visibility_timeouts_completes_once(
         deliveries.append(number)
         done.wait(6)  # the job itself: three visibility timeouts long
 
+    async def long_async_job(number: int) -> None:
+        deliveries.append(number)
+        await asyncio.sleep(6)
+
+    if path == "event_loop":
+        three = ScalingPolicy(min_threads=3, max_threads=3, max_idle_s=0.1)
+        with running_async_consumer(
+            storage,
+            queue_name,
+            long_async_job,
+            MessageCodec(int),
+            scaling=three,
+            visibility_timeout_s=2,
+        ) as consumer:
+            eventually(lambda: consumer.counters.processed == 1, timeout_s=30)
+        storage.close()
+        assert deliveries == [1]
+        assert consumer.leases.renewals >= 4
+        return
     listener: CloudQueueListener[int] = CloudQueueListener(
         storage,
         CloudQueueLocation(queue_name, visibility_timeout_s=2),

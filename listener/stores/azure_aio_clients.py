@@ -1,0 +1,77 @@
+"""The options the SDK's aio queue clients are built with: retries, timeouts, one shared pool.
+
+The same choices as ``azure_clients`` for the threaded clients (the fast retry curve, bounded
+timeouts, a pool as large), carried over to the aio pipeline, plus one the aio SDK needs and the
+threaded one does not: idle connections are closed by the client *before* the server drops them.
+Azure drops a connection idle for about 15 s and Azurite (Node's default) after 5 s; aiohttp keeps
+one for 15 s, so a request sent on a connection the server has just closed fails with a reset
+(azure-sdk-for-python#26332). A worker backing off for minutes between polls then opens a fresh
+connection per poll: a handshake, not a transaction, so the idle cost per hour does not change.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# The aio package exports no retry classes: the async ExponentialRetry lives in the SDK's _shared.
+from azure.storage.queue._shared.policies_async import ExponentialRetry as AsyncExponentialRetry
+
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.stores.azure_clients import (
+    CONNECTION_POOL_SIZE,
+    CONNECTION_TIMEOUT_S,
+    READ_TIMEOUT_S,
+    FastRetry,
+)
+
+__all__ = ["IDLE_KEEPALIVE_S", "AsyncFastRetry", "aio_client_options", "aio_session"]
+
+IDLE_KEEPALIVE_S = 4.0
+"""Seconds an idle pooled connection is kept: below the 5 s after which Azurite (and many
+proxies) close one, well below Azure's ~15 s."""
+
+
+class AsyncFastRetry(AsyncExponentialRetry):
+    """The listener's ``FastRetry`` curve on the aio pipeline, whose retry sleeps are awaited."""
+
+    def __init__(self, curve: FastRetry | None = None) -> None:
+        self._curve = curve or FastRetry()
+        super().__init__(
+            initial_backoff=0,
+            increment_base=0,
+            retry_total=self._curve.total_retries,
+            random_jitter_range=0,
+        )
+
+    def get_backoff_time(self, settings: dict[str, Any]) -> float:
+        return self._curve.get_backoff_time(settings)
+
+
+def aio_client_options(**overrides: Any) -> dict[str, Any]:
+    """The listener's retry curve and timeouts for an aio client; ``overrides`` win."""
+    options: dict[str, Any] = {
+        "retry_policy": AsyncFastRetry(),
+        "connection_timeout": CONNECTION_TIMEOUT_S,
+        "read_timeout": READ_TIMEOUT_S,
+    }
+    return {**options, **overrides}
+
+
+def aio_session(*, keepalive_s: float = IDLE_KEEPALIVE_S) -> Any:
+    """A new ``aiohttp.ClientSession`` on the running loop: the one pool every queue client of a
+    store shares (``CONNECTION_POOL_SIZE`` connections, idle ones closed after ``keepalive_s``)."""
+    try:
+        import aiohttp
+    except ImportError:  # pragma: no cover - the `aio` extra is missing
+        raise ConfigurationError(
+            "async handlers on Azure need aiohttp: pip install 'cloudqueue[aio]'"
+        ) from None
+    connector = aiohttp.TCPConnector(limit=CONNECTION_POOL_SIZE, keepalive_timeout=keepalive_s)
+    # As the SDK builds its own session (no cookies, bodies as sent), and trust_env as the
+    # threaded clients' requests session: the environment's proxies apply to both paths alike.
+    return aiohttp.ClientSession(
+        connector=connector,
+        cookie_jar=aiohttp.DummyCookieJar(),
+        auto_decompress=False,
+        trust_env=True,
+    )
