@@ -51,6 +51,23 @@ def queue_depth(env: dict[str, str]) -> int:
     return int(json.loads(ok("status", env["TEST_QUEUE"], "--json", env=env))["depth"])
 
 
+def start_run(
+    processes: list[subprocess.Popen[bytes]], args: list[str], env: dict[str, str], log_path: Path
+) -> subprocess.Popen[bytes]:
+    """``cloudqueue run ARGS`` in a session of its own (a kill reaches its children), its output
+    appended to ``log_path``, noted in ``processes`` for the teardown to kill."""
+    with log_path.open("ab") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cloudqueue", "run", *args],
+            env=env,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    processes.append(process)
+    return process
+
+
 @dataclass
 class Run:
     """A running `cloudqueue run` whose JSON log lines go to a file."""

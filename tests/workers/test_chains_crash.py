@@ -8,7 +8,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +30,7 @@ from tests.support.chain_workers import (
     totals,
 )
 from tests.support.polling import eventually
-from tests.support.runs import run_environment
+from tests.support.runs import run_environment, start_run
 from tests.support.written_lines import log_events
 
 WORKERS = [f"tests.support.chain_workers:{worker.__name__}" for worker in (Split, Price, Total)]
@@ -65,16 +64,7 @@ def test_a_step_killed_after_its_send_sends_nothing_twice(
     Publisher(storage, Split.queue_name, Order, key="order").publish_many(ORDERS)
 
     def start(name: str, **extra: str) -> subprocess.Popen[bytes]:
-        with (tmp_path / f"{name}.log").open("ab") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", *WORKERS],
-                env={**env, **extra},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        processes.append(process)
-        return process
+        return start_run(processes, [*WORKERS], {**env, **extra}, tmp_path / f"{name}.log")
 
     victim = start("victim", TEST_KILL_MARKER=str(tmp_path / "killed"))
     assert victim.wait(120) == -signal.SIGKILL

@@ -16,6 +16,7 @@ import pytest
 from cloudqueue.listener import Publisher, open_storage
 from tests.support.azurite import AzuriteProcess
 from tests.support.polling import eventually
+from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines
 
 WORKER = "tests.support.checkpoint_workers:ThreeCheckpointedSteps"
@@ -56,16 +57,7 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
     Publisher(storage, queue_name, dict).publish({"job": "three steps"})
 
     def start(name: str, **extra: str) -> subprocess.Popen[bytes]:
-        with (tmp_path / f"{name}.log").open("ab") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", WORKER],
-                env={**env, **extra},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        processes.append(process)
-        return process
+        return start_run(processes, [WORKER], {**env, **extra}, tmp_path / f"{name}.log")
 
     def events() -> list[list[str]]:
         return [line.split()[:-1] for line in complete_lines(record_path)]

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import uuid
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.workflows.membership import Membership, member_message, membership_of
 from tests.support.polling import eventually
+from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines, log_events
 
 MEMBERS = 1_000
@@ -85,16 +85,7 @@ def test_a_group_survives_kill_9_with_exactly_one_completion(
         storage.put_message(members, member_message(text, Membership(group.id, str(n))))
 
     def start(name: str) -> subprocess.Popen[bytes]:
-        with (tmp_path / f"{name}.log").open("ab") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", *WORKERS],
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        processes.append(process)
-        return process
+        return start_run(processes, [*WORKERS], env, tmp_path / f"{name}.log")
 
     def events(what: str) -> list[list[str]]:
         return [line.split() for line in complete_lines(record_path) if line.startswith(what)]
