@@ -23,6 +23,7 @@ import pytest
 from cloudqueue.listener.stores.key_connection import open_key_ledger
 from tests.support.azurite import AzuriteProcess
 from tests.support.polling import eventually
+from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines
 
 KEYS = 120
@@ -80,16 +81,7 @@ def test_a_drain_killed_three_times_handles_each_recorded_key_exactly_once(
         return {n for n in range(KEYS) if ledger.record(queue, "key", str(n)).done_until}
 
     def start(index: int) -> subprocess.Popen[bytes]:
-        with (tmp_path / f"run{index}.log").open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", WORKER],
-                env=env,
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        processes.append(process)
-        return process
+        return start_run(processes, [WORKER], env, tmp_path / f"run{index}.log")
 
     def returns() -> int:
         return sum(1 for what, *_ in lines(record_path) if what == "returned")
