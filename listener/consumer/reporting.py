@@ -45,7 +45,7 @@ from cloudqueue.listener.wire.handler_notes import (
     progress_note,
     rewritten,
 )
-from cloudqueue.listener.workflows.membership import membership_of
+from cloudqueue.listener.wire.membership import membership_of
 
 log = structlog.get_logger(__name__)
 

@@ -41,8 +41,9 @@ from cloudqueue.listener.producer.announce import WorkAnnouncer
 from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.wire.keys import MAX_KEY_CHARS
+from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.workflows.group_ledger import GroupLedger
-from cloudqueue.listener.workflows.membership import Membership, member_message, membership_of
+from cloudqueue.listener.workflows.membership import member_message
 
 log = structlog.get_logger(__name__)
 

@@ -56,10 +56,10 @@ from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.wire.packing import single_message
 from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
-from cloudqueue.listener.workflows.membership import Membership, membership_of
 from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 

@@ -33,7 +33,7 @@ import structlog
 from cloudqueue.listener.consumer.current import current_message
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.errors import StorageError
-from cloudqueue.listener.workflows.membership import Membership, membership_of
+from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.listener.workflows.result_store import ResultStore
 from cloudqueue.listener.workflows.result_values import ResultError, encode_result

@@ -1,45 +1,27 @@
-"""How a message says it is a member of a group: two fields of its envelope, ``group`` (the
-group id) and ``member`` (its member id, its number in the group).
-
-Listeners read envelope fields by name and ignore those they do not know
-(``cloudqueue.listener.wire.envelope``), so a member is an ordinary message to any listener, and a
-message without the fields (every message sent before groups existed) is simply no member.
+"""Making group members: a member's message text with its membership fields, the membership of
+the message being handled, and the check of a chosen group id. Reading the fields is
+``cloudqueue.listener.wire.membership``.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 
 from cloudqueue.listener.consumer.current import current_message
 from cloudqueue.listener.errors import DecodeError, MessageTooLargeError
 from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
-from cloudqueue.listener.wire.envelope import Envelope, envelope_text, parse_envelope
+from cloudqueue.listener.wire.envelope import envelope_text, parse_envelope
+from cloudqueue.listener.wire.membership import (
+    GROUP_FIELD,
+    MAX_ID_CHARS,
+    MEMBER_FIELD,
+    Membership,
+    membership_of,
+)
 from cloudqueue.listener.wire.packing import message_bytes, single_message
 from cloudqueue.listener.workflows.group_ledger import GroupError
 
-GROUP_FIELD = "group"
-MEMBER_FIELD = "member"
-MAX_ID_CHARS = 64
 _GROUP_ID = re.compile(rf"[A-Za-z0-9_.:-]{{1,{MAX_ID_CHARS}}}")
-
-
-@dataclass(frozen=True, slots=True)
-class Membership:
-    """A message's place in a group."""
-
-    group_id: str
-    member_id: str
-
-
-def membership_of(envelope: Envelope | None) -> Membership | None:
-    """The membership an envelope carries; None when it carries none (or a malformed one)."""
-    if envelope is None:
-        return None
-    group, member = envelope.fields.get(GROUP_FIELD), envelope.fields.get(MEMBER_FIELD)
-    if _is_id(group) and _is_id(member):
-        return Membership(str(group), str(member))
-    return None
 
 
 def member_message(text: str, membership: Membership, *, key: str | None = None) -> str:
@@ -86,16 +68,4 @@ def check_group_id(group_id: str) -> str:
     return group_id
 
 
-def _is_id(value: object) -> bool:
-    return isinstance(value, str) and 0 < len(value) <= MAX_ID_CHARS
-
-
-__all__ = [
-    "GROUP_FIELD",
-    "MEMBER_FIELD",
-    "Membership",
-    "check_group_id",
-    "current_membership",
-    "member_message",
-    "membership_of",
-]
+__all__ = ["check_group_id", "current_membership", "member_message"]

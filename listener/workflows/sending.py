@@ -25,10 +25,10 @@ from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_o
 from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
 from cloudqueue.listener.wire.codec import Codec
+from cloudqueue.listener.wire.membership import Membership
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
 from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
 from cloudqueue.listener.workflows.membership import (
-    Membership,
     check_group_id,
     current_membership,
     member_message,

@@ -19,7 +19,8 @@ from cloudqueue.listener import Publisher
 from cloudqueue.listener.poison.record import parse_record
 from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.wire.envelope import parse_envelope
-from cloudqueue.listener.workflows.membership import Membership, member_message, membership_of
+from cloudqueue.listener.wire.membership import Membership, membership_of
+from cloudqueue.listener.workflows.membership import member_message
 from tests.support.polling import eventually
 from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines, log_events

@@ -14,8 +14,8 @@ from pydantic import BaseModel
 
 from cloudqueue.listener import GroupDone
 from cloudqueue.listener.wire.envelope import parse_envelope
+from cloudqueue.listener.wire.membership import membership_of
 from cloudqueue.listener.workflows.group_ledger import GroupError
-from cloudqueue.listener.workflows.membership import membership_of
 from cloudqueue.workers import (
     QueueWorker,
     WorkerHost,

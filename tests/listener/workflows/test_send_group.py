@@ -10,8 +10,8 @@ import pytest
 from cloudqueue.listener import InMemoryQueueStorage, Publisher
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.envelope import parse_envelope
+from cloudqueue.listener.wire.membership import membership_of
 from cloudqueue.listener.workflows.group_ledger import GroupError
-from cloudqueue.listener.workflows.membership import membership_of
 from cloudqueue.listener.workflows.sending import GroupHandle
 
 
