@@ -16,10 +16,12 @@ import importlib
 import multiprocessing
 import os
 import runpy
+import signal
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Protocol
 
 SERVER = multiprocessing.get_context("forkserver")
 SERVER.set_forkserver_preload(["tests.support.cli_warm"])
@@ -74,10 +76,70 @@ def run_forked(
         )
 
 
+class RunningProcess(Protocol):
+    """What tests do with a started process, whether ``subprocess.Popen`` or ``ForkedProcess``."""
+
+    @property
+    def pid(self) -> int: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, sig: int) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+class ForkedProcess:
+    """A long-running ``cloudqueue`` forked from the server, used as a ``subprocess.Popen`` is:
+    ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``returncode``."""
+
+    def __init__(self, args: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> None:
+        self.args = ["cloudqueue", *args]
+        self._child = SERVER.Process(
+            target=_command,
+            args=(args, env, str(cwd), os.devnull, str(log_path), str(log_path), True),
+        )
+        self._child.start()
+        self.pid: int = self._child.pid or 0
+
+    @property
+    def returncode(self) -> int | None:
+        return self._child.exitcode
+
+    def poll(self) -> int | None:
+        return self._child.exitcode
+
+    def wait(self, timeout: float | None = None) -> int:
+        self._child.join(timeout)
+        if self._child.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        return self._child.exitcode
+
+    def send_signal(self, signum: int) -> None:
+        if self._child.exitcode is None:
+            os.kill(self.pid, signum)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+
 def _command(
-    args: list[str], env: dict[str, str], cwd: str, stdin: str, stdout: str, stderr: str
+    args: list[str],
+    env: dict[str, str],
+    cwd: str,
+    stdin: str,
+    stdout: str,
+    stderr: str,
+    new_session: bool = False,
 ) -> None:
     """In the child: become ``python -m cloudqueue ARGS`` run in ``cwd`` with ``env``."""
+    if new_session:
+        os.setsid()
     _redirect(stdin, stdout, stderr)
     os.environ.clear()
     os.environ.update(env)
@@ -107,7 +169,7 @@ def _redirect(stdin: str, stdout: str, stderr: str) -> None:
         if path.startswith("/dev/"):  # a pseudo-terminal, not made the controlling one
             flags = os.O_RDWR | os.O_NOCTTY
         else:
-            flags = os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_TRUNC
+            flags = os.O_RDONLY if fd == 0 else os.O_WRONLY | os.O_CREAT | os.O_APPEND
         opened = os.open(path, flags)
         os.dup2(opened, fd)
         os.close(opened)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import uuid
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.workflows.membership import member_message
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
 from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines, log_events
@@ -51,7 +51,7 @@ def test_a_group_survives_kill_9_with_exactly_one_completion(
     backend: str,
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    processes: list[subprocess.Popen[bytes]],
+    processes: list[RunningProcess],
 ) -> None:
     """1,000 members: a process killed three times while another handles beside it (SQLite: for
     its third life), then restarted beside that one: one GroupDone of 990 + 10, after every
@@ -85,13 +85,13 @@ def test_a_group_survives_kill_9_with_exactly_one_completion(
         text = publisher.codec.encode({"n": n})
         storage.put_message(members, member_message(text, Membership(group.id, str(n))))
 
-    def start(name: str) -> subprocess.Popen[bytes]:
+    def start(name: str) -> RunningProcess:
         return start_run(processes, [*WORKERS], env, tmp_path / f"{name}.log")
 
     def events(what: str) -> list[list[str]]:
         return [line.split() for line in complete_lines(record_path) if line.startswith(what)]
 
-    def handled_by(process: subprocess.Popen[bytes]) -> int:
+    def handled_by(process: RunningProcess) -> int:
         return sum(1 for event in events("returned") if event[-1] == str(process.pid))
 
     # On Azurite a member costs the emulator tens of milliseconds, so the steady process runs
