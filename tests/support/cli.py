@@ -27,7 +27,12 @@ def plain(shown: str) -> str:
 
 
 def cloudqueue(
-    *args: str, env: dict[str, str], stdin: str = "", cwd: Path | None = None, fresh: bool = False
+    *args: str,
+    env: dict[str, str],
+    stdin: str = "",
+    cwd: Path | None = None,
+    fresh: bool = False,
+    timeout_s: float = 60,
 ) -> subprocess.CompletedProcess[str]:
     """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere), in ``cwd``.
 
@@ -44,10 +49,10 @@ def cloudqueue(
             cwd=cwd,
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=timeout_s,
             check=False,
         )
-    return run_forked(list(args), env=env, stdin=stdin, cwd=cwd or Path.cwd(), timeout_s=60)
+    return run_forked(list(args), env=env, stdin=stdin, cwd=cwd or Path.cwd(), timeout_s=timeout_s)
 
 
 def help_text(*args: str) -> str:

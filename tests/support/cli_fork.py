@@ -95,11 +95,19 @@ class ForkedProcess:
     """A long-running ``cloudqueue`` forked from the server, used as a ``subprocess.Popen`` is:
     ``pid``, ``poll``, ``wait``, ``send_signal``, ``kill``, ``returncode``."""
 
-    def __init__(self, args: list[str], env: dict[str, str], cwd: Path, log_path: Path) -> None:
-        self.args = ["cloudqueue", *args]
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str],
+        cwd: Path,
+        log_path: Path,
+        module: str = "cloudqueue",
+    ) -> None:
+        self.args = [module, *args]
+        log_path.touch()  # there from the start, as with a Popen writing to it
         self._child = SERVER.Process(
             target=_command,
-            args=(args, env, str(cwd), os.devnull, str(log_path), str(log_path), True),
+            args=(args, env, str(cwd), os.devnull, str(log_path), str(log_path), True, module),
         )
         self._child.start()
         self.pid: int = self._child.pid or 0
@@ -136,8 +144,9 @@ def _command(
     stdout: str,
     stderr: str,
     new_session: bool = False,
+    module: str = "cloudqueue",
 ) -> None:
-    """In the child: become ``python -m cloudqueue ARGS`` run in ``cwd`` with ``env``."""
+    """In the child: become ``python -m MODULE ARGS`` run in ``cwd`` with ``env``."""
     if new_session:
         os.setsid()
     _redirect(stdin, stdout, stderr)
@@ -146,10 +155,10 @@ def _command(
     os.chdir(cwd)
     sys.path[0] = cwd  # what ``python -m`` puts first: the working directory
     importlib.invalidate_caches()  # modules written since the server started
-    sys.argv = ["cloudqueue", *args]
+    sys.argv = [module, *args]
     code = 0
     try:
-        runpy.run_module("cloudqueue", run_name="__main__", alter_sys=True)
+        runpy.run_module(module, run_name="__main__", alter_sys=True)
     except SystemExit as exit_:
         code = _exit_code(exit_.code)
     except BaseException:

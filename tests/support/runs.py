@@ -62,15 +62,23 @@ def start_run(
     return process
 
 
-def start_cloudqueue(args: list[str], *, env: dict[str, str], log_path: Path) -> RunningProcess:
-    """``cloudqueue ARGS`` running in a session of its own, stdout and stderr appended to
-    ``log_path``: forked warm (``tests.support.cli_fork``) unless ``env`` needs a new
-    interpreter."""
+def start_cloudqueue(
+    args: list[str],
+    *,
+    env: dict[str, str],
+    log_path: Path,
+    cwd: Path | None = None,
+    module: str = "cloudqueue",
+) -> RunningProcess:
+    """``python -m MODULE ARGS`` (``cloudqueue`` by default) running in a session of its own,
+    stdout and stderr appended to ``log_path``: forked warm (``tests.support.cli_fork``) unless
+    ``env`` needs a new interpreter."""
     if interpreter_agrees(env):
-        return ForkedProcess(args, env, Path.cwd(), log_path)
+        return ForkedProcess(args, env, cwd or Path.cwd(), log_path, module)
     with log_path.open("ab") as log_file:
         return subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue", *args],
+            [sys.executable, "-m", module, *args],
+            cwd=cwd,
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
