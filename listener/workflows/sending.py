@@ -4,9 +4,12 @@ handle to watch it (``GroupHandle``).
 The group is opened in the ledger with its member count *before* any member is sent, so no member
 can settle into a group that does not know its size yet. Members never expire in their queue
 (unless the publisher sets a time to live): a member that expired unhandled would hold its group
-open for good. A publisher's ``key`` gives each member its message key, as ``publish`` does. If a
-put fails the error is raised: the members put before it are sent, and the
-group stays open with the others pending (its status shows them).
+open for good. A publisher's ``key`` gives each member its message key, as ``publish`` does. The
+members' messages are all made first (one too large raises before any is put), then put by the
+publisher (``Publisher.put_members``) one by one, in one producer span, and announced once per
+group (or addition) on its trigger channel when it has one, so listeners elsewhere wake at once.
+If a put fails the error is raised: the members put before it are sent, and the group stays open
+with the others pending (its status shows them).
 """
 
 from __future__ import annotations
@@ -21,12 +24,10 @@ from typing import Any, Protocol, TypeVar
 
 import structlog
 
-from cloudqueue.listener import tracing
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from cloudqueue.listener.consumer.current import current_envelope
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_of_item
-from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.membership import Membership
@@ -62,9 +63,8 @@ class GroupPublisher(Protocol[T]):
     @property
     def router(self) -> PartitionRouter[T]: ...
     @property
-    def time_to_live_s(self) -> int | None: ...
-    @property
     def clock(self) -> Clock: ...
+    def put_members(self, messages: Sequence[tuple[str, str]]) -> int: ...
 
 
 FIRST_POLL_S = 0.1
@@ -256,15 +256,17 @@ def _put_members(
     texts: list[str],
     member_ids: list[str],
 ) -> None:
-    ttl_s = NEVER_EXPIRES if publisher.time_to_live_s is None else publisher.time_to_live_s
+    """Make every member's message (a bad one raises before any is put), then put them all
+    through the publisher: one producer span, one announcement."""
+    messages = []
     for item, item_text, member_id in zip(items, texts, member_ids, strict=True):
         key = None if publisher.key is None else key_of_item(item, publisher.key)
-        membership = Membership(group_id, member_id)
-        text = member_message(item_text, membership, key=key)
+        content = member_message(item_text, Membership(group_id, member_id), key=key)
         target = (
             publisher.router.queue_for(item) if key is None else publisher.router.queue_for_key(key)
         )
-        publisher.storage.put_message(target, tracing.stamp(text), time_to_live_s=ttl_s)
+        messages.append((content, target))
+    publisher.put_members(messages)
 
 
 __all__ = [
