@@ -103,12 +103,6 @@ def test_a_group_survives_kill_9_with_exactly_one_completion(
     for queue in (members, finished):
         storage.create_queue(queue)
 
-    publisher = Publisher(storage, members, dict)
-    group = publisher.send_group([{"n": n} for n in range(SENT)], on_complete=finished)
-    for n in DUPLICATED:  # the same member delivered twice, as a redelivery would
-        text = publisher.codec.encode({"n": n})
-        storage.put_message(members, member_message(text, Membership(group.id, str(n))))
-
     def start(name: str) -> subprocess.Popen[bytes]:
         return start_run(processes, [*WORKERS], env, tmp_path / f"{name}.log")
 
@@ -120,10 +114,18 @@ def test_a_group_survives_kill_9_with_exactly_one_completion(
 
     # On Azurite a member costs the emulator tens of milliseconds, so the steady process runs
     # from the start and the victim's restarts overlap its work; on SQLite it would finish the
-    # group before the victim's third life, so it joins for that life.
+    # group before the victim's third life, so it joins for that life. The first processes
+    # start before the group is sent: their start-up overlaps its puts.
     steady = start("steady") if backend == "azure" else None
+    victim = start("victim0")
+    publisher = Publisher(storage, members, dict)
+    group = publisher.send_group([{"n": n} for n in range(SENT)], on_complete=finished)
+    for n in DUPLICATED:  # the same member delivered twice, as a redelivery would
+        text = publisher.codec.encode({"n": n})
+        storage.put_message(members, member_message(text, Membership(group.id, str(n))))
     for kill in range(KILLS):
-        victim = start(f"victim{kill}")
+        if kill:
+            victim = start(f"victim{kill}")
         if steady is None and kill == KILLS - 1:  # the last victim dies beside another process
             steady = start("steady")
         # Killed once it has handled members of its own, while its handlers run.

@@ -5,7 +5,8 @@ delivery did not finish putting them, and the group completes once with the memb
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
 import pytest
@@ -15,10 +16,11 @@ from cloudqueue.listener.consumer.current import set_current_message
 from cloudqueue.listener.errors import TransientStorageError
 from cloudqueue.listener.stores.forwarding import ForwardingStorage
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.membership import membership_of
-from cloudqueue.listener.workflows.group_ledger import Addition, GroupError
-from tests.listener.workflows.test_group_ledger import LedgerMaker, clock, ledgers
+from cloudqueue.listener.workflows.group_ledger import Addition, GroupError, GroupStatus
+from tests.listener.workflows.test_group_ledger import LedgerMaker, azure_ledgers, clock, ledgers
 
 __all__ = ["clock", "ledgers"]  # the fixtures, shared with the ledger's specification
 
@@ -49,6 +51,47 @@ def test_an_addition_repeated_by_name_gets_the_same_ids_and_adds_nothing(
     assert last is not None
     assert last.total == 4
     assert ledger.add_members("g7", 2, by="a").member_ids == ["1", "2"]
+
+
+@pytest.fixture
+def azure_only(azurite_with_tables: Any, clock: ManualClock) -> Iterator[LedgerMaker]:
+    yield from azure_ledgers(azurite_with_tables.connection_string, clock)
+
+
+def test_additions_racing_settlements_on_azure_count_every_member_once(
+    azure_only: LedgerMaker,
+) -> None:
+    """On Azure an addition merges the shards' totals without If-Match (only the group row's
+    must hold): four additions made while two threads settle 31 of the group's 32 first members
+    leave exact counts, and of all the settlements exactly one was the last."""
+    azure_only().open("race", total=32, on_complete="done")
+    lasts: list[GroupStatus] = []
+    added: list[str] = []
+    start = threading.Barrier(3)
+
+    def settle(members: range) -> None:
+        mine = azure_only()
+        start.wait()
+        lasts.extend(last for n in members if (last := mine.settle("race", str(n), "handled")))
+
+    def add() -> None:
+        mine = azure_only()
+        start.wait()
+        for name in "abcd":
+            added.extend(mine.add_members("race", 4, by=name).member_ids)
+
+    threads = [threading.Thread(target=settle, args=(range(part, 32, 2),)) for part in (1, 2)]
+    threads.append(threading.Thread(target=add))
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    ledger = azure_only()
+    assert sorted(added, key=int) == [str(n) for n in range(32, 48)]
+    for member in ["0", *added]:  # member 0 held the group open while the additions raced
+        if last := ledger.settle("race", member, "handled"):
+            lasts.append(last)
+    assert [(last.total, last.handled, last.pending) for last in lasts] == [(48, 48, 0)]
 
 
 class FailingPuts(ForwardingStorage):
