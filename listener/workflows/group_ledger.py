@@ -222,10 +222,10 @@ class InMemoryGroupLedger:
     def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
         check_count(count, "a chain step's items")
         with self._lock:
-            group = open_group(self._groups.get(group_id), group_id)
             earlier = self._passed.get((group_id, member_id, step))
-            if earlier is not None:
+            if earlier is not None:  # a repeat, answered even once the group completed
                 return passed_again(earlier, count, group_id, member_id)
+            group = open_group(self._groups.get(group_id), group_id)
             added = member_ids(group.total, count - 1)
             self._groups[group_id] = replace(group, total=group.total + count - 1)
             passed = self._passed[(group_id, member_id, step)] = [member_id, *added]

@@ -130,16 +130,16 @@ class SqliteGroupLedger:
     def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
         check_count(count, "a chain step's items")
         with self._database.transaction() as db:
-            group = open_group(_read(db, group_id), group_id)
             row = db.execute(
                 "SELECT first_added, count FROM group_chains"
                 " WHERE group_id = ? AND member = ? AND step = ?",
                 (group_id, member_id, step),
             ).fetchone()
-            if row is not None:
+            if row is not None:  # a repeat, answered even once the group completed
                 first, earlier = int(row[0]), int(row[1])
                 ids = [member_id, *member_ids(first, earlier - 1)]
                 return passed_again(ids, count, group_id, member_id)
+            group = open_group(_read(db, group_id), group_id)
             db.execute(
                 "INSERT INTO group_chains (group_id, member, step, first_added, count)"
                 " VALUES (?, ?, ?, ?, ?)",

@@ -1,7 +1,8 @@
 """Members added at run time, effect-once: an addition made while a member is handled is recorded
 under a name derived from that member and what it adds, so its redelivery (a ``kill -9`` after
 the add, before the delete) adds the same member ids, puts them again only when the earlier
-delivery did not finish putting them, and the group completes once with the members it has."""
+delivery did not finish putting them, and the group completes once with the members it has. A
+repeat is answered even once the group completed, an addition's as a chain step's."""
 
 from __future__ import annotations
 
@@ -187,3 +188,18 @@ def test_different_items_from_one_delivery_are_different_additions(
     assert publisher.add_to_group(ADDED[:1], group_id=group.id) == ["3"]
     assert publisher.add_to_group(ADDED[:1], group_id=group.id) == ["4"]
     assert group.status().total == 5
+
+
+@pytest.mark.parametrize("ledgers", ["memory", "sqlite"], indirect=True)
+def test_a_chain_step_repeated_after_its_group_completed_gets_its_ids(
+    ledgers: LedgerMaker,
+) -> None:
+    """A chain step redelivered after its chained member settled the group's last member (killed
+    before its own delete) is answered the ids it was given, not refused as adding to a complete
+    group: refused, the step would give its message up to the poison queue."""
+    ledger = ledgers()
+    ledger.open("g8", total=1, on_complete="done")
+    assert ledger.pass_on("g8", "0", "split", 2) == ["0", "1"]
+    assert ledger.settle("g8", "0", "handled") is None
+    assert ledger.settle("g8", "1", "handled") is not None
+    assert ledgers().pass_on("g8", "0", "split", 2) == ["0", "1"]
