@@ -78,6 +78,10 @@ class GroupCompletion(Middleware):
     """Records group members as they settle; the last one's listener sends the ``GroupDone``.
     Place it first in the middleware list: it must see every other middleware's decision."""
 
+    blocking = True
+    """Its hooks write the group ledger and put completions: on an event loop, on a worker
+    thread."""
+
     def __init__(
         self,
         ledger: GroupLedger,
