@@ -126,7 +126,8 @@ class AsyncConsumer(Generic[T]):
             visibility_timeout_s=visibility_timeout_s,
             renew=self.delivery.renew_visibility,
         )
-        self.stack = AsyncMiddlewareStack(middleware, queue_name=queue_name)
+        in_flight = self.policy.max_threads * concurrency
+        self.stack = AsyncMiddlewareStack(middleware, queue_name=queue_name, in_flight=in_flight)
         settler = AsyncSettler(
             storage,
             queue_name,
@@ -140,7 +141,7 @@ class AsyncConsumer(Generic[T]):
         )
         self._active = 0
         """Dequeue tasks running and not leaving."""
-        self._capacity = self.policy.max_threads * concurrency
+        self._capacity = in_flight
         """Handlers that may run at once: the in-flight bound."""
         self._taken = 0
         """Slots spoken for: messages held (every one of them handling) and gets on their way
@@ -202,6 +203,7 @@ class AsyncConsumer(Generic[T]):
                 await renewing
         processed = self.counters.processed
         await self.stack.emit("on_stop", ListenerStopped(self.queue_name, processed))
+        self.stack.close()
         log.info("async_consumer_stopped", queue=self.queue_name, processed=processed)
 
     async def _drain(self) -> None:

@@ -6,9 +6,12 @@ are the threaded ``MiddlewareStack``'s (it is built here and asked); only how a 
 differs, chosen once per middleware and hook:
 
 * an ``async def`` hook is awaited on the loop: no side loop, no thread;
-* a sync hook is called on the loop. Nearly all are short (counters, logs, a span, a histogram):
-  a direct call costs well under a microsecond, a worker thread round trip about 90 µs of CPU
-  (``tests/benchmarks/bench_hook_calls.py``), more than the handling of a small message;
+* a sync hook is called on the loop. Nearly all are short (counters, logs, a span, a histogram),
+  and a worker thread's round trip costs more CPU than the handling of a small message: in
+  ``tests/benchmarks/bench_hook_calls.py`` (CPU per message over the consumer's without
+  middleware, one run) a counting ``after_settle`` cost 1.24x called on the loop, 2.74x on a
+  worker thread; a timing ``around_handle`` 1.19x as a generator, 1.17x as ``async def``, 4.03x
+  as a plain one on a worker thread;
 * the sync hooks of a middleware that says ``blocking`` (``RateLimit`` waits in
   ``before_handle``; ``GroupCompletion`` writes its ledger and queues) run on a worker thread
   (``asyncio.to_thread``): a wait there would stall every handler on the loop. A rate limit's
@@ -18,10 +21,13 @@ differs, chosen once per middleware and hook:
   on the loop -- on a worker thread if ``blocking`` -- around an awaited rest of the chain; a
   plain one, whose ``call_next()`` must return only when the handler is done, runs on a worker
   thread, and its ``call_next()`` hands the rest of the chain back to the loop and waits for
-  it. That keeps every existing middleware right unchanged; the ones on every listener that are
-  short (tracing, retry policy, metrics) are generators, so they cost no hop. Idempotency
-  (``KeyedHandling``), groups, results and chains call storage around the handler and stay
-  plain: on a worker thread, where those calls cannot stall the loop.
+  it. Those threads wait for handlers, so they come from a pool of the stack's own, with a
+  thread for each plain middleware of each message that may be in flight (made as needed): in
+  the loop's shared pool they would take every thread, and leave none for the hooks the
+  handlers' chains wait for. That keeps every existing middleware right unchanged; the ones on
+  every listener that are short (tracing, retry policy, metrics) are generators, so they cost
+  no hop. Idempotency (``KeyedHandling``), groups, results and chains call storage around the
+  handler and stay plain: on a worker thread, where those calls cannot stall the loop.
 
 Errors are contained as on the threaded path (``middleware_failed``): a hook's error is logged,
 an ``around_handle``'s fails the delivery. A cancellation (a stop past its grace) is not
@@ -31,8 +37,10 @@ contained: it goes through the wrappers' ``yield`` and ends the message's task.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal
 
@@ -59,7 +67,11 @@ GoOn = Callable[[], Coroutine[Any, Any, None]]
 class AsyncMiddlewareStack:
     """The ordered middleware of one event-loop consumer, with one way of calling each hook."""
 
-    def __init__(self, middleware: Sequence[Middleware], *, queue_name: str) -> None:
+    def __init__(
+        self, middleware: Sequence[Middleware], *, queue_name: str, in_flight: int = 1
+    ) -> None:
+        """``in_flight``: how many messages may be handled at once (sizes the thread pool of
+        plain ``around_handle`` middleware)."""
         self.queue_name = queue_name
         self._chosen = MiddlewareStack(middleware, queue_name=queue_name)  # orders, checks
         self._calls = {
@@ -69,6 +81,12 @@ class AsyncMiddlewareStack:
         self.wraps = bool(self._arounds)
         self.watches_settlement = bool(self._calls["after_settle"])
         self.gates = bool(self._calls["before_handle"])
+        plain = sum(kind == "plain" for _, kind in self._arounds)
+        self._threads = None
+        if plain:
+            self._threads = ThreadPoolExecutor(
+                max_workers=in_flight * plain, thread_name_prefix=f"cloudqueue:{queue_name}:around"
+            )
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:
@@ -117,7 +135,13 @@ class AsyncMiddlewareStack:
         else:
             loop = asyncio.get_running_loop()
             call_next = partial(_on_loop, loop, go_on)
-            await asyncio.to_thread(middleware.around_handle, context, call_next)
+            run = partial(middleware.around_handle, context, call_next)
+            await loop.run_in_executor(self._threads, contextvars.copy_context().run, run)
+
+    def close(self) -> None:
+        """End the threads of plain ``around_handle`` middleware (after the last handler)."""
+        if self._threads is not None:
+            self._threads.shutdown(wait=False, cancel_futures=True)
 
     def __repr__(self) -> str:
         return f"AsyncMiddlewareStack({self._chosen!r})"

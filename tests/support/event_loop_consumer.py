@@ -4,9 +4,10 @@ polls with ``eventually`` as it does a threaded listener, and stops it the same 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.coroutines import LoopThread
@@ -15,6 +16,70 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import Codec
 
 T = TypeVar("T")
+
+KINDS = ["threads", "event_loop"]
+"""The threaded listener, and the event-loop consumer an ``async def`` handler gets: the ids of
+a test parametrized over both."""
+
+
+class Consuming(Protocol):
+    """What a test reads of a running consumer of either kind."""
+
+    @property
+    def messages_processed(self) -> int: ...
+    @property
+    def messages_failed(self) -> int: ...
+    @property
+    def threads_alive(self) -> int: ...
+    def stop(self, timeout_s: float = ...) -> bool: ...
+
+
+class LoopConsumer(Generic[T]):
+    """An ``AsyncConsumer`` on the async side of ``storage`` (the aio SDK for Azure), started and
+    stopped from the test's thread as a threaded listener is, with the figures its tests read."""
+
+    def __init__(
+        self,
+        storage: QueueStorage,
+        queue_name: str,
+        handler: Callable[[T], Awaitable[None]],
+        codec: Codec[T],
+        **options: Any,
+    ) -> None:
+        self._loop = LoopThread("test:async-consumer")
+        self._aio = async_storage_for(storage)
+        self.consumer = AsyncConsumer(self._aio, queue_name, handler, codec, **options)
+        self._running: concurrent.futures.Future[None] | None = None
+
+    def start(self) -> LoopConsumer[T]:
+        self._running = self._loop.submit(self.consumer.run())
+        return self
+
+    def stop(self, timeout_s: float = 60) -> bool:
+        """Stop, drain, close its connections on its own loop (again: nothing to do)."""
+        running, self._running = self._running, None
+        if running is None:
+            return True
+        try:
+            self._loop.run(_stop(self.consumer))
+            running.result(timeout_s)
+        finally:
+            self._loop.run(self._aio.aclose())
+            self._loop.close()
+        return True
+
+    @property
+    def messages_processed(self) -> int:
+        return self.consumer.counters.processed
+
+    @property
+    def messages_failed(self) -> int:
+        return self.consumer.counters.failed
+
+    @property
+    def threads_alive(self) -> int:
+        """Its dequeue tasks (a threaded listener's dequeue threads)."""
+        return self.consumer.active_tasks
 
 
 @contextmanager
@@ -25,19 +90,13 @@ def running_async_consumer(
     codec: Codec[T],
     **options: Any,
 ) -> Iterator[AsyncConsumer[T]]:
-    """An ``AsyncConsumer`` on the async side of ``storage`` (the aio SDK for Azure), running
-    until the block ends; then stopped, drained, its connections closed on its own loop."""
-    loop = LoopThread("test:async-consumer")
-    aio = async_storage_for(storage)
-    consumer = AsyncConsumer(aio, queue_name, handler, codec, **options)
-    running = loop.submit(consumer.run())
+    """An ``AsyncConsumer`` running until the block ends; then stopped, drained, its connections
+    closed on its own loop."""
+    running = LoopConsumer(storage, queue_name, handler, codec, **options).start()
     try:
-        yield consumer
+        yield running.consumer
     finally:
-        loop.run(_stop(consumer))
-        running.result(60)
-        loop.run(aio.aclose())
-        loop.close()
+        running.stop()
 
 
 async def _stop(consumer: AsyncConsumer[Any]) -> None:
