@@ -11,9 +11,14 @@ from typing import Any, Generic, Protocol, TypeVar
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.listener import CloudQueueListener
+from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.location import CloudQueueLocation
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.async_storage import async_storage_for
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.listener.wire.codec import Codec
+from cloudqueue.listener.wire.codec import Codec, MessageCodec
 
 T = TypeVar("T")
 
@@ -80,6 +85,46 @@ class LoopConsumer(Generic[T]):
     def threads_alive(self) -> int:
         """Its dequeue tasks (a threaded listener's dequeue threads)."""
         return self.consumer.active_tasks
+
+
+ONE_TASK = ScalingPolicy(max_threads=1, max_idle_s=0.05, delta_backoff_s=0.01)
+"""The event-loop consumer's counterpart of one dequeue thread polling every 50 ms or less."""
+
+
+def start_either(
+    kind: str,
+    storage: QueueStorage,
+    queue_name: str,
+    record: Callable[[Any], None],
+    *,
+    middleware: list[Middleware],
+    delivery: DeliveryPolicy | None = None,
+    **threaded_options: Any,
+) -> Consuming:
+    """A consumer of dict items calling ``record`` on each, with ``middleware``: one dequeue
+    thread (``threads``; ``threaded_options`` go to its listener), or the event-loop consumer of
+    an async handler with one dequeue task. Stop it (``consumers`` fixtures do)."""
+    if kind == "event_loop":
+
+        async def handle(item: Any) -> None:
+            record(item)
+
+        options: dict[str, Any] = {"scaling": ONE_TASK, "middleware": middleware}
+        if delivery is not None:
+            options["delivery"] = delivery
+        return LoopConsumer(storage, queue_name, handle, MessageCodec(dict), **options).start()
+    if delivery is not None:
+        threaded_options["delivery"] = delivery
+    listener: CloudQueueListener[Any] = CloudQueueListener(
+        storage,
+        CloudQueueLocation(queue_name, visibility_timeout_s=30),
+        dict,
+        middleware=middleware,
+        **threaded_options,
+    )
+    listener.subscribe(record)
+    listener.start_listener(1)
+    return listener
 
 
 @contextmanager

@@ -28,15 +28,10 @@ from cloudqueue.listener import (
     poison_queue_name,
 )
 from cloudqueue.listener.consumer.middleware import CallNext
-from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
-from cloudqueue.listener.wire.codec import MessageCodec
 from tests.conftest import make_storage
-from tests.support.event_loop_consumer import KINDS, Consuming, LoopConsumer
+from tests.support.event_loop_consumer import KINDS, Consuming, start_either
 from tests.support.polling import eventually
-
-ONE_TASK = ScalingPolicy(max_threads=1, max_idle_s=0.05, delta_backoff_s=0.01)
-"""The event-loop consumer's counterpart of one dequeue thread polling every 50 ms."""
 
 
 @pytest.fixture
@@ -57,29 +52,16 @@ def start(
     """A listener of ``{"n": ...}`` items with ``middleware``, recording what its handler got;
     a failed message is retried at once. ``event_loop``: the consumer of an async handler."""
     handled: list[int] = []
-    if kind == "event_loop":
-
-        async def handle(item: dict[str, Any]) -> None:
-            handled.append(item["n"])
-
-        delivery = DeliveryPolicy(retry_delay_s=0)
-        options: dict[str, Any] = {"delivery": delivery, "scaling": ONE_TASK}
-        consumer = LoopConsumer(
-            storage, queue_name, handle, MessageCodec(dict), middleware=middleware, **options
-        )
-        listeners.append(consumer.start())
-        return consumer, handled
-    listener: CloudQueueListener[dict[str, Any]] = CloudQueueListener(
+    listener = start_either(
+        kind,
         storage,
-        CloudQueueLocation(queue_name, visibility_timeout_s=30),
-        dict,
+        queue_name,
+        lambda item: handled.append(item["n"]),
         middleware=middleware,
-        dequeue_interval_s=0.05,
         delivery=DeliveryPolicy(retry_delay_s=0),
+        dequeue_interval_s=0.05,
     )
     listeners.append(listener)
-    listener.subscribe(lambda item: handled.append(item["n"]))
-    listener.start_listener(1)
     return listener, handled
 
 

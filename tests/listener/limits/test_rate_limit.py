@@ -33,7 +33,7 @@ from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import QueueWorker, WorkerHost
 from cloudqueue.workers.settings import CloudQueueSettings, RateLimitSettings, TriggerSettings
-from tests.support.event_loop_consumer import KINDS, Consuming, LoopConsumer
+from tests.support.event_loop_consumer import KINDS, Consuming, start_either
 from tests.support.polling import eventually
 
 # -- the pure bucket -----------------------------------------------------------------------------
@@ -213,40 +213,6 @@ def consumers() -> Iterator[list[Consuming]]:
         consumer.stop(timeout_s=5)
 
 
-def start_limited(
-    kind: str,
-    storage: InMemoryQueueStorage,
-    queue_name: str,
-    record: Callable[[Any], None],
-    middleware: list[Middleware],
-    consumers: list[Consuming],
-    **threaded_options: Any,
-) -> Consuming:
-    """One dequeue thread (or the event-loop consumer of an async handler) calling ``record``;
-    ``threaded_options`` are the threaded listener's (its clock and sleeper)."""
-    if kind == "event_loop":
-
-        async def handle(item: Any) -> None:
-            record(item)
-
-        consumer = LoopConsumer(
-            storage, queue_name, handle, MessageCodec(dict), middleware=middleware
-        )
-        consumers.append(consumer.start())
-        return consumer
-    listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage,
-        CloudQueueLocation(queue_name, visibility_timeout_s=30),
-        dict,
-        middleware=middleware,
-        **threaded_options,
-    )
-    consumers.append(listener)
-    listener.subscribe(record)
-    listener.start_listener(1)
-    return listener
-
-
 def put_items(storage: InMemoryQueueStorage, queue_name: str, count: int) -> None:
     codec = MessageCodec(dict)
     for n in range(count):
@@ -271,16 +237,12 @@ def test_a_listener_with_a_limit_handles_at_that_rate_in_virtual_time(
     put_items(manual_storage, queue_name, 400)
     limiter = LocalRateLimiter(50, clock=clock, sleeper=clock)
     handled_at: list[float] = []
-    listener = start_limited(
-        kind,
-        manual_storage,
-        queue_name,
-        lambda _: handled_at.append(clock.monotonic()),
-        [RateLimit(limiter)],
-        consumers,
-        clock=clock,
-        sleeper=clock,
+    record = lambda _: handled_at.append(clock.monotonic())  # noqa: E731
+    middleware: list[Middleware] = [RateLimit(limiter)]
+    listener = start_either(
+        kind, manual_storage, queue_name, record, middleware=middleware, clock=clock, sleeper=clock
     )
+    consumers.append(listener)
     eventually(lambda: listener.messages_processed == 400)
     assert rate_per_s(handled_at) == pytest.approx(50, rel=0.10)
 
@@ -365,7 +327,8 @@ def test_stop_ends_the_wait_for_the_limit_and_releases_the_held_messages(
     storage.create_queue(queue_name)
     put_items(storage, queue_name, 10)
     middleware: list[Middleware] = [RateLimit(LocalRateLimiter(0.01, burst=1))]
-    listener = start_limited(kind, storage, queue_name, lambda _: None, middleware, consumers)
+    listener = start_either(kind, storage, queue_name, lambda _: None, middleware=middleware)
+    consumers.append(listener)
     eventually(lambda: listener.messages_processed == 1)
     assert listener.stop(timeout_s=5)
     released = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
