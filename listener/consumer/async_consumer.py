@@ -22,9 +22,10 @@ before each handler starts (in its dequeue task), ``around_handle`` around each 
 idle wait), ``on_queue_work_detected``, ``on_batch_processed`` and ``on_scaled``;
 ``async_stack`` says how each kind of hook runs on the loop, and why.
 
-Not yet here (the threaded path has them; see issue 41): deferrals (``MessageContext.defer``
-raises, so a per-key limit's busy key, or a duplicate of a key in hand within this process,
-fails that delivery and is retried after the back-off instead of waiting held), the worker's
+A message a middleware defers (a busy key) stays held out of its slot until resumed
+(``async_deferrals``).
+
+Not yet here (the threaded path has them; see issue 41): the worker's
 ``key(item)`` (only a key the message carries is ``context.key``), a handler's current message
 (``current_envelope``: progress, checkpoints, and the results a ``KeepResults`` keeps), push
 wake-ups, batch handlers, payloads kept in blobs, re-publishing only the failed items of a
@@ -47,6 +48,7 @@ from cloudqueue.listener.consumer.async_handling import AsyncHandling
 from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
+from cloudqueue.listener.consumer.deferrals import MAX_DEFERRED
 from cloudqueue.listener.consumer.dequeue import STRETCH_S
 from cloudqueue.listener.consumer.events import (
     BatchProcessed,
@@ -150,6 +152,8 @@ class AsyncConsumer(Generic[T]):
         self._freed = asyncio.Event()
         """Set when enough slots are free for the get a dequeue task waits to make."""
         self._waiting_for = 1
+        self._deferred = 0
+        """Messages a middleware deferred, held out of their slots until resumed."""
         """The room the waiting tasks want before they get (one batch, or what fetch_size asks):
         waking them for every single free slot would cost a wake-up per task per message and a
         get of one message each."""
@@ -302,7 +306,7 @@ class AsyncConsumer(Generic[T]):
         )
         enough = min(wanted, self._capacity)
         while not self._stopping.is_set():
-            if self._capacity - self._taken >= enough:
+            if self._capacity - self._taken >= enough and self._deferred < MAX_DEFERRED:
                 self._taken += enough
                 return enough
             self._waiting_for = enough
@@ -382,13 +386,49 @@ class AsyncConsumer(Generic[T]):
     async def _settle(self, held: HeldMessage) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
+        in_slot = True
         try:
-            await self.handling.handle(held)
+            deferral = await self.handling.handle(held)
+            while deferral is not None:  # held, out of its slot, until resumed
+                in_slot = False
+                self._leave_slot_deferred()
+                try:
+                    await deferral.wait(self._stopping)
+                finally:
+                    self._deferred -= 1
+                await self._take_slot()
+                in_slot = True
+                self.counters.in_flight += 1
+                if self._stopping.is_set():  # a stop releases a deferred message
+                    await self.leases.release(held)
+                    return
+                started = loop.time()  # its wait is no handling time
+                deferral = await self.handling.handle(held)
         finally:
             self.leases.end(held)
-            self.counters.in_flight -= 1
-            self._give_back(1)
+            if in_slot:
+                self.counters.in_flight -= 1
+                self._give_back(1)
             self._latency.record(1, loop.time() - started)
+
+    def _leave_slot_deferred(self) -> None:
+        """A deferred message gives its slot back: the messages behind it flow. At
+        ``MAX_DEFERRED`` held so, no get is made (``_room``): a key with a long backlog must not
+        make the consumer hold the whole queue."""
+        self._deferred += 1
+        self.counters.in_flight -= 1
+        self._give_back(1)
+
+    async def _take_slot(self) -> None:
+        """A handler slot for a resumed message: when one is free (at once when stopping: the
+        message is only released then)."""
+        while not self._stopping.is_set() and self._capacity - self._taken < 1:
+            self._waiting_for = 1  # the dequeue tasks woken with it set theirs again
+            self._freed.clear()
+            await self._freed.wait()
+        self._taken += 1
+        if self._deferred < MAX_DEFERRED:
+            self._freed.set()  # a get held back by the deferred messages may go (if it fits)
 
     async def _wait(self, delay_s: float) -> None:
         """Sleep on the stop event, so stop() ends an idle wait at once."""

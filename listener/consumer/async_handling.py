@@ -6,8 +6,9 @@ a ``MessageContext`` (its envelope, items and carried key), which the middleware
 threaded path; innermost in their chain (``async_stack``), ``deliver`` either hands the items to
 the handler, one after the other (a publisher's batch: all or none), or -- for a message that
 cannot be opened -- poisons it, so every message is seen (and traced) alike. After the chain the
-message is settled by what the middleware decided (``async_settling``), then ``after_settle``
-sees the outcome.
+message is settled by what the middleware decided (``async_settling``) -- unless one deferred it
+(``async_deferrals``: it stays held, outcome ``deferred``) -- then ``after_settle`` sees the
+outcome.
 
 A handler past ``time_limit_s`` is cancelled (``asyncio.timeout``) and its message settled at
 once, inside the chain, as a failed delivery with reason ``time_limit`` (the threaded path's
@@ -22,11 +23,12 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Generic, TypeVar
 
+from cloudqueue.listener.consumer.async_deferrals import Deferral
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.item_failures import ItemFailure, label
-from cloudqueue.listener.consumer.middleware import MessageContext
+from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
@@ -55,9 +57,11 @@ class AsyncHandling(Generic[T]):
         self.time_limit_s, self.limits = time_limit_s, limits
         self.queue_name = settler.queue_name
 
-    async def handle(self, held: HeldMessage) -> None:
+    async def handle(self, held: HeldMessage) -> Deferral | None:
         """Open, handle (through the middleware) and settle one held message (renewed
-        meanwhile: the settlement uses its newest receipt, with no renewal on its way)."""
+        meanwhile: the settlement uses its newest receipt, with no renewal on its way); or,
+        when a middleware deferred it, leave it unsettled and return the wait for its resume
+        (``async_deferrals``)."""
         message, stack = held.message, self.stack
         context: MessageContext[T] = MessageContext(
             self.queue_name, message, [], None, message.dequeue_count
@@ -69,15 +73,25 @@ class AsyncHandling(Generic[T]):
         else:
             context.deliverable = True
             deliver = partial(self._deliver, held, context, texts)
+        deferral = None
         if stack.wraps:
+            deferral = Deferral(asyncio.get_running_loop())
+            context.deferrer = deferral.park
             await stack.handle(context, deliver)
         else:
             await deliver()
-        if context.outcome is None:  # handled, or a middleware decided or failed
+        decision = context.decision
+        if context.outcome is not None:  # settled inside the chain (unopened, time limit)
+            deferral = None
+        elif decision is not None and decision.kind == "defer":  # still held: not settled
+            context.outcome = Outcome("deferred", decision.reason)
+        else:  # handled, or a middleware decided or failed
+            deferral = None
             async with held.settling:
                 context.outcome = await self.settler.settle(held, context)
         if stack.watches_settlement:
             await stack.emit("after_settle", context)
+        return deferral
 
     def _open(self, context: MessageContext[T]) -> list[str]:
         """Fill the context from the message's envelope (packed or compressed by a

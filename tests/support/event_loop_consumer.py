@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import time
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, Protocol, TypeVar
@@ -99,17 +100,25 @@ def start_either(
     *,
     middleware: list[Middleware],
     delivery: DeliveryPolicy | None = None,
+    concurrency: int = 1,
+    handler_s: float = 0.0,
     **threaded_options: Any,
 ) -> Consuming:
-    """A consumer of dict items calling ``record`` on each, with ``middleware``: one dequeue
-    thread (``threads``; ``threaded_options`` go to its listener), or the event-loop consumer of
-    an async handler with one dequeue task. Stop it (``consumers`` fixtures do)."""
+    """A consumer of dict items calling ``record`` on each, then working ``handler_s``, with
+    ``middleware`` and ``concurrency`` handlers at once: one dequeue thread (``threads``;
+    ``threaded_options`` go to its listener), or the event-loop consumer of an async handler with
+    one dequeue task. Stop it (``consumers`` fixtures do)."""
     if kind == "event_loop":
 
         async def handle(item: Any) -> None:
             record(item)
+            await asyncio.sleep(handler_s)
 
-        options: dict[str, Any] = {"scaling": ONE_TASK, "middleware": middleware}
+        options: dict[str, Any] = {
+            "scaling": ONE_TASK,
+            "middleware": middleware,
+            "concurrency": concurrency,
+        }
         if delivery is not None:
             options["delivery"] = delivery
         return LoopConsumer(storage, queue_name, handle, MessageCodec(dict), **options).start()
@@ -120,9 +129,15 @@ def start_either(
         CloudQueueLocation(queue_name, visibility_timeout_s=30),
         dict,
         middleware=middleware,
+        concurrency=concurrency,
         **threaded_options,
     )
-    listener.subscribe(record)
+
+    def work(item: Any) -> None:
+        record(item)
+        time.sleep(handler_s)  # the handler's own work, not a wait for a condition
+
+    listener.subscribe(work if handler_s else record)
     listener.start_listener(1)
     return listener
 

@@ -15,9 +15,11 @@ from structlog.testing import capture_logs
 from cloudqueue.listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
 from cloudqueue.listener.limits.key_gate import RESERVATION_S, LocalKeyGate
 from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate, key_set
+from cloudqueue.listener.middleware.per_key import PerKeyLimit
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import QueueWorker
+from tests.support.event_loop_consumer import KINDS, start_either
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
@@ -73,6 +75,36 @@ def test_forty_items_over_four_keys_never_overlap_within_a_key(
     assert sorted(record.ids) == list(range(40))
     assert overlaps(record, 1) == []
     assert most_at_once(record) > 1  # other keys flowed meanwhile
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_busy_keys_messages_wait_held_and_none_fails_on_either_consumer(
+    kind: str, queue_name: str
+) -> None:
+    """Six messages of one key at per_key = 1, four handlers at once, 50 ms each: those that
+    find the key busy are deferred (counted ``key_busy``) and handled later, each once, with no
+    delivery failed (on the event loop too: deferred, not retried)."""
+    storage = InMemoryQueueStorage()
+    publish_keyed(storage, queue_name, 6, 1)
+    limit = PerKeyLimit(LocalKeyGate(1))
+    handled: list[int] = []
+    listener = start_either(
+        kind,
+        storage,
+        queue_name,
+        lambda item: handled.append(item["id"]),
+        middleware=[limit],
+        concurrency=4,
+        handler_s=0.05,
+        dequeue_interval_s=0.05,
+    )
+    try:
+        eventually(lambda: listener.messages_processed == 6)
+    finally:
+        listener.stop(timeout_s=10)
+    assert sorted(handled) == list(range(6))
+    assert listener.messages_failed == 0
+    assert limit.decisions.snapshot().get("key_busy", 0) > 0
 
 
 def test_per_key_two_lets_two_of_a_key_run_together() -> None:

@@ -1,0 +1,55 @@
+"""A message deferred on the event loop: held, out of its handler slot, until it is resumed.
+
+The event-loop consumer's counterpart of ``deferrals``. A middleware that cannot let a message
+go on now (a busy key: ``PerKeyLimit``, ``KeyedHandling``) calls ``context.defer``; the message
+is not settled, its lease stays held (renewed as any), and its task gives its handler slot back
+and waits -- for the ``Resume`` the middleware got (callable from any thread, once: the key's
+gate calls it from the thread that leaves the key), for ``resume_after_s``, or for a stop. Then
+it takes a slot again and is handled anew, with no delivery counted; at a stop it is released to
+the queue instead (``AsyncConsumer``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from cloudqueue.listener.consumer.middleware import MessageContext, Resume
+
+
+class Deferral:
+    """One handling's chance to defer its message, and the wait once it did (a fresh one each
+    time the message is handled: a late ``resume`` of an earlier deferral wakes nothing)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._resumed = asyncio.Event()
+        self.deferred = False
+        self.resume_after_s: float | None = None
+
+    def park(self, context: MessageContext[Any], resume_after_s: float | None) -> Resume:
+        """The context's deferrer (``MessageContext.defer`` calls it, maybe on a worker
+        thread): how to resume the message."""
+        self.deferred, self.resume_after_s = True, resume_after_s
+        return self.resume
+
+    def resume(self) -> None:
+        """Put the message back in line (from any thread; again: nothing)."""
+        with contextlib.suppress(RuntimeError):  # the loop closed: the message was released
+            self._loop.call_soon_threadsafe(self._resumed.set)
+
+    async def wait(self, stopping: asyncio.Event) -> None:
+        """Until resumed (maybe already), ``resume_after_s`` passed, or stopping."""
+        waits = {
+            asyncio.ensure_future(self._resumed.wait()),
+            asyncio.ensure_future(stopping.wait()),
+        }
+        try:
+            await asyncio.wait(waits, timeout=self.resume_after_s, return_when="FIRST_COMPLETED")
+        finally:
+            for waiting in waits:
+                waiting.cancel()
+
+
+__all__ = ["Deferral"]
