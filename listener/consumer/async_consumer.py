@@ -26,8 +26,10 @@ A message a middleware defers (a busy key) stays held out of its slot until resu
 (``async_deferrals``).
 
 Not yet here (the threaded path has them; see issue 41): the worker's
-``key(item)`` (only a key the message carries is ``context.key``), a handler's current message
-(``current_envelope``: progress, checkpoints, and the results a ``KeepResults`` keeps), push
+``key(item)`` (only a key the message carries is ``context.key``), what a handler writes to its
+message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
+``progress`` is dropped and ``save_checkpoint`` refused), the results a ``KeepResults`` keeps
+(its ``capturing`` wraps a sync handler), chains' values (likewise), push
 wake-ups, batch handlers, payloads kept in blobs, re-publishing only the failed items of a
 publisher's batch (a failed item here retries the whole message), long delays' hops, and wiring
 into the worker host.

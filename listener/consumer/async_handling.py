@@ -27,6 +27,7 @@ from cloudqueue.listener.consumer.async_deferrals import Deferral
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
+from cloudqueue.listener.consumer.current import set_current_message
 from cloudqueue.listener.consumer.item_failures import ItemFailure, label
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
 from cloudqueue.listener.wire.codec import Codec
@@ -121,6 +122,8 @@ class AsyncHandling(Generic[T]):
         fails the message (``context.failures``)."""
         limit = asyncio.timeout(self.time_limit_s or None)
         items, position = context.items, 0
+        # For current_envelope(): a context variable of this task, which runs the handler.
+        set_current_message(context.queue_name, context.message, context.key)
         try:
             async with limit:
                 while position < len(items):  # where it stops is the item that failed
@@ -135,6 +138,8 @@ class AsyncHandling(Generic[T]):
                 return
             failed = ItemFailure(position, texts[position], label(items[position]), [raised])
             context.failures = [failed]
+        finally:
+            set_current_message(None)
         context.handled = True
 
 

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.consumer.current import current_envelope
 from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
@@ -81,17 +82,23 @@ def poison_reasons(storage: QueueStorage, queue: str) -> list[str]:
 def test_every_message_is_handled_once_and_deleted(
     stores: tuple[QueueStorage, Callable[[], AsyncQueueStorage]], queue_name: str
 ) -> None:
-    """A backlog of 60 is handled by tasks on one loop and leaves an empty queue."""
+    """A backlog of 60 is handled by tasks on one loop and leaves an empty queue; each handler
+    reads the envelope of its own message."""
     storage, make = stores
     put_all(storage, queue_name, list(range(60)))
     seen: list[int] = []
+    envelopes: set[tuple[str, str]] = set()
 
     async def handle(item: int) -> None:
         await asyncio.sleep(0.01)
         seen.append(item)
+        envelope = current_envelope()  # after an await: still its own message's
+        envelopes.add((envelope.queue_name, envelope.message_id))
 
     consumer = asyncio.run(consume(make, queue_name, handle, lambda c: c.counters.processed >= 60))
     assert sorted(seen) == list(range(60))
+    assert len(envelopes) == 60
+    assert {queue for queue, _ in envelopes} == {queue_name}
     assert storage.approximate_message_count(queue_name) == 0
     assert consumer.counters.in_flight == 0
 
