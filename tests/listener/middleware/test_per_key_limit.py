@@ -107,6 +107,35 @@ def test_a_busy_keys_messages_wait_held_and_none_fails_on_either_consumer(
     assert limit.decisions.snapshot().get("key_busy", 0) > 0
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_at_a_stop_the_messages_waiting_for_a_busy_key_are_back_in_the_queue_at_once(
+    kind: str, queue_name: str
+) -> None:
+    """Four messages of one key at per_key = 1: one runs (300 ms), three wait deferred; a stop
+    lets the running one finish and makes the three visible again at once."""
+    storage = InMemoryQueueStorage()
+    publish_keyed(storage, queue_name, 4, 1)
+    limit = PerKeyLimit(LocalKeyGate(1))
+    handled: list[int] = []
+    listener = start_either(
+        kind,
+        storage,
+        queue_name,
+        lambda item: handled.append(item["id"]),
+        middleware=[limit],
+        concurrency=4,
+        handler_s=0.3,
+    )
+    try:
+        eventually(lambda: limit.decisions.snapshot().get("key_busy", 0) == 3)
+    finally:
+        listener.stop(timeout_s=10)
+    assert len(handled) == 1
+    assert listener.messages_processed == 1
+    back = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
+    assert len(back) == 3
+
+
 def test_per_key_two_lets_two_of_a_key_run_together() -> None:
     """per_key = 2: never three of a key at once, and two do run together."""
     storage, queue, record = InMemoryQueueStorage(), "two-at-once", Record()
