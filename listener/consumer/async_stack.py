@@ -40,7 +40,7 @@ import asyncio
 import contextvars
 import inspect
 from collections.abc import Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from typing import Any, Literal
 
@@ -133,10 +133,23 @@ class AsyncMiddlewareStack:
         elif kind == "wrapper":
             await _wrapped(middleware.around_handle(context, go_on), go_on, middleware.blocking)
         else:
-            loop = asyncio.get_running_loop()
-            call_next = partial(_on_loop, loop, go_on)
-            run = partial(middleware.around_handle, context, call_next)
+            await self._in_thread(middleware, context, go_on)
+
+    async def _in_thread(
+        self, middleware: Middleware, context: MessageContext[Any], go_on: GoOn
+    ) -> None:
+        """A plain ``around_handle`` on a thread of the stack's pool; its ``call_next`` runs the
+        rest on the loop. Cancelled (a stop past its grace), the rest is cancelled with it."""
+        loop = asyncio.get_running_loop()
+        rest: list[Future[None]] = []
+        call_next = partial(_on_loop, loop, go_on, rest)
+        run = partial(middleware.around_handle, context, call_next)
+        try:
             await loop.run_in_executor(self._threads, contextvars.copy_context().run, run)
+        except asyncio.CancelledError:
+            for running in rest:
+                running.cancel()
+            raise
 
     def close(self) -> None:
         """End the threads of plain ``around_handle`` middleware (after the last handler)."""
@@ -170,10 +183,12 @@ async def _wrapped(wrapper: Wrapper, go_on: GoOn, blocking: bool) -> None:
         leave(wrapper)
 
 
-def _on_loop(loop: asyncio.AbstractEventLoop, go_on: GoOn) -> None:
+def _on_loop(loop: asyncio.AbstractEventLoop, go_on: GoOn, rest: list[Future[None]]) -> None:
     """``call_next`` of a plain ``around_handle`` on its worker thread: the rest of the chain
-    runs on the loop, and this waits for it."""
-    asyncio.run_coroutine_threadsafe(go_on(), loop).result()
+    runs on the loop (noted in ``rest``, so a cancellation reaches it), and this waits for it."""
+    running = asyncio.run_coroutine_threadsafe(go_on(), loop)
+    rest.append(running)
+    running.result()
 
 
 __all__ = ["AsyncMiddlewareStack"]

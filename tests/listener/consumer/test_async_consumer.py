@@ -13,6 +13,7 @@ import pytest
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.current import current_envelope
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
@@ -218,6 +219,44 @@ def test_stop_finishes_started_handlers_and_releases_the_rest_at_once(
     assert consumer.counters.processed == 1
     left = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
     assert len(left) == 4
+
+
+class PlainPass(Middleware):
+    """A plain around_handle: on the event loop it runs on a worker thread."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        call_next()
+
+
+def test_a_stop_past_its_grace_cancels_a_handler_under_a_plain_middleware(
+    queue_name: str,
+) -> None:
+    """The handler runs on the loop, its plain middleware on a worker thread: a stop past
+    ``grace_s`` cancels the handler all the same, before ``run`` returns; its message stays."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [1])
+    cancelled: list[int] = []
+
+    async def handle(item: int) -> None:
+        try:
+            await asyncio.Event().wait()  # never set: only a cancellation ends it
+        except asyncio.CancelledError:
+            cancelled.append(item)
+            raise
+
+    async def scenario() -> list[int]:
+        await consume(
+            lambda: DirectAsyncStorage(storage),
+            queue_name,
+            handle,
+            lambda c: c.handlers_running == 1,
+            grace_s=0.05,
+            middleware=[PlainPass()],
+        )
+        return list(cancelled)  # before asyncio.run cancels what is left at its end
+
+    assert asyncio.run(scenario()) == [1]
+    assert storage.approximate_message_count(queue_name) == 1
 
 
 def test_a_poison_queue_deleted_while_running_is_created_again(queue_name: str) -> None:
