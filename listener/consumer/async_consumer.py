@@ -49,8 +49,8 @@ from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer.async_handling import AsyncHandling
 from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
+from cloudqueue.listener.consumer.async_slots import HandlerSlots
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
-from cloudqueue.listener.consumer.deferrals import MAX_DEFERRED
 from cloudqueue.listener.consumer.dequeue import STRETCH_S
 from cloudqueue.listener.consumer.events import (
     BatchProcessed,
@@ -145,23 +145,12 @@ class AsyncConsumer(Generic[T]):
         )
         self._active = 0
         """Dequeue tasks running and not leaving."""
-        self._capacity = in_flight
-        """Handlers that may run at once: the in-flight bound."""
-        self._taken = 0
-        """Slots spoken for: messages held (every one of them handling) and gets on their way
-        for the rest, so no get asks for a message no slot is free for (it would wait hidden,
-        its visibility renewed, while another consumer could take it)."""
-        self._freed = asyncio.Event()
-        """Set when enough slots are free for the get a dequeue task waits to make."""
-        self._waiting_for = 1
-        self._deferred = 0
-        """Messages a middleware deferred, held out of their slots until resumed."""
-        """The room the waiting tasks want before they get (one batch, or what fetch_size asks):
-        waking them for every single free slot would cost a wake-up per task per message and a
-        get of one message each."""
         self._stopping = asyncio.Event()
+        self._slots = HandlerSlots(in_flight, self._stopping)
+        """Handlers that may run at once, reserved before each get (``async_slots``)."""
         self._stop_signal = threading.Event()
-        """The stop as middleware on worker threads wait on it (``ListenerStarted.stopping``)."""
+        """The stop as a thread's event: a middleware waiting on a worker thread (a rate limit)
+        waits on it (``ListenerStarted.stopping``)."""
         self._scaling = asyncio.Lock()
         self._dequeuers: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -182,7 +171,7 @@ class AsyncConsumer(Generic[T]):
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
         self._stop_signal.set()  # a rate limit waiting on a worker thread ends its wait
-        self._freed.set()  # a task waiting for a free slot sees the stop
+        self._slots.wake()  # a task waiting for a free slot sees the stop
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
@@ -248,14 +237,14 @@ class AsyncConsumer(Generic[T]):
             try:
                 messages = await self._get_batch(room)
             except Exception as failure:  # never end the loop on a failed get: back off
-                self._give_back(room)
+                self._slots.give_back(room)
                 error_count += 1
                 self.counters.dequeue_errors += 1
                 log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
                 await self._wait(self._error_delay_s(error_count))
                 continue
             error_count = 0
-            self._give_back(room - len(messages))  # what the get did not fill is free again
+            self._slots.give_back(room - len(messages))  # what the get did not fill is free
             if not messages:
                 await self._end_stretch(stretch)
                 idle_count += 1
@@ -306,24 +295,7 @@ class AsyncConsumer(Generic[T]):
             per_thread_rate_per_s=None if latency_s is None else self.concurrency / latency_s,
             visibility_timeout_s=self.visibility_timeout_s,
         )
-        enough = min(wanted, self._capacity)
-        while not self._stopping.is_set():
-            if self._capacity - self._taken >= enough and self._deferred < MAX_DEFERRED:
-                self._taken += enough
-                return enough
-            self._waiting_for = enough
-            self._freed.clear()
-            await self._freed.wait()
-        return 0
-
-    def _give_back(self, slots: int) -> None:
-        """Free reserved slots, waking the waiting tasks once their get fits: from a settled
-        message, and from a get that came back short -- without the latter, tasks waiting while
-        every get came back empty (its messages hidden by a get whose answer was lost) would
-        wait for a settlement that never comes."""
-        self._taken -= slots
-        if self._capacity - self._taken >= self._waiting_for:
-            self._freed.set()
+        return await self._slots.reserve(wanted)
 
     async def _get_batch(self, room: int) -> list[QueueMessage]:
         self.gets += 1
@@ -383,7 +355,7 @@ class AsyncConsumer(Generic[T]):
         """Give back messages not started: visible again now, their slots free."""
         for one in unstarted:
             await self.leases.release(one)
-            self._give_back(1)
+            self._slots.give_back(1)
 
     async def _settle(self, held: HeldMessage) -> None:
         loop = asyncio.get_running_loop()
@@ -393,12 +365,9 @@ class AsyncConsumer(Generic[T]):
             deferral = await self.handling.handle(held)
             while deferral is not None:  # held, out of its slot, until resumed
                 in_slot = False
-                self._leave_slot_deferred()
-                try:
+                self.counters.in_flight -= 1
+                async with self._slots.out_of_slot():
                     await deferral.wait(self._stopping)
-                finally:
-                    self._deferred -= 1
-                await self._take_slot()
                 in_slot = True
                 self.counters.in_flight += 1
                 if self._stopping.is_set():  # a stop releases a deferred message
@@ -410,27 +379,8 @@ class AsyncConsumer(Generic[T]):
             self.leases.end(held)
             if in_slot:
                 self.counters.in_flight -= 1
-                self._give_back(1)
+                self._slots.give_back(1)
             self._latency.record(1, loop.time() - started)
-
-    def _leave_slot_deferred(self) -> None:
-        """A deferred message gives its slot back: the messages behind it flow. At
-        ``MAX_DEFERRED`` held so, no get is made (``_room``): a key with a long backlog must not
-        make the consumer hold the whole queue."""
-        self._deferred += 1
-        self.counters.in_flight -= 1
-        self._give_back(1)
-
-    async def _take_slot(self) -> None:
-        """A handler slot for a resumed message: when one is free (at once when stopping: the
-        message is only released then)."""
-        while not self._stopping.is_set() and self._capacity - self._taken < 1:
-            self._waiting_for = 1  # the dequeue tasks woken with it set theirs again
-            self._freed.clear()
-            await self._freed.wait()
-        self._taken += 1
-        if self._deferred < MAX_DEFERRED:
-            self._freed.set()  # a get held back by the deferred messages may go (if it fits)
 
     async def _wait(self, delay_s: float) -> None:
         """Sleep on the stop event, so stop() ends an idle wait at once."""
