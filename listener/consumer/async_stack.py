@@ -24,10 +24,10 @@ differs, chosen once per middleware and hook:
   it. Those threads wait for handlers, so they come from a pool of the stack's own, with a
   thread for each plain middleware of each message that may be in flight (made as needed): in
   the loop's shared pool they would take every thread, and leave none for the hooks the
-  handlers' chains wait for. That keeps every existing middleware right unchanged; the ones on
-  every listener that are short (tracing, retry policy, metrics) are generators, so they cost
-  no hop. Idempotency (``KeyedHandling``), groups, results and chains call storage around the
-  handler and stay plain: on a worker thread, where those calls cannot stall the loop.
+  handlers' chains wait for. That keeps every existing middleware right unchanged; the short
+  ones (tracing, retry policy, metrics, ``run --record``) are generators, so they cost no hop.
+  Idempotency (``KeyedHandling``), groups, results and chains call storage around the handler
+  and stay plain: on a worker thread, where those calls cannot stall the loop.
 
 Errors are contained as on the threaded path (``middleware_failed``): a hook's error is logged,
 an ``around_handle``'s fails the delivery. A cancellation (a stop past its grace) is not
