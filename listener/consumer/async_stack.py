@@ -27,7 +27,8 @@ differs, chosen once per middleware and hook:
   handlers' chains wait for. That keeps every existing middleware right unchanged; the short
   ones (tracing, retry policy, metrics, ``run --record``) are generators, so they cost no hop.
   Idempotency (``KeyedHandling``), groups, results and chains call storage around the handler
-  and stay plain: on a worker thread, where those calls cannot stall the loop.
+  (on SQLite too, their writes wait for the file) and stay plain: on a worker thread, where
+  those calls cannot stall the loop.
 
 Errors are contained as on the threaded path (``middleware_failed``): a hook's error is logged,
 an ``around_handle``'s fails the delivery. A cancellation (a stop past its grace) is not
