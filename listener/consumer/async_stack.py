@@ -13,8 +13,10 @@ differs, chosen once per middleware and hook:
   worker thread; a timing ``around_handle`` 1.19x as a generator, 1.17x as ``async def``, 4.03x
   as a plain one on a worker thread;
 * the sync hooks of a middleware that says ``blocking`` (``RateLimit`` waits in
-  ``before_handle``; ``GroupCompletion`` writes its ledger and queues) run on a worker thread
-  (``asyncio.to_thread``): a wait there would stall every handler on the loop. A rate limit's
+  ``before_handle``; ``GroupCompletion`` writes its ledger and queues) run on a worker thread: a
+  wait there would stall every handler on the loop. The threads are the stack's own (two for
+  each message that may be in flight, made as needed), not the loop's shared pool, whose few
+  threads a rate limit's long waits would take from the aio SDK's name lookups. A rate limit's
   wait ends at a stop, as on the threaded path (``ListenerStarted.stopping``);
 * ``around_handle``: an async one awaits ``call_next()`` (the rest of the chain, then the
   handler, on the loop); a generator one (``cloudqueue.listener.consumer.wrapping``) is stepped
@@ -43,7 +45,7 @@ import inspect
 from collections.abc import Callable, Coroutine, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import structlog
 
@@ -57,6 +59,8 @@ from cloudqueue.listener.consumer.stack import (
 from cloudqueue.listener.consumer.wrapping import AroundKind, Wrapper, around_kind, enter, leave
 
 log = structlog.get_logger(__name__)
+
+R = TypeVar("R")
 
 Way = Literal["await", "call", "thread"]
 """How a hook is called on the loop."""
@@ -83,11 +87,11 @@ class AsyncMiddlewareStack:
         self.watches_settlement = bool(self._calls["after_settle"])
         self.gates = bool(self._calls["before_handle"])
         plain = sum(kind == "plain" for _, kind in self._arounds)
-        self._threads = None
-        if plain:
-            self._threads = ThreadPoolExecutor(
-                max_workers=in_flight * plain, thread_name_prefix=f"cloudqueue:{queue_name}:around"
-            )
+        self._threads = _pool(in_flight * plain, f"cloudqueue:{queue_name}:around")
+        """Plain ``around_handle`` calls, each waiting for the rest of its chain."""
+        blocking = any(m.blocking for m in self._chosen.middleware)
+        self._blocking = _pool(2 * in_flight * blocking, f"cloudqueue:{queue_name}:blocking")
+        """The hooks of ``blocking`` middleware; none waits for the loop (no starving)."""
 
     @property
     def middleware(self) -> tuple[Middleware, ...]:
@@ -105,7 +109,7 @@ class AsyncMiddlewareStack:
                 elif way == "await":
                     await call(*args)
                 else:
-                    await asyncio.to_thread(call, *args)
+                    await self._off_loop(partial(call, *args))
             except Exception:
                 log.exception("middleware_failed", queue=self.queue_name, hook=hook)
 
@@ -132,7 +136,7 @@ class AsyncMiddlewareStack:
         if kind == "async":
             await middleware.around_handle(context, go_on)
         elif kind == "wrapper":
-            await _wrapped(middleware.around_handle(context, go_on), go_on, middleware.blocking)
+            await self._wrapped(middleware.around_handle(context, go_on), go_on, middleware)
         else:
             await self._in_thread(middleware, context, go_on)
 
@@ -152,10 +156,32 @@ class AsyncMiddlewareStack:
                 running.cancel()
             raise
 
+    async def _wrapped(self, wrapper: Wrapper, go_on: GoOn, middleware: Middleware) -> None:
+        """Step a generator ``around_handle`` around the awaited rest of the chain."""
+        blocking = middleware.blocking
+        went_on = await self._off_loop(partial(enter, wrapper)) if blocking else enter(wrapper)
+        if not went_on:
+            return
+        try:
+            await go_on()
+        except BaseException as failure:  # a cancellation too: the wrapper's finally blocks run
+            leave(wrapper, failure)  # on the loop: a cancelled task must not wait for a thread
+            return
+        if blocking:
+            await self._off_loop(partial(leave, wrapper))
+        else:
+            leave(wrapper)
+
+    async def _off_loop(self, call: Callable[[], R]) -> R:
+        """``call()`` on a thread for blocking hooks (with the task's context variables)."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._blocking, contextvars.copy_context().run, call)
+
     def close(self) -> None:
-        """End the threads of plain ``around_handle`` middleware (after the last handler)."""
-        if self._threads is not None:
-            self._threads.shutdown(wait=False, cancel_futures=True)
+        """End the stack's threads (after the last handler)."""
+        for pool in (self._threads, self._blocking):
+            if pool is not None:
+                pool.shutdown(wait=False, cancel_futures=True)
 
     def __repr__(self) -> str:
         return f"AsyncMiddlewareStack({self._chosen!r})"
@@ -168,20 +194,9 @@ def _way(middleware: Middleware, hook: str) -> tuple[Callable[..., Any], Way]:
     return call, "thread" if middleware.blocking else "call"
 
 
-async def _wrapped(wrapper: Wrapper, go_on: GoOn, blocking: bool) -> None:
-    """Step a generator ``around_handle`` around the awaited rest of the chain."""
-    went_on = await asyncio.to_thread(enter, wrapper) if blocking else enter(wrapper)
-    if not went_on:
-        return
-    try:
-        await go_on()
-    except BaseException as failure:  # a cancellation too: the wrapper's finally blocks run
-        leave(wrapper, failure)  # on the loop: a cancelled task must not wait for a thread
-        return
-    if blocking:
-        await asyncio.to_thread(leave, wrapper)
-    else:
-        leave(wrapper)
+def _pool(threads: int, name: str) -> ThreadPoolExecutor | None:
+    """A pool of up to ``threads`` threads, made as needed (None: none needed)."""
+    return ThreadPoolExecutor(max_workers=threads, thread_name_prefix=name) if threads else None
 
 
 def _on_loop(loop: asyncio.AbstractEventLoop, go_on: GoOn, rest: list[Future[None]]) -> None:
