@@ -13,24 +13,27 @@ differs, chosen once per middleware and hook:
   worker thread; a timing ``around_handle`` 1.19x as a generator, 1.17x as ``async def``, 4.03x
   as a plain one on a worker thread;
 * the sync hooks of a middleware that says ``blocking`` (``RateLimit`` waits in
-  ``before_handle``; ``GroupCompletion`` writes its ledger and queues) run on a worker thread: a
-  wait there would stall every handler on the loop. The threads are the stack's own (two for
+  ``before_handle``) run on a worker thread: a wait there would stall every handler on the
+  loop. The threads are the stack's own (two for
   each message that may be in flight, made as needed), not the loop's shared pool, whose few
   threads a rate limit's long waits would take from the aio SDK's name lookups. A rate limit's
   wait ends at a stop, as on the threaded path (``ListenerStarted.stopping``);
 * ``around_handle``: an async one awaits ``call_next()`` (the rest of the chain, then the
   handler, on the loop); a generator one (``cloudqueue.listener.consumer.wrapping``) is stepped
-  on the loop -- on a worker thread if ``blocking`` -- around an awaited rest of the chain; a
+  on the loop -- on a worker thread for the messages it ``blocks`` on (``GroupCompletion``:
+  group members) -- around an awaited rest of the chain; a
   plain one, whose ``call_next()`` must return only when the handler is done, runs on a worker
   thread, and its ``call_next()`` hands the rest of the chain back to the loop and waits for
   it. Those threads wait for handlers, so they come from a pool of the stack's own, with a
   thread for each plain middleware of each message that may be in flight (made as needed): in
   the loop's shared pool they would take every thread, and leave none for the hooks the
   handlers' chains wait for. That keeps every existing middleware right unchanged; the short
-  ones (tracing, retry policy, metrics, ``run --record``) are generators, so they cost no hop.
-  Idempotency (``KeyedHandling``), groups, results and chains call storage around the handler
-  (on SQLite too, their writes wait for the file) and stay plain: on a worker thread, where
-  those calls cannot stall the loop.
+  ones (tracing, retry policy, metrics, ``run --record``) are generators, so they cost no hop,
+  and so are groups, which every hosted worker on a store with a group ledger has: a message
+  that is no group member costs them no hop, a member's ledger writes go to a worker thread.
+  Idempotency (``KeyedHandling``), results and chains call storage around every message they
+  see (on SQLite too, their writes wait for the file) and stay plain: on a worker thread,
+  where those calls cannot stall the loop.
 
 Errors are contained as on the threaded path (``middleware_failed``): a hook's error is logged,
 an ``around_handle``'s fails the delivery. A cancellation (a stop past its grace) is not
@@ -50,7 +53,7 @@ from typing import Any, Literal, TypeVar
 import structlog
 
 from cloudqueue.listener.consumer.events import QueueEmptyDecision
-from cloudqueue.listener.consumer.middleware import HOOKS, MessageContext, Middleware
+from cloudqueue.listener.consumer.middleware import HOOKS, MessageContext, Middleware, overrides
 from cloudqueue.listener.consumer.stack import (
     MiddlewareStack,
     check_went_on,
@@ -89,7 +92,7 @@ class AsyncMiddlewareStack:
         plain = sum(kind == "plain" for _, kind in self._arounds)
         self._threads = _pool(in_flight * plain, f"cloudqueue:{queue_name}:around")
         """Plain ``around_handle`` calls, each waiting for the rest of its chain."""
-        blocking = any(m.blocking for m in self._chosen.middleware)
+        blocking = any(m.blocking or overrides(m, "blocks") for m in self._chosen.middleware)
         self._blocking = _pool(2 * in_flight * blocking, f"cloudqueue:{queue_name}:blocking")
         """The hooks of ``blocking`` middleware; none waits for the loop (no starving)."""
 
@@ -136,7 +139,8 @@ class AsyncMiddlewareStack:
         if kind == "async":
             await middleware.around_handle(context, go_on)
         elif kind == "wrapper":
-            await self._wrapped(middleware.around_handle(context, go_on), go_on, middleware)
+            blocks = middleware.blocks(context)
+            await self._wrapped(middleware.around_handle(context, go_on), go_on, blocks)
         else:
             await self._in_thread(middleware, context, go_on)
 
@@ -156,9 +160,9 @@ class AsyncMiddlewareStack:
                 running.cancel()
             raise
 
-    async def _wrapped(self, wrapper: Wrapper, go_on: GoOn, middleware: Middleware) -> None:
-        """Step a generator ``around_handle`` around the awaited rest of the chain."""
-        blocking = middleware.blocking
+    async def _wrapped(self, wrapper: Wrapper, go_on: GoOn, blocking: bool) -> None:
+        """Step a generator ``around_handle`` around the awaited rest of the chain (its steps
+        on a worker thread when ``blocking``)."""
         went_on = await self._off_loop(partial(enter, wrapper)) if blocking else enter(wrapper)
         if not went_on:
             return

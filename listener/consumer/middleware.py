@@ -211,6 +211,12 @@ class Middleware:
     """True when a sync hook of this middleware may wait (a rate limit, a call to remote
     storage): on an event loop it then runs on a worker thread rather than stall the loop."""
 
+    def blocks(self, context: MessageContext[Any]) -> bool:
+        """Whether a generator ``around_handle`` may wait for this message: on an event loop
+        its steps then run on a worker thread. ``blocking`` unless overridden (a middleware
+        that calls storage for some messages only says which)."""
+        return self.blocking
+
     def on_start(self, event: ListenerStarted) -> Awaitable[None] | None:
         """The listener starts its first dequeue threads."""
         return None

@@ -17,6 +17,7 @@ from cloudqueue.listener import InMemoryQueueStorage, SqliteQueueStorage
 from cloudqueue.listener.consumer.events import ListenerStarted
 from cloudqueue.listener.consumer.item_failures import ItemFailure
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
+from cloudqueue.listener.consumer.wrapping import run_wrapped
 from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.producer.publisher import Publisher
@@ -89,7 +90,7 @@ def deliver(
         if handler is not None:
             handler(context)
 
-    middleware.around_handle(context, call_next)
+    run_wrapped(middleware.around_handle(context, call_next), call_next)
     if settled is not None:
         context.outcome = Outcome(settled)
         middleware.after_settle(context)
@@ -126,9 +127,9 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> QueueStorage:
 def test_a_group_through_either_consumer_completes_once_with_its_poisoned_member(
     kind: str,
 ) -> None:
-    """Four members handled by a listener of either kind (on the event loop, the middleware's
-    hooks on worker threads: it writes its ledger), one refused with ``PermanentFailure``: one
-    ``GroupDone``, 3 handled and 1 poisoned."""
+    """Four members handled by a listener of either kind (on the event loop, the middleware is
+    stepped on a worker thread for members: it writes its ledger), one refused with
+    ``PermanentFailure``: one ``GroupDone``, 3 handled and 1 poisoned."""
     storage = InMemoryQueueStorage()
     for queue in ("work", "done"):
         storage.create_queue(queue)
@@ -148,6 +149,20 @@ def test_a_group_through_either_consumer_completes_once_with_its_poisoned_member
         listener.stop(timeout_s=10)
     [(done, _)] = completions(storage)
     assert (done.handled, done.poisoned) == (3, 1)
+
+
+def test_on_an_event_loop_only_a_members_steps_leave_the_loop(storage: QueueStorage) -> None:
+    """``blocks``: a group member's ledger writes go to a worker thread; a message that is no
+    member costs no thread hop."""
+    [member] = sent_members(storage, 1)
+    plain = storage.put_message("work", '{"n": 1}')
+    completion = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+
+    def context_of(message: QueueMessage) -> MessageContext[Any]:
+        return MessageContext("work", message, [{}], parse_envelope(message.content), 1)
+
+    assert completion.blocks(context_of(member))
+    assert not completion.blocks(context_of(plain))
 
 
 def test_the_last_member_sends_one_group_done_keyed_by_the_group(storage: QueueStorage) -> None:
