@@ -20,8 +20,8 @@ differs, chosen once per middleware and hook:
   wait ends at a stop, as on the threaded path (``ListenerStarted.stopping``);
 * ``around_handle``: an async one awaits ``call_next()`` (the rest of the chain, then the
   handler, on the loop); a generator one (``cloudqueue.listener.consumer.wrapping``) is stepped
-  on the loop -- on a worker thread for the messages it ``blocks`` on (``GroupCompletion``:
-  group members) -- around an awaited rest of the chain; a
+  on the loop -- on a worker thread for the messages it ``blocks`` on (group members, keyed
+  messages) -- around an awaited rest of the chain; a
   plain one, whose ``call_next()`` must return only when the handler is done, runs on a worker
   thread, and its ``call_next()`` hands the rest of the chain back to the loop and waits for
   it. Those threads wait for handlers, so they come from a pool of the stack's own, with a
@@ -29,11 +29,10 @@ differs, chosen once per middleware and hook:
   the loop's shared pool they would take every thread, and leave none for the hooks the
   handlers' chains wait for. That keeps every existing middleware right unchanged; the short
   ones (tracing, retry policy, metrics, ``run --record``) are generators, so they cost no hop,
-  and so are groups, which every hosted worker on a store with a group ledger has: a message
-  that is no group member costs them no hop, a member's ledger writes go to a worker thread.
-  Idempotency (``KeyedHandling``), results and chains call storage around every message they
-  see (on SQLite too, their writes wait for the file) and stay plain: on a worker thread,
-  where those calls cannot stall the loop.
+  and so are groups and key checks (``GroupCompletion``, ``KeyedHandling``), which every hosted
+  worker on a store with a ledger has: a message that is no group member, or has no key, costs
+  them no hop; the ledger calls of one that is go to a worker thread (on SQLite too: its writes
+  wait for the file). Results and chains, opt-in, stay plain.
 
 Errors are contained as on the threaded path (``middleware_failed``): a hook's error is logged,
 an ``around_handle``'s fails the delivery. A cancellation (a stop past its grace) is not

@@ -101,8 +101,8 @@ def test_the_workers_key_dedupes_plain_items_and_counts_in_the_metrics() -> None
 def test_a_key_sent_again_after_its_completion_is_skipped_by_either_consumer(
     kind: str, queue_name: str
 ) -> None:
-    """``KeyedHandling`` on a listener of either kind (on the event-loop consumer, a plain
-    middleware on a worker thread): key 1's first message is handled, its second deleted
+    """``KeyedHandling`` on a listener of either kind (on the event-loop consumer, stepped on a
+    worker thread for a keyed message): key 1's first message is handled, its second deleted
     unhandled and counted ``duplicate_skipped``."""
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
