@@ -15,7 +15,8 @@ every message held is being handled, none waits hidden for a slot.
 not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
 running then are cancelled: their messages reappear after their timeout.
 
-The middleware seam is the threaded path's (``middleware=``, the same ``Middleware`` objects):
+The middleware seam is the threaded path's (``middleware=``, the same ``Middleware`` objects,
+after the failure logs and tracing every listener has):
 ``on_start`` / ``on_stop``, ``before_fetch`` / ``after_fetch`` around each get, ``before_handle``
 before each handler starts (in its dequeue task), ``around_handle`` around each message,
 ``after_settle`` with its outcome, and the bus events ``on_queue_empty`` (may decide a task's
@@ -60,11 +61,13 @@ from cloudqueue.listener.consumer.events import (
     QueueWorkDetected,
     Scaled,
 )
+from cloudqueue.listener.consumer.failure_logs import FailureLogs
 from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.consumer.tracing import ConsumerTracing
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.policies.backoff import (
     RandomSource,
@@ -131,7 +134,9 @@ class AsyncConsumer(Generic[T]):
             renew=self.delivery.renew_visibility,
         )
         in_flight = self.policy.max_threads * concurrency
-        self.stack = AsyncMiddlewareStack(middleware, queue_name=queue_name, in_flight=in_flight)
+        # As every threaded listener: the failure logs and tracing first, then its own.
+        own = [FailureLogs(), ConsumerTracing(), *middleware]
+        self.stack = AsyncMiddlewareStack(own, queue_name=queue_name, in_flight=in_flight)
         settler = AsyncSettler(
             storage,
             queue_name,

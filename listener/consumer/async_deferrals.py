@@ -25,13 +25,12 @@ class Deferral:
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
         self._resumed = asyncio.Event()
-        self.deferred = False
         self.resume_after_s: float | None = None
 
     def park(self, context: MessageContext[Any], resume_after_s: float | None) -> Resume:
         """The context's deferrer (``MessageContext.defer`` calls it, maybe on a worker
         thread): how to resume the message."""
-        self.deferred, self.resume_after_s = True, resume_after_s
+        self.resume_after_s = resume_after_s
         return self.resume
 
     def resume(self) -> None:

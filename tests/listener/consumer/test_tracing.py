@@ -33,7 +33,6 @@ from cloudqueue.listener import (
     MessageCodec,
     Publisher,
 )
-from cloudqueue.listener.consumer.tracing import ConsumerTracing
 from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.queue_limits import MAX_MESSAGE_BYTES
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
@@ -124,9 +123,9 @@ def test_a_trace_started_by_a_producer_continues_in_the_consumers_span(
 def test_on_the_event_loop_the_trace_continues_and_the_async_handler_runs_in_its_span(
     spans: InMemorySpanExporter, queue_name: str
 ) -> None:
-    """The event-loop consumer with the tracing middleware (a generator, stepped on its loop):
-    the consumer span continues the producer's trace, and the ``async def`` handler -- after
-    an await too -- runs inside it."""
+    """The event-loop consumer has the tracing middleware of every listener (a generator,
+    stepped on its loop): the consumer span continues the producer's trace, and the ``async
+    def`` handler -- after an await too -- runs inside it."""
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
     with job():  # a batch: its envelope carries the trace context
@@ -137,9 +136,7 @@ def test_on_the_event_loop_the_trace_continues_and_the_async_handler_runs_in_its
         await asyncio.sleep(0)
         current.append(trace.get_current_span())
 
-    consumer = LoopConsumer(
-        storage, queue_name, handle, MessageCodec(dict), middleware=[ConsumerTracing()]
-    ).start()
+    consumer = LoopConsumer(storage, queue_name, handle, MessageCodec(dict)).start()
     try:
         eventually(lambda: consumer.messages_processed == 1)
     finally:
