@@ -10,7 +10,8 @@ variants of one repetition run in turn, their order rotating. Reported: the proc
 message, median over the repetitions, and its ratio to the consumer without middleware measured
 in the same run:
 
-* ``none``: no middleware;
+* ``none``: no middleware but the failure logs and tracing every consumer has (tracing is a
+  no-op without a tracer provider);
 * ``sync_hook``: a sync ``after_settle`` counting, called on the loop;
 * ``thread_hook``: the same hook on a ``blocking`` middleware, so on a worker thread;
 * ``generator_around``: a generator ``around_handle`` timing each message, stepped on the loop;
