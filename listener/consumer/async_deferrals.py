@@ -13,25 +13,43 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from functools import partial
 from typing import Any
 
-from cloudqueue.listener.consumer.middleware import MessageContext, Resume
+from cloudqueue.listener.consumer.middleware import Deferrer, MessageContext, Resume
+
+
+class Deferrals:
+    """The deferrals of one consumer's messages, made as middleware defer them."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, Deferral] = {}
+
+    def deferrer(self, loop: asyncio.AbstractEventLoop) -> Deferrer:
+        """What a context defers its message with (``MessageContext.deferrer``; maybe called
+        on a worker thread): nothing is made for the messages never deferred."""
+        return partial(self._park, loop)
+
+    def take(self, message_id: str) -> Deferral | None:
+        """The deferral made for this handling of the message, if any (once)."""
+        return self._made.pop(message_id, None)
+
+    def _park(
+        self, loop: asyncio.AbstractEventLoop, context: MessageContext[Any], after_s: float | None
+    ) -> Resume:
+        deferral = Deferral(loop, after_s)
+        self._made[context.message_id] = deferral
+        return deferral.resume
 
 
 class Deferral:
-    """One handling's chance to defer its message, and the wait once it did (a fresh one each
-    time the message is handled: a late ``resume`` of an earlier deferral wakes nothing)."""
+    """One handling's deferral of its message, and the wait for its resume (a fresh one each
+    time the message is deferred: a late ``resume`` of an earlier one wakes nothing)."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+    def __init__(self, loop: asyncio.AbstractEventLoop, resume_after_s: float | None) -> None:
         self._loop = loop
         self._resumed = asyncio.Event()
-        self.resume_after_s: float | None = None
-
-    def park(self, context: MessageContext[Any], resume_after_s: float | None) -> Resume:
-        """The context's deferrer (``MessageContext.defer`` calls it, maybe on a worker
-        thread): how to resume the message."""
         self.resume_after_s = resume_after_s
-        return self.resume
 
     def resume(self) -> None:
         """Put the message back in line (from any thread; again: nothing)."""
@@ -51,4 +69,4 @@ class Deferral:
                 waiting.cancel()
 
 
-__all__ = ["Deferral"]
+__all__ = ["Deferral", "Deferrals"]

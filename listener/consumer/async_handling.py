@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 from typing import Generic, TypeVar
 
-from cloudqueue.listener.consumer.async_deferrals import Deferral
+from cloudqueue.listener.consumer.async_deferrals import Deferral, Deferrals
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
@@ -57,6 +57,7 @@ class AsyncHandling(Generic[T]):
         self.handler, self.codec = handler, codec
         self.time_limit_s, self.limits = time_limit_s, limits
         self.queue_name = settler.queue_name
+        self._deferrals = Deferrals()
 
     async def handle(self, held: HeldMessage) -> Deferral | None:
         """Open, handle (through the middleware) and settle one held message (renewed
@@ -74,13 +75,12 @@ class AsyncHandling(Generic[T]):
         else:
             context.deliverable = True
             deliver = partial(self._deliver, held, context, texts)
-        deferral = None
         if stack.wraps:
-            deferral = Deferral(asyncio.get_running_loop())
-            context.deferrer = deferral.park
+            context.deferrer = self._deferrals.deferrer(asyncio.get_running_loop())
             await stack.handle(context, deliver)
         else:
             await deliver()
+        deferral = self._deferrals.take(message.id) if stack.wraps else None
         decision = context.decision
         if context.outcome is not None:  # settled inside the chain (unopened, time limit)
             deferral = None

@@ -58,7 +58,7 @@ from cloudqueue.listener.consumer.stack import (
     check_went_on,
     contain_around_failure,
 )
-from cloudqueue.listener.consumer.wrapping import AroundKind, Wrapper, around_kind, enter, leave
+from cloudqueue.listener.consumer.wrapping import Wrapper, around_kind, enter, leave
 
 log = structlog.get_logger(__name__)
 
@@ -125,23 +125,18 @@ class AsyncMiddlewareStack:
         last = len(self._arounds) - 1
         middleware, kind = self._arounds[index]
         go_on = deliver if index == last else partial(self.handle, context, deliver, index + 1)
-        try:
-            await self._around(middleware, kind, context, go_on)
+        try:  # no helper coroutine between the kinds: this runs for every message
+            if kind == "wrapper":
+                blocks = middleware.blocks(context)
+                await self._wrapped(middleware.around_handle(context, go_on), go_on, blocks)
+            elif kind == "async":
+                await middleware.around_handle(context, go_on)
+            else:
+                await self._in_thread(middleware, context, go_on)
         except Exception as failure:
             contain_around_failure(context, failure, self.queue_name)
             return
         check_went_on(context, middleware, innermost=index == last, index=index)
-
-    async def _around(
-        self, middleware: Middleware, kind: AroundKind, context: MessageContext[Any], go_on: GoOn
-    ) -> None:
-        if kind == "async":
-            await middleware.around_handle(context, go_on)
-        elif kind == "wrapper":
-            blocks = middleware.blocks(context)
-            await self._wrapped(middleware.around_handle(context, go_on), go_on, blocks)
-        else:
-            await self._in_thread(middleware, context, go_on)
 
     async def _in_thread(
         self, middleware: Middleware, context: MessageContext[Any], go_on: GoOn
