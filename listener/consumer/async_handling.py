@@ -58,6 +58,7 @@ class AsyncHandling(Generic[T]):
         self.time_limit_s, self.limits = time_limit_s, limits
         self.queue_name = settler.queue_name
         self._deferrals = Deferrals()
+        self._settles_on_loop = stack.settles_on_loop()
 
     async def handle(self, held: HeldMessage) -> Deferral | None:
         """Open, handle (through the middleware) and settle one held message (renewed
@@ -90,7 +91,11 @@ class AsyncHandling(Generic[T]):
             deferral = None
             async with held.settling:
                 context.outcome = await self.settler.settle(held, context)
-        if stack.watches_settlement:
+        if not stack.watches_settlement:
+            return deferral
+        if self._settles_on_loop:  # the failure logs alone, as a rule: no coroutine for them
+            stack.call("after_settle", context)
+        else:
             await stack.emit("after_settle", context)
         return deferral
 

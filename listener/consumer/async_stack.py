@@ -88,6 +88,9 @@ class AsyncMiddlewareStack:
         self._arounds = tuple((m, around_kind(m)) for m in self._chosen.chosen("around_handle"))
         self.wraps = bool(self._arounds)
         self.watches_settlement = bool(self._calls["after_settle"])
+        self._on_loop_only = {
+            hook: all(way == "call" for _, way in calls) for hook, calls in self._calls.items()
+        }
         self.gates = bool(self._calls["before_handle"])
         plain = sum(kind == "plain" for _, kind in self._arounds)
         self._threads = _pool(in_flight * plain, f"cloudqueue:{queue_name}:around")
@@ -105,6 +108,9 @@ class AsyncMiddlewareStack:
 
     async def emit(self, hook: str, *args: Any) -> None:
         """Call ``hook(*args)`` on each middleware that has it; errors are logged, not raised."""
+        if self._on_loop_only[hook]:  # every call short and sync: no coroutine to step
+            self.call(hook, *args)
+            return
         for call, way in self._calls[hook]:
             try:
                 if way == "call":
@@ -115,6 +121,18 @@ class AsyncMiddlewareStack:
                     await self._off_loop(partial(call, *args))
             except Exception:
                 log.exception("middleware_failed", queue=self.queue_name, hook=hook)
+
+    def call(self, hook: str, *args: Any) -> None:
+        """``emit`` of a hook whose every call is sync and short, made at once."""
+        for call, _ in self._calls[hook]:
+            try:
+                call(*args)
+            except Exception:
+                log.exception("middleware_failed", queue=self.queue_name, hook=hook)
+
+    def settles_on_loop(self) -> bool:
+        """True when every ``after_settle`` is short and sync (``call`` them, no await)."""
+        return self._on_loop_only["after_settle"]
 
     def queue_empty(self, *args: Any) -> QueueEmptyDecision | None:
         """The idle decision of the middleware that makes it (a pure, short call)."""
@@ -128,8 +146,16 @@ class AsyncMiddlewareStack:
         go_on = deliver if index == last else partial(self.handle, context, deliver, index + 1)
         try:  # no helper coroutine between the kinds: this runs for every message
             if kind == "wrapper":
-                blocks = middleware.blocks(context)
-                await self._wrapped(middleware.around_handle(context, go_on), go_on, blocks)
+                wrapper = middleware.around_handle(context, go_on)
+                if middleware.blocks(context):
+                    await self._stepped_off_loop(wrapper, go_on)
+                elif enter(wrapper):
+                    try:
+                        await go_on()
+                    except BaseException as failure:  # a cancellation too: its finally runs
+                        leave(wrapper, failure)
+                    else:
+                        leave(wrapper)
             elif kind == "async":
                 await middleware.around_handle(context, go_on)
             else:
@@ -155,21 +181,17 @@ class AsyncMiddlewareStack:
                 running.cancel()
             raise
 
-    async def _wrapped(self, wrapper: Wrapper, go_on: GoOn, blocking: bool) -> None:
-        """Step a generator ``around_handle`` around the awaited rest of the chain (its steps
-        on a worker thread when ``blocking``)."""
-        went_on = await self._off_loop(partial(enter, wrapper)) if blocking else enter(wrapper)
-        if not went_on:
+    async def _stepped_off_loop(self, wrapper: Wrapper, go_on: GoOn) -> None:
+        """A generator ``around_handle`` that blocks on this message: its steps on a worker
+        thread, the rest of the chain awaited on the loop between them."""
+        if not await self._off_loop(partial(enter, wrapper)):
             return
         try:
             await go_on()
-        except BaseException as failure:  # a cancellation too: the wrapper's finally blocks run
+        except BaseException as failure:
             leave(wrapper, failure)  # on the loop: a cancelled task must not wait for a thread
             return
-        if blocking:
-            await self._off_loop(partial(leave, wrapper))
-        else:
-            leave(wrapper)
+        await self._off_loop(partial(leave, wrapper))
 
     async def _off_loop(self, call: Callable[[], R]) -> R:
         """``call()`` on a thread for blocking hooks (with the task's context variables)."""
