@@ -12,6 +12,8 @@ from typing import Any
 import pytest
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.consumer.current import current_envelope
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
@@ -81,17 +83,23 @@ def poison_reasons(storage: QueueStorage, queue: str) -> list[str]:
 def test_every_message_is_handled_once_and_deleted(
     stores: tuple[QueueStorage, Callable[[], AsyncQueueStorage]], queue_name: str
 ) -> None:
-    """A backlog of 60 is handled by tasks on one loop and leaves an empty queue."""
+    """A backlog of 60 is handled by tasks on one loop and leaves an empty queue; each handler
+    reads the envelope of its own message."""
     storage, make = stores
     put_all(storage, queue_name, list(range(60)))
     seen: list[int] = []
+    envelopes: set[tuple[str, str]] = set()
 
     async def handle(item: int) -> None:
         await asyncio.sleep(0.01)
         seen.append(item)
+        envelope = current_envelope()  # after an await: still its own message's
+        envelopes.add((envelope.queue_name, envelope.message_id))
 
     consumer = asyncio.run(consume(make, queue_name, handle, lambda c: c.counters.processed >= 60))
     assert sorted(seen) == list(range(60))
+    assert len(envelopes) == 60
+    assert {queue for queue, _ in envelopes} == {queue_name}
     assert storage.approximate_message_count(queue_name) == 0
     assert consumer.counters.in_flight == 0
 
@@ -211,6 +219,44 @@ def test_stop_finishes_started_handlers_and_releases_the_rest_at_once(
     assert consumer.counters.processed == 1
     left = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
     assert len(left) == 4
+
+
+class PlainPass(Middleware):
+    """A plain around_handle: on the event loop it runs on a worker thread."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        call_next()
+
+
+def test_a_stop_past_its_grace_cancels_a_handler_under_a_plain_middleware(
+    queue_name: str,
+) -> None:
+    """The handler runs on the loop, its plain middleware on a worker thread: a stop past
+    ``grace_s`` cancels the handler all the same, before ``run`` returns; its message stays."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [1])
+    cancelled: list[int] = []
+
+    async def handle(item: int) -> None:
+        try:
+            await asyncio.Event().wait()  # never set: only a cancellation ends it
+        except asyncio.CancelledError:
+            cancelled.append(item)
+            raise
+
+    async def scenario() -> list[int]:
+        await consume(
+            lambda: DirectAsyncStorage(storage),
+            queue_name,
+            handle,
+            lambda c: c.handlers_running == 1,
+            grace_s=0.05,
+            middleware=[PlainPass()],
+        )
+        return list(cancelled)  # before asyncio.run cancels what is left at its end
+
+    assert asyncio.run(scenario()) == [1]
+    assert storage.approximate_message_count(queue_name) == 1
 
 
 def test_a_poison_queue_deleted_while_running_is_created_again(queue_name: str) -> None:
