@@ -15,10 +15,14 @@ every message held is being handled, none waits hidden for a slot.
 not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
 running then are cancelled: their messages reappear after their timeout.
 
+``wake()`` is the push trigger's way in: idle tasks get at once, and a consumer whose tasks all
+left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
+``listener.event_loop = "single"`` (``cloudqueue.workers.host.loop_worker``).
+
 Not yet here (the threaded path has them; see issue 41): the middleware seam and its events
-(rate limits, per-key limits, idempotency, groups, metrics, tracing), push wake-ups, batch
-handlers, payloads kept in blobs, re-publishing only the failed items of a publisher's batch (a
-failed item here retries the whole message), long delays' hops, and wiring into the worker host.
+(rate limits, per-key limits, idempotency, groups, metrics, tracing), batch handlers, payloads
+kept in blobs, re-publishing only the failed items of a publisher's batch (a failed item here
+retries the whole message), and long delays' hops.
 """
 
 from __future__ import annotations
@@ -128,6 +132,10 @@ class AsyncConsumer(Generic[T]):
         waking them for every single free slot would cost a wake-up per task per message and a
         get of one message each."""
         self._stopping = asyncio.Event()
+        self._woken = asyncio.Event()
+        """Set by ``wake()`` (then replaced by a fresh one) and by ``stop()``: ends idle waits."""
+        self.cancelled_at_stop = 0
+        """Handlers still running when the grace ran out, cancelled (their messages reappear)."""
         self._scaling = asyncio.Lock()
         self._dequeuers: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -147,7 +155,19 @@ class AsyncConsumer(Generic[T]):
     def stop(self) -> None:
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
+        self._woken.set()  # an idle wait, or a consumer scaled to zero, sees the stop
         self._freed.set()  # a task waiting for a free slot sees the stop
+
+    def wake(self) -> None:
+        """Work was announced (a push trigger): idle dequeue tasks get at once, and a consumer
+        scaled to zero tasks starts one. Call it on the consumer's loop (from another thread:
+        ``loop.call_soon_threadsafe(consumer.wake)``)."""
+        if self._stopping.is_set():
+            return
+        woken, self._woken = self._woken, asyncio.Event()
+        woken.set()
+        if self._active == 0:
+            self._start_dequeuers(1)
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
@@ -158,7 +178,11 @@ class AsyncConsumer(Generic[T]):
         renewing = asyncio.create_task(self.leases.keep_renewed(drained))
         self._start_dequeuers(max(1, self.policy.min_threads))
         try:
-            while self._dequeuers:  # tasks started while waiting are awaited in the next round
+            while self._dequeuers or not self._stopping.is_set():
+                if not self._dequeuers:  # scaled to zero: until wake() starts one, or stop()
+                    await self._woken.wait()
+                    continue
+                # Tasks started while waiting are awaited in the next round.
                 done, _ = await asyncio.wait(set(self._dequeuers))
                 for task in done:
                     task.result()  # a bug in a dequeue loop surfaces here instead of being lost
@@ -176,6 +200,7 @@ class AsyncConsumer(Generic[T]):
         late = set(self._handlers)
         for task in late:
             task.cancel()  # its message reappears after its visibility timeout
+        self.cancelled_at_stop = len(late)
         if late:
             log.warning("handlers_cancelled_at_stop", queue=self.queue_name, count=len(late))
             await asyncio.wait(late)
@@ -199,6 +224,7 @@ class AsyncConsumer(Generic[T]):
             room = await self._room()
             if room == 0:
                 continue  # stopping
+            woken = self._woken  # a wake-up while this get is on its way ends the wait after it
             try:
                 messages = await self._get_batch(room)
             except Exception as failure:  # never end the loop on a failed get: back off
@@ -215,7 +241,7 @@ class AsyncConsumer(Generic[T]):
                 delay_s = idle_delay_s(idle_count, self.policy, self.rng)
                 if should_stop_idle(delay_s, self.active_tasks, self.policy):
                     return  # no await since the check: no neighbour left in between
-                await self._wait(delay_s)
+                await self._wait(delay_s, woken)
                 continue
             if idle_count or not self._found_work:
                 idle_count, self._found_work = 0, True
@@ -307,10 +333,11 @@ class AsyncConsumer(Generic[T]):
             self._give_back(1)
             self._latency.record(1, loop.time() - started)
 
-    async def _wait(self, delay_s: float) -> None:
-        """Sleep on the stop event, so stop() ends an idle wait at once."""
+    async def _wait(self, delay_s: float, woken: asyncio.Event | None = None) -> None:
+        """Sleep on the stop event, so stop() ends a wait at once; an idle wait sleeps on the
+        wake-up current at its get (``woken``: stop() or wake() sets it) instead."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), delay_s)
+            await asyncio.wait_for((woken or self._stopping).wait(), delay_s)
 
     def _error_delay_s(self, error_count: int) -> float:
         return randomized_exponential_backoff(

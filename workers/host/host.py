@@ -43,6 +43,7 @@ from cloudqueue.workers.host.hosted_jobs import HostedJobs
 from cloudqueue.workers.host.hosted_worker import finish, host_worker, wake_on_triggers
 from cloudqueue.workers.host.lifecycle import StartupFailedError, call_plain_hook
 from cloudqueue.workers.host.live_state import LiveStatePublisher
+from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
 from cloudqueue.workers.host.partitioning import (
     layout_of,
     partitioned_storage,
@@ -137,6 +138,12 @@ class WorkerHost:
         # Opened before the workers: a chain step (``then``) announces what it puts on it.
         self.triggers = open_trigger_channel(settings)
         try:
+            # A worker with listener.event_loop = "single": its own loop, no listener.
+            self.looped: list[LoopWorker] = [
+                host_loop_worker(worker, worker_settings, self.storage)
+                for worker, worker_settings in workers
+                if worker_settings.listener.event_loop == "single"
+            ]
             self.hosted = [
                 host_worker(
                     worker,
@@ -149,6 +156,7 @@ class WorkerHost:
                     triggers=self.triggers,
                 )
                 for worker, worker_settings in workers
+                if worker_settings.listener.event_loop == "threads"
             ]
         except BaseException:
             if self.triggers is not None:
@@ -169,6 +177,8 @@ class WorkerHost:
         nothing started, call ``stop``), then each worker's on_start and its dequeue threads."""
         for hosted in self.hosted:
             hosted.start_up()
+        for looped in self.looped:
+            looped.start_up()
         self.jobs.start_up()
         account = account_of(self.settings.connection_string_value())
         for hosted in self.hosted:
@@ -179,6 +189,8 @@ class WorkerHost:
             if self.triggers is not None:
                 hosted.push = wake_on_triggers(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
+        for looped in self.looped:
+            looped.start(self.triggers, account=account)
         if isinstance(self.listening, PartitionedQueueStorage):
             self._plain_watches = [
                 PlainQueueWatch(self.listening, queue).start()
@@ -192,6 +204,7 @@ class WorkerHost:
         log.info(
             "host_started",
             queues=[q for hosted in self.hosted for q in hosted.listener.queue_names],
+            event_loop_queues=[q for looped in self.looped for q in looped.queue_names],
             jobs=self.jobs.names,
         )
 
@@ -201,6 +214,9 @@ class WorkerHost:
         for hosted in self.hosted:
             if queue in hosted.listener.queue_names and not hosted.listener.stopped:
                 hosted.scaler.on_trigger()
+        for looped in self.looped:
+            if queue in looped.queue_names:
+                looped.wake()
         if self.triggers is not None:
             self.triggers.publish(WorkDetected(account, queue, message_count=1))
 
@@ -215,14 +231,21 @@ class WorkerHost:
                 part.close()
             hosted.scaler.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
+        for looped in self.looped:
+            looped.request_stop()
         self.jobs.request_stop()  # and firing
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
             for hosted in self.hosted
         ]
+        drained += [
+            looped.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic())) for looped in self.looped
+        ]
         drained.append(self.jobs.stop(deadline))
         for hosted in self.hosted:
             finish(hosted)
+        for looped in self.looped:
+            looped.finish()
         if self.triggers is not None:
             self.triggers.close()
         self.storage.close()
@@ -267,7 +290,11 @@ class WorkerHost:
         live = self._live = LiveStatePublisher(
             self.settings.state_dir,
             worker=" ".join(
-                [*(_name(type(hosted.worker)) for hosted in self.hosted), *self.jobs.names]
+                [
+                    *(_name(type(hosted.worker)) for hosted in self.hosted),
+                    *(looped.name for looped in self.looped),
+                    *self.jobs.names,
+                ]
             ),
             storage=where,
         )
@@ -319,6 +346,7 @@ class WorkerHost:
             transactions=self.storage.transactions,
             meter=meter,
             jobs=self.jobs.states(),
+            loop_workers=self.looped,
         )
 
 
