@@ -131,14 +131,15 @@ def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThrea
 
 
 def started_with_triggers(
-    storage: CallThreads, channel: InProcessTriggerChannel, **scaling: Any
+    storage: CallThreads, channel: InProcessTriggerChannel, watchdog_s: float, **scaling: Any
 ) -> LoopWorker:
     """The worker on its loop, its idle waits 30 s at least, woken by ``channel``."""
+    triggers = {"url": "redis://127.0.0.1:1", "watchdog_interval_s": watchdog_s}
     settings = CloudQueueSettings.model_validate(
         {
             "backoff": {"min_idle_s": 30, "max_idle_s": 30},
             "scaling": scaling,
-            "triggers": {"url": "redis://127.0.0.1:1"},  # never opened: the channel is given
+            "triggers": triggers,  # its url never opened: the channel is given
         }
     )
     looped = host_loop_worker(OnOneLoop(), settings, MeteredStorage(storage))
@@ -147,25 +148,27 @@ def started_with_triggers(
     return looped
 
 
-def announced(storage: CallThreads, channel: InProcessTriggerChannel) -> None:
-    Publisher(storage, OnOneLoop.queue_name, dict).publish({"n": 7})
-    channel.publish(WorkDetected("here", OnOneLoop.queue_name, message_count=1))
-
-
-@pytest.mark.parametrize("min_threads", [1, 0])
-def test_a_trigger_wakes_an_idle_or_scaled_to_zero_consumer(
-    storage: CallThreads, min_threads: int
+@pytest.mark.parametrize(
+    ("min_threads", "trigger", "watchdog_s"), [(1, True, 300), (0, True, 300), (0, False, 0.2)]
+)
+def test_a_trigger_or_the_watchdog_wakes_an_idle_or_scaled_to_zero_consumer(
+    storage: CallThreads, min_threads: int, trigger: bool, watchdog_s: float
 ) -> None:
     """A message announced while the consumer waits out a 30 s idle back-off (or has no task
-    left) is handled at once, not after the wait."""
+    left) is handled at once, not after the wait; at zero tasks, one nobody announced (a lost
+    trigger) is found by the watchdog's depth check."""
     channel = InProcessTriggerChannel()
-    looped = started_with_triggers(storage, channel, min_threads=min_threads, max_threads=2)
+    looped = started_with_triggers(
+        storage, channel, watchdog_s, min_threads=min_threads, max_threads=2
+    )
     try:
         # Waiting after an empty get; at zero, every task gone (the last left at max idle).
         eventually(
             lambda: looped.consumer.gets >= 1 and looped.consumer.active_tasks == min_threads
         )
-        announced(storage, channel)
+        Publisher(storage, OnOneLoop.queue_name, dict).publish({"n": 7})
+        if trigger:
+            channel.publish(WorkDetected("here", OnOneLoop.queue_name, message_count=1))
         eventually(lambda: looped.consumer.counters.processed == 1, timeout_s=10)
     finally:
         looped.request_stop()

@@ -77,11 +77,10 @@ class LoopWorker:
 
     def start(self, triggers: TriggerChannel | None = None, *, account: str = "") -> None:
         """Run the consumer on its loop; with ``triggers``, wake it on those for its queue."""
-        watchdog_s = None
-        if triggers is not None:
-            self._subscription = triggers.events.subscribe(partial_wake(self, account))
-            watchdog_s = self.settings.triggers.watchdog_interval_s
+        watchdog_s = None if triggers is None else self.settings.triggers.watchdog_interval_s
         self._running = self.loop.submit(self._serve(watchdog_s))
+        if triggers is not None:  # after: a wake-up finds the consumer running
+            self._subscription = triggers.events.subscribe(partial_wake(self, account))
 
     def wake(self) -> None:
         """Work was announced for its queue: idle tasks get now (from any thread)."""
