@@ -12,17 +12,19 @@ from tests.support.polling import eventually
 from tests.support.runs import Runs, enqueue_numbered, queue_depth, run_environment
 
 ASYNC_WORKER = "tests.support.workers:AsyncRecordingWorker"
+JOB = "tests.support.jobs:EveryTwoSeconds"
 
 
 def test_sigterm_drains_the_event_loop_worker_and_exits_0(tmp_path: Path) -> None:
-    """Mid-burst, the live state shows its handled messages; SIGTERM ends fetching, lets the
-    started handlers finish and exits 0: every message handled once or still queued."""
+    """Mid-burst, the live state shows its handled messages and a periodic job beside it
+    fires; SIGTERM ends fetching, lets the started handlers finish and exits 0: every message
+    handled once or still queued."""
     env = run_environment(f"sqlite:///{tmp_path / 'queues.db'}", tmp_path)
     env["CLOUDQUEUE_LISTENER__EVENT_LOOP"] = "single"
     enqueue_numbered(env, 60)
     runs = Runs(tmp_path)
     try:
-        run = runs.start(env, worker=ASYNC_WORKER, delay_s=0.05)
+        run = runs.start(env, JOB, worker=ASYNC_WORKER, delay_s=0.05)
         eventually(lambda: len(run.handled()) >= 5, timeout_s=60)
         [started] = run.events("host_started")
         assert started["event_loop_queues"] == [env["TEST_QUEUE"]]
@@ -33,6 +35,7 @@ def test_sigterm_drains_the_event_loop_worker_and_exits_0(tmp_path: Path) -> Non
                 >= [1]
             )
         )
+        eventually(lambda: run.events("job_ran"), timeout_s=10)  # every 2 s
         run.process.send_signal(signal.SIGTERM)
         assert run.process.wait(60) == 0
     finally:
