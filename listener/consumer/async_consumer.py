@@ -167,6 +167,7 @@ class AsyncConsumer(Generic[T]):
         woken, self._woken = self._woken, asyncio.Event()
         woken.set()
         if self._active == 0:
+            self._found_work = False  # its first batch then scales the tasks to the backlog
             self._start_dequeuers(1)
 
     async def run(self) -> None:
