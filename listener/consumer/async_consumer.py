@@ -41,6 +41,7 @@ from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.policies.backoff import (
     RandomSource,
@@ -172,8 +173,7 @@ class AsyncConsumer(Generic[T]):
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
-        await self.storage.create_queue(self.queue_name)
-        await self.storage.create_queue(poison_queue_name(self.queue_name))
+        await self._create_queues()
         # Renewal goes on through the drain: a handler finishing in its grace keeps its message.
         drained = asyncio.Event()
         renewing = asyncio.create_task(self.leases.keep_renewed(drained))
@@ -194,6 +194,20 @@ class AsyncConsumer(Generic[T]):
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
         log.info("async_consumer_stopped", queue=self.queue_name, processed=self.counters.processed)
+
+    async def _create_queues(self) -> None:
+        """The queue and its poison queue, created before the first get; a failure (storage down
+        at start) is logged and tried again after a back-off, as a failed get is, until stop()."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await self.storage.create_queue(self.queue_name)
+                await self.storage.create_queue(poison_queue_name(self.queue_name))
+                return
+            except StorageError as failure:
+                failures += 1
+                log.warning("queue_creation_failed", queue=self.queue_name, error=str(failure))
+                await self._wait(self._error_delay_s(failures))
 
     async def _drain(self) -> None:
         if self._handlers:

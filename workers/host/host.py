@@ -315,18 +315,20 @@ class WorkerHost:
         self._publish(live, meter)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
-        recycling = False
+        recycling = failed = False
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
             self._publish(live, meter)
             if self.observability is not None:
                 self.observability.sample()
             if self._recyclable and (recycling := self._too_many_stuck()):
                 break  # a fresh process replaces this one: its stuck threads end with it
+            if failed := any(looped.ended_early for looped in self.looped):
+                break  # a worker fetches no more: exit, for the supervisor to start another
         drained = self.stop()
         live.remove()
         if recycling:
             return RECYCLE_EXIT_CODE
-        return 0 if drained else 1
+        return 0 if drained and not failed else 1
 
     def _too_many_stuck(self) -> bool:
         """True (and logged) when a worker has more handler threads stuck past its time limit

@@ -59,6 +59,7 @@ class LoopWorker:
     """The most dequeue tasks seen at once (sampled at each live-state publish)."""
     _running: concurrent.futures.Future[None] | None = None
     _subscription: DisposableBase | None = None
+    _stop_requested: bool = False
 
     @property
     def name(self) -> str:
@@ -82,12 +83,19 @@ class LoopWorker:
         if triggers is not None:  # after: a wake-up finds the consumer running
             self._subscription = triggers.events.subscribe(partial_wake(self, account))
 
+    @property
+    def ended_early(self) -> bool:
+        """Its consumer ended unasked (a bug, logged then): the host exits rather than idle."""
+        running = self._running
+        return running is not None and running.done() and not self._stop_requested
+
     def wake(self) -> None:
         """Work was announced for its queue: idle tasks get now (from any thread)."""
         self.loop.call_soon(self.consumer.wake)
 
     def request_stop(self) -> None:
         """Stop fetching (from any thread); ``stop`` then waits for the drain."""
+        self._stop_requested = True
         if self._subscription is not None:
             self._subscription.dispose()
         if self._running is not None:
