@@ -91,7 +91,8 @@ class LoopWorker:
 
     def wake(self) -> None:
         """Work was announced for its queue: idle tasks get now (from any thread)."""
-        self.loop.call_soon(self.consumer.wake)
+        if not self._stop_requested:  # a closed LoopThread would start a new loop for it
+            self.loop.call_soon(self.consumer.wake)
 
     def request_stop(self) -> None:
         """Stop fetching (from any thread); ``stop`` then waits for the drain."""
