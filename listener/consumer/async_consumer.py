@@ -26,14 +26,17 @@ idle wait), ``on_queue_work_detected``, ``on_batch_processed`` and ``on_scaled``
 A message a middleware defers (a busy key) stays held out of its slot until resumed
 (``async_deferrals``).
 
+``wake()`` is the push trigger's way in: idle tasks get at once, and a consumer whose tasks all
+left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
+``listener.event_loop = "single"`` (``cloudqueue.workers.host.loop_worker``).
+
 Not yet here (the threaded path has them; see issue 41): the worker's
 ``key(item)`` (only a key the message carries is ``context.key``), what a handler writes to its
 message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
 ``progress`` is dropped and ``save_checkpoint`` refused), the results a ``KeepResults`` keeps
-(its ``capturing`` wraps a sync handler), chains' values (likewise), push
-wake-ups, batch handlers, payloads kept in blobs, re-publishing only the failed items of a
-publisher's batch (a failed item here retries the whole message), long delays' hops, and wiring
-into the worker host.
+(its ``capturing`` wraps a sync handler), chains' values (likewise), batch handlers, payloads
+kept in blobs, re-publishing only the failed items of a publisher's batch (a failed item here
+retries the whole message), and long delays' hops.
 """
 
 from __future__ import annotations
@@ -68,6 +71,7 @@ from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
 from cloudqueue.listener.consumer.tracing import ConsumerTracing
+from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.policies.backoff import (
     RandomSource,
@@ -156,6 +160,10 @@ class AsyncConsumer(Generic[T]):
         self._stop_signal = threading.Event()
         """The stop as a thread's event: a middleware waiting on a worker thread (a rate limit)
         waits on it (``ListenerStarted.stopping``)."""
+        self._woken = asyncio.Event()
+        """Set by ``wake()`` (then replaced by a fresh one) and by ``stop()``: ends idle waits."""
+        self.cancelled_at_stop = 0
+        """Handlers still running when the grace ran out, cancelled (their messages reappear)."""
         self._scaling = asyncio.Lock()
         self._dequeuers: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -176,12 +184,24 @@ class AsyncConsumer(Generic[T]):
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
         self._stop_signal.set()  # a rate limit waiting on a worker thread ends its wait
+        self._woken.set()  # an idle wait, or a consumer scaled to zero, sees the stop
         self._slots.wake()  # a task waiting for a free slot sees the stop
+
+    def wake(self) -> None:
+        """Work was announced (a push trigger): idle dequeue tasks get at once, and a consumer
+        scaled to zero tasks starts one. Call it on the consumer's loop (from another thread:
+        ``loop.call_soon_threadsafe(consumer.wake)``)."""
+        if self._stopping.is_set():
+            return
+        woken, self._woken = self._woken, asyncio.Event()
+        woken.set()
+        if self._active == 0:
+            self._found_work = False  # its first batch then scales the tasks to the backlog
+            self._start_dequeuers(1)
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
-        await self.storage.create_queue(self.queue_name)
-        await self.storage.create_queue(poison_queue_name(self.queue_name))
+        await self._create_queues()
         # Renewal goes on through the drain: a handler finishing in its grace keeps its message.
         drained = asyncio.Event()
         renewing = asyncio.create_task(self.leases.keep_renewed(drained))
@@ -191,7 +211,11 @@ class AsyncConsumer(Generic[T]):
         )
         self._start_dequeuers(first)
         try:
-            while self._dequeuers:  # tasks started while waiting are awaited in the next round
+            while self._dequeuers or not self._stopping.is_set():
+                if not self._dequeuers:  # scaled to zero: until wake() starts one, or stop()
+                    await self._woken.wait()
+                    continue
+                # Tasks started while waiting are awaited in the next round.
                 done, _ = await asyncio.wait(set(self._dequeuers))
                 for task in done:
                     task.result()  # a bug in a dequeue loop surfaces here instead of being lost
@@ -206,12 +230,27 @@ class AsyncConsumer(Generic[T]):
         self.stack.close()
         log.info("async_consumer_stopped", queue=self.queue_name, processed=processed)
 
+    async def _create_queues(self) -> None:
+        """The queue and its poison queue, created before the first get; a failure (storage down
+        at start) is logged and tried again after a back-off, as a failed get is, until stop()."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await self.storage.create_queue(self.queue_name)
+                await self.storage.create_queue(poison_queue_name(self.queue_name))
+                return
+            except StorageError as failure:
+                failures += 1
+                log.warning("queue_creation_failed", queue=self.queue_name, error=str(failure))
+                await self._wait(self._error_delay_s(failures))
+
     async def _drain(self) -> None:
         if self._handlers:
             await asyncio.wait(set(self._handlers), timeout=self.grace_s)
         late = set(self._handlers)
         for task in late:
             task.cancel()  # its message reappears after its visibility timeout
+        self.cancelled_at_stop = len(late)
         if late:
             log.warning("handlers_cancelled_at_stop", queue=self.queue_name, count=len(late))
             await asyncio.wait(late)
@@ -239,6 +278,7 @@ class AsyncConsumer(Generic[T]):
             room = await self._room()
             if room == 0:
                 continue  # stopping
+            woken = self._woken  # a wake-up while this get is on its way ends the wait after it
             try:
                 messages = await self._get_batch(room)
             except Exception as failure:  # never end the loop on a failed get: back off
@@ -256,7 +296,7 @@ class AsyncConsumer(Generic[T]):
                 stop, delay_s = self._idle_decision(idle_count)
                 if stop:
                     return True  # no await since the check: no neighbour left in between
-                await self._wait(delay_s)
+                await self._wait(delay_s, woken)
                 continue
             if idle_count or not self._found_work:
                 idle_count, self._found_work = 0, True
@@ -387,10 +427,11 @@ class AsyncConsumer(Generic[T]):
                 self._slots.give_back(1)
             self._latency.record(1, loop.time() - started)
 
-    async def _wait(self, delay_s: float) -> None:
-        """Sleep on the stop event, so stop() ends an idle wait at once."""
+    async def _wait(self, delay_s: float, woken: asyncio.Event | None = None) -> None:
+        """Sleep on the stop event, so stop() ends a wait at once; an idle wait sleeps on the
+        wake-up current at its get (``woken``: stop() or wake() sets it) instead."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), delay_s)
+            await asyncio.wait_for((woken or self._stopping).wait(), delay_s)
 
     def _error_delay_s(self, error_count: int) -> float:
         return randomized_exponential_backoff(

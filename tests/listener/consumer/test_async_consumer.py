@@ -14,7 +14,7 @@ import pytest
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.current import current_envelope
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
-from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
@@ -316,3 +316,34 @@ def test_a_publishers_batch_is_opened_into_its_items_and_a_bloated_one_poisoned(
     assert seen == [4, 5, 6]
     assert poison_reasons(storage, queue_name) == ["over_limit"]
     assert storage.approximate_message_count(queue_name) == 0
+
+
+class DownAtStart(DirectAsyncStorage):
+    """A store whose first ``failures`` queue creations fail, as when storage is down at start."""
+
+    def __init__(self, storage: QueueStorage, failures: int) -> None:
+        super().__init__(storage)
+        self.failures = failures
+
+    async def create_queue(self, queue_name: str) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TransientStorageError("create_queue failed: connection refused")
+        await super().create_queue(queue_name)
+
+
+def test_storage_down_at_start_is_waited_out_not_fatal(queue_name: str) -> None:
+    """Creating the queues fails twice: the consumer backs off and tries again, then handles
+    what is queued, as a failed get is backed off from; it never ends on its own."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [1, 2, 3])
+    down = DownAtStart(storage, failures=2)
+    consumer = asyncio.run(
+        consume(lambda: down, queue_name, _nothing, lambda c: c.counters.processed == 3)
+    )
+    assert down.failures == 0
+    assert consumer.counters.processed == 3
+
+
+async def _nothing(item: int) -> None:
+    pass

@@ -33,11 +33,8 @@ def handled(path: Path) -> list[int]:
 
 COMMANDS = {
     "threads": ["cloudqueue", "run", "tests.support.workers:RecordingWorker"],
-    # The event-loop consumer (not yet run by the host), with the same worker's async twin.
-    "event_loop": [
-        "tests.support.async_consumer_process",
-        "tests.support.workers:AsyncRecordingWorker",
-    ],
+    # The same worker's async twin, on one event loop (listener.event_loop, set below).
+    "event_loop": ["cloudqueue", "run", "tests.support.workers:AsyncRecordingWorker"],
 }
 
 
@@ -74,6 +71,7 @@ def test_a_killed_worker_loses_nothing_and_its_messages_return_within_one_timeou
     }
     if path == "event_loop":  # its in-flight bound, and so the duplicates' bound, is set here
         env["CLOUDQUEUE_LISTENER__CONCURRENCY"] = str(CONCURRENCY)
+        env["CLOUDQUEUE_LISTENER__EVENT_LOOP"] = "single"
     items = "\n".join(json.dumps({"n": n}) for n in range(BURST))
     subprocess.run(
         [sys.executable, "-m", "cloudqueue", "enqueue", env["TEST_QUEUE"]],
