@@ -123,15 +123,14 @@ def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThre
 
 
 def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
-    """A worker keying its items itself is not silently run without its keys: it is refused,
-    the control named."""
+    """A worker keeping its results is not silently run without them: it is refused, the
+    control named."""
 
-    class Keyed(OnOneLoop):
-        def key(self, item: dict[str, int]) -> str:
-            return str(item["n"])
+    class Kept(OnOneLoop):
+        keep_results = True
 
-    with pytest.raises(ConfigurationError, match=r"does not run key\(item\) yet"):
-        WorkerHost([Keyed], CloudQueueSettings(), storage=storage)
+    with pytest.raises(ConfigurationError, match=r"does not run keep_results yet"):
+        WorkerHost([Kept], CloudQueueSettings(), storage=storage)
 
 
 class Settled(Middleware):
