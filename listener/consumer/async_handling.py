@@ -11,10 +11,10 @@ message is settled by what the middleware decided (``async_settling``) -- unless
 (``async_deferrals``: it stays held, outcome ``deferred``) -- then ``after_settle`` sees the
 outcome.
 
-Items kept in the payload store (a large item's claim check, ``wire.payload``) are fetched on a
-worker thread, as their payload is retired after the delete (``async_settling``): the store is
-sync, and such messages are rare; an inline message makes no such hop. A payload that is a
-tombstone makes the message a duplicate of done work: it is dropped, as on threads.
+Items kept in the payload store (a large item's claim check, ``wire.payload``) are fetched and
+decoded on a worker thread, as their payload is retired after the delete (``async_settling``):
+the store is sync, and such messages are rare; an inline message makes no such hop. A payload
+that is a tombstone makes the message a duplicate of done work: it is dropped, as on threads.
 
 A handler past ``time_limit_s`` is cancelled (``asyncio.timeout``) and its message settled at
 once, inside the chain, as a failed delivery with reason ``time_limit`` (the threaded path's
@@ -36,7 +36,7 @@ from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.current import set_current_message
 from cloudqueue.listener.consumer.item_failures import ItemFailure, label
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
-from cloudqueue.listener.consumer.processing import KeyFunction, worker_key
+from cloudqueue.listener.consumer.processing import KeyFunction, decode_items, worker_key
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
@@ -48,6 +48,9 @@ TIME_LIMIT = "time_limit"
 
 Step = Callable[[], Coroutine[Any, Any, None]]
 """What the middleware wrap for one message: handing its items over, or settling it instead."""
+
+Fetched = tuple[MessageContents, list[T]]
+"""A stored payload's contents and its decoded items (``AsyncHandling._fetch``)."""
 
 
 class AsyncHandling(Generic[T]):
@@ -113,17 +116,20 @@ class AsyncHandling(Generic[T]):
         self,
         held: HeldMessage,
         context: MessageContext[T],
-        fetched: MessageContents | None = None,
+        fetched: Fetched[T] | None = None,
     ) -> Step | None:
         """Open the message and fill the context (as the threaded ``Processor`` prepares it);
         the step the middleware wrap: handing the items over, or the settlement it gets instead
         (unopened, a bad key, a duplicate). None when its items are in the payload store and
         not yet ``fetched``: no storage call is made on the loop."""
         try:
-            contents = self._open(context) if fetched is None else fetched
-            if contents is None:
-                return None
-            context.items = [self.codec.decode(text) for text in contents.texts]
+            if fetched is None:
+                contents = self._open(context)
+                if contents is None:
+                    return None
+                context.items = [self.codec.decode(text) for text in contents.texts]
+            else:
+                contents, context.items = fetched
         except Exception as unopened:  # poisoned with the reason, or retried (``unopened``)
             return partial(self._unopened, held, context, unopened)
         context.payload_name = contents.payload_name
@@ -155,23 +161,30 @@ class AsyncHandling(Generic[T]):
         )
 
     async def _prepare_stored(self, held: HeldMessage, context: MessageContext[T]) -> Step:
-        """``_prepare`` for a message whose items are in the payload store, fetched on a worker
-        thread (the store is sync; the fetch is rare and may be megabytes)."""
-        opening = partial(
-            open_envelope,
-            context.message.content,
-            context.envelope,
-            self.payload_store,
-            limits=self.limits,
-            queue_name=self.queue_name,
-        )
+        """``_prepare`` for a message whose items are in the payload store: fetched and decoded
+        on a worker thread (the store is sync, and a payload may be megabytes: the loop's
+        other handlers do not wait for it; such messages are rare)."""
         try:
-            fetched = await asyncio.to_thread(opening)
+            fetched = await asyncio.to_thread(self._fetch, context)
         except Exception as unopened:  # missing (poisoned), or out of reach (retried)
             return partial(self._unopened, held, context, unopened)
         step = self._prepare(held, context, fetched)
         assert step is not None  # fetched: nothing left to fetch
         return step
+
+    def _fetch(self, context: MessageContext[T]) -> Fetched[T]:
+        """The stored payload's contents and items, within the decoding limits (as on threads:
+        ``max_json_values_per_message`` counted for a large payload)."""
+        limits = self.limits
+        contents = open_envelope(
+            context.message.content,
+            context.envelope,
+            self.payload_store,
+            limits=limits,
+            queue_name=self.queue_name,
+        )
+        max_values = limits.max_json_values_per_message
+        return contents, decode_items(self.codec, contents.texts, max_values)
 
     async def _unopened(
         self, held: HeldMessage, context: MessageContext[T], failure: Exception

@@ -94,6 +94,14 @@ def worker_key(key_of: KeyFunction[T], items: list[T]) -> str | None:
     return keys.pop() if len(keys) == 1 else None
 
 
+def decode_items(codec: Codec[T], texts: list[str], max_values: int) -> list[T]:
+    """The items of ``texts``, parsed within ``max_values`` JSON values in all."""
+    if sum(map(len, texts)) <= max_values:  # no more values than characters: no count
+        return [codec.decode(text) for text in texts]
+    with values_limited(max_values):
+        return [codec.decode(text) for text in texts]
+
+
 class MessageProcessor(Generic[T]):
     """Takes one message of one queue through reading, decoding, its middleware and handlers."""
 
@@ -263,11 +271,8 @@ class MessageProcessor(Generic[T]):
             limits=self.limits,
             queue_name=queue_name,
         )
-        texts, max_values = contents.texts, self.limits.max_json_values_per_message
-        if sum(map(len, texts)) <= max_values:  # no more values than characters: no count
-            return contents, [self.codec.decode(text) for text in texts]
-        with values_limited(max_values):
-            return contents, [self.codec.decode(text) for text in texts]
+        max_values = self.limits.max_json_values_per_message
+        return contents, decode_items(self.codec, contents.texts, max_values)
 
     def _unopened(self, lease: Lease, context: MessageContext[T], failure: Exception) -> None:
         """Settle a message that could not be opened: poisoned at once when it never can be,
@@ -329,4 +334,4 @@ class MessageProcessor(Generic[T]):
         context.handled = True
 
 
-__all__ = ["KeyFunction", "MessageProcessor", "worker_key"]
+__all__ = ["KeyFunction", "MessageProcessor", "decode_items", "worker_key"]

@@ -1,6 +1,7 @@
 """The event-loop consumer's stored payloads and worker keys, as on threads: a large item's
 payload fetched and retired on a worker thread (an inline message makes no hop), a payload store
-out of reach retried, the worker's ``key(item)`` for a message that carries no key.
+out of reach retried, a stored payload decoded within the JSON values limit, the worker's
+``key(item)`` for a message that carries no key.
 
 The large-payload and duplicate tests shared with threads are parametrized over both consumers
 in tests/listener/producer/test_publisher.py and test_duplicates.py; these are the loop's own.
@@ -24,6 +25,7 @@ from cloudqueue.listener.producer.publisher import Publisher
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.limits import DecodingLimits
 from tests.support.event_loop_consumer import ONE_TASK, running_async_consumer
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
@@ -59,8 +61,29 @@ def test_a_stored_payload_makes_two_thread_hops_and_an_inline_message_none(
     with running_async_consumer(storage, queue_name, handler, MessageCodec(bytes), **options) as c:
         eventually(lambda: c.counters.processed == 3)
     assert sorted(seen) == sorted([b"small-1", LARGE, b"small-2"])
-    assert hops == ["open_envelope", "retire"]
+    assert hops == ["_fetch", "retire"]
     assert live_payloads(payloads) == []
+
+
+def test_a_stored_payload_is_decoded_within_the_json_values_limit(queue_name: str) -> None:
+    """A large item's JSON values count against ``max_json_values_per_message`` as on threads:
+    past it the message is poisoned ``over_limit``, the next one handled."""
+    storage, payloads = InMemoryQueueStorage(), InMemoryPayloadStore()
+    storage.create_queue(queue_name)
+    noise = random.Random(5)
+    many = {"parts": [noise.randbytes(50).hex() for _ in range(2_000)]}  # stored: incompressible
+    publisher = Publisher(storage, queue_name, dict, payload_store=payloads)
+    publisher.publish_many([many, {"parts": []}])
+    assert live_payloads(payloads) != []
+    seen: list[dict[str, Any]] = []
+    handler = lambda item: noted(seen, item)  # noqa: E731
+    limits = DecodingLimits(max_json_values_per_message=1_000)
+    options: dict[str, Any] = {"payload_store": payloads, "scaling": ONE_TASK, "limits": limits}
+    with running_async_consumer(storage, queue_name, handler, MessageCodec(dict), **options) as c:
+        eventually(lambda: c.counters.processed == 1 and c.counters.poisoned == 1)
+    assert seen == [{"parts": []}]
+    [record] = storage.peek_messages(poison_queue_name(queue_name), max_messages=1)
+    assert parse_record(record.content).reason == "over_limit"
 
 
 class _OutOfReachOnce(InMemoryPayloadStore):
