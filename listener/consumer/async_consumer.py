@@ -30,13 +30,16 @@ A message a middleware defers (a busy key) stays held out of its slot until resu
 left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
 ``listener.event_loop = "single"`` (``cloudqueue.workers.host.loop_worker``).
 
-Not yet here (the threaded path has them; see issue 41): the worker's
-``key(item)`` (only a key the message carries is ``context.key``), what a handler writes to its
+Large items kept in the ``payload_store`` are fetched, and their payloads retired after the
+delete, on a worker thread (``async_handling``); ``key`` is the worker's key of an item, for a
+message that carries none, as on threads.
+
+Not yet here (the threaded path has them; see issue 41): what a handler writes to its
 message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
 ``progress`` is dropped and ``save_checkpoint`` refused), the results a ``KeepResults`` keeps
-(its ``capturing`` wraps a sync handler), chains' values (likewise), batch handlers, payloads
-kept in blobs, re-publishing only the failed items of a publisher's batch (a failed item here
-retries the whole message), and long delays' hops.
+(its ``capturing`` wraps a sync handler), chains' values (likewise), batch handlers,
+re-publishing only the failed items of a publisher's batch (a failed item here retries the whole
+message), and long delays' hops.
 """
 
 from __future__ import annotations
@@ -69,6 +72,7 @@ from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
+from cloudqueue.listener.consumer.processing import KeyFunction
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
 from cloudqueue.listener.consumer.tracing import ConsumerTracing
 from cloudqueue.listener.errors import StorageError
@@ -88,6 +92,7 @@ from cloudqueue.listener.scaling.scaler import (
     targets,
 )
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
+from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
@@ -119,6 +124,8 @@ class AsyncConsumer(Generic[T]):
         clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource | None = None,
         middleware: Sequence[Middleware] = (),
+        payload_store: PayloadStore | None = None,
+        key: KeyFunction[T] | None = None,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
         self.policy = scaling or ScalingPolicy()
@@ -148,9 +155,16 @@ class AsyncConsumer(Generic[T]):
             clock=clock,
             rng=self.rng,
             counters=self.counters,
+            payload_store=payload_store,
         )
         self.handling = AsyncHandling(
-            settler, self.stack, handler, codec, time_limit_s=time_limit_s, limits=limits
+            settler,
+            self.stack,
+            handler,
+            codec,
+            time_limit_s=time_limit_s,
+            limits=limits,
+            key=key,
         )
         self._active = 0
         """Dequeue tasks running and not leaving."""

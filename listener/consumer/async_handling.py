@@ -2,13 +2,19 @@
 handler under its time limit, settled, and its outcome shown to the middleware.
 
 The event-loop consumer's counterpart of ``processing``. The message's text is parsed once into
-a ``MessageContext`` (its envelope, items and carried key), which the middleware see as on the
-threaded path; innermost in their chain (``async_stack``), ``deliver`` either hands the items to
-the handler, one after the other (a publisher's batch: all or none), or -- for a message that
-cannot be opened -- poisons it, so every message is seen (and traced) alike. After the chain the
+a ``MessageContext`` (its envelope, items, and key: the one it carries, else the worker's
+``key(item)``), which the middleware see as on the threaded path; innermost in their chain
+(``async_stack``), the step either hands the items to the handler, one after the other (a
+publisher's batch: all or none), or -- for a message that cannot be opened, a duplicate, a key
+that fails -- settles it instead, so every message is seen (and traced) alike. After the chain the
 message is settled by what the middleware decided (``async_settling``) -- unless one deferred it
 (``async_deferrals``: it stays held, outcome ``deferred``) -- then ``after_settle`` sees the
 outcome.
+
+Items kept in the payload store (a large item's claim check, ``wire.payload``) are fetched and
+decoded on a worker thread, as their payload is retired after the delete (``async_settling``):
+the store is sync, and such messages are rare; an inline message makes no such hop. A payload
+that is a tombstone makes the message a duplicate of done work: it is dropped, as on threads.
 
 A handler past ``time_limit_s`` is cancelled (``asyncio.timeout``) and its message settled at
 once, inside the chain, as a failed delivery with reason ``time_limit`` (the threaded path's
@@ -19,9 +25,9 @@ time limits settle it from their own thread likewise): the middleware around it 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from cloudqueue.listener.consumer.async_deferrals import Deferral, Deferrals
 from cloudqueue.listener.consumer.async_leases import HeldMessage
@@ -30,14 +36,21 @@ from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.current import set_current_message
 from cloudqueue.listener.consumer.item_failures import ItemFailure, label
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
+from cloudqueue.listener.consumer.processing import KeyFunction, decode_items, worker_key
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
-from cloudqueue.listener.wire.payload import open_envelope
+from cloudqueue.listener.wire.payload import MessageContents, open_envelope
 
 T = TypeVar("T")
 
 TIME_LIMIT = "time_limit"
+
+Step = Callable[[], Coroutine[Any, Any, None]]
+"""What the middleware wrap for one message: handing its items over, or settling it instead."""
+
+Fetched = tuple[MessageContents, list[T]]
+"""A stored payload's contents and its decoded items (``AsyncHandling._fetch``)."""
 
 
 class AsyncHandling(Generic[T]):
@@ -52,10 +65,14 @@ class AsyncHandling(Generic[T]):
         *,
         time_limit_s: float = 0.0,
         limits: DecodingLimits = DEFAULT_LIMITS,
+        key: KeyFunction[T] | None = None,
     ) -> None:
         self.settler, self.stack = settler, stack
         self.handler, self.codec = handler, codec
         self.time_limit_s, self.limits = time_limit_s, limits
+        self.payload_store = settler.payload_store
+        self.key_of = key
+        """The worker's key of an item, for a message that carries none (``worker_key``)."""
         self.queue_name = settler.queue_name
         self._deferrals = Deferrals()
         self._settles_on_loop = stack.settles_on_loop()
@@ -69,13 +86,9 @@ class AsyncHandling(Generic[T]):
         context: MessageContext[T] = MessageContext(
             self.queue_name, message, [], None, message.dequeue_count
         )
-        try:
-            texts = self._open(context)
-        except Exception as unopened:  # it never can be opened: poisoned with the reason
-            deliver = partial(self._unopened, held, context, unopened)
-        else:
-            context.deliverable = True
-            deliver = partial(self._deliver, held, context, texts)
+        deliver = self._prepare(held, context)
+        if deliver is None:  # its items are in the payload store (large ones: rare)
+            deliver = await self._prepare_stored(held, context)
         if stack.wraps:
             context.deferrer = self._deferrals.deferrer(asyncio.get_running_loop())
             await stack.handle(context, deliver)
@@ -99,26 +112,95 @@ class AsyncHandling(Generic[T]):
             await stack.emit("after_settle", context)
         return deferral
 
-    def _open(self, context: MessageContext[T]) -> list[str]:
-        """Fill the context from the message's envelope (packed or compressed by a
-        ``Publisher``, within the decoding limits, as the threaded ``Processor`` opens it);
-        the items' texts."""
+    def _prepare(
+        self,
+        held: HeldMessage,
+        context: MessageContext[T],
+        fetched: Fetched[T] | None = None,
+    ) -> Step | None:
+        """Open the message and fill the context (as the threaded ``Processor`` prepares it);
+        the step the middleware wrap: handing the items over, or the settlement it gets instead
+        (unopened, a bad key, a duplicate). None when its items are in the payload store and
+        not yet ``fetched``: no storage call is made on the loop."""
+        try:
+            if fetched is None:
+                contents = self._open(context)
+                if contents is None:
+                    return None
+                context.items = [self.codec.decode(text) for text in contents.texts]
+            else:
+                contents, context.items = fetched
+        except Exception as unopened:  # poisoned with the reason, or retried (``unopened``)
+            return partial(self._unopened, held, context, unopened)
+        context.payload_name = contents.payload_name
+        envelope, items = context.envelope, context.items
+        if envelope is not None and envelope.key is not None:
+            context.key = envelope.key
+        elif self.key_of is not None and items:
+            try:
+                context.key = worker_key(self.key_of, items)
+            except Exception as failure:  # a bug in the worker's key: every delivery would fail
+                error = f"{type(failure).__name__}: {failure}"
+                return partial(self._poison, held, context, "key_failed", error)
+        if contents.handled:
+            return partial(self._drop_duplicate, held, context)
+        context.deliverable = True
+        return partial(self._deliver, held, context, contents.texts)
+
+    def _open(self, context: MessageContext[T]) -> MessageContents | None:
+        """Parse the envelope (packed or compressed by a ``Publisher``, within the decoding
+        limits) into the context; the message's contents, or None when they are in the payload
+        store (``_prepare_stored`` fetches them)."""
         content = context.message.content
         envelope = parse_envelope(content, max_json_depth=self.limits.max_json_depth)
         context.envelope = envelope
-        contents = open_envelope(
+        if envelope is not None and envelope.packed is None and self.payload_store is not None:
+            return None
+        return open_envelope(
             content, envelope, None, limits=self.limits, queue_name=self.queue_name
         )
-        context.items = [self.codec.decode(text) for text in contents.texts]
-        if envelope is not None:
-            context.key = envelope.key
-        return contents.texts
+
+    async def _prepare_stored(self, held: HeldMessage, context: MessageContext[T]) -> Step:
+        """``_prepare`` for a message whose items are in the payload store: fetched and decoded
+        on a worker thread (the store is sync, and a payload may be megabytes: the loop's
+        other handlers do not wait for it; such messages are rare)."""
+        try:
+            fetched = await asyncio.to_thread(self._fetch, context)
+        except Exception as unopened:  # missing (poisoned), or out of reach (retried)
+            return partial(self._unopened, held, context, unopened)
+        step = self._prepare(held, context, fetched)
+        assert step is not None  # fetched: nothing left to fetch
+        return step
+
+    def _fetch(self, context: MessageContext[T]) -> Fetched[T]:
+        """The stored payload's contents and items, within the decoding limits (as on threads:
+        ``max_json_values_per_message`` counted for a large payload)."""
+        limits = self.limits
+        contents = open_envelope(
+            context.message.content,
+            context.envelope,
+            self.payload_store,
+            limits=limits,
+            queue_name=self.queue_name,
+        )
+        max_values = limits.max_json_values_per_message
+        return contents, decode_items(self.codec, contents.texts, max_values)
 
     async def _unopened(
         self, held: HeldMessage, context: MessageContext[T], failure: Exception
     ) -> None:
         async with held.settling:
             context.outcome = await self.settler.unopened(held, failure)
+
+    async def _poison(
+        self, held: HeldMessage, context: MessageContext[T], reason: str, error: str
+    ) -> None:
+        async with held.settling:
+            context.outcome = await self.settler.poison(held, reason, error)
+
+    async def _drop_duplicate(self, held: HeldMessage, context: MessageContext[T]) -> None:
+        async with held.settling:
+            context.outcome = await self.settler.drop_duplicate(held, context.payload_name)
 
     async def _deliver(
         self, held: HeldMessage, context: MessageContext[T], texts: list[str]

@@ -4,14 +4,17 @@ The event-loop consumer's counterpart of ``settlement``, on an ``AsyncQueueStora
 same rules, from the same pure decisions; each settlement returns its ``Outcome`` (what the
 middleware's ``after_settle`` sees, as on the threaded path):
 
-* **deleted** once the handler returned; **skipped** or **rerouted** (its text put on the queue
-  named first) by a middleware's decision;
+* **deleted** once the handler returned, then its stored payload, if any, replaced by a tombstone
+  (``lease_calls.retire``, on a worker thread: the payload store is sync); **dropped** (deleted,
+  not handled) when its stored payload is a tombstone, a copy of done work (``wire.payload``);
+  **skipped** or **rerouted** (its text put on the queue named first) by a middleware's decision;
 * **retried** when it raised (or a middleware failed, or asked for it): hidden for the delivery
   policy's back-off (``retry_visibility_s``), for the delay a ``RetryLater`` asked for (reason
   ``retry_later``), or for the middleware's delay;
 * **poisoned** (copied to ``<queue>-poison`` with the reason, then deleted: ``poison_record``
-  builds the same record as the threaded path) when it cannot be opened (``undecodable``,
-  ``over_limit``, ``payload_missing``: a payload kept in a blob is not fetched here yet), when
+  builds the same record as the threaded path) when it never can be opened (``undecodable``,
+  ``over_limit``, ``payload_foreign``, ``payload_missing``; a payload store out of reach or a
+  codec bug is retried instead, as on threads), when
   the handler raised ``PermanentFailure`` (``permanent_failure``) or a middleware gave it up
   (its reason), or at the last allowed delivery (``max_dequeue_count_exceeded``, or the reason
   of that last failure); a handler past its time limit fails with reason ``time_limit``
@@ -24,6 +27,7 @@ re-publishes the failed items only).
 
 from __future__ import annotations
 
+import asyncio
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -31,13 +35,16 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer import lease_calls
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.item_failures import describe_items, judged
 from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.processing import POISON_REASONS
 from cloudqueue.listener.consumer.settlement import DELETED
 from cloudqueue.listener.errors import (
+    DecodeError,
     MessageTooLargeError,
+    PayloadNotFoundError,
     PermanentFailure,
     QueueNotFoundError,
     RetryLater,
@@ -49,6 +56,7 @@ from cloudqueue.listener.poison.record import PoisonRecord
 from cloudqueue.listener.policies.backoff import RandomSource
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
+from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage
 
 log = structlog.get_logger(__name__)
@@ -111,9 +119,12 @@ class AsyncSettler:
         clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource,
         counters: AsyncCounters,
+        payload_store: PayloadStore | None = None,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
         self.delivery, self.clock, self.rng, self.counters = delivery, clock, rng, counters
+        self.payload_store = payload_store
+        """Where the payloads of large items are kept: retired here after their delete."""
         self._log = log.bind(queue=queue_name)
 
     async def settle(self, held: HeldMessage, context: MessageContext[Any]) -> Outcome:
@@ -129,7 +140,7 @@ class AsyncSettler:
             count = len(context.items)
             error = describe_items(context.failures, count=count, batched=count > 1)
             return await self.failed(held, context.failures[0].failures[0], error=error)
-        return await self._delete(held, "deleted")
+        return await self._delete(held, "deleted", payload=context.payload_name)
 
     async def failed(
         self,
@@ -151,8 +162,24 @@ class AsyncSettler:
         return await self._retry(held, verdict.retry_in_s, error, reason=verdict.reason)
 
     async def unopened(self, held: HeldMessage, failure: Exception) -> Outcome:
-        """A message that cannot be opened never can be: poisoned with the reason."""
-        return await self.poison(held, _unopened_reason(failure), _describe(failure))
+        """A message that could not be opened: poisoned with the reason when it never can be,
+        else retried like a failed delivery (a payload store out of reach, a codec bug)."""
+        if isinstance(failure, DecodeError | PayloadNotFoundError):
+            return await self.poison(held, _unopened_reason(failure), _describe(failure))
+        if not isinstance(failure, StorageError):  # a codec or store bug: logged in full
+            log.error("message_open_failed", exc_info=failure)
+        return await self.failed(held, failure)
+
+    async def drop_duplicate(self, held: HeldMessage, payload: str | None) -> Outcome:
+        """Delete a message whose stored payload is a tombstone: another copy's work is done."""
+        message = held.message
+        log.info(
+            "duplicate_dropped",
+            message_id=message.id,
+            dequeue_count=message.dequeue_count,
+            payload=payload,
+        )
+        return await self._delete(held, "dropped")
 
     async def poison(self, held: HeldMessage, reason: str, error: str) -> Outcome:
         """Copy to the poison queue first, delete second: a crash between leaves a duplicate."""
@@ -212,8 +239,14 @@ class AsyncSettler:
         return await self._delete(held, "rerouted", reason)
 
     async def _delete(
-        self, held: HeldMessage, kind: OutcomeKind, reason: str | None = None
+        self,
+        held: HeldMessage,
+        kind: OutcomeKind,
+        reason: str | None = None,
+        *,
+        payload: str | None = None,
     ) -> Outcome:
+        """Delete the message; then, for a handled one, retire its stored ``payload``, if any."""
         message = held.message
         try:
             deleted = await self.storage.delete_message(
@@ -225,6 +258,8 @@ class AsyncSettler:
         if not deleted:  # handled past its visibility timeout: another get owns it now
             self._log.warning("message_not_deleted_after_handling", message_id=message.id)
             return Outcome("left", "delete_failed")
+        if payload is not None:  # rare (large items): the sync store's call off the loop
+            await asyncio.to_thread(lease_calls.retire, self.payload_store, payload)
         return DELETED if kind == "deleted" else Outcome(kind, reason)
 
     async def _retry(

@@ -86,6 +86,22 @@ class _Reading:
     error: Exception | None = None
 
 
+def worker_key(key_of: KeyFunction[T], items: list[T]) -> str | None:
+    """The key the worker gives every item of a message that carries none; None when it gives
+    none, or different ones (raises what ``key_of`` raises: the message is poisoned
+    ``key_failed``)."""
+    keys = {None if (value := key_of(item)) is None else key_text(value) for item in items}
+    return keys.pop() if len(keys) == 1 else None
+
+
+def decode_items(codec: Codec[T], texts: list[str], max_values: int) -> list[T]:
+    """The items of ``texts``, parsed within ``max_values`` JSON values in all."""
+    if sum(map(len, texts)) <= max_values:  # no more values than characters: no count
+        return [codec.decode(text) for text in texts]
+    with values_limited(max_values):
+        return [codec.decode(text) for text in texts]
+
+
 class MessageProcessor(Generic[T]):
     """Takes one message of one queue through reading, decoding, its middleware and handlers."""
 
@@ -220,7 +236,7 @@ class MessageProcessor(Generic[T]):
             context.key = reading.envelope.key
         elif self.key_of is not None and items:
             try:
-                context.key = self._worker_key(items)
+                context.key = worker_key(self.key_of, items)
             except Exception as failure:  # a bug in the worker's key: every delivery would fail
                 error = f"{type(failure).__name__}: {failure}"
                 return partial(settlement.poison, lease, context, "key_failed", error), []
@@ -231,13 +247,6 @@ class MessageProcessor(Generic[T]):
         else:
             context.deliverable = True
         return early, contents.texts
-
-    def _worker_key(self, items: list[T]) -> str | None:
-        """The key the worker gives every item; None when it gives none, or different ones."""
-        key_of = self.key_of
-        assert key_of is not None  # the caller checked
-        keys = {None if (value := key_of(item)) is None else key_text(value) for item in items}
-        return keys.pop() if len(keys) == 1 else None
 
     def _defer(
         self, lease: Lease, context: MessageContext[T], resume_after_s: float | None
@@ -262,11 +271,8 @@ class MessageProcessor(Generic[T]):
             limits=self.limits,
             queue_name=queue_name,
         )
-        texts, max_values = contents.texts, self.limits.max_json_values_per_message
-        if sum(map(len, texts)) <= max_values:  # no more values than characters: no count
-            return contents, [self.codec.decode(text) for text in texts]
-        with values_limited(max_values):
-            return contents, [self.codec.decode(text) for text in texts]
+        max_values = self.limits.max_json_values_per_message
+        return contents, decode_items(self.codec, contents.texts, max_values)
 
     def _unopened(self, lease: Lease, context: MessageContext[T], failure: Exception) -> None:
         """Settle a message that could not be opened: poisoned at once when it never can be,
@@ -328,4 +334,4 @@ class MessageProcessor(Generic[T]):
         context.handled = True
 
 
-__all__ = ["MessageProcessor"]
+__all__ = ["KeyFunction", "MessageProcessor", "decode_items", "worker_key"]

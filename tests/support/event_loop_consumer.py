@@ -83,6 +83,10 @@ class LoopConsumer(Generic[T]):
         return self.consumer.counters.failed
 
     @property
+    def messages_poisoned(self) -> int:
+        return self.consumer.counters.poisoned
+
+    @property
     def threads_alive(self) -> int:
         """Its dequeue tasks (a threaded listener's dequeue threads)."""
         return self.consumer.active_tasks

@@ -5,6 +5,7 @@ state, woken by push triggers; a worker that cannot run there refused at load.""
 from __future__ import annotations
 
 import asyncio
+import random
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,11 +18,13 @@ from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
 from cloudqueue.listener.errors import ConfigurationError
 from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
 from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
 from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
+from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 
 SINGLE = {"listener": {"event_loop": "single"}}
@@ -115,6 +118,40 @@ def test_an_async_worker_fetches_handles_and_settles_on_one_loop_thread(
     assert (queue.processed, queue.poisoned, queue.in_flight) == (40, 1, 0)
 
 
+class Blobs(QueueWorker[bytes]):
+    """Notes the sizes of the items it handles on its loop."""
+
+    queue_name = "single-loop"
+    settings: ClassVar[dict[str, Any]] = SINGLE
+
+    def __init__(self) -> None:
+        self.sizes: list[int] = []
+
+    async def handle(self, item: bytes) -> None:
+        self.sizes.append(len(item))
+
+
+def test_a_large_item_kept_in_the_hosts_payload_store_is_handled_and_retired(
+    storage: CallThreads,
+) -> None:
+    """The host gives the single loop its payload store: a large item's payload is fetched for
+    the handler and tombstoned once its message is deleted."""
+    payloads = InMemoryPayloadStore()
+    large = random.Random(4).randbytes(100 * 1024)  # incompressible: stored, not inline
+    Publisher(storage, Blobs.queue_name, bytes, payload_store=payloads).publish(large)
+    host = WorkerHost([Blobs], CloudQueueSettings(), storage=storage, payload_store=payloads)
+    [looped] = host.looped
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.processed == 1)
+    finally:
+        assert host.stop()
+    assert isinstance(looped.worker, Blobs)
+    assert looped.worker.sizes == [len(large)]
+    assert payloads.names() != []
+    assert live_payloads(payloads) == []
+
+
 def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThreads) -> None:
     """One line naming the worker, the setting and the way back; no queue is read."""
     settings = CloudQueueSettings.model_validate(SINGLE)
@@ -123,15 +160,14 @@ def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThre
 
 
 def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
-    """A worker keying its items itself is not silently run without its keys: it is refused,
-    the control named."""
+    """A worker keeping its results is not silently run without them: it is refused, the
+    control named."""
 
-    class Keyed(OnOneLoop):
-        def key(self, item: dict[str, int]) -> str:
-            return str(item["n"])
+    class Kept(OnOneLoop):
+        keep_results = True
 
-    with pytest.raises(ConfigurationError, match=r"does not run key\(item\) yet"):
-        WorkerHost([Keyed], CloudQueueSettings(), storage=storage)
+    with pytest.raises(ConfigurationError, match=r"does not run keep_results yet"):
+        WorkerHost([Kept], CloudQueueSettings(), storage=storage)
 
 
 class Settled(Middleware):

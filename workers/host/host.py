@@ -145,6 +145,7 @@ class WorkerHost:
                     worker,
                     worker_settings,
                     self.storage,
+                    self.payloads,
                     HostParts(recorder=self.recorder, key_ledger=self.keys.ledger),
                 )
                 for worker, worker_settings in workers

@@ -5,8 +5,8 @@ settles a worker's messages, so its handler must be an ``async def handle``. The
 is on that loop (``async_stack``), so rate and per-key limits, idempotency, cancelling, groups,
 retry, tracing and the worker's own middleware act there as on threads. What the single loop has
 no place for yet is refused here, naming it, rather than run without it: several queues or
-partitions, ``keep_results`` and ``then`` (their middleware wraps a plain handler), ``key(item)``,
-the metrics port (its probes watch threads), and ``on_start``, whose argument is the threaded
+partitions, ``keep_results`` and ``then`` (their middleware wraps a plain handler), the metrics
+port (its probes watch threads), and ``on_start``, whose argument is the threaded
 listener the single loop does not build.
 """
 
@@ -52,17 +52,10 @@ def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
         "listener.create_queues = false": not options.create_queues,
         "keep_results": kind.keep_results,
         "then": kind.then is not None,
-        "key(item)": _defines_key(kind),
         "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
         "observability.metrics_port": settings.observability.metrics_port is not None,
     }
     return [what for what, wanted in asked.items() if wanted]
-
-
-def _defines_key(kind: type[QueueWorker[Any]]) -> bool:
-    """The worker keys its items itself (``key(item)``): the single loop reads only a key the
-    message carries."""
-    return kind.key is not QueueWorker.key
 
 
 __all__ = ["check_event_loop", "single_loop_gaps"]

@@ -32,6 +32,7 @@ from cloudqueue.listener.push.triggers import TriggerChannel, WorkDetected
 from cloudqueue.listener.stores.async_metered import MeteredAsyncStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage, async_storage_for
 from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.wire.codec import reading_codec
 from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.workers.api.worker import QueueWorker
@@ -203,11 +204,13 @@ def host_loop_worker(
     worker: QueueWorker[Any],
     settings: CloudQueueSettings,
     meter: MeteredStorage,
+    payloads: PayloadStore | None = None,
     parts: HostParts | None = None,
 ) -> LoopWorker:
     """The worker's consumer on a loop of its own, over the awaitable side of the store that
-    ``meter`` counts, with the middleware a threaded listener would have (``seam``);
-    ConfigurationError when the worker cannot run there (``loop_checks``)."""
+    ``meter`` counts, with the host's ``payloads`` (large items) and the middleware a threaded
+    listener would have (``seam``); ConfigurationError when the worker cannot run there
+    (``loop_checks``)."""
     options = settings.listener
     controls = controls_for(type(worker), settings)
     storage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
@@ -234,6 +237,8 @@ def host_loop_worker(
         max_error_delay_s=options.max_error_delay_s,
         limits=settings.decoding.limits(),
         middleware=middleware,
+        payload_store=payloads,
+        key=worker.key_function(),
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
     return LoopWorker(

@@ -97,6 +97,21 @@ def test_the_workers_key_dedupes_plain_items_and_counts_in_the_metrics() -> None
     assert sorted(record.ids) == [0, 1, 2]
 
 
+def test_the_workers_key_dedupes_plain_items_on_the_single_loop() -> None:
+    """``listener.event_loop = "single"``: the host gives the loop the worker's key(item), so
+    plain items that carry no key are deduplicated there as on threads."""
+    storage, queue, record = InMemoryQueueStorage(), "plain-items", Record()
+    storage.create_queue(queue)
+    Publisher(storage, queue, dict).publish_many([{"id": n % 3} for n in range(9)])
+    settings = host_settings(idempotency={"window_s": 60}, listener={"event_loop": "single"})
+    worker = recording_worker(record, queue, asynchronous=True)
+    with hosting(worker, storage, settings) as host:
+        assert host.looped  # on the single loop, not on threads
+        assert not host.hosted
+        drained(storage, queue, lambda: len(record.ids) >= 3, timeout_s=30)
+    assert sorted(record.ids) == [0, 1, 2]
+
+
 @pytest.mark.parametrize("kind", KINDS)
 def test_a_key_sent_again_after_its_completion_is_skipped_by_either_consumer(
     kind: str, queue_name: str

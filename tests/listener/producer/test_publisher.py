@@ -9,7 +9,7 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import pytest
 from pydantic import BaseModel
@@ -40,6 +40,7 @@ from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.envelope import ENVELOPE_KEY, parse_envelope
 from cloudqueue.listener.wire.packing import message_bytes
+from tests.support.event_loop_consumer import KINDS, ONE_TASK, LoopConsumer
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
 
@@ -95,6 +96,48 @@ def listen(clock: ManualClock, queue_name: str) -> Iterator[Listen]:
     yield make
     for listener in made:
         listener.stop(5)
+
+
+class Consumer(Protocol):
+    """What the large-payload tests read of a consumer of either kind."""
+
+    @property
+    def messages_processed(self) -> int: ...
+    @property
+    def messages_poisoned(self) -> int: ...
+
+
+ListenEither = Callable[..., Consumer]
+
+
+@pytest.fixture(params=KINDS)
+def listen_either(
+    request: pytest.FixtureRequest, listen: Listen, queue_name: str
+) -> Iterator[ListenEither]:
+    """``listen``, or the event-loop consumer of the handler made ``async def`` (one task)."""
+    if request.param == "threads":
+        yield listen
+        return
+    made: list[LoopConsumer[Any]] = []
+
+    def make(
+        storage: QueueStorage,
+        handler: Callable[[Any], None],
+        *,
+        item_type: type[Any],
+        payload_store: PayloadStore | None = None,
+    ) -> Consumer:
+        async def handle(item: Any) -> None:
+            handler(item)
+
+        codec = MessageCodec(item_type)
+        options = {"payload_store": payload_store, "scaling": ONE_TASK}
+        made.append(LoopConsumer(storage, queue_name, handle, codec, **options).start())
+        return made[-1]
+
+    yield make
+    for consumer in made:
+        consumer.stop(5)
 
 
 def orders(count: int, *, notes: str = "") -> list[Order]:
@@ -296,7 +339,10 @@ def test_a_large_compressible_item_is_sent_gzipped_inline(
 
 
 def test_an_incompressible_large_item_is_stored_and_its_payload_retired_after_handling(
-    storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    payloads: InMemoryPayloadStore,
+    listen_either: ListenEither,
 ) -> None:
     """The queue holds a small reference; the listener resolves it, then leaves a tombstone."""
     data = noise(200 * 1024)
@@ -305,14 +351,17 @@ def test_an_incompressible_large_item_is_stored_and_its_payload_retired_after_ha
     assert len(content) < 300
     assert len(payloads.names()) == 1
     received: list[bytes] = []
-    listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
+    listener = listen_either(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_processed == 1)
     assert received == [data]
     assert live_payloads(payloads) == []
 
 
 def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
-    storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    payloads: InMemoryPayloadStore,
+    listen_either: ListenEither,
 ) -> None:
     """Small items are batched around a large one, which is stored; all arrive."""
     items = [b"small-1", b"small-2", noise(100 * 1024), b"small-3"]
@@ -320,7 +369,7 @@ def test_large_items_in_batch_mode_travel_alone_through_the_payload_store(
     assert publisher.publish_many(items) == 3
     assert publisher.payloads_stored == 1
     received: list[bytes] = []
-    listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
+    listener = listen_either(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_processed == 3)
     assert sorted(received) == sorted(items)
     assert live_payloads(payloads) == []
@@ -336,7 +385,10 @@ def test_without_a_payload_store_an_item_too_large_even_compressed_is_refused(
 
 
 def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
-    storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    payloads: InMemoryPayloadStore,
+    listen_either: ListenEither,
 ) -> None:
     """The poison record's content is the reference; after requeue it is handled and retired."""
     Publisher(storage, queue_name, bytes, payload_store=payloads).publish(noise(100 * 1024))
@@ -347,7 +399,7 @@ def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
         if failure is not None:
             raise failure
 
-    listener = listen(storage, handle, item_type=bytes, payload_store=payloads)
+    listener = listen_either(storage, handle, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_poisoned == 1)
     [record] = poisoned(storage, queue_name)
     envelope = parse_envelope(record.content)
@@ -359,7 +411,10 @@ def test_a_poisoned_stored_payload_is_kept_so_that_requeue_works(
 
 
 def test_a_missing_payload_is_poisoned_as_payload_missing_and_the_listener_goes_on(
-    storage: InMemoryQueueStorage, queue_name: str, payloads: InMemoryPayloadStore, listen: Listen
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    payloads: InMemoryPayloadStore,
+    listen_either: ListenEither,
 ) -> None:
     """A reference to a deleted payload is poisoned at once, never retried in a loop."""
     publisher = Publisher(storage, queue_name, bytes, payload_store=payloads)
@@ -368,7 +423,7 @@ def test_a_missing_payload_is_poisoned_as_payload_missing_and_the_listener_goes_
         payloads.delete(name)
     publisher.publish(b"next")
     received: list[bytes] = []
-    listener = listen(storage, received.append, item_type=bytes, payload_store=payloads)
+    listener = listen_either(storage, received.append, item_type=bytes, payload_store=payloads)
     eventually(lambda: listener.messages_poisoned == 1 and listener.messages_processed == 1)
     assert received == [b"next"]
     [record] = poisoned(storage, queue_name)
