@@ -6,14 +6,22 @@ Partition key: the group id (percent-encoded). Rows, ``$`` sorting before the me
 * ``$group``, the group row: ``group`` (its id as given), ``total``, ``on_complete``, ``started``,
   ``ended``, ``completion``, and what the *complete* shards hold: ``shards_done``,
   ``handled_done``, ``poisoned_done``;
-* ``$group-00`` ... ``$group-15``, the counter's shards: ``total`` (the group's, copied so that a
-  settlement reads one row), ``handled``, ``poisoned`` of the members whose number is the shard's
-  modulo ``SHARDS``;
+* ``$group-00`` ... ``$group-15``, the counter's shards: ``total`` (the group's, copied on each
+  so that a settlement's ``If-Match`` on its shard also holds the total it decided by),
+  ``handled``, ``poisoned`` of the shard's members: runs of ``RUN`` consecutive members, dealt to
+  the shards in turn (members 0-15 to shard 0, 16-31 to shard 1, ... 256-271 to shard 0 again);
 * one row per settled member, row key its member id, with its ``outcome``.
 
 A shard is *complete* when every one of its members settled; the group is complete when all its
 shards are. Only the settlement that completes a shard touches the group row, so the group row
 takes ``SHARDS`` writes per group, not one per member.
+
+Why runs and not a member's number modulo ``SHARDS``: members are sent in order and a listener
+gets them about in order, 32 at a time, so the settlements one process writes together are
+neighbours. In runs they fall in one or two shards: one transaction with one or two ``If-Match``
+updates settles them all, and two processes, working on different stretches of the group, touch
+different shards. Dealt one by one, every batch would touch all 16 shards, and any two batches
+written at once would collide.
 """
 
 from __future__ import annotations
@@ -25,9 +33,12 @@ from typing import Any
 from cloudqueue.listener.workflows.group_ledger import Completion, GroupStatus
 
 SHARDS = 16
-"""Counter rows per group: 16 settlements of one group proceed without a lost If-Match race
+"""Counter rows per group: 16 writers of one group proceed without a lost If-Match race
 between them (a transaction holds at most 100 rows: ``add_members`` writes all shards and the
 group row in one)."""
+
+RUN = 16
+"""Consecutive members per shard before the next shard takes over (see the module)."""
 
 GROUP_ROW = "$group"
 BEFORE_MEMBERS = "0"
@@ -39,12 +50,13 @@ def shard_row(shard: int) -> str:
 
 
 def shard_of(index: int) -> int:
-    return index % SHARDS
+    return (index // RUN) % SHARDS
 
 
 def members_of_shard(shard: int, total: int) -> int:
     """How many of members ``0 .. total-1`` fall in ``shard``."""
-    return max(0, (total - shard + SHARDS - 1) // SHARDS)
+    cycles, rest = divmod(total, RUN * SHARDS)
+    return cycles * RUN + min(RUN, max(0, rest - shard * RUN))
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +159,7 @@ def _utc(value: datetime) -> datetime:
 __all__ = [
     "BEFORE_MEMBERS",
     "GROUP_ROW",
+    "RUN",
     "SHARDS",
     "Shard",
     "completion_of",

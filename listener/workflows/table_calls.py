@@ -36,6 +36,7 @@ __all__ = [
     "read_row",
     "submit",
     "table_call",
+    "update_if_match",
 ]
 
 
@@ -92,6 +93,12 @@ def if_match(etag: str) -> dict[str, Any]:
 
     condition = MatchConditions.IfNotModified
     return {"mode": UpdateMode.MERGE, "etag": etag, "match_condition": condition}
+
+
+def update_if_match(partition: str, row: str, etag: str, **values: Any) -> tuple[Any, ...]:
+    """A transaction's update of ``row``'s ``values``, applied only if the row is at ``etag``."""
+    entity = {"PartitionKey": partition, "RowKey": row, **values}
+    return ("update", entity, if_match(etag))
 
 
 def quoted_key(text: str) -> str:
