@@ -10,7 +10,10 @@ Partition key: the group id (percent-encoded). Rows, ``$`` sorting before the me
   so that a settlement's ``If-Match`` on its shard also holds the total it decided by),
   ``handled``, ``poisoned`` of the shard's members: runs of ``RUN`` consecutive members, dealt to
   the shards in turn (members 0-15 to shard 0, 16-31 to shard 1, ... 256-271 to shard 0 again);
-* one row per settled member, row key its member id, with its ``outcome``.
+* one row per settled member, row key its member id, with its ``outcome``;
+* one row per member a chain step passed on (``chain_row``: ``chain:<member>:<step>``, after the
+  members' digits), with the ``count`` of items it was passed on as and the number of the
+  first member that added (``first_added``): a redelivered step is given the same ids.
 
 A shard is *complete* when every one of its members settled; the group is complete when all its
 shards are. Only the settlement that completes a shard touches the group row, so the group row
@@ -29,6 +32,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 from cloudqueue.listener.workflows.group_ledger import Completion, GroupStatus
 
@@ -47,6 +51,10 @@ BEFORE_MEMBERS = "0"
 
 def shard_row(shard: int) -> str:
     return f"{GROUP_ROW}-{shard:02d}"
+
+
+def chain_row(member_id: str, step: str) -> str:
+    return f"chain:{quote(member_id, safe='')}:{quote(step, safe='')}"
 
 
 def shard_of(index: int) -> int:
@@ -162,6 +170,7 @@ __all__ = [
     "RUN",
     "SHARDS",
     "Shard",
+    "chain_row",
     "completion_of",
     "done_counts",
     "final_status",

@@ -2,7 +2,7 @@
 service, the ``tables`` extra), each change one entity-group transaction in the group's partition.
 
 The rows are laid out in ``azure_group_rows``: a group row, ``SHARDS`` counter rows, a row per
-settled member. ``settle_many`` reads the group row and
+settled member, a row per member a chain step passed on. ``settle_many`` reads the group row and
 its shards (one query), then settles the members of one group in one transaction
 (``azure_settlements``): each member's row *created* (a 409 names a member that settled before:
 it is left out and the rest written again, the rows read still holding), the shards they fall in
@@ -41,6 +41,7 @@ from cloudqueue.listener.workflows.azure_group_rows import (
     BEFORE_MEMBERS,
     GROUP_ROW,
     Shard,
+    chain_row,
     completion_of,
     done_counts,
     new_rows,
@@ -60,6 +61,7 @@ from cloudqueue.listener.workflows.group_ledger import (
     check_count,
     member_ids,
     open_group,
+    passed_again,
     unsettled_ids,
 )
 from cloudqueue.listener.workflows.table_calls import (
@@ -134,10 +136,22 @@ class AzureGroupLedger:
         return answers
 
     def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
-        raise GroupError(
-            f"group {group_id!r}: a chain step inside a group is not built on Azure yet "
-            "(its member would never settle): send the next step's items outside the group"
-        )
+        """A row per member and step (``chain_row``) created in the transaction that adds the
+        step's other items to the group: a repeat finds it (409) and is given the same ids."""
+        check_count(count, "a chain step's items")
+        partition = quoted_key(group_id)
+        chain = {"PartitionKey": partition, "RowKey": chain_row(member_id, step), "count": count}
+        for _ in range(MAX_TRIES):
+            group, head, shards = self._read_open(group_id)
+            passing = [("create", chain | {"first_added": group.total})]
+            if count > 1:
+                passing += _grown(head, shards, count - 1)
+            rejection = submit(self._table, passing, "pass a group member on")
+            if rejection is None:
+                return [member_id, *member_ids(group.total, count - 1)]
+            if rejection == ("exists", 0):
+                return self._passed_before(group_id, member_id, step, count)
+        raise _contended(group_id)
 
     def status(self, group_id: str) -> GroupStatus | None:
         head, shards = self._read_group(quoted_key(group_id))
@@ -228,6 +242,14 @@ class AzureGroupLedger:
             lost += 1
             head, shards = self._read_group(partition)
         raise _contended(group_id)
+
+    def _passed_before(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
+        """The ids a member's chain step was given the first time it was passed on."""
+        row = read_row(self._table, quoted_key(group_id), chain_row(member_id, step))
+        if row is None:
+            raise errors.StorageError(f"group {group_id!r}: a chain row vanished")
+        first = [member_id, *member_ids(int(row["first_added"]), int(row["count"]) - 1)]
+        return passed_again(first, count, group_id, member_id)
 
     def _read_open(self, group_id: str) -> tuple[GroupStatus, dict[str, Any], list[Shard]]:
         """A group open to more members, with its group row and shards as read; GroupError

@@ -27,8 +27,8 @@ Stores:
   ``If-Match`` (a 412 means another writer counted there meanwhile: read again, retry); the
   transaction that completes shards updates the group row too, and the one completing the last
   shard owes the completion there. ``add_members`` updates the group row and every shard in one
-  transaction. ``pass_on`` (a chain step's items, ``cloudqueue.listener.workflows.chains``) is
-  not built on Azure yet: a chained member there is refused with a GroupError.
+  transaction, and ``pass_on`` (a chain step's items, ``cloudqueue.listener.workflows.chains``)
+  the same with a row per member and step (``RowKey`` ``chain:<member>:<step>``) created in it.
   One group sustains close to 2,000 settlements per second on Azure's published partition
   target (2,000 entities per second) when they are written together, about 1,000 one by one.
   The protocol below holds nothing SQLite-specific: every step is a read-decide-write on one
