@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.workflows.azure_group_rows import (
     GROUP_ROW,
     SHARDS,
@@ -100,6 +101,9 @@ def settling(
 ) -> Settling:
     """The transaction settling ``members`` (none settled before, as far as the rows read tell)
     on the group row ``head`` and its ``shards`` as read."""
+    missing = {shard_of(member.index) for member in members} - {shard.shard for shard in shards}
+    if missing:  # never a member's row without its count
+        raise StorageError(f"group row {head['group']!r} has no shard {min(missing)}")
     operations: list[tuple[Any, ...]] = [
         ("create", {"PartitionKey": partition, "RowKey": str(m.index), "outcome": m.outcome})
         for m in members

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 from azure.data.tables import TableClient
 
+from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.azure_tables import table_options
 from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.workflows.azure_finder import azure_result_store_for
@@ -24,7 +26,12 @@ from cloudqueue.listener.workflows.azure_groups import (
     AzureGroupLedger,
 )
 from cloudqueue.listener.workflows.azure_results import RESULTS_TABLE
-from cloudqueue.listener.workflows.azure_settlements import MAX_ENTITIES, Member, in_transactions
+from cloudqueue.listener.workflows.azure_settlements import (
+    MAX_ENTITIES,
+    Member,
+    in_transactions,
+    settling,
+)
 from cloudqueue.listener.workflows.group_ledger import GroupStatus
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from tests.support.azurite import AzuriteProcess
@@ -215,3 +222,11 @@ def test_the_workflow_tables_close_with_their_storage(
     assert closed == []
     storage.close()
     assert sorted(closed) == [GROUPS_TABLE, RESULTS_TABLE]
+
+
+def test_a_member_whose_shard_row_is_missing_is_not_written_uncounted() -> None:
+    """Rows read without the member's shard (a damaged group) raise a StorageError -- the
+    member is retried -- rather than create its row with no count beside it."""
+    head = {"group": "g", "etag": "e", "shards_done": 0, "handled_done": 0, "poisoned_done": 0}
+    with pytest.raises(StorageError, match="no shard 0"):
+        settling("g", head, [], [Member(0, 3, "handled")], datetime.now(UTC))
