@@ -70,6 +70,7 @@ from cloudqueue.listener.workflows.table_calls import (
     submit,
     table_call,
     update_if_match,
+    update_merged,
 )
 
 if TYPE_CHECKING:
@@ -142,7 +143,13 @@ class AzureGroupLedger:
         partition = quoted_key(group_id)
         chain = {"PartitionKey": partition, "RowKey": chain_row(member_id, step), "count": count}
         for _ in range(MAX_TRIES):
-            group, head, shards = self._read_open(group_id)
+            try:
+                group, head, shards = self._read_open(group_id)
+            except GroupError:  # a repeat is answered even once the group completed
+                earlier = self._passed_before(group_id, member_id, step, count)
+                if earlier is None:
+                    raise
+                return earlier
             passing = [("create", chain | {"first_added": group.total})]
             if count > 1:
                 passing += _grown(head, shards, count - 1)
@@ -150,7 +157,9 @@ class AzureGroupLedger:
             if rejection is None:
                 return [member_id, *member_ids(group.total, count - 1)]
             if rejection == ("exists", 0):
-                return self._passed_before(group_id, member_id, step, count)
+                earlier = self._passed_before(group_id, member_id, step, count)
+                if earlier is not None:
+                    return earlier
         raise _contended(group_id)
 
     def status(self, group_id: str) -> GroupStatus | None:
@@ -243,11 +252,14 @@ class AzureGroupLedger:
             head, shards = self._read_group(partition)
         raise _contended(group_id)
 
-    def _passed_before(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
-        """The ids a member's chain step was given the first time it was passed on."""
+    def _passed_before(
+        self, group_id: str, member_id: str, step: str, count: int
+    ) -> list[str] | None:
+        """The ids a member's chain step was given when it was passed on before; None when it
+        was not."""
         row = read_row(self._table, quoted_key(group_id), chain_row(member_id, step))
         if row is None:
-            raise errors.StorageError(f"group {group_id!r}: a chain row vanished")
+            return None
         first = [member_id, *member_ids(int(row["first_added"]), int(row["count"]) - 1)]
         return passed_again(first, count, group_id, member_id)
 
@@ -286,13 +298,18 @@ class AzureGroupLedger:
 
 
 def _grown(head: dict[str, Any], shards: list[Shard], count: int) -> list[tuple[Any, ...]]:
-    """The updates, ``If-Match`` each row as read, giving a group ``count`` more members: its
-    total on the group row and every shard, and the group row's complete shards recounted."""
+    """The updates giving a group ``count`` more members: its total on the group row, ``If-Match``
+    as read, with its complete shards recounted, and on every shard merged whatever it holds.
+
+    Only the group row's If-Match must hold: the merge changes each shard's ETag, so a
+    settlement that read a shard before fails its own If-Match and reads the new total, and one
+    that wrote first completed no shard unless it updated the group row too, which fails this
+    transaction. Matching every shard as well would lose the race to any settlement."""
     partition, total = quoted_key(str(head["group"])), int(head["total"]) + count
     grown = [Shard(s.shard, total, s.handled, s.poisoned, s.etag) for s in shards]
     done = done_counts(grown)
     changes = [update_if_match(partition, GROUP_ROW, str(head["etag"]), total=total, **done)]
-    changes += [update_if_match(partition, shard_row(s.shard), s.etag, total=total) for s in shards]
+    changes += [update_merged(partition, shard_row(s.shard), total=total) for s in shards]
     return changes
 
 

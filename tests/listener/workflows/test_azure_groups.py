@@ -32,7 +32,7 @@ from cloudqueue.listener.workflows.azure_settlements import (
     in_transactions,
     settling,
 )
-from cloudqueue.listener.workflows.group_ledger import GroupStatus
+from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from tests.support.azurite import AzuriteProcess
 
@@ -230,3 +230,35 @@ def test_a_member_whose_shard_row_is_missing_is_not_written_uncounted() -> None:
     head = {"group": "g", "etag": "e", "shards_done": 0, "handled_done": 0, "poisoned_done": 0}
     with pytest.raises(StorageError, match="no shard 0"):
         settling("g", head, [], [Member(0, 3, "handled")], datetime.now(UTC))
+
+
+def test_a_chain_step_repeated_after_its_group_completed_gets_its_ids(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """A chain step redelivered after its chained members settled the group's last member is
+    answered the ids it was given, not refused as adding to a complete group (it would give its
+    message up to the poison queue); a member never passed on is refused."""
+    ledger = AzureGroupLedger(tables())
+    ledger.open("g8", total=1, on_complete="done")
+    assert ledger.pass_on("g8", "0", "split", 2) == ["0", "1"]
+    assert ledger.settle_many([("g8", "0", "handled"), ("g8", "1", "handled")])[1] is not None
+    assert AzureGroupLedger(tables()).pass_on("g8", "0", "split", 2) == ["0", "1"]
+    with pytest.raises(GroupError, match="is complete"):
+        ledger.pass_on("g8", "0", "price", 1)
+
+
+def test_passing_on_does_not_lose_its_race_to_a_settlement_of_another_shard(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """While a chain step's transaction is on its way, another process settles a member of
+    another shard (no shard completes): the step's merge of the shards' totals does not depend
+    on their ETags, so it is written at once, and the group counts both."""
+    first_table, second_table = tables(), tables()
+    first, second = AzureGroupLedger(first_table), AzureGroupLedger(second_table)
+    first.open("busy", total=3 * RUN, on_complete="done")
+    first_table.before = lambda: second.settle("busy", str(2 * RUN), "handled")
+    assert first.pass_on("busy", "0", "split", 3) == ["0", str(3 * RUN), str(3 * RUN + 1)]
+    assert first_table.transactions == 2  # the open, the pass
+    status = first.status("busy")
+    assert status is not None
+    assert (status.total, status.handled) == (3 * RUN + 2, 1)
