@@ -256,8 +256,10 @@ def test_passing_on_does_not_lose_its_race_to_a_settlement_of_another_shard(
     first_table, second_table = tables(), tables()
     first, second = AzureGroupLedger(first_table), AzureGroupLedger(second_table)
     first.open("busy", total=3 * RUN, on_complete="done")
-    first_table.before = lambda: second.settle("busy", str(2 * RUN), "handled")
+    settled: list[GroupStatus | None] = []
+    first_table.before = lambda: settled.append(second.settle("busy", str(2 * RUN), "handled"))
     assert first.pass_on("busy", "0", "split", 3) == ["0", str(3 * RUN), str(3 * RUN + 1)]
+    assert settled == [None]
     assert first_table.transactions == 2  # the open, the pass
     status = first.status("busy")
     assert status is not None
