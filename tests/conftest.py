@@ -5,7 +5,6 @@ from __future__ import annotations
 import compileall
 import os
 import signal
-import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,6 +16,7 @@ from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.testing import ManualClock, VirtualClock
+from tests.support.cli_fork import RunningProcess
 
 pytest_plugins = [
     "tests.support.azurite",
@@ -51,10 +51,10 @@ def _reset_structlog() -> Iterator[None]:
 
 
 @pytest.fixture
-def processes() -> Iterator[list[subprocess.Popen[bytes]]]:
+def processes() -> Iterator[list[RunningProcess]]:
     """Processes a test starts (each in a session of its own): killed with their children at
     teardown if still running, so a failed kill -9 test leaves no worker behind."""
-    started: list[subprocess.Popen[bytes]] = []
+    started: list[RunningProcess] = []
     yield started
     for process in started:
         if process.poll() is None:

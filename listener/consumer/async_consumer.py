@@ -15,28 +15,63 @@ every message held is being handled, none waits hidden for a slot.
 not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
 running then are cancelled: their messages reappear after their timeout.
 
-Not yet here (the threaded path has them; see issue 41): the middleware seam and its events
-(rate limits, per-key limits, idempotency, groups, metrics, tracing), push wake-ups, batch
-handlers, payloads kept in blobs, re-publishing only the failed items of a publisher's batch (a
-failed item here retries the whole message), long delays' hops, and wiring into the worker host.
+The middleware seam is the threaded path's (``middleware=``, the same ``Middleware`` objects,
+after the failure logs and tracing every listener has):
+``on_start`` / ``on_stop``, ``before_fetch`` / ``after_fetch`` around each get, ``before_handle``
+before each handler starts (in its dequeue task), ``around_handle`` around each message,
+``after_settle`` with its outcome, and the bus events ``on_queue_empty`` (may decide a task's
+idle wait), ``on_queue_work_detected``, ``on_batch_processed`` and ``on_scaled``;
+``async_stack`` says how each kind of hook runs on the loop, and why.
+
+A message a middleware defers (a busy key) stays held out of its slot until resumed
+(``async_deferrals``).
+
+``wake()`` is the push trigger's way in: idle tasks get at once, and a consumer whose tasks all
+left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
+``listener.event_loop = "single"`` (``cloudqueue.workers.host.loop_worker``).
+
+Not yet here (the threaded path has them; see issue 41): the worker's
+``key(item)`` (only a key the message carries is ``context.key``), what a handler writes to its
+message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
+``progress`` is dropped and ``save_checkpoint`` refused), the results a ``KeepResults`` keeps
+(its ``capturing`` wraps a sync handler), chains' values (likewise), batch handlers, payloads
+kept in blobs, re-publishing only the failed items of a publisher's batch (a failed item here
+retries the whole message), and long delays' hops.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+import threading
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Generic, TypeVar
 
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.async_handling import AsyncHandling
 from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
+from cloudqueue.listener.consumer.async_slots import HandlerSlots
+from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
+from cloudqueue.listener.consumer.dequeue import STRETCH_S
+from cloudqueue.listener.consumer.events import (
+    BatchProcessed,
+    ListenerStarted,
+    ListenerStopped,
+    QueueEmpty,
+    QueueWorkDetected,
+    Scaled,
+)
+from cloudqueue.listener.consumer.failure_logs import FailureLogs
 from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
+from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
+from cloudqueue.listener.consumer.tracing import ConsumerTracing
+from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.policies.backoff import (
     RandomSource,
@@ -83,6 +118,7 @@ class AsyncConsumer(Generic[T]):
         limits: DecodingLimits = DEFAULT_LIMITS,
         clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource | None = None,
+        middleware: Sequence[Middleware] = (),
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
         self.policy = scaling or ScalingPolicy()
@@ -101,33 +137,33 @@ class AsyncConsumer(Generic[T]):
             visibility_timeout_s=visibility_timeout_s,
             renew=self.delivery.renew_visibility,
         )
-        self.settler = AsyncSettler(
+        in_flight = self.policy.max_threads * concurrency
+        # As every threaded listener: the failure logs and tracing first, then its own.
+        own = [FailureLogs(), ConsumerTracing(), *middleware]
+        self.stack = AsyncMiddlewareStack(own, queue_name=queue_name, in_flight=in_flight)
+        settler = AsyncSettler(
             storage,
             queue_name,
-            handler,
-            codec,
             delivery=self.delivery,
-            time_limit_s=time_limit_s,
-            limits=limits,
             clock=clock,
             rng=self.rng,
             counters=self.counters,
         )
+        self.handling = AsyncHandling(
+            settler, self.stack, handler, codec, time_limit_s=time_limit_s, limits=limits
+        )
         self._active = 0
         """Dequeue tasks running and not leaving."""
-        self._capacity = self.policy.max_threads * concurrency
-        """Handlers that may run at once: the in-flight bound."""
-        self._taken = 0
-        """Slots spoken for: messages held (every one of them handling) and gets on their way
-        for the rest, so no get asks for a message no slot is free for (it would wait hidden,
-        its visibility renewed, while another consumer could take it)."""
-        self._freed = asyncio.Event()
-        """Set when enough slots are free for the get a dequeue task waits to make."""
-        self._waiting_for = 1
-        """The room the waiting tasks want before they get (one batch, or what fetch_size asks):
-        waking them for every single free slot would cost a wake-up per task per message and a
-        get of one message each."""
         self._stopping = asyncio.Event()
+        self._slots = HandlerSlots(in_flight, self._stopping)
+        """Handlers that may run at once, reserved before each get (``async_slots``)."""
+        self._stop_signal = threading.Event()
+        """The stop as a thread's event: a middleware waiting on a worker thread (a rate limit)
+        waits on it (``ListenerStarted.stopping``)."""
+        self._woken = asyncio.Event()
+        """Set by ``wake()`` (then replaced by a fresh one) and by ``stop()``: ends idle waits."""
+        self.cancelled_at_stop = 0
+        """Handlers still running when the grace ran out, cancelled (their messages reappear)."""
         self._scaling = asyncio.Lock()
         self._dequeuers: set[asyncio.Task[None]] = set()
         self._handlers: set[asyncio.Task[None]] = set()
@@ -147,18 +183,39 @@ class AsyncConsumer(Generic[T]):
     def stop(self) -> None:
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
-        self._freed.set()  # a task waiting for a free slot sees the stop
+        self._stop_signal.set()  # a rate limit waiting on a worker thread ends its wait
+        self._woken.set()  # an idle wait, or a consumer scaled to zero, sees the stop
+        self._slots.wake()  # a task waiting for a free slot sees the stop
+
+    def wake(self) -> None:
+        """Work was announced (a push trigger): idle dequeue tasks get at once, and a consumer
+        scaled to zero tasks starts one. Call it on the consumer's loop (from another thread:
+        ``loop.call_soon_threadsafe(consumer.wake)``)."""
+        if self._stopping.is_set():
+            return
+        woken, self._woken = self._woken, asyncio.Event()
+        woken.set()
+        if self._active == 0:
+            self._found_work = False  # its first batch then scales the tasks to the backlog
+            self._start_dequeuers(1)
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
-        await self.storage.create_queue(self.queue_name)
-        await self.storage.create_queue(poison_queue_name(self.queue_name))
+        await self._create_queues()
         # Renewal goes on through the drain: a handler finishing in its grace keeps its message.
         drained = asyncio.Event()
         renewing = asyncio.create_task(self.leases.keep_renewed(drained))
-        self._start_dequeuers(max(1, self.policy.min_threads))
+        first = max(1, self.policy.min_threads)
+        await self.stack.emit(
+            "on_start", ListenerStarted(self.queue_name, first, self._stop_signal)
+        )
+        self._start_dequeuers(first)
         try:
-            while self._dequeuers:  # tasks started while waiting are awaited in the next round
+            while self._dequeuers or not self._stopping.is_set():
+                if not self._dequeuers:  # scaled to zero: until wake() starts one, or stop()
+                    await self._woken.wait()
+                    continue
+                # Tasks started while waiting are awaited in the next round.
                 done, _ = await asyncio.wait(set(self._dequeuers))
                 for task in done:
                     task.result()  # a bug in a dequeue loop surfaces here instead of being lost
@@ -168,7 +225,24 @@ class AsyncConsumer(Generic[T]):
             renewing.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await renewing
-        log.info("async_consumer_stopped", queue=self.queue_name, processed=self.counters.processed)
+        processed = self.counters.processed
+        await self.stack.emit("on_stop", ListenerStopped(self.queue_name, processed))
+        self.stack.close()
+        log.info("async_consumer_stopped", queue=self.queue_name, processed=processed)
+
+    async def _create_queues(self) -> None:
+        """The queue and its poison queue, created before the first get; a failure (storage down
+        at start) is logged and tried again after a back-off, as a failed get is, until stop()."""
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                await self.storage.create_queue(self.queue_name)
+                await self.storage.create_queue(poison_queue_name(self.queue_name))
+                return
+            except StorageError as failure:
+                failures += 1
+                log.warning("queue_creation_failed", queue=self.queue_name, error=str(failure))
+                await self._wait(self._error_delay_s(failures))
 
     async def _drain(self) -> None:
         if self._handlers:
@@ -176,6 +250,7 @@ class AsyncConsumer(Generic[T]):
         late = set(self._handlers)
         for task in late:
             task.cancel()  # its message reappears after its visibility timeout
+        self.cancelled_at_stop = len(late)
         if late:
             log.warning("handlers_cancelled_at_stop", queue=self.queue_name, count=len(late))
             await asyncio.wait(late)
@@ -189,38 +264,70 @@ class AsyncConsumer(Generic[T]):
 
     async def _dequeue(self) -> None:
         try:
-            await self._dequeue_until_stop_or_surplus()
+            surplus = await self._dequeue_until_stop_or_surplus()
         finally:
             self._active -= 1  # at once on return: a neighbour deciding next sees one fewer
+        if surplus and self.stack.wants("on_scaled"):
+            await self.stack.emit("on_scaled", Scaled(self.queue_name, "down", 1))
 
-    async def _dequeue_until_stop_or_surplus(self) -> None:
+    async def _dequeue_until_stop_or_surplus(self) -> bool:
+        """Fetch and start handlers until stopping (False) or left idle as a surplus (True)."""
         idle_count = error_count = 0
+        stretch = _Stretch()
         while not self._stopping.is_set():
             room = await self._room()
             if room == 0:
                 continue  # stopping
+            woken = self._woken  # a wake-up while this get is on its way ends the wait after it
             try:
                 messages = await self._get_batch(room)
             except Exception as failure:  # never end the loop on a failed get: back off
-                self._give_back(room)
+                self._slots.give_back(room)
                 error_count += 1
                 self.counters.dequeue_errors += 1
                 log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
                 await self._wait(self._error_delay_s(error_count))
                 continue
             error_count = 0
-            self._give_back(room - len(messages))  # what the get did not fill is free again
+            self._slots.give_back(room - len(messages))  # what the get did not fill is free
             if not messages:
+                await self._end_stretch(stretch)
                 idle_count += 1
-                delay_s = idle_delay_s(idle_count, self.policy, self.rng)
-                if should_stop_idle(delay_s, self.active_tasks, self.policy):
-                    return  # no await since the check: no neighbour left in between
-                await self._wait(delay_s)
+                stop, delay_s = self._idle_decision(idle_count)
+                if stop:
+                    return True  # no await since the check: no neighbour left in between
+                await self._wait(delay_s, woken)
                 continue
             if idle_count or not self._found_work:
                 idle_count, self._found_work = 0, True
+                if self.stack.wants("on_queue_work_detected"):
+                    detected = QueueWorkDetected(self.queue_name, len(messages))
+                    await self.stack.emit("on_queue_work_detected", detected)
                 await self._grow()
             await self._start_handlers([self.leases.hold(message) for message in messages])
+            if stretch.add(len(messages)) >= STRETCH_S:
+                await self._end_stretch(stretch)
+        return False
+
+    def _idle_decision(self, idle_count: int) -> tuple[bool, float]:
+        """Whether this task leaves, and else how long it waits: the deciding middleware's
+        answer (the scaler's), else the scaling policy's idle back-off. The last task never
+        leaves: a consumer keeps at least one get going."""
+        decision = None
+        if self.stack.wants("on_queue_empty"):
+            event = QueueEmpty(self.queue_name, idle_count, self.active_tasks)
+            decision = self.stack.queue_empty(event)
+        if decision is not None:
+            return decision.stop and self.active_tasks > 1, decision.delay_s
+        delay_s = idle_delay_s(idle_count, self.policy, self.rng)
+        return should_stop_idle(delay_s, self.active_tasks, self.policy), delay_s
+
+    async def _end_stretch(self, stretch: _Stretch) -> None:
+        """A task's stretch of work ends (an empty get, or ``STRETCH_S`` of work)."""
+        handled, seconds = stretch.end()
+        if handled and self.stack.wants("on_batch_processed"):
+            finished = BatchProcessed(self.queue_name, handled, seconds)
+            await self.stack.emit("on_batch_processed", finished)
 
     async def _room(self) -> int:
         """Reserve slots for the next get: as many as ``fetch_size`` wants (a whole batch until
@@ -233,30 +340,19 @@ class AsyncConsumer(Generic[T]):
             per_thread_rate_per_s=None if latency_s is None else self.concurrency / latency_s,
             visibility_timeout_s=self.visibility_timeout_s,
         )
-        enough = min(wanted, self._capacity)
-        while not self._stopping.is_set():
-            if self._capacity - self._taken >= enough:
-                self._taken += enough
-                return enough
-            self._waiting_for = enough
-            self._freed.clear()
-            await self._freed.wait()
-        return 0
-
-    def _give_back(self, slots: int) -> None:
-        """Free reserved slots, waking the waiting tasks once their get fits: from a settled
-        message, and from a get that came back short -- without the latter, tasks waiting while
-        every get came back empty (its messages hidden by a get whose answer was lost) would
-        wait for a settlement that never comes."""
-        self._taken -= slots
-        if self._capacity - self._taken >= self._waiting_for:
-            self._freed.set()
+        return await self._slots.reserve(wanted)
 
     async def _get_batch(self, room: int) -> list[QueueMessage]:
         self.gets += 1
-        return await self.storage.get_messages(
+        stack = self.stack
+        if stack.wants("before_fetch"):
+            await stack.emit("before_fetch", self.queue_name)
+        messages = await self.storage.get_messages(
             self.queue_name, max_messages=room, visibility_timeout_s=self.visibility_timeout_s
         )
+        if stack.wants("after_fetch"):
+            await stack.emit("after_fetch", self.queue_name, messages)
+        return messages
 
     async def _grow(self) -> None:
         """Work found after an idle spell: run as many dequeue tasks as the scaling rule wants."""
@@ -281,36 +377,61 @@ class AsyncConsumer(Generic[T]):
             if cores is not None and cores >= self.policy.cpu_saturation_cores:
                 log.warning("scaling_capped", active=self.active_tasks, target=grow_target)
                 return
-            self._start_dequeuers(grow_target - self.active_tasks)
+            started = grow_target - self.active_tasks
+            self._start_dequeuers(started)
+        if self.stack.wants("on_scaled"):
+            await self.stack.emit("on_scaled", Scaled(self.queue_name, "up", started))
 
     async def _start_handlers(self, held: list[HeldMessage]) -> None:
-        """Start a handler for each (their slots were reserved before the get)."""
-        if self._stopping.is_set():  # stopped while the get was on its way: give them back now
-            for unstarted in held:
-                await self.leases.release(unstarted)
-                self._give_back(1)
-            return
-        for one in held:
+        """Start a handler for each (their slots were reserved before the get), each after
+        the ``before_handle`` hooks (a rate limit waits there, holding this task back)."""
+        for position, one in enumerate(held):
+            if self.stack.gates:
+                await self.stack.emit("before_handle", one.message)
+            if self._stopping.is_set():  # stopped while the get or a wait was on its way
+                await self._release(held[position:])
+                return
             self.counters.in_flight += 1
             task = asyncio.create_task(self._settle(one))
             self._handlers.add(task)
             task.add_done_callback(self._handlers.discard)
 
+    async def _release(self, unstarted: list[HeldMessage]) -> None:
+        """Give back messages not started: visible again now, their slots free."""
+        for one in unstarted:
+            await self.leases.release(one)
+            self._slots.give_back(1)
+
     async def _settle(self, held: HeldMessage) -> None:
         loop = asyncio.get_running_loop()
         started = loop.time()
+        in_slot = True
         try:
-            await self.settler.handle(held)
+            deferral = await self.handling.handle(held)
+            while deferral is not None:  # held, out of its slot, until resumed
+                in_slot = False
+                self.counters.in_flight -= 1
+                async with self._slots.out_of_slot():
+                    await deferral.wait(self._stopping)
+                in_slot = True
+                self.counters.in_flight += 1
+                if self._stopping.is_set():  # a stop releases a deferred message
+                    await self.leases.release(held)
+                    return
+                started = loop.time()  # its wait is no handling time
+                deferral = await self.handling.handle(held)
         finally:
             self.leases.end(held)
-            self.counters.in_flight -= 1
-            self._give_back(1)
+            if in_slot:
+                self.counters.in_flight -= 1
+                self._slots.give_back(1)
             self._latency.record(1, loop.time() - started)
 
-    async def _wait(self, delay_s: float) -> None:
-        """Sleep on the stop event, so stop() ends an idle wait at once."""
+    async def _wait(self, delay_s: float, woken: asyncio.Event | None = None) -> None:
+        """Sleep on the stop event, so stop() ends a wait at once; an idle wait sleeps on the
+        wake-up current at its get (``woken``: stop() or wake() sets it) instead."""
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), delay_s)
+            await asyncio.wait_for((woken or self._stopping).wait(), delay_s)
 
     def _error_delay_s(self, error_count: int) -> float:
         return randomized_exponential_backoff(
@@ -322,3 +443,27 @@ class AsyncConsumer(Generic[T]):
             f"AsyncConsumer(queue={self.queue_name!r}, tasks={self.active_tasks}, "
             f"counters={self.counters})"
         )
+
+
+class _Stretch:
+    """A dequeue task's stretch of work: messages started since it began (loop time)."""
+
+    def __init__(self) -> None:
+        self.started: float | None = None
+        self.handled = 0
+
+    def add(self, messages: int) -> float:
+        """Count ``messages`` started; the seconds the stretch has lasted."""
+        now = asyncio.get_running_loop().time()
+        if self.started is None:
+            self.started = now
+        self.handled += messages
+        return now - self.started
+
+    def end(self) -> tuple[int, float]:
+        """The stretch's messages and seconds; a new one begins at the next ``add``."""
+        started, handled = self.started, self.handled
+        self.started, self.handled = None, 0
+        if started is None:
+            return 0, 0.0
+        return handled, asyncio.get_running_loop().time() - started

@@ -1,35 +1,41 @@
-"""One message on the event loop: decoded, handled under its time limit, settled where it ends.
+"""Settling a message on the event loop: the one place where each of its messages ends.
 
-The event-loop consumer's counterpart of ``processing`` and ``settlement``, on an
-``AsyncQueueStorage``, with the same rules, from the same pure decisions:
+The event-loop consumer's counterpart of ``settlement``, on an ``AsyncQueueStorage``, with the
+same rules, from the same pure decisions; each settlement returns its ``Outcome`` (what the
+middleware's ``after_settle`` sees, as on the threaded path):
 
-* **deleted** once the handler returned;
-* **retried** when it raised: hidden for the delivery policy's back-off (``retry_visibility_s``),
-  or for the delay a ``RetryLater`` asked for (reason ``retry_later``);
+* **deleted** once the handler returned; **skipped** or **rerouted** (its text put on the queue
+  named first) by a middleware's decision;
+* **retried** when it raised (or a middleware failed, or asked for it): hidden for the delivery
+  policy's back-off (``retry_visibility_s``), for the delay a ``RetryLater`` asked for (reason
+  ``retry_later``), or for the middleware's delay;
 * **poisoned** (copied to ``<queue>-poison`` with the reason, then deleted: ``poison_record``
   builds the same record as the threaded path) when it cannot be opened (``undecodable``,
   ``over_limit``, ``payload_missing``: a payload kept in a blob is not fetched here yet), when
-  the handler raised ``PermanentFailure`` (``permanent_failure``), or at the last allowed delivery
-  (``max_dequeue_count_exceeded``, or the reason of that last failure);
-* a handler past ``time_limit_s`` is **cancelled** (``asyncio.timeout``): a failed delivery with
-  reason ``time_limit``, retried or poisoned as any other;
+  the handler raised ``PermanentFailure`` (``permanent_failure``) or a middleware gave it up
+  (its reason), or at the last allowed delivery (``max_dequeue_count_exceeded``, or the reason
+  of that last failure); a handler past its time limit fails with reason ``time_limit``
+  (``async_handling``);
 * **left** where it is when storage fails while settling: it reappears after its timeout.
+
+A failed item of a publisher's batch retries the whole message here (the threaded path
+re-publishes the failed items only).
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Generic, TypeVar
+from typing import Any
 
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer.async_leases import HeldMessage
-from cloudqueue.listener.consumer.item_failures import judged
+from cloudqueue.listener.consumer.item_failures import describe_items, judged
+from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.processing import POISON_REASONS
+from cloudqueue.listener.consumer.settlement import DELETED
 from cloudqueue.listener.errors import (
     MessageTooLargeError,
     PermanentFailure,
@@ -44,12 +50,6 @@ from cloudqueue.listener.policies.backoff import RandomSource
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage
-from cloudqueue.listener.wire.codec import Codec
-from cloudqueue.listener.wire.envelope import parse_envelope
-from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
-from cloudqueue.listener.wire.payload import open_envelope
-
-T = TypeVar("T")
 
 log = structlog.get_logger(__name__)
 
@@ -98,112 +98,65 @@ class AsyncCounters:
     in_flight: int = 0
 
 
-class AsyncSettler(Generic[T]):
-    """Handles and settles the messages of one queue, each on the consumer's loop."""
+class AsyncSettler:
+    """Settles the messages of one queue on the consumer's loop; each call says how, as the
+    ``Outcome`` the middleware's ``after_settle`` sees."""
 
     def __init__(
         self,
         storage: AsyncQueueStorage,
         queue_name: str,
-        handler: Callable[[T], Awaitable[None]],
-        codec: Codec[T],
         *,
         delivery: DeliveryPolicy,
-        time_limit_s: float,
-        limits: DecodingLimits = DEFAULT_LIMITS,
         clock: Clock = SYSTEM_CLOCK,
         rng: RandomSource,
         counters: AsyncCounters,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
-        self.handler, self.codec = handler, codec
-        self.delivery, self.time_limit_s, self.limits = delivery, time_limit_s, limits
-        self.clock, self.rng, self.counters = clock, rng, counters
+        self.delivery, self.clock, self.rng, self.counters = delivery, clock, rng, counters
         self._log = log.bind(queue=queue_name)
 
-    async def handle(self, held: HeldMessage) -> None:
-        """Open, handle and settle one held message (renewed meanwhile: the settlement uses
-        its newest receipt, with no renewal on its way)."""
-        message = held.message
-        try:
-            items = self._open(message)
-        except Exception as unopened:  # it never can be opened: poisoned with the reason
-            async with held.settling:
-                await self._poison(
-                    message, held.pop_receipt, _unopened_reason(unopened), _describe(unopened)
-                )
-            return
-        failure: BaseException | None = None
-        limit = asyncio.timeout(self.time_limit_s or None)
-        try:
-            async with limit:
-                for item in items:  # a publisher's batch: its items in order, all or none
-                    await self.handler(item)
-        except Exception as raised:  # a handler's own TimeoutError is its failure, not the limit
-            failure = raised
-        reason = "time_limit" if limit.expired() else None
-        async with held.settling:
-            if failure is None:
-                await self._delete(message, held.pop_receipt)
-            else:
-                await self._failed(message, held.pop_receipt, failure, reason=reason)
+    async def settle(self, held: HeldMessage, context: MessageContext[Any]) -> Outcome:
+        """Settle a message that went through the middleware (and its handler): by a
+        middleware's decision, else failed (a middleware's error, a failed item), else deleted.
+        Call it holding ``held.settling``: it uses the newest receipt."""
+        decision = context.decision
+        if decision is not None:
+            return await self._decided(held, decision)
+        if context.middleware_error is not None:
+            return await self.failed(held, context.middleware_error)
+        if context.failures:
+            count = len(context.items)
+            error = describe_items(context.failures, count=count, batched=count > 1)
+            return await self.failed(held, context.failures[0].failures[0], error=error)
+        return await self._delete(held, "deleted")
 
-    def _open(self, message: QueueMessage) -> list[T]:
-        """The message's items, through its envelope (packed or compressed by a ``Publisher``)
-        within the decoding limits, as the threaded ``Processor`` opens it."""
-        envelope = parse_envelope(message.content, max_json_depth=self.limits.max_json_depth)
-        contents = open_envelope(
-            message.content, envelope, None, limits=self.limits, queue_name=self.queue_name
-        )
-        return [self.codec.decode(text) for text in contents.texts]
-
-    async def _delete(self, message: QueueMessage, pop_receipt: str) -> None:
-        try:
-            deleted = await self.storage.delete_message(self.queue_name, message.id, pop_receipt)
-        except StorageError as failure:
-            self._left(message, failure)
-            return
-        self.counters.processed += 1
-        if not deleted:  # handled past its visibility timeout: another get owns it now
-            self._log.warning("message_not_deleted_after_handling", message_id=message.id)
-
-    async def _failed(
+    async def failed(
         self,
-        message: QueueMessage,
-        pop_receipt: str,
+        held: HeldMessage,
         failure: BaseException,
         *,
         reason: str | None = None,
-    ) -> None:
+        error: str | None = None,
+    ) -> Outcome:
+        """A failed delivery: retried after the back-off (or the delay asked), or poisoned."""
         self.counters.failed += 1
-        error = "time limit exceeded" if reason == "time_limit" else _describe(failure)
+        message = held.message
+        error = error or _describe(failure)
         verdict = judge_failure(
             failure, message.dequeue_count, self.delivery, self.rng, reason=reason
         )
         if verdict.poison_reason is not None:
-            await self._poison(message, pop_receipt, verdict.poison_reason, error)
-            return
-        try:
-            await self.storage.update_visibility(
-                self.queue_name, message.id, pop_receipt, verdict.retry_in_s
-            )
-        except StorageError as failure_to_hide:
-            self._left(message, failure_to_hide)
-            return
-        self.counters.retried += 1
-        self._log.info(
-            "message_retry_scheduled",
-            message_id=message.id,
-            dequeue_count=message.dequeue_count,
-            error=error,
-            retry_in_s=verdict.retry_in_s,
-            **({"reason": verdict.reason} if verdict.reason else {}),
-        )
+            return await self.poison(held, verdict.poison_reason, error)
+        return await self._retry(held, verdict.retry_in_s, error, reason=verdict.reason)
 
-    async def _poison(
-        self, message: QueueMessage, pop_receipt: str, reason: str, error: str
-    ) -> None:
+    async def unopened(self, held: HeldMessage, failure: Exception) -> Outcome:
+        """A message that cannot be opened never can be: poisoned with the reason."""
+        return await self.poison(held, _unopened_reason(failure), _describe(failure))
+
+    async def poison(self, held: HeldMessage, reason: str, error: str) -> Outcome:
         """Copy to the poison queue first, delete second: a crash between leaves a duplicate."""
+        message = held.message
         record = poison_record(
             self.queue_name, message, reason=reason, error=error, now=self.clock.now()
         )
@@ -216,10 +169,9 @@ class AsyncSettler(Generic[T]):
                 await self.storage.create_queue(target)
                 self._log.warning("poison_queue_recreated", poison_queue=target)
                 await self._put_record(target, record)
-            await self.storage.delete_message(self.queue_name, message.id, pop_receipt)
+            await self.storage.delete_message(self.queue_name, message.id, held.pop_receipt)
         except StorageError as failure:
-            self._left(message, failure)
-            return
+            return self._left(message, failure, reason)
         self.counters.poisoned += 1
         self._log.warning(
             "message_poisoned",
@@ -229,6 +181,72 @@ class AsyncSettler(Generic[T]):
             reason=reason,
             error=error,
         )
+        return Outcome("poisoned", reason, error)
+
+    async def _decided(self, held: HeldMessage, decision: Decision) -> Outcome:
+        """What a middleware decided: skip, give up, retry later, or re-route (a deferral
+        cannot be made here: ``MessageContext.defer`` refuses it, so it never comes)."""
+        error = decision.error or decision.reason
+        if decision.kind == "skip":
+            log.info("message_skipped", message_id=held.message.id, reason=decision.reason)
+            return await self._delete(held, "skipped", decision.reason)
+        if decision.kind == "give_up":
+            self.counters.failed += 1
+            return await self.poison(held, decision.reason, error)
+        if decision.kind == "reroute" and decision.queue_name is not None:
+            return await self._reroute(held, decision.queue_name, decision.reason)
+        self.counters.failed += 1
+        if exhausted(held.message.dequeue_count, self.delivery):
+            return await self.poison(held, decision.reason, error)
+        delay_s = round(decision.delay_s or 0)
+        return await self._retry(held, delay_s, error, reason=decision.reason)
+
+    async def _reroute(self, held: HeldMessage, target: str, reason: str) -> Outcome:
+        """Put the message's text on ``target``, then delete it here (a crash in between
+        leaves it on both queues: a duplicate, never a loss)."""
+        try:
+            await self.storage.put_message(target, held.message.content)
+        except StorageError as failure:
+            return await self.failed(held, failure, error=f"rerouting to {target!r} failed")
+        log.info("message_rerouted", message_id=held.message.id, queue_to=target)
+        return await self._delete(held, "rerouted", reason)
+
+    async def _delete(
+        self, held: HeldMessage, kind: OutcomeKind, reason: str | None = None
+    ) -> Outcome:
+        message = held.message
+        try:
+            deleted = await self.storage.delete_message(
+                self.queue_name, message.id, held.pop_receipt
+            )
+        except StorageError as failure:
+            return self._left(message, failure, "delete_failed")
+        self.counters.processed += 1
+        if not deleted:  # handled past its visibility timeout: another get owns it now
+            self._log.warning("message_not_deleted_after_handling", message_id=message.id)
+            return Outcome("left", "delete_failed")
+        return DELETED if kind == "deleted" else Outcome(kind, reason)
+
+    async def _retry(
+        self, held: HeldMessage, delay_s: int, error: str, *, reason: str | None
+    ) -> Outcome:
+        message = held.message
+        try:
+            await self.storage.update_visibility(
+                self.queue_name, message.id, held.pop_receipt, delay_s
+            )
+        except StorageError as failure_to_hide:
+            return self._left(message, failure_to_hide, reason)
+        self.counters.retried += 1
+        self._log.info(
+            "message_retry_scheduled",
+            message_id=message.id,
+            dequeue_count=message.dequeue_count,
+            error=error,
+            retry_in_s=delay_s,
+            **({"reason": reason} if reason else {}),
+        )
+        return Outcome("retried", reason, error, retry_in_s=delay_s)
 
     async def _put_record(self, target: str, record: PoisonRecord) -> None:
         try:
@@ -236,10 +254,11 @@ class AsyncSettler(Generic[T]):
         except MessageTooLargeError:  # as poison_message: keep the content, unwrapped
             await self.storage.put_message(target, record.content, time_to_live_s=NEVER_EXPIRES)
 
-    def _left(self, message: QueueMessage, failure: StorageError) -> None:
+    def _left(self, message: QueueMessage, failure: StorageError, reason: str | None) -> Outcome:
         """Storage failed while settling: the message reappears after its timeout."""
         self.counters.left += 1
         self._log.warning("message_left_in_queue", message_id=message.id, error=str(failure))
+        return Outcome("left", reason, str(failure))
 
 
 def _unopened_reason(failure: Exception) -> str:

@@ -47,6 +47,10 @@ class LoopThread:
             raise RuntimeError("a coroutine on the listener's loop cannot wait for another there")
         return asyncio.run_coroutine_threadsafe(self._counted(awaitable), loop)
 
+    def call_soon(self, callback: Callable[[], object]) -> None:
+        """Schedule a plain function on the loop from any thread, without waiting for it."""
+        self._running_loop().call_soon_threadsafe(callback)
+
     @property
     def started(self) -> bool:
         return self._loop is not None

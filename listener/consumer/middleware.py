@@ -22,7 +22,15 @@ A hook that raises is contained and logged like a failing observer: in ``around_
 message counts as failed (and is retried, then poisoned); anywhere else the error is logged and
 the listener goes on. Any hook may be an ``async def``: its coroutine runs to completion on the
 listener's event loop (``cloudqueue.listener.consumer.coroutines``); an async ``around_handle``
-awaits ``call_next()``, which then runs the rest of the chain on a worker thread.
+awaits ``call_next()``, which then runs the rest of the chain on a worker thread. An
+``around_handle`` may also be a generator that ``yield``s where it would call ``call_next()``
+(``cloudqueue.listener.consumer.wrapping``): it then runs without a thread hop on both paths.
+
+On the event-loop consumer (``async def`` handlers) the same middleware run on the handler's
+loop (``cloudqueue.listener.consumer.async_stack``): async hooks are awaited there, sync ones
+called there -- except the hooks of a middleware that says it ``blocking`` (a wait, a remote
+ledger), which run on a worker thread, and a plain ``around_handle``, which runs on a worker
+thread with ``call_next()`` handing the rest of the chain back to the loop.
 """
 
 from __future__ import annotations
@@ -198,6 +206,16 @@ class Middleware:
     One instance serves every thread of a listener at once: keep its state thread-safe. See
     the module's docstring for when each hook runs.
     """
+
+    blocking: bool = False
+    """True when a sync hook of this middleware may wait (a rate limit, a call to remote
+    storage): on an event loop it then runs on a worker thread rather than stall the loop."""
+
+    def blocks(self, context: MessageContext[Any]) -> bool:
+        """Whether a generator ``around_handle`` may wait for this message: on an event loop
+        its steps then run on a worker thread. ``blocking`` unless overridden (a middleware
+        that calls storage for some messages only says which)."""
+        return self.blocking
 
     def on_start(self, event: ListenerStarted) -> Awaitable[None] | None:
         """The listener starts its first dequeue threads."""

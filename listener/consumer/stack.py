@@ -19,6 +19,7 @@ import structlog
 from cloudqueue.listener.consumer.coroutines import LoopThread
 from cloudqueue.listener.consumer.events import QueueEmptyDecision
 from cloudqueue.listener.consumer.middleware import HOOKS, MessageContext, Middleware, overrides
+from cloudqueue.listener.consumer.wrapping import AroundKind, around_kind, run_wrapped
 from cloudqueue.listener.errors import ConfigurationError
 
 log = structlog.get_logger(__name__)
@@ -33,7 +34,7 @@ class MiddlewareStack:
         self.queue_name = queue_name
         self._middleware: list[Middleware] = []
         self._hooks: dict[str, tuple[Middleware, ...]] = {}
-        self._arounds: tuple[tuple[Middleware, bool], ...] = ()
+        self._arounds: tuple[tuple[Middleware, AroundKind], ...] = ()
         self._calls: dict[str, tuple[tuple[Callable[..., Any], bool], ...]] = {}
         self.wraps = self.watches_settlement = self.gates = False
         self._own_loop = loop is None
@@ -67,6 +68,10 @@ class MiddlewareStack:
         """True when some middleware overrides ``hook``."""
         return bool(self._hooks[hook])
 
+    def chosen(self, hook: str) -> tuple[Middleware, ...]:
+        """The middleware that override ``hook``, in order (the event-loop stack calls them)."""
+        return self._hooks[hook]
+
     def emit(self, hook: str, *args: Any) -> None:
         """Call ``hook(*args)`` on each middleware that has it; errors are logged, not raised."""
         for call, is_async in self._calls[hook]:
@@ -99,27 +104,21 @@ class MiddlewareStack:
         early settlement of a message that cannot be handled) innermost."""
         context.reached = index
         last = len(self._arounds) - 1
-        middleware, is_async = self._arounds[index]
+        middleware, kind = self._arounds[index]
         # The innermost middleware calls ``deliver`` itself; it went on when the message was
         # handled or settled (deliver never raises).
         go_on = deliver if index == last else partial(self.handle, context, deliver, index + 1)
         try:
-            if is_async:
-                self._loop.run(middleware.around_handle(context, _in_thread(go_on)))
-            else:
+            if kind == "plain":
                 middleware.around_handle(context, go_on)
+            elif kind == "wrapper":
+                run_wrapped(middleware.around_handle(context, go_on), go_on)
+            else:
+                self._loop.run(middleware.around_handle(context, _in_thread(go_on)))
         except Exception as failure:
-            log.exception("middleware_failed", queue=self.queue_name, hook="around_handle")
-            context.middleware_error = context.middleware_error or failure
+            contain_around_failure(context, failure, self.queue_name)
             return
-        if index == last:
-            went_on = context.handled or context.outcome is not None
-        else:
-            went_on = context.reached > index
-        if not went_on and context.decision is None and context.middleware_error is None:
-            context.middleware_error = RuntimeError(
-                f"middleware {type(middleware).__name__} neither went on nor decided"
-            )
+        check_went_on(context, middleware, innermost=index == last, index=index)
 
     def _index(self) -> None:
         self._hooks = {
@@ -132,9 +131,7 @@ class MiddlewareStack:
             )
             for hook, chosen in self._hooks.items()
         }
-        self._arounds = tuple(
-            (m, inspect.iscoroutinefunction(m.around_handle)) for m in self._hooks["around_handle"]
-        )
+        self._arounds = tuple((m, around_kind(m)) for m in self._hooks["around_handle"])
         # Read once per message, so attributes rather than ``wants`` calls.
         self.wraps = bool(self._arounds)
         self.watches_settlement = bool(self._hooks["after_settle"])
@@ -142,6 +139,29 @@ class MiddlewareStack:
 
     def __repr__(self) -> str:
         return f"MiddlewareStack({_names(self._middleware)})"
+
+
+def contain_around_failure(
+    context: MessageContext[Any], failure: Exception, queue_name: str
+) -> None:
+    """A middleware raised around the handling: logged, and the message counts as failed."""
+    log.exception("middleware_failed", queue=queue_name, hook="around_handle")
+    context.middleware_error = context.middleware_error or failure
+
+
+def check_went_on(
+    context: MessageContext[Any], middleware: Middleware, *, innermost: bool, index: int
+) -> None:
+    """A middleware that neither went on nor decided leaves the message failed, never deleted
+    unhandled: the innermost went on when the message was handled or settled, the others when
+    the chain got deeper than them."""
+    went_on = (
+        (context.handled or context.outcome is not None) if innermost else context.reached > index
+    )
+    if not went_on and context.decision is None and context.middleware_error is None:
+        context.middleware_error = RuntimeError(
+            f"middleware {type(middleware).__name__} neither went on nor decided"
+        )
 
 
 def _in_thread(go_on: Callable[[], None]) -> Callable[[], Awaitable[None]]:
@@ -157,4 +177,4 @@ def _names(middleware: Sequence[Middleware]) -> str:
     return ", ".join(type(m).__name__ for m in middleware) or "none"
 
 
-__all__ = ["MiddlewareStack"]
+__all__ = ["MiddlewareStack", "check_went_on", "contain_around_failure"]

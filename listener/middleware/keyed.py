@@ -32,6 +32,7 @@ import structlog
 
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware, Resume
+from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.limits.key_gate import LocalKeyGate
 from cloudqueue.listener.middleware.decisions import Count, Decisions
@@ -71,15 +72,22 @@ class KeyedHandling(Middleware):
         self._one_at_a_time = LocalKeyGate(1) if window_s else None
         self.marks = HandlingMarks(ledger, hold_s, clock=clock, sleeper=sleeper)
 
-    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+    def blocks(self, context: MessageContext[Any]) -> bool:
+        """A keyed message's ledger calls may wait: on an event loop its steps run on a worker
+        thread; a message without a key costs no hop (``cloudqueue.listener.consumer
+        .async_stack``): with cancel checks on by default, every hosted worker has this."""
+        return context.key is not None and context.deliverable
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> Wrapper:
+        """A generator: ``yield`` for ``call_next()`` (``consumer.wrapping``)."""
         key, gate = context.key, self._one_at_a_time
         if key is None or not context.deliverable:
             if gate is not None and not context.deliverable:
                 gate.abandon(context.message_id)
-            call_next()
+            yield
             return
         if gate is None:
-            self._handle(context, call_next, key)
+            yield from self._handle(context, key)
             return
 
         def defer(resume_after_s: float | None) -> Resume:
@@ -89,11 +97,11 @@ class KeyedHandling(Middleware):
             self._decided("key_busy", context, key)
             return
         try:
-            self._handle(context, call_next, key)
+            yield from self._handle(context, key)
         finally:
             gate.leave(key, context.message_id)
 
-    def _handle(self, context: MessageContext[Any], call_next: CallNext, key: str) -> None:
+    def _handle(self, context: MessageContext[Any], key: str) -> Wrapper:
         queue, message_id = context.queue_name, context.message_id
         try:
             begun = begin(
@@ -111,7 +119,7 @@ class KeyedHandling(Middleware):
                     "key_ledger_unavailable", delay_s=UNAVAILABLE_RETRY_S, error=str(failure)
                 )
             else:  # a cancel check only: the work goes on unchecked rather than wait
-                call_next()
+                yield
             return
         if begun == "cancelled":
             self._decided("cancelled", context, key)
@@ -124,7 +132,7 @@ class KeyedHandling(Middleware):
             context.defer("key_busy", resume_after_s=BUSY_RETRY_S)
         else:
             with self.marks.held(queue, key, message_id):
-                call_next()
+                yield
             self._finish(context, key)
 
     def _finish(self, context: MessageContext[Any], key: str) -> None:

@@ -19,6 +19,9 @@ from cloudqueue.listener.stores.storage import QueueMessage
 class RateLimit(Middleware):
     """Lets a listener's messages start at no more than its limiter's rate."""
 
+    blocking = True
+    """Its ``before_handle`` waits: on an event loop, on a worker thread."""
+
     def __init__(self, limiter: RateLimiter) -> None:
         self.limiter = limiter
         self._stopping = threading.Event()

@@ -29,7 +29,7 @@ are checked before anything is sent or stored.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
@@ -56,6 +56,7 @@ from cloudqueue.listener.producer.delays import (
 )
 from cloudqueue.listener.producer.effect_once import EffectOnce
 from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_of_item
+from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.key_ledger import required_ledger
 from cloudqueue.listener.stores.key_records import Cancelled, KeyLedger
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
@@ -224,6 +225,22 @@ class Publisher(Generic[T]):
         from cloudqueue.listener.workflows.sending import add_to_group
 
         return add_to_group(self, items, group_id=group_id)
+
+    def put_members(self, messages: Sequence[tuple[str, str]]) -> int:
+        """Put group members' messages, each ``(text, queue)`` as ``cloudqueue.listener
+        .workflows.sending`` made it, one by one (each carries its own membership): in one
+        producer span, announced once on the trigger channel. They never expire unless this
+        publisher sets a time to live (a member that expired unhandled would hold its group
+        open). A failed put raises; the members before it stay put, and announced."""
+        ttl_s = NEVER_EXPIRES if self.time_to_live_s is None else self.time_to_live_s
+        timing = self._timing(0, ttl_s)
+
+        def send() -> int:
+            for content, target in messages:
+                self._put(content, 1, timing, target)
+            return len(messages)
+
+        return self._traced(send)
 
     def publish_many(
         self,

@@ -7,11 +7,18 @@ Azure drops a connection idle for about 15 s and Azurite (Node's default) after 
 one for 15 s, so a request sent on a connection the server has just closed fails with a reset
 (azure-sdk-for-python#26332). A worker backing off for minutes between polls then opens a fresh
 connection per poll: a handshake, not a transaction, so the idle cost per hour does not change.
+
+A Microsoft Entra ID credential is the threaded store's own (``ThreadedTokenCredential``): the
+same sign-in, whatever the ``credential`` setting names, with no second set of azure-identity
+classes to configure.
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
+
+from azure.core.credentials import AccessToken
 
 # The aio package exports no retry classes: the async ExponentialRetry lives in the SDK's _shared.
 from azure.storage.queue._shared.policies_async import ExponentialRetry as AsyncExponentialRetry
@@ -24,7 +31,13 @@ from cloudqueue.listener.stores.azure_clients import (
     FastRetry,
 )
 
-__all__ = ["IDLE_KEEPALIVE_S", "AsyncFastRetry", "aio_client_options", "aio_session"]
+__all__ = [
+    "IDLE_KEEPALIVE_S",
+    "AsyncFastRetry",
+    "ThreadedTokenCredential",
+    "aio_client_options",
+    "aio_session",
+]
 
 IDLE_KEEPALIVE_S = 4.0
 """Seconds an idle pooled connection is kept: below the 5 s after which Azurite (and many
@@ -75,3 +88,30 @@ def aio_session(*, keepalive_s: float = IDLE_KEEPALIVE_S) -> Any:
         auto_decompress=False,
         trust_env=True,
     )
+
+
+class ThreadedTokenCredential:
+    """A synchronous token credential (azure-identity's, or your own) signing for the aio
+    pipeline. The pipeline keeps a token until shortly before it expires, so it asks about once
+    an hour; that one call, which may go to Entra ID over the network, runs on a worker thread
+    so that the loop goes on meanwhile. The credential stays its owner's (the threaded store's):
+    ``close`` leaves it open."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    async def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        token: AccessToken = await asyncio.to_thread(self._inner.get_token, *scopes, **kwargs)
+        return token
+
+    async def close(self) -> None:
+        """Nothing to release here: the synchronous credential belongs to whoever opened it."""
+
+    async def __aenter__(self) -> ThreadedTokenCredential:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"ThreadedTokenCredential({self._inner!r})"

@@ -27,13 +27,21 @@ from cloudqueue.listener.stores._embedded import (
     check_put_arguments,
     check_update_arguments,
 )
-from cloudqueue.listener.stores.azure_aio_clients import IDLE_KEEPALIVE_S, aio_client_options
+from cloudqueue.listener.stores.azure_aio_clients import (
+    IDLE_KEEPALIVE_S,
+    ThreadedTokenCredential,
+    aio_client_options,
+)
 from cloudqueue.listener.stores.azure_aio_clients import aio_session as new_session
 from cloudqueue.listener.stores.azure_errors import error_code, translated
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage, _to_message
 from cloudqueue.listener.stores.storage import QueueMessage, validate_queue_name
 
 __all__ = ["AioAzureQueueStorage"]
+
+TRANSPORT_OPTIONS = ("connection_verify", "connection_cert")
+"""Client options that are the transport's: ``connection_verify`` (False, or a CA bundle's
+path) and ``connection_cert``."""
 
 
 class AioAzureQueueStorage:
@@ -60,17 +68,13 @@ class AioAzureQueueStorage:
 
     @classmethod
     def beside(cls, storage: AzureQueueStorage, **overrides: Any) -> AioAzureQueueStorage:
-        """The same account as the threaded ``storage``, with the same credential.
-
-        A synchronous token credential (azure-identity's) cannot sign for the aio pipeline: it
-        is refused here rather than failing on the first call."""
+        """The same account as the threaded ``storage``, with the same credential: a key, a SAS,
+        or a Microsoft Entra ID token credential, whose token fetches (about one an hour) then
+        run on a worker thread (``ThreadedTokenCredential``)."""
         service = storage.service_client
         credential = service.credential
         if hasattr(credential, "get_token") and not _is_async_token_credential(credential):
-            raise errors.ConfigurationError(
-                "async handlers on Azure with Entra ID need an async credential "
-                "(azure.identity.aio): build AioAzureQueueStorage with one"
-            )
+            credential = ThreadedTokenCredential(credential)
         return cls(service.url, credential, **overrides)
 
     @property
@@ -96,8 +100,12 @@ class AioAzureQueueStorage:
                 "first, or give each loop a store of its own"
             )
         self._session = new_session(keepalive_s=self._keepalive_s)
-        transport = AioHttpTransport(session=self._session, session_owner=False)
-        options = aio_client_options(transport=transport, **self._overrides)
+        # The transport is ours, so its connection options (a CA to trust, a client
+        # certificate) go to it: given to the client, they would not reach a transport passed in.
+        overrides = dict(self._overrides)
+        tls = {key: overrides.pop(key) for key in TRANSPORT_OPTIONS if key in overrides}
+        transport = AioHttpTransport(session=self._session, session_owner=False, **tls)
+        options = aio_client_options(transport=transport, **overrides)
         self._service = QueueServiceClient(
             self._account_url, credential=self._credential, **options
         )

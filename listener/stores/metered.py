@@ -30,9 +30,14 @@ class MeteredStorage(ForwardingStorage):
         self._lock = threading.Lock()
 
     def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
+        self.count(queue_name, operation)
+        return call()
+
+    def count(self, queue_name: str, operation: str) -> None:
+        """Count one call made past this wrapper on the same account (the event loop's
+        awaitable calls, ``cloudqueue.listener.stores.async_metered``)."""
         with self._lock:
             self._counts[queue_name, operation] += 1
-        return call()
 
     @property
     def transactions(self) -> int:

@@ -28,7 +28,12 @@ from cloudqueue.listener.stores.connection import (
 from cloudqueue.listener.stores.embedded_ledgers import innermost_storage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.token_connection import TokenTarget, token_target
-from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
+from cloudqueue.listener.workflows.group_ledger import (
+    Addition,
+    GroupLedger,
+    GroupStatus,
+    Settled,
+)
 
 if TYPE_CHECKING:
     from azure.data.tables import TableClient
@@ -162,8 +167,11 @@ class OnFirstUse:
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
         return self._opened().open(group_id, total=total, on_complete=on_complete)
 
-    def add_members(self, group_id: str, count: int) -> list[str]:
-        return self._opened().add_members(group_id, count)
+    def add_members(self, group_id: str, count: int, *, by: str | None = None) -> Addition:
+        return self._opened().add_members(group_id, count, by=by)
+
+    def mark_added(self, group_id: str, by: str) -> None:
+        self._reachable().mark_added(group_id, by)
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         return self._reachable().settle(group_id, member_id, outcome)

@@ -13,7 +13,9 @@ Partition key: the group id (percent-encoded). Rows, ``$`` sorting before the me
 * one row per settled member, row key its member id, with its ``outcome``;
 * one row per member a chain step passed on (``chain_row``: ``chain:<member>:<step>``, after the
   members' digits), with the ``count`` of items it was passed on as and the number of the
-  first member that added (``first_added``): a redelivered step is given the same ids.
+  first member that added (``first_added``): a redelivered step is given the same ids;
+* one row per named addition of members at run time (``add:<name>``, after the members' digits):
+  its ``first`` member number, ``count`` and whether they were all ``put``.
 
 A shard is *complete* when every one of its members settled; the group is complete when all its
 shards are. Only the settlement that completes a shard touches the group row, so the group row
@@ -34,7 +36,12 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from cloudqueue.listener.workflows.group_ledger import Completion, GroupStatus
+from cloudqueue.listener.workflows.group_ledger import (
+    Addition,
+    Completion,
+    GroupStatus,
+    member_ids,
+)
 
 SHARDS = 16
 """Counter rows per group: 16 writers of one group proceed without a lost If-Match race
@@ -159,6 +166,21 @@ def completion_of(head: dict[str, Any]) -> Completion:
     return "owed" if state == "owed" else "sent" if state == "sent" else "pending"
 
 
+def addition_key(name: str) -> str:
+    """The row key of a named addition: ``add:`` sorts after the members' digits."""
+    return f"add:{quote(name, safe='')}"
+
+
+def addition_row(partition: str, name: str, first: int, count: int) -> dict[str, Any]:
+    """The row recording an addition of ``count`` members from number ``first``."""
+    row = {"PartitionKey": partition, "RowKey": addition_key(name)}
+    return row | {"first": first, "count": count, "put": False}
+
+
+def addition_of(row: dict[str, Any]) -> Addition:
+    return Addition(member_ids(int(row["first"]), int(row["count"])), bool(row["put"]))
+
+
 def _utc(value: datetime) -> datetime:
     """The SDK's datetime subclass as a plain aware UTC datetime."""
     return datetime.fromtimestamp(value.timestamp(), UTC)
@@ -170,6 +192,9 @@ __all__ = [
     "RUN",
     "SHARDS",
     "Shard",
+    "addition_key",
+    "addition_of",
+    "addition_row",
     "chain_row",
     "completion_of",
     "done_counts",

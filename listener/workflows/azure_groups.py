@@ -41,6 +41,9 @@ from cloudqueue.listener.workflows.azure_group_rows import (
     BEFORE_MEMBERS,
     GROUP_ROW,
     Shard,
+    addition_key,
+    addition_of,
+    addition_row,
     chain_row,
     completion_of,
     done_counts,
@@ -55,9 +58,11 @@ from cloudqueue.listener.workflows.azure_settlements import (
     settling,
 )
 from cloudqueue.listener.workflows.group_ledger import (
+    Addition,
     GroupError,
     GroupStatus,
     Settled,
+    added_again,
     check_count,
     member_ids,
     open_group,
@@ -110,13 +115,25 @@ class AzureGroupLedger:
             raise GroupError(f"group {group_id!r} exists already")
         return group
 
-    def add_members(self, group_id: str, count: int) -> list[str]:
+    def add_members(self, group_id: str, count: int, *, by: str | None = None) -> Addition:
         check_count(count, "an addition")
+        partition = quoted_key(group_id)
         for _ in range(MAX_TRIES):
+            earlier = None if by is None else read_row(self._table, partition, addition_key(by))
+            if earlier is not None:  # a repeat, or another adder's create won the race
+                return added_again(addition_of(earlier), count, group_id)
             group, head, shards = self._read_open(group_id)
-            if submit(self._table, _grown(head, shards, count), "add group members") is None:
-                return member_ids(group.total, count)
+            changes = _grown(head, shards, count)
+            if by is not None:
+                changes.append(("create", addition_row(partition, by, group.total, count)))
+            if submit(self._table, changes, "add group members") is None:
+                return Addition(member_ids(group.total, count))
         raise _contended(group_id)
+
+    def mark_added(self, group_id: str, by: str) -> None:
+        row = {"PartitionKey": quoted_key(group_id), "RowKey": addition_key(by), "put": True}
+        with table_call("mark a group addition put"):
+            self._table.upsert_entity(row)
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         return self.settle_many([(group_id, member_id, outcome)])[0]

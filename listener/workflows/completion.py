@@ -52,6 +52,7 @@ import structlog
 from cloudqueue.listener.consumer.events import ListenerStarted
 from cloudqueue.listener.consumer.item_failures import is_permanent
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
 from cloudqueue.listener.stores.storage import QueueStorage
@@ -77,6 +78,13 @@ PassedOn = Callable[[str], bool]
 class GroupCompletion(Middleware):
     """Records group members as they settle; the last one's listener sends the ``GroupDone``.
     Place it first in the middleware list: it must see every other middleware's decision."""
+
+    def blocks(self, context: MessageContext[Any]) -> bool:
+        """A member's ledger writes may wait: on an event loop, its steps run on a worker
+        thread; any other message costs no hop (``cloudqueue.listener.consumer.async_stack``).
+        The rare writes of its other hooks (owed completions at a start, a member poisoned
+        unopened) are made where they are called."""
+        return membership_of(context.envelope) is not None
 
     def __init__(
         self,
@@ -104,19 +112,20 @@ class GroupCompletion(Middleware):
         group's last member and before publishing its ``GroupDone``)."""
         self.send_owed()
 
-    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> Wrapper:
+        """A generator: ``yield`` for ``call_next()`` (``consumer.wrapping``)."""
         member = membership_of(context.envelope)
         if member is None:
-            call_next()
+            yield
             return
         if not context.deliverable:
             # Settled inside call_next: recorded first when it is surely poisoned (delivered too
             # often); anything else it becomes (lost, undecodable) is seen in after_settle.
             if overdue(context, self.delivery):
                 self._record(context, member, "poisoned", retry=False)
-            call_next()
+            yield
             return
-        call_next()
+        yield
         if self.passed_on is not None and self.passed_on(context.message_id):
             return  # not settled yet: the chain's next message carries the membership on
         settled = settles_as(context, self.delivery)

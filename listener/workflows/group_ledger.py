@@ -2,14 +2,16 @@
 *distinct* member, in the queue's own store.
 
 A group is opened with its members' count before they are sent; a member's handler may add members
-before it settles (fan-out found at run time). Each member is settled once -- handled or poisoned
--- by one atomic step (``GroupLedger.settle``) that inserts the member's mark (a second settlement
-of the same member, a redelivery or a duplicate, finds it and changes nothing) and counts it. The
-step that counts the last member also records the completion as *owed* and answers with the
-group's final status: exactly one caller ever hears "you settled the last member". That caller
-publishes the ``GroupDone`` and then marks the completion *sent*; a completion owed but not marked
-is published again by whoever looks next (``owed``), under the group id as its message key, so a
-second copy is dropped by idempotent handling (``cloudqueue.listener.workflows.completion``).
+before it settles (fan-out found at run time), each addition recorded under a name, so that its
+repeat by a redelivered handler gets the same member ids and adds nothing. Each member is settled
+once -- handled or poisoned -- by one atomic step (``GroupLedger.settle``) that inserts the
+member's mark (a second settlement of the same member, a redelivery or a duplicate, finds it and
+changes nothing) and counts it. The step that counts the last member also records the completion as
+*owed* and answers with the group's final status: exactly one caller ever hears "you settled the
+last member". That caller publishes the ``GroupDone`` and then marks the completion *sent*; a
+completion owed but not marked is published again by whoever looks next (``owed``), under the group
+id as its message key, so a second copy is dropped by idempotent handling
+(``cloudqueue.listener.workflows.completion``).
 
 Stores:
 
@@ -89,15 +91,32 @@ class GroupStatus:
         return self.ended is not None
 
 
+@dataclass(frozen=True, slots=True)
+class Addition:
+    """Members added to a group: their ids, and whether they are known to be put (a repeat of
+    an addition whose puts were all made)."""
+
+    member_ids: list[str]
+    put: bool = False
+
+
 class GroupLedger(Protocol):
     """Groups and their settled members in the queue's own store."""
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
         """A new group of ``total`` (>= 1) members, its start now; GroupError if it exists."""
 
-    def add_members(self, group_id: str, count: int) -> list[str]:
+    def add_members(self, group_id: str, count: int, *, by: str | None = None) -> Addition:
         """``count`` more members (fan-out at run time): their new member ids. GroupError when
-        the group is unknown or already complete (add before the adding member settles)."""
+        the group is unknown or already complete (add before the adding member settles).
+
+        ``by`` names the addition (``cloudqueue.listener.workflows.sending.addition_name``: the
+        adding message and what it adds), recorded with it: a repeat (its message redelivered)
+        gets the same ids, adds nothing and hears whether they were all put (``mark_added``),
+        even once the group completed; GroupError when it asks for another count."""
+
+    def mark_added(self, group_id: str, by: str) -> None:
+        """Every member of the addition ``by`` was put: a repeat need not put them again."""
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
         """Count ``member_id`` settled, once: the final status when this call settled the last
@@ -169,6 +188,7 @@ class InMemoryGroupLedger:
         self._groups: dict[str, GroupStatus] = {}
         self._settled: dict[str, set[int]] = {}
         self._passed: dict[tuple[str, str, str], list[str]] = {}
+        self._added: dict[tuple[str, str], Addition] = {}
         self._lock = threading.Lock()
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
@@ -180,20 +200,32 @@ class InMemoryGroupLedger:
             self._groups[group_id], self._settled[group_id] = opened, set()
             return opened
 
-    def add_members(self, group_id: str, count: int) -> list[str]:
+    def add_members(self, group_id: str, count: int, *, by: str | None = None) -> Addition:
         check_count(count, "an addition")
         with self._lock:
+            earlier = None if by is None else self._added.get((group_id, by))
+            if earlier is not None:
+                return added_again(earlier, count, group_id)
             group = open_group(self._groups.get(group_id), group_id)
             self._groups[group_id] = replace(group, total=group.total + count)
-            return member_ids(group.total, count)
+            added = Addition(member_ids(group.total, count))
+            if by is not None:
+                self._added[(group_id, by)] = added
+            return added
+
+    def mark_added(self, group_id: str, by: str) -> None:
+        with self._lock:
+            added = self._added.get((group_id, by))
+            if added is not None:
+                self._added[(group_id, by)] = replace(added, put=True)
 
     def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
         check_count(count, "a chain step's items")
         with self._lock:
-            group = open_group(self._groups.get(group_id), group_id)
             earlier = self._passed.get((group_id, member_id, step))
-            if earlier is not None:
+            if earlier is not None:  # a repeat, answered even once the group completed
                 return passed_again(earlier, count, group_id, member_id)
+            group = open_group(self._groups.get(group_id), group_id)
             added = member_ids(group.total, count - 1)
             self._groups[group_id] = replace(group, total=group.total + count - 1)
             passed = self._passed[(group_id, member_id, step)] = [member_id, *added]
@@ -270,6 +302,16 @@ def passed_again(earlier: list[str], count: int, group_id: str, member_id: str) 
     return earlier
 
 
+def added_again(earlier: Addition, count: int, group_id: str) -> Addition:
+    """An addition made before, when its repeat asks for as many members again."""
+    if len(earlier.member_ids) != count:
+        raise GroupError(
+            f"group {group_id!r}: an addition of {len(earlier.member_ids)} members was repeated "
+            f"with {count}: a handler must add the same on a redelivery"
+        )
+    return earlier
+
+
 def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
     if group is None:
         raise GroupError(f"no group {group_id!r}")
@@ -281,12 +323,14 @@ def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
 
 
 __all__ = [
+    "Addition",
     "Completion",
     "GroupError",
     "GroupLedger",
     "GroupStatus",
     "InMemoryGroupLedger",
     "Settled",
+    "added_again",
     "check_count",
     "counted",
     "member_ids",

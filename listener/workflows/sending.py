@@ -4,13 +4,17 @@ handle to watch it (``GroupHandle``).
 The group is opened in the ledger with its member count *before* any member is sent, so no member
 can settle into a group that does not know its size yet. Members never expire in their queue
 (unless the publisher sets a time to live): a member that expired unhandled would hold its group
-open for good. A publisher's ``key`` gives each member its message key, as ``publish`` does. If a
-put fails the error is raised: the members put before it are sent, and the
-group stays open with the others pending (its status shows them).
+open for good. A publisher's ``key`` gives each member its message key, as ``publish`` does. The
+members' messages are all made first (one too large raises before any is put), then put by the
+publisher (``Publisher.put_members``) one by one, in one producer span, and announced once per
+group (or addition) on its trigger channel when it has one, so listeners elsewhere wake at once.
+If a put fails the error is raised: the members put before it are sent, and the group stays open
+with the others pending (its status shows them).
 """
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -18,11 +22,12 @@ from dataclasses import replace
 from functools import partial
 from typing import Any, Protocol, TypeVar
 
-from cloudqueue.listener import tracing
+import structlog
+
 from cloudqueue.listener.clock import EVENT_SLEEPER, SYSTEM_CLOCK, Clock, Sleeper
+from cloudqueue.listener.consumer.current import current_envelope
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.producer.routing import ItemKey, PartitionRouter, key_of_item
-from cloudqueue.listener.queue_limits import NEVER_EXPIRES
 from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.membership import Membership
@@ -40,6 +45,8 @@ from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
 T = TypeVar("T")
 
+log = structlog.get_logger(__name__)
+
 
 class GroupPublisher(Protocol[T]):
     """What sending members reads of a ``Publisher`` (``cloudqueue.listener.producer``), whose
@@ -48,15 +55,16 @@ class GroupPublisher(Protocol[T]):
     @property
     def storage(self) -> QueueStorage: ...
     @property
+    def queue_name(self) -> str: ...
+    @property
     def codec(self) -> Codec[T]: ...
     @property
     def key(self) -> ItemKey[T] | None: ...
     @property
     def router(self) -> PartitionRouter[T]: ...
     @property
-    def time_to_live_s(self) -> int | None: ...
-    @property
     def clock(self) -> Clock: ...
+    def put_members(self, messages: Sequence[tuple[str, str]]) -> int: ...
 
 
 FIRST_POLL_S = 0.1
@@ -160,7 +168,8 @@ def send_group(
     ledger = required_group_ledger(publisher)
     group = uuid.uuid4().hex if group_id is None else check_group_id(group_id)
     ledger.open(group, total=len(members), on_complete=queue)
-    _put_members(publisher, group, members, numbered(0, len(members)))
+    texts = [publisher.codec.encode(item) for item in members]
+    _put_members(publisher, group, members, texts, numbered(0, len(members)))
     results = partial(result_store_for, publisher.storage)
     return GroupHandle(group, ledger, clock=publisher.clock, results=results)
 
@@ -169,16 +178,48 @@ def add_to_group(
     publisher: GroupPublisher[T], items: Iterable[T], *, group_id: str | None
 ) -> list[str]:
     """Add ``items`` as members of ``group_id`` (default: the group of the message being
-    handled), before the adding member settles; their member ids."""
+    handled), before the adding member settles; their member ids. Effect-once from a handler
+    (see ``addition_name``): its redelivery adds the same members, puts them again only if the
+    earlier delivery did not finish putting them, and the ledger counts each member id once."""
     members = list(items)
     if group_id is None:
         membership = current_membership()
         if membership is None:
             raise GroupError("add_to_group outside a group member's handler needs a group_id")
         group_id = membership.group_id
-    added = required_group_ledger(publisher).add_members(group_id, len(members))
-    _put_members(publisher, group_id, members, added)
-    return added
+    texts = [publisher.codec.encode(item) for item in members]
+    name = addition_name(publisher.queue_name, texts)
+    ledger = required_group_ledger(publisher)
+    added = ledger.add_members(group_id, len(members), by=name)
+    if added.put:
+        log.info("group_addition_put_before", group=group_id, members=len(members))
+        return added.member_ids
+    _put_members(publisher, group_id, members, texts, added.member_ids)
+    if name is not None:
+        ledger.mark_added(group_id, name)
+    return added.member_ids
+
+
+def addition_name(queue_name: str, texts: Sequence[str]) -> str | None:
+    """The name an addition made while a message is handled is recorded under: a hash of the
+    handled message's membership (else its message id) and queue, the adding publisher's queue
+    and the items' texts -- what a redelivery of it adds again, so its repeat is found (the
+    same marks as effect-once publishing, ``cloudqueue.listener.producer.effect_once``). None
+    outside a delivery: such an addition is made each time it is asked for."""
+    try:
+        envelope = current_envelope()
+    except LookupError:
+        return None
+    membership = current_membership()
+    adder = (
+        f"message:{envelope.message_id}"
+        if membership is None
+        else f"member:{membership.group_id}:{membership.member_id}"
+    )
+    digest = hashlib.sha256(f"{adder}\x00{envelope.queue_name}\x00{queue_name}".encode())
+    for text in texts:
+        digest.update(len(text).to_bytes(8, "big") + text.encode("utf-8"))
+    return digest.hexdigest()[:32]
 
 
 def completion_queue(on_complete: object) -> str:
@@ -209,17 +250,23 @@ def required_group_ledger_of(storage: QueueStorage) -> GroupLedger:
 
 
 def _put_members(
-    publisher: GroupPublisher[T], group_id: str, items: list[T], member_ids: list[str]
+    publisher: GroupPublisher[T],
+    group_id: str,
+    items: list[T],
+    texts: list[str],
+    member_ids: list[str],
 ) -> None:
-    ttl_s = NEVER_EXPIRES if publisher.time_to_live_s is None else publisher.time_to_live_s
-    for item, member_id in zip(items, member_ids, strict=True):
+    """Make every member's message (a bad one raises before any is put), then put them all
+    through the publisher: one producer span, one announcement."""
+    messages = []
+    for item, item_text, member_id in zip(items, texts, member_ids, strict=True):
         key = None if publisher.key is None else key_of_item(item, publisher.key)
-        membership = Membership(group_id, member_id)
-        text = member_message(publisher.codec.encode(item), membership, key=key)
+        content = member_message(item_text, Membership(group_id, member_id), key=key)
         target = (
             publisher.router.queue_for(item) if key is None else publisher.router.queue_for_key(key)
         )
-        publisher.storage.put_message(target, tracing.stamp(text), time_to_live_s=ttl_s)
+        messages.append((content, target))
+    publisher.put_members(messages)
 
 
 __all__ = [
@@ -228,6 +275,7 @@ __all__ = [
     "GroupHandle",
     "ProgressSource",
     "add_to_group",
+    "addition_name",
     "completion_queue",
     "send_group",
 ]

@@ -1,12 +1,14 @@
 """The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
 
-Three tables beside the queues: ``message_groups`` (a row per group: its counts, times and
+Four tables beside the queues: ``message_groups`` (a row per group: its counts, times and
 completion state), ``group_members`` (a row per settled member, primary key group and member:
-``INSERT OR IGNORE`` finds a duplicate) and ``group_chains`` (a row per member a chain step passed
-on, with the members it added for the step's items: a redelivery gets the same ids). Each step
-is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark, the
-count and the owed completion are written together or not at all: a process killed at any point
-leaves either the whole step or none.
+``INSERT OR IGNORE`` finds a duplicate), ``group_chains`` (a row per member a chain step passed
+on, with the members it added for the step's items: a redelivery gets the same ids) and
+``group_additions`` (a row per named addition of members at run time, with its first id, count
+and whether its members were all put: a redelivered handler's addition gets the same ids). Each
+step is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark,
+the count and the owed completion are written together or not at all: a process killed at any
+point leaves either the whole step or none.
 
 ``group_ledger_for`` finds the ledger that goes with a storage object, as ``key_ledger_for`` does
 for keys: one per in-memory store, the tables of the SQLite file, and for an Azure storage the
@@ -23,11 +25,13 @@ from cloudqueue.listener.stores.embedded_ledgers import EmbeddedLedgers
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.group_ledger import (
+    Addition,
     GroupError,
     GroupLedger,
     GroupStatus,
     InMemoryGroupLedger,
     Settled,
+    added_again,
     check_count,
     member_ids,
     member_index,
@@ -61,6 +65,14 @@ _SCHEMA = (
         count INTEGER NOT NULL,
         PRIMARY KEY (group_id, member, step)
     ) WITHOUT ROWID""",
+    """CREATE TABLE IF NOT EXISTS group_additions (
+        group_id TEXT NOT NULL,
+        name TEXT NOT NULL,
+        first_added INTEGER NOT NULL,
+        count INTEGER NOT NULL,
+        put INTEGER NOT NULL DEFAULT 0,
+        PRIMARY KEY (group_id, name)
+    ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS message_groups_owed ON message_groups (completion)",
 )
 _COLUMNS = "id, total, handled, poisoned, started, ended, on_complete, completion"
@@ -90,28 +102,44 @@ class SqliteGroupLedger:
             )
             return GroupStatus(group_id, total, 0, 0, now, None, on_complete)
 
-    def add_members(self, group_id: str, count: int) -> list[str]:
+    def add_members(self, group_id: str, count: int, *, by: str | None = None) -> Addition:
         check_count(count, "an addition")
         with self._database.transaction() as db:
+            earlier = None if by is None else _addition(db, group_id, by)
+            if earlier is not None:
+                return added_again(earlier, count, group_id)
             group = open_group(_read(db, group_id), group_id)
             db.execute(
                 "UPDATE message_groups SET total = total + ? WHERE id = ?", (count, group_id)
             )
-            return member_ids(group.total, count)
+            if by is not None:
+                db.execute(
+                    "INSERT INTO group_additions (group_id, name, first_added, count)"
+                    " VALUES (?, ?, ?, ?)",
+                    (group_id, by, group.total, count),
+                )
+            return Addition(member_ids(group.total, count))
+
+    def mark_added(self, group_id: str, by: str) -> None:
+        with self._database.transaction() as db:
+            db.execute(
+                "UPDATE group_additions SET put = 1 WHERE group_id = ? AND name = ?",
+                (group_id, by),
+            )
 
     def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
         check_count(count, "a chain step's items")
         with self._database.transaction() as db:
-            group = open_group(_read(db, group_id), group_id)
             row = db.execute(
                 "SELECT first_added, count FROM group_chains"
                 " WHERE group_id = ? AND member = ? AND step = ?",
                 (group_id, member_id, step),
             ).fetchone()
-            if row is not None:
+            if row is not None:  # a repeat, answered even once the group completed
                 first, earlier = int(row[0]), int(row[1])
                 ids = [member_id, *member_ids(first, earlier - 1)]
                 return passed_again(ids, count, group_id, member_id)
+            group = open_group(_read(db, group_id), group_id)
             db.execute(
                 "INSERT INTO group_chains (group_id, member, step, first_added, count)"
                 " VALUES (?, ?, ?, ?, ?)",
@@ -199,6 +227,14 @@ def _settle(
         (now().timestamp() if last else None, _state(last), group_id),
     )
     return _read(db, group_id) if last else None
+
+
+def _addition(db: Sqlite, group_id: str, by: str) -> Addition | None:
+    row = db.execute(
+        "SELECT first_added, count, put FROM group_additions WHERE group_id = ? AND name = ?",
+        (group_id, by),
+    ).fetchone()
+    return None if row is None else Addition(member_ids(int(row[0]), int(row[1])), bool(row[2]))
 
 
 def _state(last: bool) -> str:

@@ -16,7 +16,11 @@ default) three times per repetition:
   on one event loop with the aio SDK, scaled by the same pure policies, the defaults' in-flight
   total (16 x 8), not yet run by the host;
 * asyncio loop: ``bench_io``'s hand-written loop (4 tasks, each receiving 32 and gathering wait +
-  delete).
+  delete);
+* and, asked for with ``--variants``, cloudqueue single loop: a ``WorkerHost`` with
+  ``listener.event_loop = "single"``, the event-loop consumer as ``cloudqueue run`` runs it
+  (its transactions metered, its loop on a thread of its own). Any other choice of variants
+  prints the summary as JSON instead of the README's table, and is not for ``--write``.
 
 Every drain gets a fresh Azurite and a queue filled before the clock starts; the order of the
 three rotates from one repetition to the next, so drift hits all of them. A cell reports each
@@ -31,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import sys
 import time
@@ -44,6 +49,7 @@ from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.workers import WorkerHost
 from cloudqueue.workers.settings import CloudQueueSettings
 from tests.benchmarks.bench_io import (
     ASYNCIO_LOOP,
@@ -56,6 +62,7 @@ from tests.benchmarks.bench_io import (
     drain_asyncio_loop,
     drain_cloudqueue,
     timed_drain,
+    timed_host,
 )
 from tests.benchmarks.drain_support import (
     cpu_ms_per_message,
@@ -67,11 +74,16 @@ from tests.benchmarks.results_file import header_line, run_header, write_results
 BENCH = "bench_async_path"
 PROTOTYPE = "event-loop consumer"
 """``AsyncConsumer``; the ratio keys keep the word prototype, which it was when they were named."""
+SINGLE_LOOP = "cloudqueue single loop"
+"""The event-loop consumer run by the host (``listener.event_loop = "single"``)."""
 VARIANTS = (CLOUDQUEUE, PROTOTYPE, ASYNCIO_LOOP)
+"""The variants of the committed results and the README's table."""
 RATIOS = {
     "prototype_to_cloudqueue": (PROTOTYPE, CLOUDQUEUE),
     "cloudqueue_to_loop": (CLOUDQUEUE, ASYNCIO_LOOP),
     "prototype_to_loop": (PROTOTYPE, ASYNCIO_LOOP),
+    "single_loop_to_loop": (SINGLE_LOOP, ASYNCIO_LOOP),
+    "single_loop_to_prototype": (SINGLE_LOOP, PROTOTYPE),
 }
 
 
@@ -135,11 +147,32 @@ async def _drain_prototype(
     return seconds
 
 
+def drain_single_loop(connection_string: str, cell: Cell, count: int, deadline: float) -> float:
+    """Seconds for a default-settings host with ``listener.event_loop = "single"`` to delete
+    ``count``."""
+    AwaitingWorker.wait_s = cell.wait_s
+    settings = CloudQueueSettings.model_validate(
+        {"connection_string": connection_string, "listener": {"event_loop": "single"}}
+    )
+    host = WorkerHost([AwaitingWorker], settings)
+    return timed_host(host, lambda: host.looped[0].consumer.counters.processed, count, deadline)
+
+
 DRAINS: dict[str, Callable[[str, Cell, int, float], float]] = {
     CLOUDQUEUE: drain_cloudqueue,
     PROTOTYPE: drain_prototype,
     ASYNCIO_LOOP: drain_asyncio_loop,
+    SINGLE_LOOP: drain_single_loop,
 }
+
+
+SHORT_NAMES = {
+    "threads": CLOUDQUEUE,
+    "consumer": PROTOTYPE,
+    "loop": ASYNCIO_LOOP,
+    "single": SINGLE_LOOP,
+}
+"""What ``--variants`` calls each variant."""
 
 
 def measure(variant: str, cell: Cell, repetition: int, count: int, timeout_s: float) -> Drain:
@@ -167,28 +200,31 @@ def rotated(variants: Sequence[str], repetition: int) -> list[str]:
 # -- summary -----------------------------------------------------------------------------------
 
 
-def summarize(drains: Sequence[Drain], cells: Sequence[Cell]) -> list[dict[str, Any]]:
-    """Per cell: each variant's rate and CPU per message, and the paired ratios."""
+def summarize(
+    drains: Sequence[Drain], cells: Sequence[Cell], variants: Sequence[str] = VARIANTS
+) -> list[dict[str, Any]]:
+    """Per cell: each variant's rate and CPU per message, and the paired ratios of those run."""
     summary = []
     for cell in cells:
-        runs = {variant: _runs(drains, cell, variant) for variant in VARIANTS}
-        rates = {variant: [d.rate_per_s for d in runs[variant]] for variant in VARIANTS}
+        runs = {variant: _runs(drains, cell, variant) for variant in variants}
+        rates = {variant: [d.rate_per_s for d in runs[variant]] for variant in variants}
         ratios = {
             name: spread([a / b for a, b in zip(rates[mine], rates[theirs], strict=True)])
             for name, (mine, theirs) in RATIOS.items()
+            if mine in variants and theirs in variants
         }
         summary.append(
             {
                 "wait_ms": cell.wait_ms,
                 "latency_ms": cell.latency_ms,
-                "msg_per_s": {variant: spread(rates[variant]) for variant in VARIANTS},
+                "msg_per_s": {variant: spread(rates[variant]) for variant in variants},
                 "client_cpu_ms_per_msg": {
                     variant: _ms_per_message(runs[variant], lambda d: d.client_cpu_s)
-                    for variant in VARIANTS
+                    for variant in variants
                 },
                 "azurite_cpu_ms_per_msg": {
                     variant: _ms_per_message(runs[variant], lambda d: d.azurite_cpu_s)
-                    for variant in VARIANTS
+                    for variant in variants
                 },
                 **ratios,
             }
@@ -270,9 +306,21 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--latency-ms", default="0,10", help="comma-separated delays added to every request"
     )
     parser.add_argument("--drain-timeout-s", type=float, default=120.0, help="per-drain deadline")
+    parser.add_argument(
+        "--variants",
+        default="threads,consumer,loop",
+        help=f"comma-separated, of: {', '.join(SHORT_NAMES)} (another choice than the default "
+        "prints JSON, not the table, and cannot --write)",
+    )
     parser.add_argument("--quick", action="store_true", help="smoke run: 300 messages, 1 rep")
     parser.add_argument("--write", action="store_true", help=f"save results/{BENCH}.json")
     args = parser.parse_args(argv)
+    names = args.variants.split(",")
+    if unknown := set(names) - set(SHORT_NAMES):
+        parser.error(f"unknown variants: {', '.join(sorted(unknown))}")
+    args.variants = tuple(SHORT_NAMES[name] for name in names)
+    if args.write and args.variants != VARIANTS:
+        parser.error("--write saves the default variants only (the README's table)")
     if args.quick:
         args.messages, args.repetitions = 300, 1
     return args
@@ -289,7 +337,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
     drains: list[Drain] = []
     for repetition in range(args.repetitions):
         for cell in cells:
-            for variant in rotated(VARIANTS, repetition):
+            for variant in rotated(args.variants, repetition):
                 drain = measure(variant, cell, repetition, args.messages, args.drain_timeout_s)
                 drains.append(drain)
                 print(
@@ -302,7 +350,7 @@ def run(args: argparse.Namespace, argv: list[str]) -> dict[str, Any]:
         "messages": args.messages,
         "repetitions": args.repetitions,
         "duration_s": round(time.monotonic() - started, 1),
-        "cells": summarize(drains, cells),
+        "cells": summarize(drains, cells, args.variants),
         "drains": [{**asdict(drain), "rate_per_s": round(drain.rate_per_s, 1)} for drain in drains],
     }
 
@@ -313,6 +361,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     results = run(args, arguments)
+    if args.variants != VARIANTS:
+        print(json.dumps(results["cells"], indent=1))
+        return 0
     print(render_markdown(results))
     if args.write:
         print(f"wrote {write_results(BENCH, results)} in {results['duration_s']} s")

@@ -153,13 +153,17 @@ def drain_cloudqueue(connection_string: str, cell: Cell, count: int, deadline: f
     # model_validate reads no environment or config file: the defaults, on every machine.
     settings = CloudQueueSettings.model_validate({"connection_string": connection_string})
     host = WorkerHost([worker], settings)
+    return timed_host(host, lambda: host.listeners[0].messages_processed, count, deadline)
+
+
+def timed_host(host: WorkerHost, settled: Callable[[], int], count: int, deadline: float) -> float:
+    """Seconds from ``host.start()`` until ``settled()`` reaches ``count``; the host stopped."""
     started = time.perf_counter()
     host.start()
     try:
-        listener = host.listeners[0]
-        while listener.messages_processed < count:
+        while settled() < count:
             if time.monotonic() > deadline:
-                raise BenchmarkError(f"cloudqueue settled {listener.messages_processed}/{count}")
+                raise BenchmarkError(f"cloudqueue settled {settled()}/{count}")
             time.sleep(POLL_S)
         return time.perf_counter() - started
     finally:

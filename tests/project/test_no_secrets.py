@@ -11,7 +11,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import quote
@@ -19,8 +18,11 @@ from urllib.parse import quote
 import pytest
 
 from tests.support.azurite import ACCOUNT_KEY, ACCOUNT_NAME, HOST, AzuriteProcess, free_port
+from tests.support.cli import cloudqueue as run_cli
+from tests.support.cli_fork import RunningProcess
 from tests.support.paths import REPO_ROOT
 from tests.support.polling import eventually
+from tests.support.runs import start_cloudqueue
 
 SIGNATURE = "FAKEsig%2Bs3cr3tS1gnatureXyZ0123456789abcdef%3D"
 """A SAS signature as it appears in a connection string: base64, percent-encoded."""
@@ -105,15 +107,7 @@ def environment(connection_string: str, tmp_path: Path) -> dict[str, str]:
 
 
 def cloudqueue(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "cloudqueue", *args],
-        cwd=REPO_ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    return run_cli(*args, env=env, cwd=REPO_ROOT, timeout_s=120)
 
 
 @pytest.mark.parametrize("case", list(EXIT_CODES))
@@ -161,9 +155,9 @@ def test_config_show_masks_the_connection_string_from_every_source(
 
 
 @pytest.fixture
-def running_worker(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
+def running_worker(tmp_path: Path) -> Iterator[list[RunningProcess]]:
     """Holds the `cloudqueue run` process a test starts, and always ends it."""
-    started: list[subprocess.Popen[str]] = []
+    started: list[RunningProcess] = []
     yield started
     for process in started:
         if process.poll() is None:
@@ -186,7 +180,7 @@ def test_a_running_worker_logs_no_secret(
     event: str,
     connection_strings: dict[str, str],
     tmp_path: Path,
-    running_worker: list[subprocess.Popen[str]],
+    running_worker: list[RunningProcess],
 ) -> None:
     """`run` logs at DEBUG from start to SIGTERM -- work done or storage failing -- and no
     line holds the key or the signature."""
@@ -194,15 +188,9 @@ def test_a_running_worker_logs_no_secret(
     if case == "azurite":
         assert cloudqueue(env, "enqueue", "invoices", INVOICE).returncode == 0
     log_path = tmp_path / "worker.log"
-    with log_path.open("w") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue", "run", "examples.billing:InvoiceWorker"],
-            cwd=REPO_ROOT,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
+    process = start_cloudqueue(
+        ["run", "examples.billing:InvoiceWorker"], env=env, log_path=log_path, cwd=REPO_ROOT
+    )
     running_worker.append(process)
     eventually(lambda: '"host_started"' in log_path.read_text(), timeout_s=30)
     eventually(lambda: f'"{event}"' in log_path.read_text(), timeout_s=30)

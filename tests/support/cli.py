@@ -16,6 +16,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from cloudqueue.workers.cli import cli
+from tests.support.cli_fork import interpreter_agrees, run_forked
 
 ANSI_SEQUENCE = re.compile(r"\x1b(\[[0-9;?]*[ -/]*[@-~]|\][^\x07]*\x07|[()][0-9A-B]|[=>])")
 
@@ -26,19 +27,32 @@ def plain(shown: str) -> str:
 
 
 def cloudqueue(
-    *args: str, env: dict[str, str], stdin: str = "", cwd: Path | None = None
+    *args: str,
+    env: dict[str, str],
+    stdin: str = "",
+    cwd: Path | None = None,
+    fresh: bool = False,
+    timeout_s: float = 60,
 ) -> subprocess.CompletedProcess[str]:
-    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere), in ``cwd``."""
-    return subprocess.run(
-        [sys.executable, "-m", "cloudqueue", *args],
-        input=stdin,
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    """Run the CLI with stdin, stdout and stderr all pipes (no terminal anywhere), in ``cwd``.
+
+    The command runs in a process of its own, forked from a warm fork server
+    (``tests.support.cli_fork``); ``fresh=True`` starts a new interpreter instead, for a test
+    about what an interpreter start imports. An environment that changes a ``PYTHON*``
+    variable gets a new interpreter too, as those act only when one starts.
+    """
+    if fresh or not interpreter_agrees(env):
+        return subprocess.run(
+            [sys.executable, "-m", "cloudqueue", *args],
+            input=stdin,
+            env=env,
+            cwd=cwd,
+            capture_output=True,
+            text=True,
+            timeout=timeout_s,
+            check=False,
+        )
+    return run_forked(list(args), env=env, stdin=stdin, cwd=cwd or Path.cwd(), timeout_s=timeout_s)
 
 
 def help_text(*args: str) -> str:
@@ -95,14 +109,24 @@ def run_on_terminal(
     *args: str, env: dict[str, str], terminal: Terminal, stdin: str | None = None
 ) -> tuple[subprocess.CompletedProcess[str], str]:
     """Run the CLI with stderr on the terminal, and stdin too unless ``stdin`` text is given."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cloudqueue", *args],
-        stdin=terminal.slave if stdin is None else subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=terminal.slave,
+    if not interpreter_agrees(env):
+        process = subprocess.Popen(
+            [sys.executable, "-m", "cloudqueue", *args],
+            stdin=terminal.slave if stdin is None else subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=terminal.slave,
+            env=env,
+            text=True,
+        )
+        stdout, _ = process.communicate(stdin, timeout=60)
+        result = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
+        return result, terminal.output()
+    result = run_forked(
+        list(args),
         env=env,
-        text=True,
+        stdin=stdin,
+        cwd=Path.cwd(),
+        timeout_s=60,
+        terminal=os.ttyname(terminal.slave),
     )
-    stdout, _ = process.communicate(stdin, timeout=60)
-    result = subprocess.CompletedProcess(process.args, process.returncode, stdout, "")
     return result, terminal.output()

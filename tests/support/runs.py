@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.cli import ok
+from tests.support.cli_fork import ForkedProcess, RunningProcess, interpreter_agrees
 from tests.support.written_lines import log_events
 
 WORKER = "tests.support.workers:RecordingWorker"
@@ -52,27 +53,44 @@ def queue_depth(env: dict[str, str]) -> int:
 
 
 def start_run(
-    processes: list[subprocess.Popen[bytes]], args: list[str], env: dict[str, str], log_path: Path
-) -> subprocess.Popen[bytes]:
+    processes: list[RunningProcess], args: list[str], env: dict[str, str], log_path: Path
+) -> RunningProcess:
     """``cloudqueue run ARGS`` in a session of its own (a kill reaches its children), its output
     appended to ``log_path``, noted in ``processes`` for the teardown to kill."""
+    process = start_cloudqueue(["run", *args], env=env, log_path=log_path)
+    processes.append(process)
+    return process
+
+
+def start_cloudqueue(
+    args: list[str],
+    *,
+    env: dict[str, str],
+    log_path: Path,
+    cwd: Path | None = None,
+    module: str = "cloudqueue",
+) -> RunningProcess:
+    """``python -m MODULE ARGS`` (``cloudqueue`` by default) running in a session of its own,
+    stdout and stderr appended to ``log_path``: forked warm (``tests.support.cli_fork``) unless
+    ``env`` needs a new interpreter."""
+    if interpreter_agrees(env):
+        return ForkedProcess(args, env, cwd or Path.cwd(), log_path, module)
     with log_path.open("ab") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue", "run", *args],
+        return subprocess.Popen(
+            [sys.executable, "-m", module, *args],
+            cwd=cwd,
             env=env,
             stdout=log_file,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    processes.append(process)
-    return process
 
 
 @dataclass
 class Run:
     """A running `cloudqueue run` whose JSON log lines go to a file."""
 
-    process: subprocess.Popen[bytes]
+    process: RunningProcess
     log_path: Path
 
     def events(self, name: str | None = None) -> list[dict[str, Any]]:
@@ -95,14 +113,12 @@ class Runs:
         """A new process of the recording worker (or ``worker``), its handler waiting
         ``delay_s`` per item."""
         log_path = self.folder / f"run{len(self.started)}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", worker, *args],
-                env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,  # its own group: teardown kills the children too
-            )
+        log_path.write_bytes(b"")
+        process = start_cloudqueue(  # its own session: teardown kills the children too
+            ["run", worker, *args],
+            env={**env, "TEST_HANDLER_DELAY_S": str(delay_s)},
+            log_path=log_path,
+        )
         run = Run(process, log_path)
         self.started.append(run)
         return run

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import contextlib
 import signal
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,6 +28,7 @@ from tests.support.chain_workers import (
     priced,
     totals,
 )
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
 from tests.support.runs import run_environment, start_run
 from tests.support.written_lines import log_events
@@ -45,7 +45,7 @@ def connection_string(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
 
 def test_a_step_killed_after_its_send_sends_nothing_twice(
-    connection_string: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    connection_string: str, tmp_path: Path, processes: list[RunningProcess]
 ) -> None:
     """The first run dies by SIGKILL after one chained send; the second finishes the chain: the
     killed line was priced twice, totalled once, and every order's total is exact."""
@@ -63,7 +63,7 @@ def test_a_step_killed_after_its_send_sends_nothing_twice(
     storage.create_queue(Split.queue_name)
     Publisher(storage, Split.queue_name, Order, key="order").publish_many(ORDERS)
 
-    def start(name: str, **extra: str) -> subprocess.Popen[bytes]:
+    def start(name: str, **extra: str) -> RunningProcess:
         return start_run(processes, [*WORKERS], {**env, **extra}, tmp_path / f"{name}.log")
 
     victim = start("victim", TEST_KILL_MARKER=str(tmp_path / "killed"))

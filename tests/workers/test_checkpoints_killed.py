@@ -15,6 +15,7 @@ import pytest
 
 from cloudqueue.listener import Publisher, open_storage
 from tests.support.azurite import AzuriteProcess
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
 from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines
@@ -35,7 +36,7 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
     request: pytest.FixtureRequest,
     tmp_path: Path,
     queue_name: str,
-    processes: list[subprocess.Popen[bytes]],
+    processes: list[RunningProcess],
 ) -> None:
     """Steps 1 and 2 run once; step 3 starts in the killed process (``status`` showing it at
     2/3) and again, on the redelivery (dequeue count 2), in the next one, which finishes the
@@ -56,7 +57,7 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
     storage.create_queue(queue_name)
     Publisher(storage, queue_name, dict).publish({"job": "three steps"})
 
-    def start(name: str, **extra: str) -> subprocess.Popen[bytes]:
+    def start(name: str, **extra: str) -> RunningProcess:
         return start_run(processes, [WORKER], {**env, **extra}, tmp_path / f"{name}.log")
 
     def events() -> list[list[str]]:

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -28,7 +26,7 @@ from cloudqueue.listener.stores.connection import open_tick_ledger
 from cloudqueue.listener.stores.tick_ledger import JobRecord, TickLedger
 from tests.support.azurite import REPO_ROOT, AzuriteProcess
 from tests.support.polling import eventually
-from tests.support.runs import Run, run_environment
+from tests.support.runs import Run, run_environment, start_cloudqueue
 
 JOB = "tests.support.jobs:EveryTwoSeconds"
 
@@ -55,14 +53,11 @@ def fleet(env: dict[str, str], tmp_path: Path) -> Iterator[list[Run]]:
     runs = []
     for index in range(2):
         log_path = tmp_path / f"run{index}.log"
-        with log_path.open("wb") as log_file:
-            process = subprocess.Popen(
-                [sys.executable, "-m", "cloudqueue", "run", JOB],
-                env={**env, "CLOUDQUEUE_STATE_DIR": str(tmp_path / f"state{index}")},
-                stdout=log_file,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
+        process = start_cloudqueue(
+            ["run", JOB],
+            env={**env, "CLOUDQUEUE_STATE_DIR": str(tmp_path / f"state{index}")},
+            log_path=log_path,
+        )
         runs.append(Run(process, log_path))
     yield runs
     for run in runs:

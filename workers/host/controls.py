@@ -20,6 +20,7 @@ from cloudqueue.listener.middleware.retry import RetryPolicy
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.batch_handler import Batcher
+from cloudqueue.workers.host.loop_checks import check_event_loop
 from cloudqueue.workers.settings import CloudQueueSettings
 
 
@@ -39,6 +40,7 @@ def controls_for(kind: type[QueueWorker[Any]], settings: CloudQueueSettings) -> 
     """The controls of a worker class under its effective settings; ConfigurationError when
     they contradict each other (checked by ``cloudqueue run`` before anything starts)."""
     kind.check()
+    check_event_loop(kind, settings)  # an event loop of its own: async def handle only
     options, retry = settings.listener, kind.retry
     delivery = settings.delivery_policy()
     middleware: list[Middleware] = []

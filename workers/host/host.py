@@ -43,6 +43,7 @@ from cloudqueue.workers.host.hosted_jobs import HostedJobs
 from cloudqueue.workers.host.hosted_worker import finish, host_worker, wake_on_triggers
 from cloudqueue.workers.host.lifecycle import StartupFailedError, call_plain_hook
 from cloudqueue.workers.host.live_state import LiveStatePublisher
+from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
 from cloudqueue.workers.host.partitioning import (
     layout_of,
     partitioned_storage,
@@ -51,6 +52,7 @@ from cloudqueue.workers.host.partitioning import (
 )
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.host.process_observability import ProcessObservability
+from cloudqueue.workers.host.seam import HostParts
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,
@@ -137,6 +139,17 @@ class WorkerHost:
         # Opened before the workers: a chain step (``then``) announces what it puts on it.
         self.triggers = open_trigger_channel(settings)
         try:
+            # A worker with listener.event_loop = "single": its own loop, no listener.
+            self.looped: list[LoopWorker] = [
+                host_loop_worker(
+                    worker,
+                    worker_settings,
+                    self.storage,
+                    HostParts(recorder=self.recorder, key_ledger=self.keys.ledger),
+                )
+                for worker, worker_settings in workers
+                if worker_settings.listener.event_loop == "single"
+            ]
             self.hosted = [
                 host_worker(
                     worker,
@@ -149,6 +162,7 @@ class WorkerHost:
                     triggers=self.triggers,
                 )
                 for worker, worker_settings in workers
+                if worker_settings.listener.event_loop == "threads"
             ]
         except BaseException:
             if self.triggers is not None:
@@ -169,16 +183,22 @@ class WorkerHost:
         nothing started, call ``stop``), then each worker's on_start and its dequeue threads."""
         for hosted in self.hosted:
             hosted.start_up()
+        for looped in self.looped:
+            looped.start_up()
         self.jobs.start_up()
         account = account_of(self.settings.connection_string_value())
-        for hosted in self.hosted:
-            if hosted.completion is not None:
-                hosted.completion.announce = partial(self._work_sent, account)
+        completions = [hosted.completion for hosted in self.hosted]
+        completions += [looped.completion for looped in self.looped]
+        for completion in completions:
+            if completion is not None:
+                completion.announce = partial(self._work_sent, account)
         for hosted in self.hosted:
             call_plain_hook(hosted.worker.on_start, hosted.listener)
             if self.triggers is not None:
                 hosted.push = wake_on_triggers(hosted, self.triggers, account)
             hosted.listener.start_listener(hosted.settings.listener.threads)
+        for looped in self.looped:
+            looped.start(self.triggers, account=account)
         if isinstance(self.listening, PartitionedQueueStorage):
             self._plain_watches = [
                 PlainQueueWatch(self.listening, queue).start()
@@ -192,6 +212,7 @@ class WorkerHost:
         log.info(
             "host_started",
             queues=[q for hosted in self.hosted for q in hosted.listener.queue_names],
+            event_loop_queues=[q for looped in self.looped for q in looped.queue_names],
             jobs=self.jobs.names,
         )
 
@@ -201,6 +222,9 @@ class WorkerHost:
         for hosted in self.hosted:
             if queue in hosted.listener.queue_names and not hosted.listener.stopped:
                 hosted.scaler.on_trigger()
+        for looped in self.looped:
+            if queue in looped.queue_names:
+                looped.wake()
         if self.triggers is not None:
             self.triggers.publish(WorkDetected(account, queue, message_count=1))
 
@@ -215,14 +239,21 @@ class WorkerHost:
                 part.close()
             hosted.scaler.close()
             hosted.listener.request_stop()  # stop fetching everywhere before waiting on any
+        for looped in self.looped:
+            looped.request_stop()
         self.jobs.request_stop()  # and firing
         drained = [
             hosted.listener.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic()))
             for hosted in self.hosted
         ]
+        drained += [
+            looped.stop(max(0.0, deadline - SYSTEM_CLOCK.monotonic())) for looped in self.looped
+        ]
         drained.append(self.jobs.stop(deadline))
         for hosted in self.hosted:
             finish(hosted)
+        for looped in self.looped:
+            looped.finish()
         if self.triggers is not None:
             self.triggers.close()
         self.storage.close()
@@ -267,7 +298,11 @@ class WorkerHost:
         live = self._live = LiveStatePublisher(
             self.settings.state_dir,
             worker=" ".join(
-                [*(_name(type(hosted.worker)) for hosted in self.hosted), *self.jobs.names]
+                [
+                    *(_name(type(hosted.worker)) for hosted in self.hosted),
+                    *(looped.name for looped in self.looped),
+                    *self.jobs.names,
+                ]
             ),
             storage=where,
         )
@@ -288,18 +323,20 @@ class WorkerHost:
         self._publish(live, meter)
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
-        recycling = False
+        recycling = failed = False
         while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
             self._publish(live, meter)
             if self.observability is not None:
                 self.observability.sample()
             if self._recyclable and (recycling := self._too_many_stuck()):
                 break  # a fresh process replaces this one: its stuck threads end with it
+            if failed := any(looped.ended_early for looped in self.looped):
+                break  # a worker fetches no more: exit, for the supervisor to start another
         drained = self.stop()
         live.remove()
         if recycling:
             return RECYCLE_EXIT_CODE
-        return 0 if drained else 1
+        return 0 if drained and not failed else 1
 
     def _too_many_stuck(self) -> bool:
         """True (and logged) when a worker has more handler threads stuck past its time limit
@@ -319,6 +356,7 @@ class WorkerHost:
             transactions=self.storage.transactions,
             meter=meter,
             jobs=self.jobs.states(),
+            loop_workers=self.looped,
         )
 
 

@@ -9,8 +9,6 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.consumer.listener import CloudQueueListener
-from cloudqueue.listener.consumer.middleware import Middleware
-from cloudqueue.listener.middleware.rate_limit import RateLimit
 from cloudqueue.listener.push.triggers import TriggerChannel
 from cloudqueue.listener.scaling.scaler import ElasticScaler
 from cloudqueue.listener.scaling.waker import TriggerWaker, Watchdog
@@ -20,7 +18,7 @@ from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
 from cloudqueue.listener.workflows.chains import returning
-from cloudqueue.listener.workflows.completion import GroupCompletion, group_completion_for
+from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.keep_results import KeepResults
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.listener.workflows.result_stores import required_result_store
@@ -30,11 +28,9 @@ from cloudqueue.workers.host.batch_handler import Batcher
 from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
-from cloudqueue.workers.host.key_controls import key_middleware
 from cloudqueue.workers.host.lifecycle import start_up, wind_down
 from cloudqueue.workers.host.process_observability import ProcessObservability
-from cloudqueue.workers.host.rate_limits import open_rate_limiter
-from cloudqueue.workers.host.recording import Recording
+from cloudqueue.workers.host.seam import HostParts, completion_in, worker_middleware
 from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)
@@ -90,31 +86,15 @@ def host_worker(
     options = settings.listener
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     policy = settings.scaling_policy()
-    count = None if observability is None else observability.count_decisions(location.queue_name)
     controls = controls_for(type(worker), settings)
     if observability is not None:
         storage = observability.observe_storage(storage)
-    # Innermost: it sends what the handler returned on before any other middleware settles.
     chain = chain_step_for(type(worker), storage, settings, key_ledger, triggers)
-    # Groups first: they must see every other middleware's decision about a member.
-    passed_on = None if chain is None else chain.passed_on
-    middleware: list[Middleware] = group_completion_for(
-        storage, controls.delivery, passed_on=passed_on
-    )
-    completion = next((m for m in middleware if isinstance(m, GroupCompletion)), None)
-    middleware += key_middleware(worker, settings, location, key_ledger, count)
-    # Results inside groups and idempotency: stored before the member or the key settles.
     results = keep_results_for(worker, storage)
-    middleware += [] if results is None else [results]
-    if observability is not None:
-        middleware.append(observability.middleware(location.queue_names, policy))
-    if recorder is not None:
-        middleware.append(Recording(recorder))
-    limiter = open_rate_limiter(settings, location)
-    if limiter is not None:
-        middleware.append(RateLimit(limiter))
-    middleware += [*controls.middleware, *worker.own_middleware(), *options.build_middleware()]
-    middleware += [] if chain is None else [chain]
+    parts = HostParts(observability, recorder, key_ledger)
+    middleware = worker_middleware(
+        worker, settings, storage, location, controls, parts=parts, results=results, chain=chain
+    )
     runner = AsyncHandlerRunner(worker.handle)
     listener: CloudQueueListener[Any] = CloudQueueListener(
         storage,
@@ -159,7 +139,7 @@ def host_worker(
         depth=depth,
         batcher=batcher,
         results=results,
-        completion=completion,
+        completion=completion_in(middleware),
     )
 
 

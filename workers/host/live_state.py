@@ -19,7 +19,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import structlog
 
@@ -37,6 +37,15 @@ STALE_AFTER_S = 3 * PUBLISH_INTERVAL_S
 """A file not rewritten for three publish intervals belongs to a process that hung or died."""
 
 log = structlog.get_logger(__name__)
+
+
+class LoopConsumerState(Protocol):
+    """A worker on an event loop of its own (``loop_worker.LoopWorker``), as published."""
+
+    @property
+    def queue_names(self) -> tuple[str, ...]: ...
+
+    def live_state(self, cost: QueueCost) -> QueueLiveState: ...
 
 
 def utc_now() -> datetime:
@@ -230,11 +239,13 @@ class LiveStatePublisher:
         transactions: int | None = None,
         meter: CostMeter | None = None,
         jobs: Sequence[JobLiveState] = (),
+        loop_workers: Sequence[LoopConsumerState] = (),
     ) -> None:
         """Replace the state file; a failure is logged (once while it lasts), never raised.
 
         ``transactions`` is the process's storage transaction count so far, if it keeps one;
-        ``meter`` (sampled here) gives each queue's transactions per hour and monthly cost.
+        ``meter`` (sampled here) gives each queue's transactions per hour and monthly cost;
+        ``loop_workers`` are the workers on an event loop of their own, which have no listener.
         """
         if meter is not None:
             meter.sample()
@@ -248,6 +259,12 @@ class LiveStatePublisher:
                 QueueLiveState.of(listener, UNKNOWN if meter is None else meter.cost_of(q), q)
                 for listener in listeners
                 for q in listener.queue_names
+            )
+            + tuple(
+                worker.live_state(
+                    UNKNOWN if meter is None else meter.cost_of(worker.queue_names[0])
+                )
+                for worker in loop_workers
             ),
             transactions=transactions,
             jobs=tuple(jobs),

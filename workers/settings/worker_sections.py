@@ -9,7 +9,7 @@ process as a whole are in ``cloudqueue.workers.settings.process_sections``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
@@ -127,6 +127,12 @@ class ListenerSettings(Section):
         default_factory=list,
         description="middleware around each message, 'package.module:Class' (made with no "
         "arguments), after the worker's own; imported by 'cloudqueue run'",
+    )
+    event_loop: Literal["threads", "single"] = Field(
+        default="threads",
+        description="where an async def handle's messages are fetched and settled: threads "
+        "(dequeue threads, each handler awaited on the worker's event loop) or single (one "
+        "event loop fetches, handles and settles, no thread per message; async def handle only)",
     )
 
     @field_validator("middleware")

@@ -12,7 +12,9 @@ from typing import Any
 import pytest
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
-from cloudqueue.listener.errors import PermanentFailure
+from cloudqueue.listener.consumer.current import current_envelope
+from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import parse_record
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
@@ -81,17 +83,23 @@ def poison_reasons(storage: QueueStorage, queue: str) -> list[str]:
 def test_every_message_is_handled_once_and_deleted(
     stores: tuple[QueueStorage, Callable[[], AsyncQueueStorage]], queue_name: str
 ) -> None:
-    """A backlog of 60 is handled by tasks on one loop and leaves an empty queue."""
+    """A backlog of 60 is handled by tasks on one loop and leaves an empty queue; each handler
+    reads the envelope of its own message."""
     storage, make = stores
     put_all(storage, queue_name, list(range(60)))
     seen: list[int] = []
+    envelopes: set[tuple[str, str]] = set()
 
     async def handle(item: int) -> None:
         await asyncio.sleep(0.01)
         seen.append(item)
+        envelope = current_envelope()  # after an await: still its own message's
+        envelopes.add((envelope.queue_name, envelope.message_id))
 
     consumer = asyncio.run(consume(make, queue_name, handle, lambda c: c.counters.processed >= 60))
     assert sorted(seen) == list(range(60))
+    assert len(envelopes) == 60
+    assert {queue for queue, _ in envelopes} == {queue_name}
     assert storage.approximate_message_count(queue_name) == 0
     assert consumer.counters.in_flight == 0
 
@@ -213,6 +221,44 @@ def test_stop_finishes_started_handlers_and_releases_the_rest_at_once(
     assert len(left) == 4
 
 
+class PlainPass(Middleware):
+    """A plain around_handle: on the event loop it runs on a worker thread."""
+
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
+        call_next()
+
+
+def test_a_stop_past_its_grace_cancels_a_handler_under_a_plain_middleware(
+    queue_name: str,
+) -> None:
+    """The handler runs on the loop, its plain middleware on a worker thread: a stop past
+    ``grace_s`` cancels the handler all the same, before ``run`` returns; its message stays."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [1])
+    cancelled: list[int] = []
+
+    async def handle(item: int) -> None:
+        try:
+            await asyncio.Event().wait()  # never set: only a cancellation ends it
+        except asyncio.CancelledError:
+            cancelled.append(item)
+            raise
+
+    async def scenario() -> list[int]:
+        await consume(
+            lambda: DirectAsyncStorage(storage),
+            queue_name,
+            handle,
+            lambda c: c.handlers_running == 1,
+            grace_s=0.05,
+            middleware=[PlainPass()],
+        )
+        return list(cancelled)  # before asyncio.run cancels what is left at its end
+
+    assert asyncio.run(scenario()) == [1]
+    assert storage.approximate_message_count(queue_name) == 1
+
+
 def test_a_poison_queue_deleted_while_running_is_created_again(queue_name: str) -> None:
     """A message given up on after its poison queue was deleted still gets its record: the
     queue is created again, not the message left to fail for ever."""
@@ -270,3 +316,34 @@ def test_a_publishers_batch_is_opened_into_its_items_and_a_bloated_one_poisoned(
     assert seen == [4, 5, 6]
     assert poison_reasons(storage, queue_name) == ["over_limit"]
     assert storage.approximate_message_count(queue_name) == 0
+
+
+class DownAtStart(DirectAsyncStorage):
+    """A store whose first ``failures`` queue creations fail, as when storage is down at start."""
+
+    def __init__(self, storage: QueueStorage, failures: int) -> None:
+        super().__init__(storage)
+        self.failures = failures
+
+    async def create_queue(self, queue_name: str) -> None:
+        if self.failures > 0:
+            self.failures -= 1
+            raise TransientStorageError("create_queue failed: connection refused")
+        await super().create_queue(queue_name)
+
+
+def test_storage_down_at_start_is_waited_out_not_fatal(queue_name: str) -> None:
+    """Creating the queues fails twice: the consumer backs off and tries again, then handles
+    what is queued, as a failed get is backed off from; it never ends on its own."""
+    storage = InMemoryQueueStorage()
+    put_all(storage, queue_name, [1, 2, 3])
+    down = DownAtStart(storage, failures=2)
+    consumer = asyncio.run(
+        consume(lambda: down, queue_name, _nothing, lambda c: c.counters.processed == 3)
+    )
+    assert down.failures == 0
+    assert consumer.counters.processed == 3
+
+
+async def _nothing(item: int) -> None:
+    pass

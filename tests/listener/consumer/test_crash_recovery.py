@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
+from tests.support.runs import start_cloudqueue
 from tests.support.written_lines import log_events
 
 BURST = 200
@@ -30,13 +32,9 @@ def handled(path: Path) -> list[int]:
 
 
 COMMANDS = {
-    "threads": ["-m", "cloudqueue.workers", "run", "tests.support.workers:RecordingWorker"],
-    # The event-loop consumer (not yet run by the host), with the same worker's async twin.
-    "event_loop": [
-        "-m",
-        "tests.support.async_consumer_process",
-        "tests.support.workers:AsyncRecordingWorker",
-    ],
+    "threads": ["cloudqueue", "run", "tests.support.workers:RecordingWorker"],
+    # The same worker's async twin, on one event loop (listener.event_loop, set below).
+    "event_loop": ["cloudqueue", "run", "tests.support.workers:AsyncRecordingWorker"],
 }
 
 
@@ -48,15 +46,9 @@ def queue_depth(env: dict[str, str]) -> int:
         storage.close()
 
 
-def start(env: dict[str, str], log_path: Path, path: str = "threads") -> subprocess.Popen[bytes]:
-    with log_path.open("wb") as log_file:
-        return subprocess.Popen(
-            [sys.executable, *COMMANDS[path]],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+def start(env: dict[str, str], log_path: Path, path: str = "threads") -> RunningProcess:
+    module, *args = COMMANDS[path]
+    return start_cloudqueue(args, env=env, log_path=log_path, module=module)
 
 
 @pytest.mark.parametrize("path", ["threads", "event_loop"])
@@ -79,6 +71,7 @@ def test_a_killed_worker_loses_nothing_and_its_messages_return_within_one_timeou
     }
     if path == "event_loop":  # its in-flight bound, and so the duplicates' bound, is set here
         env["CLOUDQUEUE_LISTENER__CONCURRENCY"] = str(CONCURRENCY)
+        env["CLOUDQUEUE_LISTENER__EVENT_LOOP"] = "single"
     items = "\n".join(json.dumps({"n": n}) for n in range(BURST))
     subprocess.run(
         [sys.executable, "-m", "cloudqueue", "enqueue", env["TEST_QUEUE"]],

@@ -9,6 +9,8 @@ import sys
 import uuid
 from pathlib import Path
 
+import pytest
+
 from cloudqueue.listener import MessageCodec
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.polling import eventually
@@ -38,11 +40,13 @@ def collect_all(storage: SqliteQueueStorage, queue: str) -> set[int]:
     return taken
 
 
+@pytest.mark.parametrize("event_loop", ["threads", "single"])
 def test_kill_9_with_200_messages_in_flight_loses_none_and_deletes_none_unhandled(
-    tmp_path: Path,
+    tmp_path: Path, event_loop: str
 ) -> None:
     """A worker killed while 200 messages are in flight (half completed and being deleted, half
-    still running) leaves every message it did not complete in the queue."""
+    still running) leaves every message it did not complete in the queue: its async handlers
+    awaited from dequeue threads, or fetched, handled and settled on one event loop."""
     database, record_path = tmp_path / "queues.db", tmp_path / "record.txt"
     queue = f"crash-{uuid.uuid4().hex[:12]}"
     storage = SqliteQueueStorage(database)
@@ -58,6 +62,7 @@ def test_kill_9_with_200_messages_in_flight_loses_none_and_deletes_none_unhandle
         "CLOUDQUEUE_LISTENER__VISIBILITY_TIMEOUT_S": str(VISIBILITY_TIMEOUT_S),
         "CLOUDQUEUE_SCALING__MIN_THREADS": "4",
         "CLOUDQUEUE_SCALING__MAX_THREADS": "4",
+        "CLOUDQUEUE_LISTENER__EVENT_LOOP": event_loop,
         "TEST_QUEUE": queue,
         "TEST_RECORD_PATH": str(record_path),
         "TEST_HOLD_AT": str(IN_FLIGHT),

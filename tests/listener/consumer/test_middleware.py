@@ -1,6 +1,7 @@
 """The middleware seam: a user's own middleware times, skips and re-routes messages on every
 store; hooks see the listener's events in order; a middleware that fails is contained; async
-hooks run on the listener's event loop."""
+hooks run on the listener's event loop -- on the threaded listener and on the event-loop
+consumer of ``async def`` handlers alike."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import asyncio
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -27,12 +29,14 @@ from cloudqueue.listener import (
 )
 from cloudqueue.listener.consumer.middleware import CallNext
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from tests.conftest import make_storage
+from tests.support.event_loop_consumer import KINDS, Consuming, start_either
 from tests.support.polling import eventually
 
 
 @pytest.fixture
-def listeners() -> Iterator[list[CloudQueueListener[Any]]]:
-    made: list[CloudQueueListener[Any]] = []
+def listeners() -> Iterator[list[Consuming]]:
+    made: list[Consuming] = []
     yield made
     for listener in made:
         listener.stop(timeout_s=10)
@@ -42,22 +46,22 @@ def start(
     storage: QueueStorage,
     queue_name: str,
     middleware: list[Middleware],
-    listeners: list[CloudQueueListener[Any]],
-) -> tuple[CloudQueueListener[dict[str, Any]], list[int]]:
+    listeners: list[Consuming],
+    kind: str = "threads",
+) -> tuple[Consuming, list[int]]:
     """A listener of ``{"n": ...}`` items with ``middleware``, recording what its handler got;
-    a failed message is retried at once."""
-    listener: CloudQueueListener[dict[str, Any]] = CloudQueueListener(
+    a failed message is retried at once. ``event_loop``: the consumer of an async handler."""
+    handled: list[int] = []
+    listener = start_either(
+        kind,
         storage,
-        CloudQueueLocation(queue_name, visibility_timeout_s=30),
-        dict,
+        queue_name,
+        lambda item: handled.append(item["n"]),
         middleware=middleware,
-        dequeue_interval_s=0.05,
         delivery=DeliveryPolicy(retry_delay_s=0),
+        dequeue_interval_s=0.05,
     )
     listeners.append(listener)
-    handled: list[int] = []
-    listener.subscribe(lambda item: handled.append(item["n"]))
-    listener.start_listener(1)
     return listener, handled
 
 
@@ -94,16 +98,27 @@ class Router(Middleware):
             call_next()
 
 
+@pytest.mark.parametrize(
+    ("backend", "kind"),
+    [("memory", "threads"), ("sqlite", "threads"), ("azure", "threads"), ("memory", "event_loop")],
+)
 def test_a_users_middleware_times_skips_and_reroutes_on_every_store(
-    storage: QueueStorage, queue_name: str, listeners: list[CloudQueueListener[Any]]
+    backend: str,
+    kind: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    queue_name: str,
+    listeners: list[Consuming],
 ) -> None:
     """Even numbers are handled (and timed); odd ones are deleted unhandled; 101 and 102 end up
     on the overflow queue, as they were sent, and not on the listener's queue or poison queue."""
+    storage = make_storage(backend, request, tmp_path)
+    request.addfinalizer(storage.close)
     overflow = f"{queue_name}-overflow"
     storage.create_queue(queue_name)
     storage.create_queue(overflow)
     timing = Timing()
-    listener, handled = start(storage, queue_name, [timing, Router(overflow)], listeners)
+    listener, handled = start(storage, queue_name, [timing, Router(overflow)], listeners, kind)
     put(storage, queue_name, 1, 2, 3, 4, 101, 102)
     eventually(lambda: listener.messages_processed == 6)
     assert sorted(handled) == [2, 4]
@@ -145,15 +160,16 @@ class GiveUpOnNegatives(Middleware):
             call_next()
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_every_message_is_settled_once_and_its_outcome_seen(
-    queue_name: str, listeners: list[CloudQueueListener[Any]]
+    kind: str, queue_name: str, listeners: list[Consuming]
 ) -> None:
     """A handled message is deleted, an undecodable one poisoned, a given-up one poisoned with
     the middleware's reason; the hooks see start, work and stop in order."""
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
     outcomes = Outcomes()
-    listener, _ = start(storage, queue_name, [outcomes, GiveUpOnNegatives()], listeners)
+    listener, _ = start(storage, queue_name, [outcomes, GiveUpOnNegatives()], listeners, kind)
     put(storage, queue_name, 1, -1)
     storage.put_message(queue_name, "not json")
     eventually(lambda: len(outcomes.outcomes) == 3)
@@ -195,16 +211,17 @@ class Forgetful(Middleware):
         call_next()
 
 
+@pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("middleware", [Raising, Forgetful])
 def test_a_failing_middleware_counts_as_a_failed_delivery_and_the_message_comes_back(
-    middleware: type[Middleware], queue_name: str, listeners: list[CloudQueueListener[Any]]
+    middleware: type[Middleware], kind: str, queue_name: str, listeners: list[Consuming]
 ) -> None:
     """A middleware that raises (or forgets to go on) fails that delivery like a failing
     observer: logged, retried later, then handled; the thread lives on."""
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
     with capture_logs() as logs:
-        listener, handled = start(storage, queue_name, [middleware()], listeners)
+        listener, handled = start(storage, queue_name, [middleware()], listeners, kind)
         put(storage, queue_name, 7)
         eventually(lambda: listener.messages_failed == 1)
         eventually(lambda: handled == [7], timeout_s=20)
@@ -228,20 +245,24 @@ class AsyncGate(Middleware):
         self.loop_threads.add(threading.current_thread().name)
 
 
+@pytest.mark.parametrize(
+    ("kind", "loop_thread"), [("threads", ":middleware"), ("event_loop", "test:async-consumer")]
+)
 def test_async_hooks_run_on_the_listeners_event_loop(
-    queue_name: str, listeners: list[CloudQueueListener[Any]]
+    kind: str, loop_thread: str, queue_name: str, listeners: list[Consuming]
 ) -> None:
-    """An ``async def`` around_handle and after_settle are awaited on one event loop thread;
+    """An ``async def`` around_handle and after_settle are awaited on one event loop thread:
+    the threaded listener's side loop, or the event-loop consumer's own loop (no side loop);
     the handler itself still runs, and the message is deleted."""
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
     gate = AsyncGate()
-    listener, handled = start(storage, queue_name, [gate], listeners)
+    listener, handled = start(storage, queue_name, [gate], listeners, kind)
     put(storage, queue_name, 1, 2, 3)
     eventually(lambda: listener.messages_processed == 3)
     assert sorted(handled) == [1, 2, 3]
     assert len(gate.loop_threads) == 1
-    assert next(iter(gate.loop_threads)).endswith(":middleware")
+    assert next(iter(gate.loop_threads)).endswith(loop_thread)
 
 
 def test_a_setting_or_a_worker_attribute_that_names_no_middleware_is_refused() -> None:

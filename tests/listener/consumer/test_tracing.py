@@ -7,6 +7,7 @@ the CLI) and Azurite.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import os
@@ -45,6 +46,7 @@ from cloudqueue.listener.wire.payload import open_message
 from cloudqueue.listener.wire.trace_context import read_carrier, with_carrier
 from cloudqueue.workers.testing import run_until_drained
 from tests.support.cli import ok
+from tests.support.event_loop_consumer import LoopConsumer
 from tests.support.polling import eventually
 from tests.support.tracing import named
 
@@ -116,6 +118,32 @@ def test_a_trace_started_by_a_producer_continues_in_the_consumers_span(
     }
     assert [item for item, _ in handled] == [{"n": 0}, {"n": 1}, {"n": 2}]
     assert {span.get_span_context().span_id for _, span in handled} == {consumer.context.span_id}
+
+
+def test_on_the_event_loop_the_trace_continues_and_the_async_handler_runs_in_its_span(
+    spans: InMemorySpanExporter, queue_name: str
+) -> None:
+    """The event-loop consumer has the tracing middleware of every listener (a generator,
+    stepped on its loop): the consumer span continues the producer's trace, and the ``async
+    def`` handler -- after an await too -- runs inside it."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(queue_name)
+    with job():  # a batch: its envelope carries the trace context
+        Publisher(storage, queue_name, dict, batch=True).publish_many([{"n": 1}, {"n": 2}])
+    current: list[trace.Span] = []
+
+    async def handle(item: dict[str, int]) -> None:
+        await asyncio.sleep(0)
+        current.append(trace.get_current_span())
+
+    consumer = LoopConsumer(storage, queue_name, handle, MessageCodec(dict)).start()
+    try:
+        eventually(lambda: consumer.messages_processed == 1)
+    finally:
+        consumer.stop()
+    span = only(named(spans, f"process {queue_name}"))
+    assert_continues(span, sent_in_job(spans, queue_name))
+    assert [s.get_span_context().span_id for s in current] == [span.context.span_id] * 2
 
 
 def test_a_failing_handler_marks_the_consumer_span_failed_without_leaking_secrets(

@@ -16,6 +16,7 @@ from cloudqueue.listener import (
     CloudQueueLocation,
     InMemoryQueueStorage,
     MessageCodec,
+    Middleware,
 )
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.errors import ConfigurationError
@@ -32,6 +33,7 @@ from cloudqueue.listener.scaling.scaler import ScalingPolicy, targets
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import QueueWorker, WorkerHost
 from cloudqueue.workers.settings import CloudQueueSettings, RateLimitSettings, TriggerSettings
+from tests.support.event_loop_consumer import KINDS, Consuming, start_either
 from tests.support.polling import eventually
 
 # -- the pure bucket -----------------------------------------------------------------------------
@@ -202,6 +204,15 @@ def limited_listener(
         listener.stop(timeout_s=5)
 
 
+@pytest.fixture
+def consumers() -> Iterator[list[Consuming]]:
+    """Consumers of either kind, always stopped."""
+    made: list[Consuming] = []
+    yield made
+    for consumer in made:
+        consumer.stop(timeout_s=5)
+
+
 def put_items(storage: InMemoryQueueStorage, queue_name: str, count: int) -> None:
     codec = MessageCodec(dict)
     for n in range(count):
@@ -214,21 +225,24 @@ def rate_per_s(timestamps: list[float]) -> float:
     return (len(ordered) - 1) / (ordered[-1] - ordered[0])
 
 
+@pytest.mark.parametrize("kind", KINDS)
 def test_a_listener_with_a_limit_handles_at_that_rate_in_virtual_time(
+    kind: str,
     clock: ManualClock,
     manual_storage: InMemoryQueueStorage,
     queue_name: str,
-    limited_listener: Callable[..., CloudQueueListener[Any]],
+    consumers: list[Consuming],
 ) -> None:
     """400 messages at 50/s: the rate between the first and the last is 50/s within 10 %."""
     put_items(manual_storage, queue_name, 400)
     limiter = LocalRateLimiter(50, clock=clock, sleeper=clock)
-    listener = limited_listener(
-        manual_storage, middleware=[RateLimit(limiter)], clock=clock, sleeper=clock
-    )
     handled_at: list[float] = []
-    listener.subscribe(lambda _: handled_at.append(clock.monotonic()))
-    listener.start_listener(1)
+    record = lambda _: handled_at.append(clock.monotonic())  # noqa: E731
+    middleware: list[Middleware] = [RateLimit(limiter)]
+    listener = start_either(
+        kind, manual_storage, queue_name, record, middleware=middleware, clock=clock, sleeper=clock
+    )
+    consumers.append(listener)
     eventually(lambda: listener.messages_processed == 400)
     assert rate_per_s(handled_at) == pytest.approx(50, rel=0.10)
 
@@ -303,19 +317,18 @@ def test_held_messages_stay_hidden_while_they_wait_for_the_limit(queue_name: str
     assert listener.visibility_renewals > 0
 
 
-def test_stop_ends_the_wait_for_the_limit_and_releases_the_held_messages(queue_name: str) -> None:
-    """At one message per 100 s, stop returns at once and the nine waiting messages are back."""
+@pytest.mark.parametrize("kind", KINDS)
+def test_stop_ends_the_wait_for_the_limit_and_releases_the_held_messages(
+    kind: str, queue_name: str, consumers: list[Consuming]
+) -> None:
+    """At one message per 100 s, stop returns at once and the nine waiting messages are back
+    (on the event loop, the wait is on a worker thread, ended by the same stop)."""
     storage = InMemoryQueueStorage()
     storage.create_queue(queue_name)
     put_items(storage, queue_name, 10)
-    listener: CloudQueueListener[Any] = CloudQueueListener(
-        storage,
-        CloudQueueLocation(queue_name, visibility_timeout_s=30),
-        dict,
-        middleware=[RateLimit(LocalRateLimiter(0.01, burst=1))],
-    )
-    listener.subscribe(lambda _: None)
-    listener.start_listener(1)
+    middleware: list[Middleware] = [RateLimit(LocalRateLimiter(0.01, burst=1))]
+    listener = start_either(kind, storage, queue_name, lambda _: None, middleware=middleware)
+    consumers.append(listener)
     eventually(lambda: listener.messages_processed == 1)
     assert listener.stop(timeout_s=5)
     released = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Iterator
@@ -35,6 +33,7 @@ from cloudqueue.workers.settings import CloudQueueSettings, load_settings
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
+from tests.support.runs import start_cloudqueue
 from tests.support.written_lines import log_events
 
 
@@ -235,14 +234,7 @@ def test_two_processes_sharing_a_fleet_limit_hold_it_together(
     items = "\n".join(json.dumps({"n": n}) for n in range(MESSAGES))
     ok("enqueue", queue, env=env, stdin=items)
     log_path = tmp_path / "run.log"
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue", "run", WORKER, "--processes", "2"],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = start_cloudqueue(["run", WORKER, "--processes", "2"], env=env, log_path=log_path)
     try:
         eventually(
             lambda: sum(map(len, handled_times(log_path).values())) == MESSAGES, timeout_s=120

@@ -14,14 +14,18 @@ from click.testing import CliRunner
 from structlog.testing import capture_logs
 
 from cloudqueue.listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
+from cloudqueue.listener.middleware.keyed import KeyedHandling
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.stores.key_connection import open_key_ledger
+from cloudqueue.listener.stores.key_ledger import key_ledger_for
 from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers.cli import cli
 from tests.support.azurite import AzuriteProcess
+from tests.support.event_loop_consumer import KINDS, start_either
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
+from tests.support.polling import eventually
 
 
 def enqueue_twice_with_cli(connection_string: str, queue: str) -> None:
@@ -91,6 +95,35 @@ def test_the_workers_key_dedupes_plain_items_and_counts_in_the_metrics() -> None
         counted = host.observability.metrics.message_decisions.labels(queue, "duplicate_skipped")
         assert counted._value.get() == 6
     assert sorted(record.ids) == [0, 1, 2]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_key_sent_again_after_its_completion_is_skipped_by_either_consumer(
+    kind: str, queue_name: str
+) -> None:
+    """``KeyedHandling`` on a listener of either kind (on the event-loop consumer, stepped on a
+    worker thread for a keyed message): key 1's first message is handled, its second deleted
+    unhandled and counted ``duplicate_skipped``."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(queue_name)
+    ledger = key_ledger_for(storage)
+    assert ledger is not None
+    keyed = KeyedHandling(ledger, window_s=60)
+    publisher = Publisher(storage, queue_name, dict, key="id")
+    handled: list[int] = []
+    record = lambda item: handled.append(item["id"])  # noqa: E731
+    listener = start_either(
+        kind, storage, queue_name, record, middleware=[keyed], dequeue_interval_s=0.05
+    )
+    try:
+        publisher.publish({"id": 1})
+        eventually(lambda: listener.messages_processed == 1)
+        publisher.publish({"id": 1})
+        eventually(lambda: listener.messages_processed == 2)
+    finally:
+        listener.stop(timeout_s=10)
+    assert handled == [1]
+    assert keyed.decisions.snapshot() == {"duplicate_skipped": 1}
 
 
 def test_a_failed_handling_records_no_completion_and_is_retried() -> None:

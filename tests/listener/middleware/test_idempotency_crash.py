@@ -22,6 +22,7 @@ import pytest
 
 from cloudqueue.listener.stores.key_connection import open_key_ledger
 from tests.support.azurite import AzuriteProcess
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
 from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines
@@ -49,7 +50,7 @@ def lines(path: Path) -> list[tuple[str, int, int]]:
 
 
 def test_a_drain_killed_three_times_handles_each_recorded_key_exactly_once(
-    connection_string: str, tmp_path: Path, processes: list[subprocess.Popen[bytes]]
+    connection_string: str, tmp_path: Path, processes: list[RunningProcess]
 ) -> None:
     """120 keys, each enqueued twice, drained by a worker killed three times mid-drain."""
     queue, record_path = f"crash-{uuid.uuid4().hex[:10]}", tmp_path / "record.txt"
@@ -80,7 +81,7 @@ def test_a_drain_killed_three_times_handles_each_recorded_key_exactly_once(
     def done_keys() -> set[int]:
         return {n for n in range(KEYS) if ledger.record(queue, "key", str(n)).done_until}
 
-    def start(index: int) -> subprocess.Popen[bytes]:
+    def start(index: int) -> RunningProcess:
         return start_run(processes, [WORKER], env, tmp_path / f"run{index}.log")
 
     def returns() -> int:

@@ -15,9 +15,11 @@ from structlog.testing import capture_logs
 from cloudqueue.listener import InMemoryQueueStorage, Publisher, SqliteQueueStorage
 from cloudqueue.listener.limits.key_gate import RESERVATION_S, LocalKeyGate
 from cloudqueue.listener.limits.redis_key_gate import RedisKeyGate, key_set
+from cloudqueue.listener.middleware.per_key import PerKeyLimit
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import QueueWorker
+from tests.support.event_loop_consumer import KINDS, Consuming, start_either
 from tests.support.keyed_workers import Record, drained, host_settings, hosting, recording_worker
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
@@ -73,6 +75,69 @@ def test_forty_items_over_four_keys_never_overlap_within_a_key(
     assert sorted(record.ids) == list(range(40))
     assert overlaps(record, 1) == []
     assert most_at_once(record) > 1  # other keys flowed meanwhile
+
+
+def start_one_key(
+    kind: str,
+    storage: InMemoryQueueStorage,
+    queue_name: str,
+    count: int,
+    limit: PerKeyLimit,
+    handled: list[int],
+    *,
+    handler_s: float,
+) -> Consuming:
+    """``count`` messages of one key, then a consumer of either kind with ``limit`` and four
+    handlers at once, each noting its item's id and working ``handler_s``."""
+    publish_keyed(storage, queue_name, count, 1)
+    return start_either(
+        kind,
+        storage,
+        queue_name,
+        lambda item: handled.append(item["id"]),
+        middleware=[limit],
+        concurrency=4,
+        handler_s=handler_s,
+        dequeue_interval_s=0.05,
+    )
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_busy_keys_messages_wait_held_and_none_fails_on_either_consumer(
+    kind: str, queue_name: str
+) -> None:
+    """Six messages of one key at per_key = 1, four handlers at once, 50 ms each: those that
+    find the key busy are deferred (counted ``key_busy``) and handled later, each once, with no
+    delivery failed (on the event loop too: deferred, not retried)."""
+    storage, limit = InMemoryQueueStorage(), PerKeyLimit(LocalKeyGate(1))
+    handled: list[int] = []
+    listener = start_one_key(kind, storage, queue_name, 6, limit, handled, handler_s=0.05)
+    try:
+        eventually(lambda: listener.messages_processed == 6)
+    finally:
+        listener.stop(timeout_s=10)
+    assert sorted(handled) == list(range(6))
+    assert listener.messages_failed == 0
+    assert limit.decisions.snapshot().get("key_busy", 0) > 0
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_at_a_stop_the_messages_waiting_for_a_busy_key_are_back_in_the_queue_at_once(
+    kind: str, queue_name: str
+) -> None:
+    """Four messages of one key at per_key = 1: one runs (300 ms), three wait deferred; a stop
+    lets the running one finish and makes the three visible again at once."""
+    storage, limit = InMemoryQueueStorage(), PerKeyLimit(LocalKeyGate(1))
+    handled: list[int] = []
+    listener = start_one_key(kind, storage, queue_name, 4, limit, handled, handler_s=0.3)
+    try:
+        eventually(lambda: limit.decisions.snapshot().get("key_busy", 0) == 3)
+    finally:
+        listener.stop(timeout_s=10)
+    assert len(handled) == 1
+    assert listener.messages_processed == 1
+    back = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
+    assert len(back) == 3
 
 
 def test_per_key_two_lets_two_of_a_key_run_together() -> None:

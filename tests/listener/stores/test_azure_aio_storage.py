@@ -4,6 +4,7 @@ and which stores have an event-loop side at all."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.azurite import AzuriteProcess
+from tests.support.entra import OAuthAzurite, StorageTokenIssuer
 from tests.support.polling import eventually
 from tests.support.scripted_proxy import ScriptedProxy
 
@@ -122,18 +124,43 @@ def test_a_store_open_on_one_loop_refuses_another_until_closed(
     assert asyncio.run(on_a_new_loop()) == 0
 
 
-class _SyncTokenCredential:
-    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:  # pragma: no cover
-        raise AssertionError("never asked")
+def test_the_threaded_stores_entra_id_credential_signs_for_the_aio_clients(
+    trusted_azurite_oauth: OAuthAzurite, queue_name: str
+) -> None:
+    """Beside a store signed in with a synchronous token credential (as the ``credential``
+    setting opens one), the aio store signs with that same credential: Azurite in OAuth mode
+    takes its calls, and the token came from it, fetched off the loop's thread."""
+    issuer = CallingThreads()
+    storage = AzureQueueStorage.from_account_url(trusted_azurite_oauth.process.queue_url, issuer)
+    aio = AioAzureQueueStorage.beside(
+        storage, connection_verify=str(trusted_azurite_oauth.ca_bundle)
+    )
+
+    async def round_trip() -> list[str]:
+        try:
+            await aio.create_queue(queue_name)
+            await aio.put_message(queue_name, "signed")
+            got = await aio.get_messages(queue_name, max_messages=1, visibility_timeout_s=30)
+            return [message.content for message in got]
+        finally:
+            await aio.aclose()
+
+    assert asyncio.run(round_trip()) == ["signed"]
+    storage.close()
+    assert issuer.issued
+    assert threading.get_ident() not in issuer.threads
 
 
-def test_a_synchronous_token_credential_is_refused_when_built() -> None:
-    """An Entra ID credential that cannot sign for the aio pipeline is refused at once, with a
-    message naming the fix, not on the first call (none is made here)."""
-    url = "https://127.0.0.1:1/devstoreaccount1"  # a token is only sent over https
-    storage = AzureQueueStorage.from_account_url(url, _SyncTokenCredential())
-    with pytest.raises(ConfigurationError, match="async credential"):
-        AioAzureQueueStorage.beside(storage)
+class CallingThreads(StorageTokenIssuer):
+    """Tokens for Azurite, noting which threads asked for them."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.threads: set[int] = set()
+
+    def get_token(self, *scopes: str, **kwargs: Any) -> AccessToken:
+        self.threads.add(threading.get_ident())
+        return super().get_token(*scopes, **kwargs)
 
 
 def test_a_store_wrapping_others_has_no_event_loop_side_yet(tmp_path: Path) -> None:

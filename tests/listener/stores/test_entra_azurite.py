@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -22,6 +20,7 @@ from cloudqueue.listener.stores.connection import open_payload_store, open_stora
 from tests.support.cli import cloudqueue, ok
 from tests.support.entra import CREDENTIAL_PATH, OAuthAzurite, StorageTokenIssuer
 from tests.support.polling import eventually
+from tests.support.runs import start_cloudqueue
 
 WORKER = "tests.support.workers:RecordingWorker"
 
@@ -120,14 +119,7 @@ def test_cloudqueue_run_handles_messages_signed_in_with_a_token(
     )
     ok("enqueue", queue, *(json.dumps({"n": n}) for n in range(5)), env=env)
     log_path = tmp_path / "run.log"
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue", "run", WORKER],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+    process = start_cloudqueue(["run", WORKER], env=env, log_path=log_path)
     try:
         eventually(lambda: log_path.read_text().count('"event": "handled"') == 5, timeout_s=60)
         process.send_signal(signal.SIGTERM)

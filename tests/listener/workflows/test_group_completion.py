@@ -1,6 +1,7 @@
 """Recording members as they settle and sending one ``GroupDone``: the middleware driven message by
 message on real stores, with the settlement it predicts and the crash windows it closes (a kill
-between recording the last member and publishing, and between publishing and marking it sent)."""
+between recording the last member and publishing, and between publishing and marking it sent);
+and a group through a listener of either kind."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from cloudqueue.listener import InMemoryQueueStorage, SqliteQueueStorage
 from cloudqueue.listener.consumer.events import ListenerStarted
 from cloudqueue.listener.consumer.item_failures import ItemFailure
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
+from cloudqueue.listener.consumer.wrapping import run_wrapped
 from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.producer.publisher import Publisher
@@ -27,6 +29,8 @@ from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+from tests.support.event_loop_consumer import KINDS, start_either
+from tests.support.polling import eventually
 
 POLICY = DeliveryPolicy(max_dequeue_count=3)
 
@@ -86,7 +90,7 @@ def deliver(
         if handler is not None:
             handler(context)
 
-    middleware.around_handle(context, call_next)
+    run_wrapped(middleware.around_handle(context, call_next), call_next)
     if settled is not None:
         context.outcome = Outcome(settled)
         middleware.after_settle(context)
@@ -117,6 +121,48 @@ def storage(request: pytest.FixtureRequest, tmp_path: Path) -> QueueStorage:
     if request.param == "memory":
         return InMemoryQueueStorage()
     return SqliteQueueStorage(tmp_path / "q.db")
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_group_through_either_consumer_completes_once_with_its_poisoned_member(
+    kind: str,
+) -> None:
+    """Four members handled by a listener of either kind (on the event loop, the middleware is
+    stepped on a worker thread for members: it writes its ledger), one refused with
+    ``PermanentFailure``: one ``GroupDone``, 3 handled and 1 poisoned."""
+    storage = InMemoryQueueStorage()
+    for queue in ("work", "done"):
+        storage.create_queue(queue)
+    Publisher(storage, "work", dict).send_group([{"n": n} for n in range(4)], on_complete="done")
+
+    def handle(item: dict[str, int]) -> None:
+        if item["n"] == 3:
+            raise PermanentFailure("refused")
+
+    completion = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    listener = start_either(
+        kind, storage, "work", handle, middleware=[completion], dequeue_interval_s=0.05
+    )
+    try:
+        eventually(lambda: storage.approximate_message_count("done") == 1)
+    finally:
+        listener.stop(timeout_s=10)
+    [(done, _)] = completions(storage)
+    assert (done.handled, done.poisoned) == (3, 1)
+
+
+def test_on_an_event_loop_only_a_members_steps_leave_the_loop(storage: QueueStorage) -> None:
+    """``blocks``: a group member's ledger writes go to a worker thread; a message that is no
+    member costs no thread hop."""
+    [member] = sent_members(storage, 1)
+    plain = storage.put_message("work", '{"n": 1}')
+    completion = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+
+    def context_of(message: QueueMessage) -> MessageContext[Any]:
+        return MessageContext("work", message, [{}], parse_envelope(message.content), 1)
+
+    assert completion.blocks(context_of(member))
+    assert not completion.blocks(context_of(plain))
 
 
 def test_the_last_member_sends_one_group_done_keyed_by_the_group(storage: QueueStorage) -> None:

@@ -7,7 +7,13 @@ import threading
 
 import pytest
 
-from cloudqueue.listener import InMemoryQueueStorage, Publisher
+from cloudqueue.listener import (
+    InMemoryQueueStorage,
+    InProcessTriggerChannel,
+    Publisher,
+    WorkAnnouncer,
+    WorkDetected,
+)
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.membership import membership_of
@@ -120,3 +126,20 @@ def test_wait_returns_the_final_status_once_the_last_member_settled() -> None:
     group = GroupHandle(sent.id, sent.ledger, clock=clock, sleeper=SettlingSleeper())
     status = group.wait(timeout_s=60)
     assert (status.poisoned, status.done, len(clock.waits)) == (1, True, 3)
+
+
+def test_a_group_and_an_addition_are_each_announced_once_on_the_trigger_channel() -> None:
+    """A publisher with a trigger channel announces a group of five members once, naming five
+    messages (``per_batch``), and an addition of two once more; it counts the seven sent."""
+    storage = InMemoryQueueStorage()
+    publisher_on(storage)
+    channel = InProcessTriggerChannel()
+    heard: list[WorkDetected] = []
+    channel.events.subscribe(heard.append)
+    announcer = WorkAnnouncer(channel, account="memory")
+    publisher = Publisher(storage, "work", dict, announcer=announcer)
+    group = publisher.send_group([{"n": n} for n in range(5)], on_complete=Finisher)
+    publisher.add_to_group([{"n": 5}, {"n": 6}], group_id=group.id)
+    announced = [(event.queue_name, event.message_count) for event in heard]
+    assert announced == [("work", 5), ("work", 2)]
+    assert (publisher.messages_sent, storage.approximate_message_count("work")) == (7, 7)

@@ -7,15 +7,15 @@ import json
 import os
 import secrets
 import signal
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.support.cli import cloudqueue
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
+from tests.support.runs import start_cloudqueue
 from tests.support.written_lines import log_events
 
 INVOICE = (
@@ -37,21 +37,16 @@ def env(tmp_path: Path) -> dict[str, str]:
 
 
 @pytest.fixture
-def worker(env: dict[str, str], tmp_path: Path) -> Iterator[subprocess.Popen[str]]:
+def worker(env: dict[str, str], tmp_path: Path) -> Iterator[RunningProcess]:
     """`cloudqueue run examples.billing:InvoiceWorker` as a background process, always ended."""
     log_path = tmp_path / "worker.log"
-    with log_path.open("w") as log_file:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "cloudqueue", "run", "examples.billing:InvoiceWorker"],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        yield process
-        if process.poll() is None:
-            process.kill()
-        process.wait(10)
+    process = start_cloudqueue(
+        ["run", "examples.billing:InvoiceWorker"], env=env, log_path=log_path
+    )
+    yield process
+    if process.poll() is None:
+        process.kill()
+    process.wait(10)
 
 
 def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
@@ -80,7 +75,7 @@ def test_enqueue_then_status_counts_the_items(env: dict[str, str]) -> None:
 
 
 def test_a_running_worker_drains_the_queue_and_exits_0_on_sigterm(
-    env: dict[str, str], worker: subprocess.Popen[str], tmp_path: Path
+    env: dict[str, str], worker: RunningProcess, tmp_path: Path
 ) -> None:
     """cloudqueue run handles what is enqueued, and SIGTERM ends it cleanly with exit code 0."""
     items = "\n".join(INVOICE % number for number in range(20))

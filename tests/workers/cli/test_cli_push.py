@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -17,7 +15,7 @@ from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.redis_server import RedisServer
-from tests.support.runs import Runs, run_environment
+from tests.support.runs import Runs, run_environment, start_cloudqueue
 from tests.support.written_lines import log_events
 
 QUEUE = "pushed"
@@ -39,19 +37,9 @@ def test_a_worker_at_zero_threads_is_woken_by_enqueue_and_by_a_manual_trigger(
         "TEST_QUEUE": QUEUE,
     }
     log_path = tmp_path / "worker.log"
-    with log_path.open("wb") as log_file:
-        worker = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cloudqueue.workers",
-                "run",
-                "tests.support.workers:RecordingWorker",
-            ],
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-        )
+    worker = start_cloudqueue(
+        ["run", "tests.support.workers:RecordingWorker"], env=env, log_path=log_path
+    )
     try:
         eventually(lambda: log_events(log_path, "dequeue_thread_stopped"), timeout_s=30)
         ok("enqueue", QUEUE, '{"n": 1}', env=env)

@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,7 +13,7 @@ import pytest
 
 from tests.support.cli import ok
 from tests.support.polling import eventually
-from tests.support.runs import Run, run_environment
+from tests.support.runs import Run, run_environment, start_cloudqueue
 
 WORKER = """
 import structlog
@@ -43,22 +41,9 @@ def reloading(tmp_path: Path) -> Iterator[tuple[Run, dict[str, str]]]:
     write_worker(tmp_path, 1)
     env = run_environment(f"sqlite:///{tmp_path / 'queues.db'}", tmp_path)
     log_path = tmp_path / "run.log"
-    with log_path.open("wb") as log_file:
-        process = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "cloudqueue.workers",
-                "run",
-                "--reload",
-                "reload_worker:Greeter",
-            ],
-            cwd=tmp_path,
-            env=env,
-            stdout=log_file,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own group: teardown kills the child too
-        )
+    process = start_cloudqueue(  # its own session: teardown kills the child too
+        ["run", "--reload", "reload_worker:Greeter"], env=env, log_path=log_path, cwd=tmp_path
+    )
     run = Run(process, log_path)
     yield run, env
     if process.poll() is None:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ import pytest
 
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from tests.support.azurite import AzuriteFactory, AzuriteProcess, free_port
+from tests.support.cli_fork import RunningProcess
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, run_environment
 from tests.support.scrape import get, port_answers, scrape, value
@@ -27,7 +27,7 @@ class MetricsRun:
     port: int
 
     @property
-    def process(self) -> subprocess.Popen[bytes]:
+    def process(self) -> RunningProcess:
         return self.run.process
 
     def events(self, name: str) -> list[dict[str, Any]]:

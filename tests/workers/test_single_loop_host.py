@@ -1,0 +1,216 @@
+"""``listener.event_loop = "single"`` in the worker host: an ``async def handle`` worker fetched,
+handled and settled on one event loop, its ``startup`` on that loop, its counters in the live
+state, woken by push triggers; a worker that cannot run there refused at load."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, ClassVar
+
+import pytest
+
+from cloudqueue.listener import Publisher
+from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
+from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
+from cloudqueue.listener.stores.storage import QueueMessage
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
+from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
+from tests.support.polling import eventually
+
+SINGLE = {"listener": {"event_loop": "single"}}
+
+
+class CallThreads(SqliteQueueStorage):
+    """The embedded store, noting the thread of every get and delete."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.threads: set[int] = set()
+
+    def get_messages(
+        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
+    ) -> list[QueueMessage]:
+        self.threads.add(threading.get_ident())
+        return super().get_messages(
+            queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
+        )
+
+    def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
+        self.threads.add(threading.get_ident())
+        return super().delete_message(queue_name, message_id, pop_receipt)
+
+
+class OnOneLoop(QueueWorker[dict[str, int]]):
+    """Notes where its startup and its handlers run."""
+
+    queue_name = "single-loop"
+    settings: ClassVar[dict[str, Any]] = SINGLE
+
+    def __init__(self) -> None:
+        self.handled: list[int] = []
+        self.threads: set[int] = set()
+        self.loops: set[asyncio.AbstractEventLoop] = set()
+        self.opened: asyncio.Queue[int] | None = None
+
+    async def startup(self) -> None:
+        self.opened = asyncio.Queue()  # bound to the loop it is first used on
+        self.threads.add(threading.get_ident())
+        self.loops.add(asyncio.get_running_loop())
+
+    async def handle(self, item: dict[str, int]) -> None:
+        assert self.opened is not None
+        await self.opened.put(item["n"])  # fails on any loop but the one startup used
+        await asyncio.sleep(0)
+        self.threads.add(threading.get_ident())
+        self.loops.add(asyncio.get_running_loop())
+        self.handled.append(item["n"])
+
+
+class Plain(QueueWorker[dict[str, int]]):
+    queue_name = "single-loop"
+
+    def handle(self, item: dict[str, int]) -> None:
+        pass
+
+
+@pytest.fixture
+def storage(tmp_path: Path) -> Iterator[CallThreads]:
+    store = CallThreads(tmp_path / "queues.db")
+    store.create_queue(OnOneLoop.queue_name)
+    yield store
+    store.close()
+
+
+def test_an_async_worker_fetches_handles_and_settles_on_one_loop_thread(
+    storage: CallThreads, tmp_path: Path
+) -> None:
+    """Every get, handler and delete runs on the worker's loop thread, where its startup ran
+    (the handlers use what it opened); the live state counts the handled and the poisoned."""
+    Publisher(storage, OnOneLoop.queue_name, dict).publish_many([{"n": n} for n in range(40)])
+    storage.put_message(OnOneLoop.queue_name, "not json")
+    host = WorkerHost([OnOneLoop], CloudQueueSettings(shutdown_grace_s=5), storage=storage)
+    [looped] = host.looped
+    assert host.hosted == []  # no threaded listener for it
+    worker = looped.worker
+    assert isinstance(worker, OnOneLoop)
+    host.start()
+    storage.threads.clear()  # the host's own calls at start (queue layout) are not the loop's
+    eventually(lambda: storage.approximate_message_count(OnOneLoop.queue_name) == 0)
+    published = LiveStatePublisher(tmp_path / "state", worker=looped.name)
+    published.publish([], loop_workers=host.looped)
+    assert host.stop()
+    assert sorted(worker.handled) == list(range(40))
+    assert len(worker.loops) == 1
+    assert len(worker.threads) == 1
+    assert storage.threads == worker.threads  # no message crossed a thread
+    [state] = read_live_states(tmp_path / "state", OnOneLoop.queue_name)
+    [queue] = state.queues
+    assert (queue.processed, queue.poisoned, queue.in_flight) == (40, 1, 0)
+
+
+def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThreads) -> None:
+    """One line naming the worker, the setting and the way back; no queue is read."""
+    settings = CloudQueueSettings.model_validate(SINGLE)
+    with pytest.raises(ConfigurationError, match=r"'Plain'.*event_loop.*async def handle"):
+        WorkerHost([Plain], settings, storage=storage)
+
+
+def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
+    """A worker keying its items itself is not silently run without its keys: it is refused,
+    the control named."""
+
+    class Keyed(OnOneLoop):
+        def key(self, item: dict[str, int]) -> str:
+            return str(item["n"])
+
+    with pytest.raises(ConfigurationError, match=r"does not run key\(item\) yet"):
+        WorkerHost([Keyed], CloudQueueSettings(), storage=storage)
+
+
+class Settled(Middleware):
+    """Notes each message's outcome and the thread its hook ran on."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[str] = []
+        self.threads: set[int] = set()
+
+    def after_settle(self, context: MessageContext[Any]) -> None:
+        self.outcomes.append("" if context.outcome is None else context.outcome.kind)
+        self.threads.add(threading.get_ident())
+
+
+class WithMiddleware(OnOneLoop):
+    middleware: ClassVar[list[Any]] = [Settled]
+
+
+def test_the_workers_middleware_and_a_rate_limit_run_on_its_loop(storage: CallThreads) -> None:
+    """The host gives the single loop the middleware it gives a listener: the worker's own sees
+    every outcome on the loop's thread, and a rate limit is accepted rather than refused."""
+    Publisher(storage, OnOneLoop.queue_name, dict).publish_many([{"n": n} for n in range(6)])
+    settings = CloudQueueSettings.model_validate(
+        {"shutdown_grace_s": 5, "rate_limit": {"max_messages_per_s": 1000}}
+    )
+    host = WorkerHost([WithMiddleware], settings, storage=storage)
+    [looped] = host.looped
+    [settled] = [m for m in looped.consumer.stack.middleware if isinstance(m, Settled)]
+    host.start()
+    eventually(lambda: len(settled.outcomes) == 6)
+    assert host.stop()
+    assert settled.outcomes == ["deleted"] * 6
+    assert settled.threads == looped.worker.threads  # type: ignore[attr-defined]
+
+
+def started_with_triggers(
+    storage: CallThreads, channel: InProcessTriggerChannel, watchdog_s: float, **scaling: Any
+) -> LoopWorker:
+    """The worker on its loop, its idle waits 30 s at least, woken by ``channel``."""
+    triggers = {"url": "redis://127.0.0.1:1", "watchdog_interval_s": watchdog_s}
+    settings = CloudQueueSettings.model_validate(
+        {
+            "backoff": {"min_idle_s": 30, "max_idle_s": 30},
+            "scaling": scaling,
+            "triggers": triggers,  # its url never opened: the channel is given
+        }
+    )
+    looped = host_loop_worker(OnOneLoop(), settings, MeteredStorage(storage))
+    looped.start_up()
+    looped.start(channel, account="here")
+    return looped
+
+
+@pytest.mark.parametrize(
+    ("min_threads", "trigger", "watchdog_s"), [(1, True, 300), (0, True, 300), (0, False, 0.2)]
+)
+def test_a_trigger_or_the_watchdog_wakes_an_idle_or_scaled_to_zero_consumer(
+    storage: CallThreads, min_threads: int, trigger: bool, watchdog_s: float
+) -> None:
+    """A message announced while the consumer waits out a 30 s idle back-off (or has no task
+    left) is handled at once, not after the wait; at zero tasks, one nobody announced (a lost
+    trigger) is found by the watchdog's depth check."""
+    channel = InProcessTriggerChannel()
+    looped = started_with_triggers(
+        storage, channel, watchdog_s, min_threads=min_threads, max_threads=2
+    )
+    try:
+        # Waiting after an empty get; at zero, every task gone (the last left at max idle).
+        eventually(
+            lambda: looped.consumer.gets >= 1 and looped.consumer.active_tasks == min_threads
+        )
+        Publisher(storage, OnOneLoop.queue_name, dict).publish({"n": 7})
+        if trigger:
+            channel.publish(WorkDetected("here", OnOneLoop.queue_name, message_count=1))
+        eventually(lambda: looped.consumer.counters.processed == 1, timeout_s=10)
+    finally:
+        looped.request_stop()
+        assert looped.stop(10)
+        looped.finish()
+    worker = looped.worker
+    assert isinstance(worker, OnOneLoop)
+    assert worker.handled == [7]

@@ -1,0 +1,68 @@
+"""What ``listener.event_loop = "single"`` asks of a worker, checked before anything starts.
+
+On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetches, handles and
+settles a worker's messages, so its handler must be an ``async def handle``. The middleware seam
+is on that loop (``async_stack``), so rate and per-key limits, idempotency, cancelling, groups,
+retry, tracing and the worker's own middleware act there as on threads. What the single loop has
+no place for yet is refused here, naming it, rather than run without it: several queues or
+partitions, ``keep_results`` and ``then`` (their middleware wraps a plain handler), ``key(item)``,
+the metrics port (its probes watch threads), and ``on_start``, whose argument is the threaded
+listener the single loop does not build.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.settings import CloudQueueSettings
+
+SWITCH_BACK = 'set listener.event_loop = "threads"'
+
+
+def check_event_loop(kind: type[QueueWorker[Any]], settings: CloudQueueSettings) -> None:
+    """ConfigurationError (exit code 2) when the worker's settings put it on the single loop
+    and it cannot run there; nothing for ``event_loop = "threads"``."""
+    if settings.listener.event_loop != "single":
+        return
+    name = kind.__qualname__
+    if kind.batches() or not inspect.iscoroutinefunction(kind.handle):
+        which = "handle_batch" if kind.batches() else "a plain def handle"
+        raise ConfigurationError(
+            f'{name!r}: listener.event_loop = "single" runs an async def handle only, and this '
+            f"worker has {which}: make it async def handle, or {SWITCH_BACK}"
+        )
+    gaps = single_loop_gaps(kind, settings)
+    if gaps:
+        raise ConfigurationError(
+            f'{name!r}: listener.event_loop = "single" does not run {", ".join(gaps)} yet: '
+            f"{SWITCH_BACK} for this worker"
+        )
+
+
+def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings) -> list[str]:
+    """The worker's controls and settings the single loop has no place for yet."""
+    options = settings.listener
+    asked = {
+        "a worker on several queues": len(kind.location(options.visibility_timeout_s).queue_names)
+        > 1,
+        "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
+        "listener.create_queues = false": not options.create_queues,
+        "keep_results": kind.keep_results,
+        "then": kind.then is not None,
+        "key(item)": _defines_key(kind),
+        "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
+        "observability.metrics_port": settings.observability.metrics_port is not None,
+    }
+    return [what for what, wanted in asked.items() if wanted]
+
+
+def _defines_key(kind: type[QueueWorker[Any]]) -> bool:
+    """The worker keys its items itself (``key(item)``): the single loop reads only a key the
+    message carries."""
+    return kind.key is not QueueWorker.key
+
+
+__all__ = ["check_event_loop", "single_loop_gaps"]
