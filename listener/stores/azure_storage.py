@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
@@ -81,6 +81,7 @@ class AzureQueueStorage:
     def __init__(self, service: QueueServiceClient) -> None:
         self._service = service
         self._clients: dict[str, QueueClient] = {}
+        self._closers: list[Callable[[], None]] = []
         self._lock = threading.Lock()
 
     @classmethod
@@ -262,10 +263,21 @@ class AzureQueueStorage:
         with self._lock:
             self._clients.pop(queue_name, None)
 
+    def close_with(self, close: Callable[[], None]) -> None:
+        """Call ``close`` when this storage closes, before its own client: what was opened in
+        the account for it (the Table service clients of its groups and results)."""
+        with self._lock:
+            self._closers.append(close)
+
     def close(self) -> None:
         with self._lock:
             self._clients.clear()
-        self._service.close()
+            closers, self._closers = self._closers, []
+        try:
+            for close in closers:
+                close()
+        finally:
+            self._service.close()
 
     def __repr__(self) -> str:
         return (

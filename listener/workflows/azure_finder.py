@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import weakref
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Protocol, TypeVar
 
 import structlog
 
@@ -44,7 +44,12 @@ __all__ = ["azure_group_ledger_for", "azure_result_store", "azure_result_store_f
 
 log = structlog.get_logger(__name__)
 
-S = TypeVar("S")
+
+class _Closing(Protocol):
+    def close(self) -> None: ...
+
+
+S = TypeVar("S", bound=_Closing)
 
 _LEDGERS: weakref.WeakKeyDictionary[QueueStorage, GroupLedger] = weakref.WeakKeyDictionary()
 _RESULTS: weakref.WeakKeyDictionary[QueueStorage, AzureResultStore] = weakref.WeakKeyDictionary()
@@ -82,7 +87,27 @@ def _per_storage(
     with _LOCK:
         if inner not in found:
             found[inner] = make(origin)
+            _closed_with(found, inner)
         return found[inner]
+
+
+def _closed_with(found: weakref.WeakKeyDictionary[QueueStorage, S], storage: QueueStorage) -> None:
+    """Close (and forget) what ``found`` holds for ``storage`` when that Azure storage closes,
+    so that no table client outlives the storage it was opened for."""
+    from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+
+    if not isinstance(storage, AzureQueueStorage):
+        return
+    held = weakref.ref(storage)  # the storage's own list of closers keeps it alive otherwise
+
+    def close() -> None:
+        closing = held()  # alive: it is the one calling
+        with _LOCK:
+            kept = None if closing is None else found.pop(closing, None)
+        if kept is not None:
+            kept.close()
+
+    storage.close_with(close)
 
 
 def azure_result_store(

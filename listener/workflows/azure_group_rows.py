@@ -6,16 +6,27 @@ Partition key: the group id (percent-encoded). Rows, ``$`` sorting before the me
 * ``$group``, the group row: ``group`` (its id as given), ``total``, ``on_complete``, ``started``,
   ``ended``, ``completion``, and what the *complete* shards hold: ``shards_done``,
   ``handled_done``, ``poisoned_done``;
-* ``$group-00`` ... ``$group-15``, the counter's shards: ``total`` (the group's, copied so that a
-  settlement reads one row), ``handled``, ``poisoned`` of the members whose number is the shard's
-  modulo ``SHARDS``;
+* ``$group-00`` ... ``$group-15``, the counter's shards: ``total`` (the group's, copied on each
+  so that a settlement's ``If-Match`` on its shard also holds the total it decided by),
+  ``handled``, ``poisoned`` of the shard's members: runs of ``RUN`` consecutive members, dealt to
+  the shards in turn (members 0-15 to shard 0, 16-31 to shard 1, ... 256-271 to shard 0 again);
 * one row per settled member, row key its member id, with its ``outcome``;
+* one row per member a chain step passed on (``chain_row``: ``chain:<member>:<step>``, after the
+  members' digits), with the ``count`` of items it was passed on as and the number of the
+  first member that added (``first_added``): a redelivered step is given the same ids;
 * one row per named addition of members at run time (``add:<name>``, after the members' digits):
   its ``first`` member number, ``count`` and whether they were all ``put``.
 
 A shard is *complete* when every one of its members settled; the group is complete when all its
 shards are. Only the settlement that completes a shard touches the group row, so the group row
 takes ``SHARDS`` writes per group, not one per member.
+
+Why runs and not a member's number modulo ``SHARDS``: members are sent in order and a listener
+gets them about in order, 32 at a time, so the settlements one process writes together are
+neighbours. In runs they fall in one or two shards: one transaction with one or two ``If-Match``
+updates settles them all, and two processes, working on different stretches of the group, touch
+different shards. Dealt one by one, every batch would touch all 16 shards, and any two batches
+written at once would collide.
 """
 
 from __future__ import annotations
@@ -33,9 +44,12 @@ from cloudqueue.listener.workflows.group_ledger import (
 )
 
 SHARDS = 16
-"""Counter rows per group: 16 settlements of one group proceed without a lost If-Match race
+"""Counter rows per group: 16 writers of one group proceed without a lost If-Match race
 between them (a transaction holds at most 100 rows: ``add_members`` writes all shards and the
 group row in one)."""
+
+RUN = 16
+"""Consecutive members per shard before the next shard takes over (see the module)."""
 
 GROUP_ROW = "$group"
 BEFORE_MEMBERS = "0"
@@ -46,13 +60,18 @@ def shard_row(shard: int) -> str:
     return f"{GROUP_ROW}-{shard:02d}"
 
 
+def chain_row(member_id: str, step: str) -> str:
+    return f"chain:{quote(member_id, safe='')}:{quote(step, safe='')}"
+
+
 def shard_of(index: int) -> int:
-    return index % SHARDS
+    return (index // RUN) % SHARDS
 
 
 def members_of_shard(shard: int, total: int) -> int:
     """How many of members ``0 .. total-1`` fall in ``shard``."""
-    return max(0, (total - shard + SHARDS - 1) // SHARDS)
+    cycles, rest = divmod(total, RUN * SHARDS)
+    return cycles * RUN + min(RUN, max(0, rest - shard * RUN))
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,11 +189,13 @@ def _utc(value: datetime) -> datetime:
 __all__ = [
     "BEFORE_MEMBERS",
     "GROUP_ROW",
+    "RUN",
     "SHARDS",
     "Shard",
     "addition_key",
     "addition_of",
     "addition_row",
+    "chain_row",
     "completion_of",
     "done_counts",
     "final_status",

@@ -2,21 +2,20 @@
 service, the ``tables`` extra), each change one entity-group transaction in the group's partition.
 
 The rows are laid out in ``azure_group_rows``: a group row, ``SHARDS`` counter rows, a row per
-settled member. ``settle`` reads the member's shard (one point read), then writes in one
-transaction the member's row (*create*: a 409 means it settled before, a duplicate, and nothing of
-the transaction is written) and the shard's new count (*update If-Match*: a 412 means another
-member of the shard settled meanwhile: read again, try again). The settlement that completes its
-shard also updates the group row with ``If-Match`` in the same transaction, and the one that
-completes the last shard records there the completion *owed* and the group's end: of two
-settlements racing to be last, one finds the group row changed and reads again, so exactly one
-hears "last".
+settled member, a row per member a chain step passed on. ``settle_many`` reads the group row and
+its shards (one query), then settles the members of one group in one transaction
+(``azure_settlements``): each member's row *created* (a 409 names a member that settled before:
+it is left out and the rest written again, the rows read still holding), the shards they fall in
+*updated If-Match* with their new counts (a 412: another writer counted there meanwhile: read
+again, try again), and the group row when shards complete -- the last of them owing the
+completion, to exactly one settlement. ``settle`` is ``settle_many`` of one.
 
 Rate: every row of a group is in one partition, and Azure's published target for one partition
-is 2,000 entities per second. A settlement writes 2 entities (member and shard) and reads 1, so
-one group sustains about 1,000 settlements per second on Azure's target (about 660 if reads count
-alike); many groups, in their own partitions, scale past that. The shards keep that rate from
-being spent on lost If-Match races: one counter row would let only one of the settlements read
-at the same moment win, the others reading and writing again.
+is 2,000 entities per second. Settled one by one, a member writes 2 entities (its row and its
+shard): about 1,000 settlements per second for one group. Settled together, as a listener's
+settlements are (``settle_batches``), a transaction of n neighbours writes n + 1 or n + 2 rows:
+close to 2,000 members per second; many groups, in their own partitions, scale past that. The
+shards keep that rate from being spent on lost If-Match races between processes.
 
 Owed completions are also indexed in a small partition of their own (``$owed``, one row per
 group), written *before* the transaction that may owe the completion (a transaction holds one
@@ -41,19 +40,22 @@ from cloudqueue.listener.stores.azure_tables import (
 from cloudqueue.listener.workflows.azure_group_rows import (
     BEFORE_MEMBERS,
     GROUP_ROW,
-    SHARDS,
     Shard,
     addition_key,
     addition_of,
     addition_row,
+    chain_row,
     completion_of,
     done_counts,
-    final_status,
-    members_of_shard,
     new_rows,
-    shard_of,
     shard_row,
     status_of,
+)
+from cloudqueue.listener.workflows.azure_settlements import (
+    Member,
+    by_group,
+    in_transactions,
+    settling,
 )
 from cloudqueue.listener.workflows.group_ledger import (
     Addition,
@@ -63,16 +65,17 @@ from cloudqueue.listener.workflows.group_ledger import (
     added_again,
     check_count,
     member_ids,
-    member_index,
     open_group,
+    passed_again,
     unsettled_ids,
 )
 from cloudqueue.listener.workflows.table_calls import (
-    if_match,
     quoted_key,
     read_row,
     submit,
     table_call,
+    update_if_match,
+    update_merged,
 )
 
 if TYPE_CHECKING:
@@ -119,20 +122,8 @@ class AzureGroupLedger:
             earlier = None if by is None else read_row(self._table, partition, addition_key(by))
             if earlier is not None:  # a repeat, or another adder's create won the race
                 return added_again(addition_of(earlier), count, group_id)
-            head, shards = self._read_group(partition)
-            if head is None:
-                raise GroupError(f"no group {group_id!r}")
-            group = open_group(status_of(head, shards), group_id)
-            total = group.total + count
-            grown = [Shard(s.shard, total, s.handled, s.poisoned, s.etag) for s in shards]
-            # Every shard's total is merged without If-Match; only the group row's must hold.
-            # The merge changes each shard's ETag, so a settlement that read a shard before it
-            # fails its own If-Match and reads the new total; one that wrote first completed
-            # no shard unless it updated the group row too, which fails this transaction.
-            # Matching every shard as well lost the race to any settlement of the group (7
-            # tries per addition on average, up to 36, in the kill -9 test on Azurite).
-            changes = [_update(partition, GROUP_ROW, head, total=total, **done_counts(grown))]
-            changes += [_merged(partition, shard_row(s.shard), total=total) for s in shards]
+            group, head, shards = self._read_open(group_id)
+            changes = _grown(head, shards, count)
             if by is not None:
                 changes.append(("create", addition_row(partition, by, group.total, count)))
             if submit(self._table, changes, "add group members") is None:
@@ -145,34 +136,48 @@ class AzureGroupLedger:
             self._table.upsert_entity(row)
 
     def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
-        index = member_index(member_id, 10**12)
-        if index is None:
-            return None
-        for _ in range(MAX_TRIES):
-            row = read_row(self._table, quoted_key(group_id), shard_row(shard_of(index)))
-            if row is None or member_index(member_id, int(row["total"])) is None:
-                return None  # an unknown group, or a stray member id
-            changes, last = self._settlement(group_id, member_id, outcome, row)
-            rejection = submit(self._table, changes, "settle a group member")
-            if rejection is None:
-                return last
-            if rejection == ("exists", 0):
-                return None  # settled before: a redelivery or a duplicate
-        raise _contended(group_id)
+        return self.settle_many([(group_id, member_id, outcome)])[0]
 
     def settle_many(
         self, settlements: Sequence[tuple[str, str, Settled]]
     ) -> list[GroupStatus | None]:
-        """One transaction per settlement, in order (members of one shard could share one: not
-        built). A failure part way leaves the first recorded; retried, each is a duplicate, and
-        a completion it owed is found owed on the redelivery."""
-        return [self.settle(*settlement) for settlement in settlements]
+        """The members of each group settled in as few transactions as hold them (one for up
+        to about 97 neighbours), in the order of the groups' first settlements. A failure part
+        way leaves the transactions before it written: retried, their members are duplicates,
+        and a completion one of them owed is found owed on the redelivery (``owed``)."""
+        answers: list[GroupStatus | None] = [None] * len(settlements)
+        for group_id, members in by_group(settlements).items():
+            for cut in in_transactions(members):
+                settled = self._settle_together(group_id, cut)
+                if settled is not None:
+                    answers[settled[0]] = settled[1]
+        return answers
 
     def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
-        raise GroupError(
-            f"group {group_id!r}: a chain step inside a group is not built on Azure yet "
-            "(its member would never settle): send the next step's items outside the group"
-        )
+        """A row per member and step (``chain_row``) created in the transaction that adds the
+        step's other items to the group: a repeat finds it (409) and is given the same ids."""
+        check_count(count, "a chain step's items")
+        partition = quoted_key(group_id)
+        chain = {"PartitionKey": partition, "RowKey": chain_row(member_id, step), "count": count}
+        for _ in range(MAX_TRIES):
+            try:
+                group, head, shards = self._read_open(group_id)
+            except GroupError:  # a repeat is answered even once the group completed
+                earlier = self._passed_before(group_id, member_id, step, count)
+                if earlier is None:
+                    raise
+                return earlier
+            passing = [("create", chain | {"first_added": group.total})]
+            if count > 1:
+                passing += _grown(head, shards, count - 1)
+            rejection = submit(self._table, passing, "pass a group member on")
+            if rejection is None:
+                return [member_id, *member_ids(group.total, count - 1)]
+            if rejection == ("exists", 0):
+                earlier = self._passed_before(group_id, member_id, step, count)
+                if earlier is not None:
+                    return earlier
+        raise _contended(group_id)
 
     def status(self, group_id: str) -> GroupStatus | None:
         head, shards = self._read_group(quoted_key(group_id))
@@ -228,7 +233,7 @@ class AzureGroupLedger:
             head = read_row(self._table, partition, GROUP_ROW)
             if head is None or completion_of(head) != "owed":
                 break
-            change = _update(partition, GROUP_ROW, head, completion="sent")
+            change = update_if_match(partition, GROUP_ROW, head["etag"], completion="sent")
             if submit(self._table, [change], "mark a group's completion sent") is None:
                 break
         self._unindex(group_id)
@@ -236,40 +241,52 @@ class AzureGroupLedger:
     def close(self) -> None:
         self._table.close()
 
-    def _settlement(
-        self, group_id: str, member_id: str, outcome: Settled, row: dict[str, Any]
-    ) -> tuple[list[tuple[Any, ...]], GroupStatus | None]:
-        """The transaction that settles the member whose shard was read as ``row``, and the
-        group's final status when it settles the group's last member."""
-        partition, shard = quoted_key(group_id), Shard.of(row)
-        member = {"PartitionKey": partition, "RowKey": str(int(member_id)), "outcome": outcome}
-        counted = {outcome: getattr(shard, outcome) + 1}
-        changes = [("create", member), _update(partition, row["RowKey"], row, **counted)]
-        if shard.handled + shard.poisoned + 1 < members_of_shard(shard.shard, shard.total):
-            return changes, None
-        change, last = self._shard_done(group_id, shard, outcome)
-        return [*changes, change], last
+    def _settle_together(
+        self, group_id: str, members: list[Member]
+    ) -> tuple[int, GroupStatus] | None:
+        """Settle ``members`` (they fit one transaction) once each; when that settled the
+        group's last member, the final status and the place of the settlement to tell."""
+        partition, lost = quoted_key(group_id), 0
+        head, shards = self._read_group(partition)
+        while lost < MAX_TRIES:
+            if head is None or completion_of(head) != "pending":
+                return None  # an unknown group, or a complete one: every member settled before
+            total = int(head["total"])
+            members = [member for member in members if member.index < total]  # strays out
+            if not members:
+                return None
+            plan = settling(partition, head, shards, members, self._clock.now())
+            if plan.last is not None:
+                self._index_owed(group_id)
+            rejection = submit(self._table, plan.operations, "settle group members")
+            if rejection is None:
+                return None if plan.last is None else (plan.last_position, plan.last)
+            why, index = rejection
+            if why == "exists" and index < len(members):  # settled before: a duplicate
+                members = members[:index] + members[index + 1 :]
+                continue  # nothing was written: the rows read still hold
+            lost += 1
+            head, shards = self._read_group(partition)
+        raise _contended(group_id)
 
-    def _shard_done(
-        self, group_id: str, shard: Shard, outcome: Settled
-    ) -> tuple[tuple[Any, ...], GroupStatus | None]:
-        """The group row's update for a settlement that completes ``shard``, and the group's
-        final status when it completes the group too (its completion then indexed as owed)."""
-        partition = quoted_key(group_id)
-        head = read_row(self._table, partition, GROUP_ROW)
+    def _passed_before(
+        self, group_id: str, member_id: str, step: str, count: int
+    ) -> list[str] | None:
+        """The ids a member's chain step was given when it was passed on before; None when it
+        was not."""
+        row = read_row(self._table, quoted_key(group_id), chain_row(member_id, step))
+        if row is None:
+            return None
+        first = [member_id, *member_ids(int(row["first_added"]), int(row["count"]) - 1)]
+        return passed_again(first, count, group_id, member_id)
+
+    def _read_open(self, group_id: str) -> tuple[GroupStatus, dict[str, Any], list[Shard]]:
+        """A group open to more members, with its group row and shards as read; GroupError
+        when it is unknown or complete."""
+        head, shards = self._read_group(quoted_key(group_id))
         if head is None:
-            raise errors.StorageError(f"group {group_id!r} has shards but no group row")
-        counts = {
-            "shards_done": int(head["shards_done"]) + 1,
-            "handled_done": int(head["handled_done"]) + shard.handled + (outcome == "handled"),
-            "poisoned_done": int(head["poisoned_done"]) + shard.poisoned + (outcome == "poisoned"),
-        }
-        if counts["shards_done"] < SHARDS:
-            return _update(partition, GROUP_ROW, head, **counts), None
-        self._index_owed(group_id)
-        ended = self._clock.now()
-        closing = {**counts, "ended": ended, "completion": "owed"}
-        return _update(partition, GROUP_ROW, head, **closing), final_status(head | closing, ended)
+            raise GroupError(f"no group {group_id!r}")
+        return open_group(status_of(head, shards), group_id), head, shards
 
     def _read_group(self, partition: str) -> tuple[dict[str, Any] | None, list[Shard]]:
         """The group row and its shards, in one query (their keys sort before the members')."""
@@ -297,21 +314,20 @@ class AzureGroupLedger:
         return f"AzureGroupLedger(table={GROUPS_TABLE!r})"
 
 
-def _update(partition: str, row: str, read: dict[str, Any], **values: Any) -> tuple[Any, ...]:
-    """A transaction's update of ``row``'s ``values``, applied only if it is still as ``read``."""
-    entity = {"PartitionKey": partition, "RowKey": row, **values}
-    return ("update", entity, if_match(str(read["etag"])))
+def _grown(head: dict[str, Any], shards: list[Shard], count: int) -> list[tuple[Any, ...]]:
+    """The updates giving a group ``count`` more members: its total on the group row, ``If-Match``
+    as read, with its complete shards recounted, and on every shard merged whatever it holds.
 
-
-def _merged(partition: str, row: str, **values: Any) -> tuple[Any, ...]:
-    """A transaction's update of ``row``'s ``values``, whatever the row holds meanwhile."""
-    from azure.data.tables import UpdateMode
-
-    return (
-        "update",
-        {"PartitionKey": partition, "RowKey": row, **values},
-        {"mode": UpdateMode.MERGE},
-    )
+    Only the group row's If-Match must hold: the merge changes each shard's ETag, so a
+    settlement that read a shard before fails its own If-Match and reads the new total, and one
+    that wrote first completed no shard unless it updated the group row too, which fails this
+    transaction. Matching every shard as well would lose the race to any settlement."""
+    partition, total = quoted_key(str(head["group"])), int(head["total"]) + count
+    grown = [Shard(s.shard, total, s.handled, s.poisoned, s.etag) for s in shards]
+    done = done_counts(grown)
+    changes = [update_if_match(partition, GROUP_ROW, str(head["etag"]), total=total, **done)]
+    changes += [update_merged(partition, shard_row(s.shard), total=total) for s in shards]
+    return changes
 
 
 def _contended(group_id: str) -> errors.TransientStorageError:

@@ -2,10 +2,11 @@
 
 Every member's settlement is a write to the group ledger, made before its message is deleted. On
 SQLite a write is a commit, and a commit waits for the disk (an fsync: milliseconds, ten times
-the rest of the step); on Azure it is a request. Handlers finish side by side on many threads, so
-their settlements are written the way databases group their commits: the first caller to find no
-write under way writes every settlement queued by then in one ``settle_many`` (one transaction),
-and the callers that queued meanwhile wait for its answer. A caller whose settlement was still
+the rest of the step); on Azure it is a read and an entity-group transaction per group
+(``azure_groups``). Handlers finish side by side on many threads, so their settlements are
+written the way databases group their commits: the first caller to find no write under way
+writes every settlement queued by then in one ``settle_many`` (one transaction), and the
+callers that queued meanwhile wait for its answer. A caller whose settlement was still
 queued when a write ended becomes the next writer, so nobody waits for a stream of others.
 
 Each caller still returns only once its own member is recorded, with its own answer: the order

@@ -36,6 +36,8 @@ __all__ = [
     "read_row",
     "submit",
     "table_call",
+    "update_if_match",
+    "update_merged",
 ]
 
 
@@ -92,6 +94,20 @@ def if_match(etag: str) -> dict[str, Any]:
 
     condition = MatchConditions.IfNotModified
     return {"mode": UpdateMode.MERGE, "etag": etag, "match_condition": condition}
+
+
+def update_if_match(partition: str, row: str, etag: str, **values: Any) -> tuple[Any, ...]:
+    """A transaction's update of ``row``'s ``values``, applied only if the row is at ``etag``."""
+    entity = {"PartitionKey": partition, "RowKey": row, **values}
+    return ("update", entity, if_match(etag))
+
+
+def update_merged(partition: str, row: str, **values: Any) -> tuple[Any, ...]:
+    """A transaction's update of ``row``'s ``values``, whatever the row holds meanwhile."""
+    from azure.data.tables import UpdateMode
+
+    entity = {"PartitionKey": partition, "RowKey": row, **values}
+    return ("update", entity, {"mode": UpdateMode.MERGE})
 
 
 def quoted_key(text: str) -> str:

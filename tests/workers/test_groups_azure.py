@@ -1,8 +1,8 @@
 """Groups on Azure (Azurite's queues and Table service) in a running host: a storage opened with
 ``open_storage`` finds its group ledger in the account's Table service, so ``send_group`` works
 there, members handled, poisoned on purpose and added at run time all settle, and the completion
-worker gets exactly one ``GroupDone``. Without the ``tables`` extra or a table endpoint, one clear
-line says what is missing."""
+worker gets exactly one ``GroupDone``; a chain inside a group completes it after its last step.
+Without the ``tables`` extra or a table endpoint, one clear line says what is missing."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import re
 import sys
 import threading
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -23,11 +24,25 @@ from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.group_ledger import GroupError
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from cloudqueue.workers import QueueWorker
+from cloudqueue.workers.host.host import WorkerHost
 from cloudqueue.workers.settings import CloudQueueSettings
-from tests.support.azurite import AzuriteProcess
+from tests.support.azurite import AzuriteFactory, AzuriteProcess
+from tests.support.chain_workers import (
+    LINES,
+    ORDERS,
+    Done,
+    Order,
+    Price,
+    Split,
+    Total,
+    events,
+    expected_totals,
+    totals,
+)
 from tests.support.entra import CREDENTIAL_PATH, OAuthAzurite
-from tests.support.keyed_workers import drained, hosting
+from tests.support.keyed_workers import drained, host_settings, hosting
 from tests.support.polling import eventually
+from tests.support.written_lines import complete_lines
 
 
 def test_a_group_sent_on_azure_completes_once(azurite_with_tables: AzuriteProcess) -> None:
@@ -160,3 +175,34 @@ def test_groups_sign_in_with_a_token_where_the_queues_do(
     assert last is not None
     assert (last.handled, last.poisoned, group.status().completion) == (1, 1, "owed")
     storage.close()
+
+
+def test_a_chain_inside_a_group_completes_it_once_on_azure(
+    azurite_factory: AzuriteFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Six orders sent as a group on Azurite (tables for the group, blobs for the chain's
+    effect-once marks): ``Split`` passes each order's membership on as its three lines
+    (``pass_on`` in the Table service), through ``Price`` to ``Total``; one ``GroupDone``
+    counting the 18 lines handled, after every total, and the exact totals."""
+    record_path = tmp_path / "record.txt"
+    monkeypatch.setenv("TEST_RECORD_PATH", str(record_path))
+    connection_string = azurite_factory(blob=True, table=True).connection_string
+    storage = open_storage(connection_string)
+    storage.create_queue(Split.queue_name)
+    group = Publisher(storage, Split.queue_name, Order, key="order").send_group(
+        ORDERS, on_complete=Done
+    )
+    settings = host_settings(connection_string=connection_string)  # type: ignore[arg-type]
+    host = WorkerHost([Split, Price, Total, Done], settings, storage=storage)
+    host.start()
+    try:
+        eventually(lambda: group.status().completion == "sent", timeout_s=60)
+        status = group.status()  # read while the host's store is open: it closes it
+    finally:
+        host.stop()
+    lines = complete_lines(record_path)
+    done_at = next(n for n, line in enumerate(lines) if line.startswith("done "))
+    assert sum(line.startswith("priced ") for line in lines[:done_at]) == LINES
+    assert events(record_path, "done") == [[str(LINES), "0"]]
+    assert (status.total, status.handled, status.poisoned) == (LINES, LINES, 0)
+    assert totals(record_path) == expected_totals()

@@ -1,21 +1,39 @@
 """What the group ledger on Azure does beyond the shared specification (test_group_ledger): a
-settlement that loses an If-Match race reads again and still counts exactly once, members that
-complete no shard leave the group row alone (the counter is sharded), and ``owed`` reads its own
-small partition, never the whole table."""
+settlement that loses an If-Match race reads again and still counts exactly once, neighbours
+settle in one transaction that leaves the group row alone unless it completes shards, a batch
+holding duplicates or racing another writer counts each member once, a batch is cut to what a
+transaction holds, ``owed`` reads its own small partition, never the whole table, and the
+workflow tables close with their storage."""
 
 from __future__ import annotations
 
 import uuid
 from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from typing import Any, cast
 
 import pytest
 from azure.data.tables import TableClient
 
+from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.azure_tables import table_options
-from cloudqueue.listener.workflows.azure_group_rows import GROUP_ROW, SHARDS, shard_row
-from cloudqueue.listener.workflows.azure_groups import OWED_PARTITION, AzureGroupLedger
-from cloudqueue.listener.workflows.group_ledger import GroupStatus
+from cloudqueue.listener.stores.connection import open_storage
+from cloudqueue.listener.workflows.azure_finder import azure_result_store_for
+from cloudqueue.listener.workflows.azure_group_rows import GROUP_ROW, RUN, shard_of, shard_row
+from cloudqueue.listener.workflows.azure_groups import (
+    GROUPS_TABLE,
+    OWED_PARTITION,
+    AzureGroupLedger,
+)
+from cloudqueue.listener.workflows.azure_results import RESULTS_TABLE
+from cloudqueue.listener.workflows.azure_settlements import (
+    MAX_ENTITIES,
+    Member,
+    in_transactions,
+    settling,
+)
+from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
+from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from tests.support.azurite import AzuriteProcess
 
 
@@ -65,9 +83,9 @@ def tables(azurite_with_tables: AzuriteProcess) -> Iterator[Callable[[], Watched
 def test_a_settlement_that_loses_the_race_reads_again_and_counts_once(
     tables: Callable[[], WatchedTable],
 ) -> None:
-    """Members 0 and 1 of a group of 2 each complete their shard: while one settlement's
-    transaction is on its way, the other commits first, so the first finds the group row
-    changed (412), reads again and is the one told it settled the last member."""
+    """Members 0 and 1 of a group of 2 (one shard): while one settlement's transaction is on
+    its way, the other commits first, so the first finds the shard changed (412), reads again
+    and is the one told it settled the last member."""
     first_table, second_table = tables(), tables()
     first, second = AzureGroupLedger(first_table), AzureGroupLedger(second_table)
     first.open("race", total=2, on_complete="done")
@@ -81,20 +99,75 @@ def test_a_settlement_that_loses_the_race_reads_again_and_counts_once(
     assert first.status("race") == last
 
 
-def test_members_completing_no_shard_leave_the_group_row_alone(
+def test_neighbours_settle_in_one_transaction_and_complete_shards_leave_the_group_row(
     tables: Callable[[], WatchedTable],
 ) -> None:
-    """In a group of 3 x SHARDS members, settling the first SHARDS (one per shard, none
-    completing its shard) changes only shard rows: the group row keeps its ETag."""
+    """Members in runs share shards: settling all but one member of each of two shards is one
+    transaction that leaves the group row alone (no shard completes); the last two are a second
+    transaction, which completes both shards and the group, told to the later settlement."""
     table = tables()
     ledger = AzureGroupLedger(table)
-    ledger.open("wide", total=3 * SHARDS, on_complete="done")
+    ledger.open("wide", total=2 * RUN, on_complete="done")
     before = table.get_entity("wide", GROUP_ROW).metadata["etag"]
-    for member in range(SHARDS):
-        assert ledger.settle("wide", str(member), "handled") is None
+    firsts = [
+        ("wide", str(n), "handled") for n in range(2 * RUN) if n not in (RUN - 1, 2 * RUN - 1)
+    ]
+    assert ledger.settle_many(firsts) == [None] * len(firsts)  # type: ignore[arg-type]
+    assert table.transactions == 2  # the open, the settlement
     assert table.get_entity("wide", GROUP_ROW).metadata["etag"] == before
-    assert table.get_entity("wide", shard_row(5))["handled"] == 1
-    assert ledger.status("wide").handled == SHARDS  # type: ignore[union-attr]
+    assert table.get_entity("wide", shard_row(1))["handled"] == RUN - 1
+    [early, last] = ledger.settle_many(
+        [("wide", str(2 * RUN - 1), "poisoned"), ("wide", str(RUN - 1), "handled")]
+    )
+    assert table.transactions == 3
+    assert early is None
+    assert last is not None
+    assert (last.handled, last.poisoned, last.completion) == (2 * RUN - 1, 1, "owed")
+
+
+def test_a_batch_holding_duplicates_counts_each_member_once(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """Members 1 and 3 of 4 settled before: a batch of all four is refused for each (409) and
+    written again without it, the rows read still holding -- three transactions, one read --
+    and the counts are 4, with the completion told to the last member it wrote (2)."""
+    table = tables()
+    ledger = AzureGroupLedger(table)
+    ledger.open("dup", total=4, on_complete="done")
+    ledger.settle_many([("dup", "1", "handled"), ("dup", "3", "poisoned")])
+    table.transactions, table.queries[:] = 0, []
+    answers = ledger.settle_many([("dup", str(n), "handled") for n in range(4)])
+    assert table.transactions == 3
+    assert len(table.queries) == 1
+    assert answers[:2] == [None, None]
+    assert answers[3] is None
+    last = answers[2]
+    assert last is not None
+    assert (last.handled, last.poisoned, last.pending) == (3, 1, 0)
+
+
+def test_a_batch_racing_another_writer_reads_again_and_counts_once(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """While a batch of members 0-3 of a group of 5 is on its way, another process settles
+    member 2 and member 4 (the same shard): the batch finds member 2 settled (409) and its
+    shard changed (412), reads again, writes 0, 1 and 3, and is the one told it settled the
+    last member; the counts are 5, member 2 once."""
+    first_table, second_table = tables(), tables()
+    first, second = AzureGroupLedger(first_table), AzureGroupLedger(second_table)
+    first.open("race", total=5, on_complete="done")
+    theirs: list[GroupStatus | None] = []
+    first_table.before = lambda: theirs.extend(
+        second.settle_many([("race", "2", "poisoned"), ("race", "4", "handled")])
+    )
+    answers = first.settle_many([("race", str(n), "handled") for n in range(4)])
+    assert theirs == [None, None]
+    assert first_table.transactions == 4  # the open, then refused twice, then written
+    assert answers[:3] == [None, None, None]
+    last = answers[3]
+    assert last is not None
+    assert (last.handled, last.poisoned, last.pending) == (4, 1, 0)
+    assert first.status("race") == last
 
 
 def test_owed_reads_its_own_partition_and_the_groups_it_names(
@@ -115,3 +188,79 @@ def test_owed_reads_its_own_partition_and_the_groups_it_names(
     ledger.mark_sent("g3")
     assert list(table.query_entities(f"PartitionKey eq '{OWED_PARTITION}'")) == []
     assert ledger.owed() == []
+
+
+def test_a_batch_is_cut_into_transactions_the_table_service_takes() -> None:
+    """150 members over 10 shards are cut into two transactions, each holding at most 100 rows
+    with its shards and the group row, every member in exactly one."""
+    members = [Member(position, index, "handled") for position, index in enumerate(range(150))]
+    cuts = in_transactions(members)
+    assert len(cuts) == 2
+    for cut in cuts:
+        assert len(cut) + len({shard_of(member.index) for member in cut}) + 1 <= MAX_ENTITIES
+    assert sorted(member.position for cut in cuts for member in cut) == list(range(150))
+
+
+def test_the_workflow_tables_close_with_their_storage(
+    azurite_with_tables: AzuriteProcess, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The group ledger and result store found for a storage that ``open_storage`` opened keep
+    their table clients open until the storage closes, and close them then."""
+    closed: list[str] = []
+    close = TableClient.close
+
+    def recorded(client: TableClient) -> None:
+        closed.append(client.table_name)
+        close(client)
+
+    monkeypatch.setattr(TableClient, "close", recorded)
+    storage = open_storage(azurite_with_tables.connection_string)
+    ledger = group_ledger_for(storage)
+    assert ledger is not None
+    assert ledger.status("none") is None  # the ledger's table opens on first use
+    assert azure_result_store_for(storage) is not None
+    assert closed == []
+    storage.close()
+    assert sorted(closed) == [GROUPS_TABLE, RESULTS_TABLE]
+
+
+def test_a_member_whose_shard_row_is_missing_is_not_written_uncounted() -> None:
+    """Rows read without the member's shard (a damaged group) raise a StorageError -- the
+    member is retried -- rather than create its row with no count beside it."""
+    head = {"group": "g", "etag": "e", "shards_done": 0, "handled_done": 0, "poisoned_done": 0}
+    with pytest.raises(StorageError, match="no shard 0"):
+        settling("g", head, [], [Member(0, 3, "handled")], datetime.now(UTC))
+
+
+def test_a_chain_step_repeated_after_its_group_completed_gets_its_ids(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """A chain step redelivered after its chained members settled the group's last member is
+    answered the ids it was given, not refused as adding to a complete group (it would give its
+    message up to the poison queue); a member never passed on is refused."""
+    ledger = AzureGroupLedger(tables())
+    ledger.open("g8", total=1, on_complete="done")
+    assert ledger.pass_on("g8", "0", "split", 2) == ["0", "1"]
+    assert ledger.settle_many([("g8", "0", "handled"), ("g8", "1", "handled")])[1] is not None
+    assert AzureGroupLedger(tables()).pass_on("g8", "0", "split", 2) == ["0", "1"]
+    with pytest.raises(GroupError, match="is complete"):
+        ledger.pass_on("g8", "0", "price", 1)
+
+
+def test_passing_on_does_not_lose_its_race_to_a_settlement_of_another_shard(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """While a chain step's transaction is on its way, another process settles a member of
+    another shard (no shard completes): the step's merge of the shards' totals does not depend
+    on their ETags, so it is written at once, and the group counts both."""
+    first_table, second_table = tables(), tables()
+    first, second = AzureGroupLedger(first_table), AzureGroupLedger(second_table)
+    first.open("busy", total=3 * RUN, on_complete="done")
+    settled: list[GroupStatus | None] = []
+    first_table.before = lambda: settled.append(second.settle("busy", str(2 * RUN), "handled"))
+    assert first.pass_on("busy", "0", "split", 3) == ["0", str(3 * RUN), str(3 * RUN + 1)]
+    assert settled == [None]
+    assert first_table.transactions == 2  # the open, the pass
+    status = first.status("busy")
+    assert status is not None
+    assert (status.total, status.handled) == (3 * RUN + 2, 1)

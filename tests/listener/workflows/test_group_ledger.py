@@ -299,7 +299,6 @@ def test_a_settlement_decides_under_the_write_lock_it_writes_with(tmp_path: Path
     second.close()
 
 
-@pytest.mark.parametrize("ledgers", ["memory", "sqlite"], indirect=True)
 def test_a_member_passed_on_gets_the_same_ids_on_a_repeat(ledgers: LedgerMaker) -> None:
     """A chain step passing member 1 of 2 on as three items keeps its id and adds two members,
     once: a redelivery of the step (another connection) gets the same ids, another step of the
@@ -320,13 +319,3 @@ def test_a_member_passed_on_gets_the_same_ids_on_a_repeat(ledgers: LedgerMaker) 
     last = ledger.settle("g5", "4", "handled")
     assert last is not None
     assert (last.total, last.handled) == (5, 5)
-
-
-@pytest.mark.parametrize("ledgers", ["azure"], indirect=True)
-def test_a_chain_step_inside_a_group_is_refused_on_azure_in_one_line(ledgers: LedgerMaker) -> None:
-    """Passing a member on is not built on Azure's Table service: one GroupError saying so,
-    rather than a member that would never settle."""
-    ledger = ledgers()
-    ledger.open("g6", total=2, on_complete="done")
-    with pytest.raises(GroupError, match="not built on Azure yet"):
-        ledger.pass_on("g6", "0", "split", 2)
