@@ -42,6 +42,39 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(root / folder, quiet=1, workers=1)
 
 
+HEAVY_FIRST = (
+    "tests/workers/test_groups_crash.py",
+    "tests/project/test_readme.py",
+    "tests/listener/stores/test_faults_azure.py",
+    "tests/workers/cli/test_cli_tune.py",
+    "tests/project/test_example_billing_pipeline.py",
+    "tests/listener/middleware/test_idempotency_crash.py",
+    "tests/workers/observability/test_observability_run.py",
+    "tests/workers/dashboard/test_dashboard_browser.py",
+    "tests/project/test_docs_site.py",
+    "tests/project/test_packaging.py",
+    "tests/workers/test_checkpoints_killed.py",
+    "tests/workers/test_chains_crash.py",
+    "tests/workers/test_periodic_jobs_fleet.py",
+    "tests/listener/limits/test_rate_limit_fleet.py",
+    "tests/listener/consumer/test_crash_recovery.py",
+    "tests/project/test_example_resumable.py",
+)
+"""The files whose tests take longest (10-60 s each, ``--durations``), run first: pytest-xdist
+hands tests out in collection order, and one of these started last kept one worker busy while
+the other had nothing left to do."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The heavy files first (``HEAVY_FIRST``, in that order), then the rest as collected."""
+
+    def rank(item: pytest.Item) -> int:
+        path = item.nodeid.split("::", 1)[0]
+        return HEAVY_FIRST.index(path) if path in HEAVY_FIRST else len(HEAVY_FIRST)
+
+    items.sort(key=rank)  # stable: the order within a file, and of the rest, is kept
+
+
 @pytest.fixture(autouse=True)
 def _reset_structlog() -> Iterator[None]:
     """Every test starts from structlog's defaults, whatever the previous one configured."""
