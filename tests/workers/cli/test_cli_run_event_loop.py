@@ -54,3 +54,15 @@ def test_a_plain_handler_on_the_event_loop_exits_2_in_one_line(tmp_path: Path) -
     assert result.returncode == 2
     [line] = [text for text in result.stderr.splitlines() if "event_loop" in text]
     assert "async def handle" in line
+
+
+def test_a_misspelt_event_loop_exits_2_naming_the_setting_and_its_choices(tmp_path: Path) -> None:
+    """`single` misspelt is refused before anything starts: exit code 2, one line naming the
+    setting and the two values it takes."""
+    env = run_environment(f"sqlite:///{tmp_path / 'queues.db'}", tmp_path)
+    env["CLOUDQUEUE_LISTENER__EVENT_LOOP"] = "singel"
+    result = cloudqueue("run", ASYNC_WORKER, env=env)
+    assert result.returncode == 2
+    [line] = [text for text in result.stderr.splitlines() if "event_loop" in text]
+    assert "'threads'" in line
+    assert "'single'" in line
