@@ -28,9 +28,18 @@ def busy_for(seconds: float) -> None:
         pass
 
 
+def hold_until(gate: str, deadline_s: float = 120.0) -> None:
+    """Hold a handler until the file ``gate`` exists (the test releases it), as a long job
+    whose end the test decides does; bounded, so a forgotten gate cannot hang a run."""
+    until = time.monotonic() + deadline_s
+    while not os.path.exists(gate) and time.monotonic() < until:
+        time.sleep(0.02)  # the handler's own work, not a test waiting for a condition
+
+
 class RecordingWorker(QueueWorker[dict[str, Any]]):
     """Logs `handled` with the item's number and its own pid, after an optional delay (the
-    environment's, or the item's own ``delay_s``)."""
+    environment's, or the item's own ``delay_s``), or held until the item's ``until`` file
+    exists."""
 
     queue_name = os.environ.get("TEST_QUEUE", "work")
 
@@ -42,6 +51,8 @@ class RecordingWorker(QueueWorker[dict[str, Any]]):
         delay_s = float(item.get("delay_s", HANDLER_DELAY_S))  # an item may ask for its own
         if delay_s:
             time.sleep(delay_s)  # a slow handler, as the scenario needs
+        if "until" in item:
+            hold_until(item["until"])
         log.info("handled", n=item["n"], pid=os.getpid())
 
 

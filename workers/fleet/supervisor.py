@@ -21,7 +21,6 @@ import subprocess
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
-from types import FrameType
 from typing import Protocol
 
 import structlog
@@ -33,6 +32,7 @@ from cloudqueue.workers.host.child_slot import (
     RECYCLE_EXIT_CODE,
     STARTUP_FAILED_EXIT_CODE,
 )
+from cloudqueue.workers.host.signal_latch import SignalLatch
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +90,6 @@ class Supervisor:
         self.startup_failed = False
         self._shutdown = threading.Event()
         self._restart = threading.Event()
-        self._signals = 0
 
     def restart(self) -> None:
         """Drain every child and start it again (from any thread; done by the main loop)."""
@@ -98,16 +97,20 @@ class Supervisor:
 
     def run(self) -> int:
         """Start the children, keep them alive until a signal, then drain them."""
-        signal.signal(signal.SIGTERM, self._on_signal)
-        signal.signal(signal.SIGINT, self._on_signal)
+        with SignalLatch(on_second=self._forward) as signals:
+            return self._run_until(signals)
+
+    def _run_until(self, signals: SignalLatch) -> int:
         for child in self.children:
             self._start(child)
-        while not self._shutdown.wait(POLL_INTERVAL_S):
+        while not signals.wait(POLL_INTERVAL_S) and not self._shutdown.is_set():
             if self._restart.is_set():
                 self._restart.clear()
                 self._restart_all()
             for child in self.children:
                 self._tend(child)
+        if signals.first is not None:
+            self._on_signal(signals)
         codes = self._drain()
         log.info("supervisor_stopped", exit_codes=codes)
         if self.startup_failed:
@@ -123,12 +126,12 @@ class Supervisor:
                 child.crashes = 0
                 self._start(child)
 
-    def _on_signal(self, signum: int, _: FrameType | None = None) -> None:
-        self._signals += 1
+    def _on_signal(self, signals: SignalLatch) -> None:
+        """After the first SIGTERM/SIGINT (a second is forwarded from the handler itself)."""
         if self.observer is not None:
             self.observer.draining()
-        log.info("supervisor_signal", signal=signal.Signals(signum).name, count=self._signals)
-        self._forward(signum)
+        log.info("supervisor_signal", signal=signals.first, count=len(signals.signals))
+        self._forward(signals.signals[0])
         self._shutdown.set()
 
     def _forward(self, signum: int) -> None:

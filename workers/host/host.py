@@ -8,11 +8,9 @@ only after its handler returned, so anything unfinished reappears after its visi
 from __future__ import annotations
 
 import os
-import signal
-import threading
 from collections.abc import Sequence
+from contextlib import suppress
 from functools import partial
-from types import FrameType
 from typing import Any
 
 import structlog
@@ -53,6 +51,7 @@ from cloudqueue.workers.host.partitioning import (
 from cloudqueue.workers.host.plain_queue import PlainQueueWatch
 from cloudqueue.workers.host.process_observability import ProcessObservability
 from cloudqueue.workers.host.seam import HostParts
+from cloudqueue.workers.host.signal_latch import SignalLatch
 from cloudqueue.workers.settings import CloudQueueSettings, ListenerSettings
 from cloudqueue.workers.settings.connections import (
     open_payload_store_from_settings,
@@ -169,9 +168,7 @@ class WorkerHost:
             if self.triggers is not None:
                 self.triggers.close()
             raise
-        self._shutdown = threading.Event()
         self._depths = DepthTicker([hosted.depth for hosted in self.hosted])
-        self._signals = 0
         self._recyclable = CHILD_SLOT_VARIABLE in os.environ
         """A supervisor's child, which it replaces when asked (``RECYCLE_EXIT_CODE``)."""
 
@@ -275,24 +272,26 @@ class WorkerHost:
         the host's ticker does so every second between ``start`` and ``stop``."""
         self._depths.tick()
 
-    def request_shutdown(self, signum: int, _: FrameType | None = None) -> None:
-        """Signal handler: the first signal drains, a second exits at once."""
-        self._signals += 1
-        name = signal.Signals(signum).name
-        if self._signals > 1:
-            log.warning("forced_exit", signal=name)
-            if self._live is not None:
-                self._live.remove()  # `cloudqueue status` must not show a process that is gone
-            os._exit(128 + signum)  # unfinished messages reappear after their visibility timeout
-        log.info("shutdown_requested", signal=name, grace_s=self.settings.shutdown_grace_s)
+    def _exit_at_once(self, signum: int) -> None:
+        """A second SIGTERM/SIGINT, from inside the signal handler: nothing that takes a lock
+        (``signal_latch``), so no log line; unfinished messages reappear after their visibility
+        timeout."""
+        if self._live is not None:
+            with suppress(OSError):  # `cloudqueue status` must not show a process that is gone
+                self._live.path.unlink(missing_ok=True)
+        os._exit(128 + signum)
+
+    def _draining(self, signal_name: str) -> None:
+        log.info("shutdown_requested", signal=signal_name, grace_s=self.settings.shutdown_grace_s)
         if self.observability is not None:
             self.observability.draining()  # readiness turns red before the drain starts
-        self._shutdown.set()
 
     def run(self) -> int:
         """Start, wait for SIGTERM/SIGINT, drain and return the exit code."""
-        signal.signal(signal.SIGTERM, self.request_shutdown)
-        signal.signal(signal.SIGINT, self.request_shutdown)
+        with SignalLatch(on_second=self._exit_at_once) as signals:
+            return self._run_until(signals)
+
+    def _run_until(self, signals: SignalLatch) -> int:
         where = describe_storage(
             self.settings.connection_string_value(), credential=self.settings.credential
         )
@@ -325,7 +324,7 @@ class WorkerHost:
         # A timed wait keeps the main thread responsive to signals; each wake publishes the
         # live state that `cloudqueue status` shows (a local file: no storage transaction).
         recycling = failed = False
-        while not self._shutdown.wait(LIVE_STATE_INTERVAL_S):
+        while not signals.wait(LIVE_STATE_INTERVAL_S):
             self._publish(live, meter)
             if self.observability is not None:
                 self.observability.sample()
@@ -333,6 +332,8 @@ class WorkerHost:
                 break  # a fresh process replaces this one: its stuck threads end with it
             if failed := any(looped.ended_early for looped in self.looped):
                 break  # a worker fetches no more: exit, for the supervisor to start another
+        if signals.first is not None:
+            self._draining(signals.first)
         drained = self.stop()
         live.remove()
         if recycling:

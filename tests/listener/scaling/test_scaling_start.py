@@ -17,12 +17,11 @@ from tests.support.runs import Runs, run_environment
 
 SLOW = 8
 FAST = 100
-SLOW_S = 3.0
 
 
 def test_a_fresh_worker_handles_the_fast_items_while_a_slow_head_runs(tmp_path: Path) -> None:
-    """8 slow items (3 s each) at the head, 100 fast ones behind: >= 90 of the fast ones are
-    handled before any slow one has finished."""
+    """8 slow items at the head, held until the test releases them, 100 fast ones behind: >= 90
+    of the fast ones are handled while every slow one still runs."""
     # Its on_start keeps a core busy for half a second, as loading a model or a cache would; the
     # saturation threshold is low enough that this start-up trips it on a machine however loaded.
     env = {
@@ -30,15 +29,22 @@ def test_a_fresh_worker_handles_the_fast_items_while_a_slow_head_runs(tmp_path: 
         "TEST_START_CPU_S": "0.5",
         "CLOUDQUEUE_SCALING__CPU_SATURATION_CORES": "0.2",
     }
-    slow: list[dict[str, float]] = [{"n": n, "delay_s": SLOW_S} for n in range(SLOW)]
-    fast: list[dict[str, float]] = [{"n": n} for n in range(SLOW, SLOW + FAST)]
+    gate = tmp_path / "release-the-slow-ones"
+    slow: list[dict[str, object]] = [{"n": n, "until": str(gate)} for n in range(SLOW)]
+    fast: list[dict[str, object]] = [{"n": n} for n in range(SLOW, SLOW + FAST)]
     ok("enqueue", env["TEST_QUEUE"], env=env, stdin="\n".join(map(json.dumps, slow + fast)))
     runs = Runs(tmp_path)
     run = runs.start(env)
     try:
-        eventually(lambda: run.handled() & set(range(SLOW)), timeout_s=60)  # a slow one is done
-        handled_before = run.handled() - set(range(SLOW))
-        assert len(handled_before) >= 90, run.events("scaling_capped")
-        print(f"fast items handled before a slow one finished: {len(handled_before)}/{FAST}")
+        # Before the fix the fast ones waited for a slow one to end, and none ends until released.
+        def most_fast_ones_handled() -> bool:
+            fast_handled = run.handled() - set(range(SLOW))
+            assert len(fast_handled) >= 90, (len(fast_handled), run.events("scaling_capped"))
+            return True
+
+        eventually(most_fast_ones_handled, timeout_s=60)
+        assert not run.handled() & set(range(SLOW)), "a slow item ended before its release"
+        gate.touch()
+        eventually(lambda: run.handled() & set(range(SLOW)), timeout_s=30)
     finally:
         runs.kill_all()
