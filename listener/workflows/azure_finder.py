@@ -203,6 +203,12 @@ class OnFirstUse:
             return []
         return ledger.owed()
 
+    def claim(self, group_id: str) -> GroupStatus | None:
+        return self._reachable().claim(group_id)
+
+    def release(self, group_id: str) -> None:
+        self._reachable().release(group_id)
+
     def mark_sent(self, group_id: str) -> None:
         self._reachable().mark_sent(group_id)
 

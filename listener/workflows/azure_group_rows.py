@@ -4,7 +4,8 @@ of its sharded counter.
 Partition key: the group id (percent-encoded). Rows, ``$`` sorting before the members' digits:
 
 * ``$group``, the group row: ``group`` (its id as given), ``total``, ``on_complete``, ``started``,
-  ``ended``, ``completion``, and what the *complete* shards hold: ``shards_done``,
+  ``ended``, ``completion``, ``claimed_until`` (a claim on publishing the completion owed,
+  ``azure_claims``), and what the *complete* shards hold: ``shards_done``,
   ``handled_done``, ``poisoned_done``;
 * ``$group-00`` ... ``$group-15``, the counter's shards: ``total`` (the group's, copied on each
   so that a settlement's ``If-Match`` on its shard also holds the total it decided by),

@@ -12,18 +12,31 @@ the seam, once the rest of the chain has run and *before* settlement deletes or 
    group id as its message key, then mark the completion sent;
 3. settlement deletes (or poisons) the message.
 
+Who publishes: the ledger's step that records the last member records the completion *owed* and
+*claimed* by its caller for ``COMPLETION_LEASE_S`` (``group_ledger``). Anyone else publishes an
+owed completion only once it has taken the claim (``GroupLedger.claim``: owed, and no claim
+running): the last member's redelivery, and every listener with groups when it starts
+(``send_owed``: the completions a process that died left owed). So a listener starting while
+another is between recording a last member and marking its completion sent leaves it to that
+one: one ``GroupDone``.
+
 Why this order -- what a ``kill -9`` between any two steps leaves:
 
 * before 1: the member was not recorded and its message is still queued: it is redelivered and
   handled again (at-least-once, as any message), then recorded. Recording *after* the delete
   instead would lose the member for good, and its group would never complete.
-* between 1 and 2: the completion is recorded *owed* in the same step as the last member. The
+* between 1 and 2: the completion is owed, claimed by the dead process until its lease ends. The
   member's message is still queued (not yet deleted): its redelivery finds the member settled (a
-  duplicate changes nothing) and the completion owed, and publishes it. Every listener with
-  groups also publishes the owed completions when it starts (a restarted worker).
-* between 2 and its mark: the ``GroupDone`` was published, and is published again on the
-  redelivery: both copies carry the group id as key, so a completion worker with idempotent
-  handling (``[idempotency] window_s``) handles one.
+  duplicate changes nothing) and the completion owed, takes the claim and publishes it -- or,
+  the claim still running, is retried when it ends (``group_done_claimed``), so the member's
+  message is not deleted before its completion is out. A listener starting after the lease
+  publishes it too, whichever comes first; the other then finds it claimed or sent. A publish
+  that fails (the completion queue missing) gives the claim back at once.
+* between 2 and its mark: the ``GroupDone`` was published, and is published again by the
+  redelivery or a start once the lease ends -- the one source of a duplicate (with a put slower
+  than the lease). Both copies carry the group id as key, and a hosted worker whose items are
+  ``GroupDone`` handles them idempotently by key even when its settings turn no
+  ``[idempotency] window_s`` on (``cloudqueue.workers.host.key_controls``): it handles one.
 * after 3: done.
 
 What cannot be told before settlement is recorded just after it (``after_settle``): a member
@@ -60,7 +73,12 @@ from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.wire.packing import single_message
 from cloudqueue.listener.workflows.group_done import GroupDone
-from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
+from cloudqueue.listener.workflows.group_ledger import (
+    COMPLETION_LEASE_S,
+    GroupLedger,
+    GroupStatus,
+    Settled,
+)
 from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
@@ -144,13 +162,22 @@ class GroupCompletion(Middleware):
             self._record(context, member, "poisoned", retry=False)
 
     def send_owed(self) -> int:
-        """Publish every completion the ledger holds owed; how many were published."""
+        """Publish every completion the ledger holds owed whose claim this call takes (none is
+        running on it); how many were published."""
         try:
             owed = self.ledger.owed()
         except StorageError as failure:
             log.warning("group_ledger_unavailable", error=str(failure))
             return 0
-        return sum(self._complete(status) for status in owed)
+        published = 0
+        for status in owed:
+            try:
+                claimed = self.ledger.claim(status.group_id)
+            except StorageError as failure:  # left owed: taken by the next to look
+                log.warning("group_ledger_unavailable", group=status.group_id, error=str(failure))
+                continue
+            published += claimed is not None and self._complete(claimed)
+        return published
 
     def _record(
         self, context: MessageContext[Any], member: Membership, settled: Settled, *, retry: bool
@@ -160,7 +187,7 @@ class GroupCompletion(Middleware):
         try:
             last = self.settlements.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
-                last = self._owed(member.group_id)
+                last = self._claim_again(context, member.group_id, retry=retry)
         except StorageError as failure:
             log.warning(
                 "group_ledger_unavailable", message_id=context.message_id, error=str(failure)
@@ -173,9 +200,21 @@ class GroupCompletion(Middleware):
         if last is not None:
             self._complete(last)
 
-    def _owed(self, group_id: str) -> GroupStatus | None:
+    def _claim_again(
+        self, context: MessageContext[Any], group_id: str, *, retry: bool
+    ) -> GroupStatus | None:
+        """On a redelivery: the group's completion when it is still owed and this call took its
+        claim. Owed but claimed by another (the dead settler, until its lease ends), the member
+        is ``retry``-ed when the claim ends rather than deleted: its message is what keeps the
+        completion from being lost."""
+        claimed = self.ledger.claim(group_id)
+        if claimed is not None or not retry:
+            return claimed
         status = self.ledger.status(group_id)
-        return status if status is not None and status.completion == "owed" else None
+        if status is not None and status.completion == "owed":
+            log.info("group_done_claimed", message_id=context.message_id, group=group_id)
+            context.retry("group_done_claimed", delay_s=COMPLETION_LEASE_S)
+        return None
 
     def _complete(self, status: GroupStatus) -> bool:
         """Publish the group's ``GroupDone`` (keyed by the group id), then mark it sent."""
@@ -185,6 +224,7 @@ class GroupCompletion(Middleware):
             self.storage.put_message(status.on_complete, str(content))
         except StorageError as failure:  # still owed: sent on a redelivery or at a start
             log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
+            self._give_back(status.group_id)
             return False
         try:
             self.announce(status.on_complete)
@@ -202,6 +242,13 @@ class GroupCompletion(Middleware):
             poisoned=status.poisoned,
         )
         return True
+
+    def _give_back(self, group_id: str) -> None:
+        """Release the claim of a publish that failed (not released, it ends with its lease)."""
+        try:
+            self.ledger.release(group_id)
+        except StorageError as failure:
+            log.warning("group_ledger_unavailable", group=group_id, error=str(failure))
 
     def __repr__(self) -> str:
         return f"GroupCompletion({self.ledger!r})"

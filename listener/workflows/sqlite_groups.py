@@ -1,9 +1,11 @@
 """The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
 
-Four tables beside the queues: ``message_groups`` (a row per group: its counts, times and
-completion state), ``group_members`` (a row per settled member, primary key group and member:
-``INSERT OR IGNORE`` finds a duplicate), ``group_chains`` (a row per member a chain step passed
-on, with the members it added for the step's items: a redelivery gets the same ids) and
+Four tables beside the queues: ``message_groups`` (a row per group: its counts, times,
+completion state and until when a claim on publishing it runs, ``claimed_until``: NULL while
+only the settler of its last member holds it), ``group_members`` (a row per settled member,
+primary key group and member: ``INSERT OR IGNORE`` finds a duplicate), ``group_chains`` (a row
+per member a chain step passed on, with the members it added for the step's items: a
+redelivery gets the same ids) and
 ``group_additions`` (a row per named addition of members at run time, with its first id, count
 and whether its members were all put: a redelivered handler's addition gets the same ids). Each
 step is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark,
@@ -25,6 +27,7 @@ from cloudqueue.listener.stores.embedded_ledgers import EmbeddedLedgers
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.group_ledger import (
+    COMPLETION_LEASE_S,
     Addition,
     GroupError,
     GroupLedger,
@@ -33,6 +36,7 @@ from cloudqueue.listener.workflows.group_ledger import (
     Settled,
     added_again,
     check_count,
+    lease_end,
     member_ids,
     member_index,
     open_group,
@@ -49,7 +53,8 @@ _SCHEMA = (
         started REAL NOT NULL,
         ended REAL,
         on_complete TEXT NOT NULL,
-        completion TEXT NOT NULL DEFAULT 'pending'
+        completion TEXT NOT NULL DEFAULT 'pending',
+        claimed_until REAL
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS group_members (
         group_id TEXT NOT NULL,
@@ -89,6 +94,7 @@ class SqliteGroupLedger:
         with database.transaction() as db:
             for statement in _SCHEMA:
                 db.execute(statement)
+            _add_claims(db)
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
         check_count(total, "a group")
@@ -170,6 +176,24 @@ class SqliteGroupLedger:
             ).fetchall()
         return [_status(row) for row in rows]
 
+    def claim(self, group_id: str) -> GroupStatus | None:
+        """One conditional UPDATE: of two claimants, the second finds the claim running."""
+        now = self._clock.now()
+        with self._database.transaction() as db:
+            taken = db.execute(
+                "UPDATE message_groups SET claimed_until = ? WHERE id = ?"
+                " AND completion = 'owed' AND COALESCE(claimed_until, ended + ?) <= ?",
+                (lease_end(now).timestamp(), group_id, COMPLETION_LEASE_S, now.timestamp()),
+            ).rowcount
+            return _read(db, group_id) if taken else None
+
+    def release(self, group_id: str) -> None:
+        with self._database.transaction() as db:
+            db.execute(
+                "UPDATE message_groups SET claimed_until = ? WHERE id = ? AND completion = 'owed'",
+                (self._clock.now().timestamp(), group_id),
+            )
+
     def pending_members(self, group_id: str, limit: int) -> list[str]:
         with self._database.reading() as db:
             group = _read(db, group_id)
@@ -227,6 +251,13 @@ def _settle(
         (now().timestamp() if last else None, _state(last), group_id),
     )
     return _read(db, group_id) if last else None
+
+
+def _add_claims(db: Sqlite) -> None:
+    """The ``claimed_until`` column in a file made before claims were kept."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(message_groups)")}
+    if "claimed_until" not in columns:
+        db.execute("ALTER TABLE message_groups ADD COLUMN claimed_until REAL")
 
 
 def _addition(db: Sqlite, group_id: str, by: str) -> Addition | None:
