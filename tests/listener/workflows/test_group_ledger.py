@@ -326,6 +326,29 @@ def test_a_member_passed_on_gets_the_same_ids_on_a_repeat(ledgers: LedgerMaker) 
     assert (last.total, last.handled) == (5, 5)
 
 
+def test_a_chain_step_repeated_after_its_group_completed_changes_nothing(
+    ledgers: LedgerMaker,
+) -> None:
+    """A chain step's message delivered again after its group completed (a duplicate, another
+    connection) gets the ids it was given and changes nothing: the counts, the end and the
+    completion (owed, then sent) stay as they were, and a sent completion is not owed again."""
+    ledger = ledgers()
+    ledger.open("g7", total=1, on_complete="done")
+    assert ledger.pass_on("g7", "0", "split", 3) == ["0", "1", "2"]
+    for member in ["0", "1", "2"]:
+        ledger.settle("g7", member, "handled")
+    owed = ledger.status("g7")
+    assert ledgers().pass_on("g7", "0", "split", 3) == ["0", "1", "2"]
+    assert ledger.status("g7") == owed
+    ledger.mark_sent("g7")
+    sent = ledger.status("g7")
+    assert ledgers().pass_on("g7", "0", "split", 3) == ["0", "1", "2"]
+    assert ledger.status("g7") == sent
+    assert sent is not None
+    assert (sent.total, sent.handled, sent.completion) == (3, 3, "sent")
+    assert ledger.owed() == []
+
+
 def test_an_owed_completion_is_claimed_by_one_at_a_time(
     ledgers: LedgerMaker, clock: ManualClock
 ) -> None:
