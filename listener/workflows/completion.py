@@ -29,9 +29,10 @@ Why this order -- what a ``kill -9`` between any two steps leaves:
   member's message is still queued (not yet deleted): its redelivery finds the member settled (a
   duplicate changes nothing) and the completion owed, takes the claim and publishes it -- or,
   the claim still running, is retried when it ends (``group_done_claimed``), so the member's
-  message is not deleted before its completion is out. A listener starting after the lease
-  publishes it too, whichever comes first; the other then finds it claimed or sent. A publish
-  that fails (the completion queue missing) gives the claim back at once.
+  message is not deleted before its completion is out (on its last delivery, where a retry
+  would poison it, it publishes anyway: ``group_done_taken_over``). A listener starting after
+  the lease publishes it too, whichever comes first; the other then finds it claimed or sent.
+  A publish that fails (the completion queue missing) gives the claim back at once.
 * between 2 and its mark: the ``GroupDone`` was published, and is published again by the
   redelivery or a start once the lease ends -- the one source of a duplicate (with a put slower
   than the lease). Both copies carry the group id as key, and a hosted worker whose items are
@@ -211,9 +212,13 @@ class GroupCompletion(Middleware):
         if claimed is not None or not retry:
             return claimed
         status = self.ledger.status(group_id)
-        if status is not None and status.completion == "owed":
-            log.info("group_done_claimed", message_id=context.message_id, group=group_id)
-            context.retry("group_done_claimed", delay_s=COMPLETION_LEASE_S)
+        if status is None or status.completion != "owed":
+            return None
+        if exhausted(context.deliveries, self.delivery):  # a retry would poison the member
+            log.info("group_done_taken_over", message_id=context.message_id, group=group_id)
+            return status  # published under the claim: a copy is dropped by its key
+        log.info("group_done_claimed", message_id=context.message_id, group=group_id)
+        context.retry("group_done_claimed", delay_s=COMPLETION_LEASE_S)
         return None
 
     def _complete(self, status: GroupStatus) -> bool:

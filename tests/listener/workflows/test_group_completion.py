@@ -362,6 +362,22 @@ def test_a_crash_before_the_publish_completes_on_the_members_redelivery(
     storage.close()
 
 
+def test_on_its_last_delivery_the_last_member_publishes_under_the_claim_held(
+    storage: QueueStorage,
+) -> None:
+    """Redelivered for the last time while the dead settler's claim runs, the member is not
+    retried (it would be poisoned): it publishes the completion itself, once."""
+    [member] = sent_members(storage, 1)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, member)
+    last = deliver(
+        GroupCompletion(ledger_of(storage), storage, delivery=POLICY), member, deliveries=3
+    )
+    assert last.decision is None
+    assert [done.handled for done, _ in completions(storage)] == [1]
+
+
 def test_a_ledger_out_of_reach_retries_the_member_rather_than_lose_it() -> None:
     """The ledger cannot be written: the member is retried later, not deleted unrecorded."""
     storage = InMemoryQueueStorage()
