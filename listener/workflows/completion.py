@@ -177,7 +177,8 @@ class GroupCompletion(Middleware):
             except StorageError as failure:  # left owed: taken by the next to look
                 log.warning("group_ledger_unavailable", group=status.group_id, error=str(failure))
                 continue
-            published += claimed is not None and self._complete(claimed)
+            if claimed is not None and self._complete(claimed):
+                published += 1
         return published
 
     def _record(

@@ -314,6 +314,7 @@ class InMemoryGroupLedger:
             group = self._groups.get(group_id)
             if group is not None and group.done:
                 self._groups[group_id] = replace(group, completion="sent")
+                self._claims.pop(group_id, None)
 
     def close(self) -> None:
         """Nothing to release."""
