@@ -12,13 +12,8 @@ the seam, once the rest of the chain has run and *before* settlement deletes or 
    group id as its message key, then mark the completion sent;
 3. settlement deletes (or poisons) the message.
 
-Who publishes: the ledger's step that records the last member records the completion *owed* and
-*claimed* by its caller for ``COMPLETION_LEASE_S`` (``group_ledger``). Anyone else publishes an
-owed completion only once it has taken the claim (``GroupLedger.claim``: owed, and no claim
-running): the last member's redelivery, and every listener with groups when it starts
-(``send_owed``: the completions a process that died left owed). So a listener starting while
-another is between recording a last member and marking its completion sent leaves it to that
-one: one ``GroupDone``.
+Who publishes an owed completion, under a claim so that one party does while it lives, is
+``cloudqueue.listener.workflows.completion_publisher``.
 
 Why this order -- what a ``kill -9`` between any two steps leaves:
 
@@ -70,16 +65,9 @@ from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.membership import Membership, membership_of
-from cloudqueue.listener.wire.packing import single_message
-from cloudqueue.listener.workflows.group_done import GroupDone
-from cloudqueue.listener.workflows.group_ledger import (
-    COMPLETION_LEASE_S,
-    GroupLedger,
-    GroupStatus,
-    Settled,
-)
+from cloudqueue.listener.workflows.completion_publisher import Announce, CompletionPublisher
+from cloudqueue.listener.workflows.group_ledger import GroupLedger, Settled
 from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
@@ -87,8 +75,6 @@ log = structlog.get_logger(__name__)
 
 UNAVAILABLE_RETRY_S = 5.0
 """How soon a member is tried again when the group ledger could not be written."""
-
-_CODEC = MessageCodec(GroupDone)
 
 PassedOn = Callable[[str], bool]
 """Whether the member in the message of this id was passed on by a chain step."""
@@ -117,14 +103,19 @@ class GroupCompletion(Middleware):
         self.storage = storage
         self.delivery = delivery
         self.settlements = SettleBatches(ledger)
-        self.announce: Callable[[str], None] = _nobody
-        """Called with the completion queue after each ``GroupDone`` is put: a host wakes its
-        own listeners of that queue and announces it on its trigger channel, so the completion
-        is picked up at once rather than after a poller's back-off (or, at zero threads, its
-        watchdog)."""
+        self.publisher = CompletionPublisher(ledger, storage, delivery)
         self.passed_on = passed_on
         """Asked after the handling: True when a chain step passed the member on (its chained
         message settles it, ``cloudqueue.listener.workflows.chains``)."""
+
+    @property
+    def announce(self) -> Announce:
+        """Called with the completion queue after each ``GroupDone`` is put (``Announce``)."""
+        return self.publisher.announce
+
+    @announce.setter
+    def announce(self, announce: Announce) -> None:
+        self.publisher.announce = announce
 
     def on_start(self, event: ListenerStarted) -> None:
         """Publish the completions owed from before (a process that died after recording a
@@ -163,23 +154,8 @@ class GroupCompletion(Middleware):
             self._record(context, member, "poisoned", retry=False)
 
     def send_owed(self) -> int:
-        """Publish every completion the ledger holds owed whose claim this call takes (none is
-        running on it); how many were published."""
-        try:
-            owed = self.ledger.owed()
-        except StorageError as failure:
-            log.warning("group_ledger_unavailable", error=str(failure))
-            return 0
-        published = 0
-        for status in owed:
-            try:
-                claimed = self.ledger.claim(status.group_id)
-            except StorageError as failure:  # left owed: taken by the next to look
-                log.warning("group_ledger_unavailable", group=status.group_id, error=str(failure))
-                continue
-            if claimed is not None and self._complete(claimed):
-                published += 1
-        return published
+        """Publish the completions owed whose claims this call takes; how many it published."""
+        return self.publisher.publish_owed()
 
     def _record(
         self, context: MessageContext[Any], member: Membership, settled: Settled, *, retry: bool
@@ -189,7 +165,7 @@ class GroupCompletion(Middleware):
         try:
             last = self.settlements.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
-                last = self._claim_again(context, member.group_id, retry=retry)
+                last = self.publisher.claim_again(context, member.group_id, retry=retry)
         except StorageError as failure:
             log.warning(
                 "group_ledger_unavailable", message_id=context.message_id, error=str(failure)
@@ -200,68 +176,10 @@ class GroupCompletion(Middleware):
                 )
             return
         if last is not None:
-            self._complete(last)
-
-    def _claim_again(
-        self, context: MessageContext[Any], group_id: str, *, retry: bool
-    ) -> GroupStatus | None:
-        """On a redelivery: the group's completion when it is still owed and this call took its
-        claim. Owed but claimed by another (the dead settler, until its lease ends), the member
-        is ``retry``-ed when the claim ends rather than deleted: its message is what keeps the
-        completion from being lost."""
-        claimed = self.ledger.claim(group_id)
-        if claimed is not None or not retry:
-            return claimed
-        status = self.ledger.status(group_id)
-        if status is None or status.completion != "owed":
-            return None
-        if exhausted(context.deliveries, self.delivery):  # a retry would poison the member
-            log.info("group_done_taken_over", message_id=context.message_id, group=group_id)
-            return status  # published under the claim: a copy is dropped by its key
-        log.info("group_done_claimed", message_id=context.message_id, group=group_id)
-        context.retry("group_done_claimed", delay_s=COMPLETION_LEASE_S)
-        return None
-
-    def _complete(self, status: GroupStatus) -> bool:
-        """Publish the group's ``GroupDone`` (keyed by the group id), then mark it sent."""
-        done = GroupDone.of(status)
-        content = single_message(_CODEC.encode(done), key=status.group_id)
-        try:
-            self.storage.put_message(status.on_complete, str(content))
-        except StorageError as failure:  # still owed: sent on a redelivery or at a start
-            log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
-            self._give_back(status.group_id)
-            return False
-        try:
-            self.announce(status.on_complete)
-        except Exception:  # a wake-up is an optimization: the pollers find the message anyway
-            log.exception("group_done_not_announced", group=status.group_id)
-        try:
-            self.ledger.mark_sent(status.group_id)
-        except StorageError as failure:  # sent again later: the copy is dropped by its key
-            log.warning("group_done_not_marked", group=status.group_id, error=str(failure))
-        log.info(
-            "group_done",
-            group=status.group_id,
-            queue=status.on_complete,
-            handled=status.handled,
-            poisoned=status.poisoned,
-        )
-        return True
-
-    def _give_back(self, group_id: str) -> None:
-        """Release the claim of a publish that failed (not released, it ends with its lease)."""
-        try:
-            self.ledger.release(group_id)
-        except StorageError as failure:
-            log.warning("group_ledger_unavailable", group=group_id, error=str(failure))
+            self.publisher.publish(last)
 
     def __repr__(self) -> str:
         return f"GroupCompletion({self.ledger!r})"
-
-
-def _nobody(queue: str) -> None:
-    """No listener to wake (a completion sent outside a host)."""
 
 
 def group_completion_for(
