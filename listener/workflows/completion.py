@@ -165,7 +165,7 @@ class GroupCompletion(Middleware):
         try:
             last = self.settlements.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
-                last = self.publisher.claim_again(context, member.group_id, retry=retry)
+                last = self.publisher.claim_again(context, member, retry=retry)
         except StorageError as failure:
             log.warning(
                 "group_ledger_unavailable", message_id=context.message_id, error=str(failure)

@@ -9,10 +9,12 @@ completions a process that died left owed). So a listener starting while another
 recording a last member and marking its completion sent leaves it to that one: one
 ``GroupDone``.
 
-A claimant killed before its put lets go when its lease ends. The last member's message is what
-keeps such a completion from being lost: redelivered while the claim runs, it is retried when
-the claim ends (``group_done_claimed``) rather than deleted, and on its last delivery, where a
-retry would poison it, it publishes under the other's claim (``group_done_taken_over``). A put
+A claimant killed before its put lets go when its lease ends. The message of the member whose
+settlement completed the group (``GroupStatus.last_member``) is what keeps such a completion from
+being lost: redelivered while the claim runs, it is retried when the claim ends
+(``group_done_claimed``) rather than deleted, and on its last delivery, where a retry would
+poison it, it publishes under the other's claim (``group_done_taken_over``). Any other member
+redelivered then is settled as usual: the claim's holder, alive, is about to mark it sent. A put
 that fails gives the claim back at once (``release``). A claimant killed between its put and
 ``mark_sent`` leaves the completion to be published again: the only copy, under the group id as
 its message key, for idempotent handling to drop (``cloudqueue.listener.workflows.completion``).
@@ -30,6 +32,7 @@ from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec
+from cloudqueue.listener.wire.membership import Membership
 from cloudqueue.listener.wire.packing import single_message
 from cloudqueue.listener.workflows.group_done import GroupDone
 from cloudqueue.listener.workflows.group_ledger import COMPLETION_LEASE_S, GroupLedger, GroupStatus
@@ -73,17 +76,21 @@ class CompletionPublisher:
         return published
 
     def claim_again(
-        self, context: MessageContext[Any], group_id: str, *, retry: bool
+        self, context: MessageContext[Any], member: Membership, *, retry: bool
     ) -> GroupStatus | None:
         """On a member's redelivery: the group's completion when it is still owed and this call
-        took its claim (or, on the member's last delivery, when another holds it). Owed and
-        held, the member is ``retry``-ed when the claim ends rather than deleted."""
+        took its claim (or, on the last delivery of the member that completed the group, when
+        another holds it). Owed and held, that member is ``retry``-ed when the claim ends rather
+        than deleted; any other member's message is settled as usual (it carries nothing)."""
+        group_id = member.group_id
         claimed = self.ledger.claim(group_id)
         if claimed is not None or not retry:
             return claimed
         status = self.ledger.status(group_id)
         if status is None or status.completion != "owed":
             return None
+        if status.last_member not in (None, member.member_id):
+            return None  # the member that completed the group carries its completion
         if exhausted(context.deliveries, self.delivery):  # a retry would poison the member
             log.info("group_done_taken_over", message_id=context.message_id, group=group_id)
             return status  # published under the claim: a copy is dropped by its key

@@ -87,6 +87,9 @@ class GroupStatus:
     on_complete: str
     """The queue its ``GroupDone`` goes to."""
     completion: Completion = "pending"
+    last_member: str | None = None
+    """The member whose settlement completed the group: its message carries the completion
+    until it is sent (None while pending, and for groups completed before it was kept)."""
     progress: tuple[HandlerProgress, ...] = ()
     """Its running members' last progress reports, when the handle was given where to read them
     (``GroupHandle(progress=...)``); the ledger itself keeps none."""
@@ -274,7 +277,8 @@ class InMemoryGroupLedger:
         self._settled[group_id].add(index)
         group = counted(group, outcome)
         if group.pending == 0:
-            group = replace(group, ended=self._clock.now(), completion="owed")
+            ended = self._clock.now()
+            group = replace(group, ended=ended, completion="owed", last_member=str(index))
         self._groups[group_id] = group
         return group if group.done else None
 

@@ -1,11 +1,11 @@
 """The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
 
 Four tables beside the queues: ``message_groups`` (a row per group: its counts, times,
-completion state and until when a claim on publishing it runs, ``claimed_until``: NULL while
-only the settler of its last member holds it), ``group_members`` (a row per settled member,
-primary key group and member: ``INSERT OR IGNORE`` finds a duplicate), ``group_chains`` (a row
-per member a chain step passed on, with the members it added for the step's items: a
-redelivery gets the same ids) and
+completion state, the member that completed it, and until when a claim on publishing it runs,
+``claimed_until``: NULL while only the settler of its last member holds it), ``group_members``
+(a row per settled member, primary key group and member: ``INSERT OR IGNORE`` finds a
+duplicate), ``group_chains`` (a row per member a chain step passed on, with the members it added
+for the step's items: a redelivery gets the same ids) and
 ``group_additions`` (a row per named addition of members at run time, with its first id, count
 and whether its members were all put: a redelivered handler's addition gets the same ids). Each
 step is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark,
@@ -54,7 +54,8 @@ _SCHEMA = (
         ended REAL,
         on_complete TEXT NOT NULL,
         completion TEXT NOT NULL DEFAULT 'pending',
-        claimed_until REAL
+        claimed_until REAL,
+        last_member TEXT
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS group_members (
         group_id TEXT NOT NULL,
@@ -80,7 +81,7 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS message_groups_owed ON message_groups (completion)",
 )
-_COLUMNS = "id, total, handled, poisoned, started, ended, on_complete, completion"
+_COLUMNS = "id, total, handled, poisoned, started, ended, on_complete, completion, last_member"
 
 
 class SqliteGroupLedger:
@@ -247,17 +248,18 @@ def _settle(
     last = group.pending == 1
     db.execute(
         f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
-        " ended = ?, completion = ? WHERE id = ?",
-        (now().timestamp() if last else None, _state(last), group_id),
+        " ended = ?, completion = ?, last_member = ? WHERE id = ?",
+        (now().timestamp() if last else None, _state(last), _last(last, index), group_id),
     )
     return _read(db, group_id) if last else None
 
 
 def _add_claims(db: Sqlite) -> None:
-    """The ``claimed_until`` column in a file made before claims were kept."""
+    """The ``claimed_until`` and ``last_member`` columns in a file made before they were kept."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(message_groups)")}
-    if "claimed_until" not in columns:
-        db.execute("ALTER TABLE message_groups ADD COLUMN claimed_until REAL")
+    for column, kind in (("claimed_until", "REAL"), ("last_member", "TEXT")):
+        if column not in columns:
+            db.execute(f"ALTER TABLE message_groups ADD COLUMN {column} {kind}")
 
 
 def _addition(db: Sqlite, group_id: str, by: str) -> Addition | None:
@@ -272,13 +274,17 @@ def _state(last: bool) -> str:
     return "owed" if last else "pending"
 
 
+def _last(last: bool, index: int) -> str | None:
+    return str(index) if last else None
+
+
 def _read(db: Sqlite, group_id: str) -> GroupStatus | None:
     row = db.execute(f"SELECT {_COLUMNS} FROM message_groups WHERE id = ?", (group_id,)).fetchone()
     return None if row is None else _status(row)
 
 
 def _status(row: tuple[object, ...]) -> GroupStatus:
-    group_id, total, handled, poisoned, started, ended, on_complete, completion = row
+    group_id, total, handled, poisoned, started, ended, on_complete, completion, last = row
     return GroupStatus(
         str(group_id),
         int(str(total)),
@@ -288,6 +294,7 @@ def _status(row: tuple[object, ...]) -> GroupStatus:
         None if ended is None else datetime.fromtimestamp(float(str(ended)), UTC),
         str(on_complete),
         "owed" if completion == "owed" else "sent" if completion == "sent" else "pending",
+        None if last is None else str(last),
     )
 
 

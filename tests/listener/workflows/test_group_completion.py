@@ -362,6 +362,28 @@ def test_a_crash_before_the_publish_completes_on_the_members_redelivery(
     storage.close()
 
 
+def test_another_member_redelivered_while_the_claim_runs_is_settled_as_usual(
+    storage: QueueStorage, clock: ManualClock
+) -> None:
+    """The second of two members completes the group and its process dies before the put: the
+    first member redelivered then (a duplicate) is settled as usual, not retried -- the second's
+    message carries the completion -- and the second's redelivery after the lease sends it."""
+    first, second = sent_members(storage, 2)
+    alive = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    deliver(alive, first)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, second)
+    assert deliver(alive, first, deliveries=2).decision is None
+    held = deliver(alive, second, deliveries=2).decision
+    assert held is not None
+    assert held.kind == "retry"
+    assert storage.approximate_message_count("done") == 0
+    clock.advance(COMPLETION_LEASE_S)
+    deliver(alive, second, deliveries=3)
+    assert [done.handled for done, _ in completions(storage)] == [2]
+
+
 def test_on_its_last_delivery_the_last_member_publishes_under_the_claim_held(
     storage: QueueStorage,
 ) -> None:

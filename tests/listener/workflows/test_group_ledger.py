@@ -102,7 +102,7 @@ def test_members_are_counted_once_each_however_often_they_settle(ledgers: Ledger
 def test_settlements_written_together_are_answered_each_in_order(ledgers: LedgerMaker) -> None:
     """One write of five settlements -- a duplicate, a stray id, an unknown group among them --
     answers each as its own ``settle`` would: only the one that settled the last member hears
-    the final status."""
+    the final status, which names that member as the last."""
     ledger = ledgers()
     ledger.open("g", total=3, on_complete="done")
     answers = ledger.settle_many(
@@ -121,7 +121,7 @@ def test_settlements_written_together_are_answered_each_in_order(ledgers: Ledger
     assert before is None
     assert after is None
     assert last is not None
-    assert (last.handled, last.poisoned, last.completion) == (2, 1, "owed")
+    assert (last.handled, last.poisoned, last.completion, last.last_member) == (2, 1, "owed", "2")
 
 
 def test_a_poisoned_member_counts_as_settled(ledgers: LedgerMaker) -> None:
@@ -352,11 +352,13 @@ def test_a_chain_step_repeated_after_its_group_completed_changes_nothing(
 def test_an_owed_completion_is_claimed_by_one_at_a_time(
     ledgers: LedgerMaker, clock: ManualClock
 ) -> None:
-    """The settler of the last member holds the claim on publishing the completion for the
-    lease; then one ``claim`` takes it, another gets nothing until that claim's lease ends too
-    (its claimant killed); a release frees it at once; once sent, nobody can take it."""
+    """The settler of the last member (recorded as the group's ``last_member``) holds the
+    claim on publishing the completion for the lease; then one ``claim`` takes it, another gets
+    nothing until that claim's lease ends too (its claimant killed); a release frees it at once;
+    once sent, nobody can take it."""
     ledger = ledgers()
-    ledger.open("g8", total=1, on_complete="done")
+    ledger.open("g8", total=2, on_complete="done")
+    ledger.settle("g8", "1", "handled")
     assert ledger.claim("g8") is None  # pending
     ledger.settle("g8", "0", "handled")
     clock.advance(COMPLETION_LEASE_S - 1)
@@ -364,11 +366,11 @@ def test_an_owed_completion_is_claimed_by_one_at_a_time(
     clock.advance(1)
     taken = ledgers().claim("g8")
     assert taken is not None
-    assert (taken.group_id, taken.handled, taken.completion, taken.on_complete) == (
+    assert (taken.group_id, taken.handled, taken.completion, taken.last_member) == (
         "g8",
-        1,
+        2,
         "owed",
-        "done",
+        "0",  # whose settlement completed it: its message carries the completion
     )
     clock.advance(COMPLETION_LEASE_S - 1)
     assert ledger.claim("g8") is None
@@ -407,8 +409,8 @@ def test_of_claimants_racing_for_a_completion_one_takes_it(
 
 
 def test_a_file_from_before_claims_gets_its_column(tmp_path: Path, clock: ManualClock) -> None:
-    """A SQLite file whose groups table has no ``claimed_until`` (made by an older version) gets
-    it when a ledger opens it: its owed completion can be claimed."""
+    """A SQLite file whose groups table has no ``claimed_until`` nor ``last_member`` (made by an
+    older version) gets them when a ledger opens it: its owed completion can be claimed."""
     storage = SqliteQueueStorage(tmp_path / "q.db", clock=clock)
     with storage.transaction() as db:
         db.execute(
@@ -425,5 +427,5 @@ def test_a_file_from_before_claims_gets_its_column(tmp_path: Path, clock: Manual
     clock.advance(COMPLETION_LEASE_S)
     claimed = SqliteGroupLedger(storage).claim("old")
     assert claimed is not None
-    assert claimed.handled == 1
+    assert (claimed.handled, claimed.last_member) == (1, None)
     storage.close()
