@@ -83,12 +83,12 @@ class CompletionPublisher:
         another holds it). Owed and held, that member is ``retry``-ed when the claim ends rather
         than deleted; any other member's message is settled as usual (it carries nothing)."""
         group_id = member.group_id
+        status = self.ledger.status(group_id)  # a read: most groups redelivered to are pending
+        if status is None or status.completion != "owed":
+            return None
         claimed = self.ledger.claim(group_id)
         if claimed is not None or not retry:
             return claimed
-        status = self.ledger.status(group_id)
-        if status is None or status.completion != "owed":
-            return None
         if status.last_member not in (None, member.member_id):
             return None  # the member that completed the group carries its completion
         if exhausted(context.deliveries, self.delivery):  # a retry would poison the member
