@@ -59,7 +59,11 @@ _LOCK = threading.Lock()
 def azure_group_ledger_for(storage: QueueStorage) -> GroupLedger | None:
     """The group ledger of the account ``storage`` (seen through wrappers) is in, when
     ``open_storage`` opened it; None otherwise."""
-    return _per_storage(_LEDGERS, storage, lambda origin: OnFirstUse(lambda: _group_ledger(origin)))
+    return _per_storage(
+        _LEDGERS,
+        storage,
+        lambda origin, closing: OnFirstUse(lambda: _group_ledger(origin, closing)),
+    )
 
 
 def azure_result_store_for(storage: QueueStorage) -> AzureResultStore | None:
@@ -69,26 +73,39 @@ def azure_result_store_for(storage: QueueStorage) -> AzureResultStore | None:
     from cloudqueue.listener.workflows.azure_results import RESULTS_TABLE, AzureResultStore
 
     return _per_storage(
-        _RESULTS, storage, lambda origin: AzureResultStore(open_table(origin, RESULTS_TABLE))
+        _RESULTS,
+        storage,
+        lambda origin, closing: AzureResultStore(open_table(origin, RESULTS_TABLE, closing)),
     )
+
+
+Closing = Callable[[Callable[[], None]], None]
+"""Where to hand what must be closed with a storage (``AzureQueueStorage.close_with``)."""
 
 
 def _per_storage(
     found: weakref.WeakKeyDictionary[QueueStorage, S],
     storage: QueueStorage,
-    make: Callable[[AzureTarget | TokenTarget], S],
+    make: Callable[[AzureTarget | TokenTarget, Closing | None], S],
 ) -> S | None:
     """What ``found`` holds for the storage under ``storage``'s wrappers, made once from how
-    ``open_storage`` opened it; None for a storage it did not open on Azure."""
+    ``open_storage`` opened it (and given where to hand its own closing: a token credential
+    it opens); None for a storage it did not open on Azure."""
     inner = innermost_storage(storage)
     origin = azure_origin(inner)
     if origin is None:
         return None
     with _LOCK:
         if inner not in found:
-            found[inner] = make(origin)
+            found[inner] = make(origin, _closing_of(inner))
             _closed_with(found, inner)
         return found[inner]
+
+
+def _closing_of(storage: QueueStorage) -> Closing | None:
+    from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
+
+    return storage.close_with if isinstance(storage, AzureQueueStorage) else None
 
 
 def _closed_with(found: weakref.WeakKeyDictionary[QueueStorage, S], storage: QueueStorage) -> None:
@@ -124,8 +141,12 @@ def azure_result_store(
     return AzureResultStore(open_table(target, RESULTS_TABLE))
 
 
-def open_table(origin: AzureTarget | TokenTarget, table_name: str) -> TableClient:
-    """A client of ``table_name`` in the account's Table service, signed in as the queues are."""
+def open_table(
+    origin: AzureTarget | TokenTarget, table_name: str, closing: Closing | None = None
+) -> TableClient:
+    """A client of ``table_name`` in the account's Table service, signed in as the queues are.
+    A token credential it opens for the client (closing the client leaves it open) is handed
+    to ``closing``, to be closed with the storage."""
     from cloudqueue.listener.stores.azure_tables import (
         table_from_account_url,
         table_from_connection_string,
@@ -143,13 +164,15 @@ def open_table(origin: AzureTarget | TokenTarget, table_name: str) -> TableClien
                 "QueueEndpoint=...;TableEndpoint=... for groups and results"
             )
         credential = open_credential(origin.credential)
+        if closing is not None:
+            closing(credential.close)
         return table_from_account_url(origin.table_url, table_name, credential)
 
 
-def _group_ledger(origin: AzureTarget | TokenTarget) -> GroupLedger:
+def _group_ledger(origin: AzureTarget | TokenTarget, closing: Closing | None) -> GroupLedger:
     from cloudqueue.listener.workflows.azure_groups import GROUPS_TABLE, AzureGroupLedger
 
-    return AzureGroupLedger(open_table(origin, GROUPS_TABLE))
+    return AzureGroupLedger(open_table(origin, GROUPS_TABLE, closing))
 
 
 class OnFirstUse:
@@ -202,6 +225,12 @@ class OnFirstUse:
                 log.info("groups_unavailable", reason=str(reason))
             return []
         return ledger.owed()
+
+    def claim(self, group_id: str) -> GroupStatus | None:
+        return self._reachable().claim(group_id)
+
+    def release(self, group_id: str) -> None:
+        self._reachable().release(group_id)
 
     def mark_sent(self, group_id: str) -> None:
         self._reachable().mark_sent(group_id)

@@ -4,8 +4,9 @@ of its sharded counter.
 Partition key: the group id (percent-encoded). Rows, ``$`` sorting before the members' digits:
 
 * ``$group``, the group row: ``group`` (its id as given), ``total``, ``on_complete``, ``started``,
-  ``ended``, ``completion``, and what the *complete* shards hold: ``shards_done``,
-  ``handled_done``, ``poisoned_done``;
+  ``ended``, ``completion``, ``last_member`` (whose settlement completed it), ``claimed_until``
+  (a claim on publishing the completion owed, ``azure_claims``), and what the *complete* shards
+  hold: ``shards_done``, ``handled_done``, ``poisoned_done``;
 * ``$group-00`` ... ``$group-15``, the counter's shards: ``total`` (the group's, copied on each
   so that a settlement's ``If-Match`` on its shard also holds the total it decided by),
   ``handled``, ``poisoned`` of the shard's members: runs of ``RUN`` consecutive members, dealt to
@@ -144,6 +145,7 @@ def status_of(head: dict[str, Any], shards: list[Shard]) -> GroupStatus:
         None if ended is None else _utc(ended),
         str(head["on_complete"]),
         completion_of(head),
+        _last_member(head),
     )
 
 
@@ -158,7 +160,13 @@ def final_status(head: dict[str, Any], ended: datetime) -> GroupStatus:
         ended,
         str(head["on_complete"]),
         "owed",
+        _last_member(head),
     )
+
+
+def _last_member(head: dict[str, Any]) -> str | None:
+    last = head.get("last_member")
+    return None if last is None else str(last)
 
 
 def completion_of(head: dict[str, Any]) -> Completion:

@@ -24,6 +24,9 @@ calls at start, then reads that partition and the groups it names, never the who
 whose transaction lost its race stays until the group completes (its last shard completes in
 any case) and then leaves with ``mark_sent``; without the index each start would scan every
 group the account ever ran.
+
+Claims on publishing an owed completion (``claim``, ``release``) change the group row's
+``claimed_until`` If-Match (``azure_claims``).
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from cloudqueue.listener.stores.azure_tables import (
     table_from_account_url,
     table_from_connection_string,
 )
+from cloudqueue.listener.workflows.azure_claims import claim_completion, release_completion
 from cloudqueue.listener.workflows.azure_group_rows import (
     BEFORE_MEMBERS,
     GROUP_ROW,
@@ -226,6 +230,12 @@ class AzureGroupLedger:
             elif status is not None and status.completion == "sent":
                 self._unindex(status.group_id)
         return owed
+
+    def claim(self, group_id: str) -> GroupStatus | None:
+        return claim_completion(self._table, group_id, self._clock.now())
+
+    def release(self, group_id: str) -> None:
+        release_completion(self._table, group_id, self._clock.now())
 
     def mark_sent(self, group_id: str) -> None:
         partition = quoted_key(group_id)

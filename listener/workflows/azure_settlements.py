@@ -130,6 +130,7 @@ def settling(
     if done["shards_done"] < SHARDS:
         operations.append(update_if_match(partition, GROUP_ROW, str(head["etag"]), **done))
         return Settling(operations, members, None)
-    closing = {**done, "ended": now, "completion": "owed"}
+    last = max(members, key=lambda member: member.position)  # the settlement told "last"
+    closing = {**done, "ended": now, "completion": "owed", "last_member": str(last.index)}
     operations.append(update_if_match(partition, GROUP_ROW, str(head["etag"]), **closing))
     return Settling(operations, members, final_status(head | closing, now))

@@ -12,18 +12,27 @@ the seam, once the rest of the chain has run and *before* settlement deletes or 
    group id as its message key, then mark the completion sent;
 3. settlement deletes (or poisons) the message.
 
+Who publishes an owed completion, under a claim so that one party does while it lives, is
+``cloudqueue.listener.workflows.completion_publisher``.
+
 Why this order -- what a ``kill -9`` between any two steps leaves:
 
 * before 1: the member was not recorded and its message is still queued: it is redelivered and
   handled again (at-least-once, as any message), then recorded. Recording *after* the delete
   instead would lose the member for good, and its group would never complete.
-* between 1 and 2: the completion is recorded *owed* in the same step as the last member. The
+* between 1 and 2: the completion is owed, claimed by the dead process until its lease ends. The
   member's message is still queued (not yet deleted): its redelivery finds the member settled (a
-  duplicate changes nothing) and the completion owed, and publishes it. Every listener with
-  groups also publishes the owed completions when it starts (a restarted worker).
-* between 2 and its mark: the ``GroupDone`` was published, and is published again on the
-  redelivery: both copies carry the group id as key, so a completion worker with idempotent
-  handling (``[idempotency] window_s``) handles one.
+  duplicate changes nothing) and the completion owed, takes the claim and publishes it -- or,
+  the claim still running, is retried when it ends (``group_done_claimed``), so the member's
+  message is not deleted before its completion is out (on its last delivery, where a retry
+  would poison it, it publishes anyway: ``group_done_taken_over``). A listener starting after
+  the lease publishes it too, whichever comes first; the other then finds it claimed or sent.
+  A publish that fails (the completion queue missing) gives the claim back at once.
+* between 2 and its mark: the ``GroupDone`` was published, and is published again by the
+  redelivery or a start once the lease ends -- the one source of a duplicate (with a put slower
+  than the lease). Both copies carry the group id as key, and a hosted worker whose items are
+  ``GroupDone`` handles them idempotently by key even when its settings turn no
+  ``[idempotency] window_s`` on (``cloudqueue.workers.host.key_controls``): it handles one.
 * after 3: done.
 
 What cannot be told before settlement is recorded just after it (``after_settle``): a member
@@ -56,11 +65,9 @@ from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
 from cloudqueue.listener.stores.storage import QueueStorage
-from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.membership import Membership, membership_of
-from cloudqueue.listener.wire.packing import single_message
-from cloudqueue.listener.workflows.group_done import GroupDone
-from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus, Settled
+from cloudqueue.listener.workflows.completion_publisher import Announce, CompletionPublisher
+from cloudqueue.listener.workflows.group_ledger import GroupLedger, Settled
 from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 
@@ -68,8 +75,6 @@ log = structlog.get_logger(__name__)
 
 UNAVAILABLE_RETRY_S = 5.0
 """How soon a member is tried again when the group ledger could not be written."""
-
-_CODEC = MessageCodec(GroupDone)
 
 PassedOn = Callable[[str], bool]
 """Whether the member in the message of this id was passed on by a chain step."""
@@ -98,14 +103,19 @@ class GroupCompletion(Middleware):
         self.storage = storage
         self.delivery = delivery
         self.settlements = SettleBatches(ledger)
-        self.announce: Callable[[str], None] = _nobody
-        """Called with the completion queue after each ``GroupDone`` is put: a host wakes its
-        own listeners of that queue and announces it on its trigger channel, so the completion
-        is picked up at once rather than after a poller's back-off (or, at zero threads, its
-        watchdog)."""
+        self.publisher = CompletionPublisher(ledger, storage, delivery)
         self.passed_on = passed_on
         """Asked after the handling: True when a chain step passed the member on (its chained
         message settles it, ``cloudqueue.listener.workflows.chains``)."""
+
+    @property
+    def announce(self) -> Announce:
+        """Called with the completion queue after each ``GroupDone`` is put (``Announce``)."""
+        return self.publisher.announce
+
+    @announce.setter
+    def announce(self, announce: Announce) -> None:
+        self.publisher.announce = announce
 
     def on_start(self, event: ListenerStarted) -> None:
         """Publish the completions owed from before (a process that died after recording a
@@ -144,13 +154,8 @@ class GroupCompletion(Middleware):
             self._record(context, member, "poisoned", retry=False)
 
     def send_owed(self) -> int:
-        """Publish every completion the ledger holds owed; how many were published."""
-        try:
-            owed = self.ledger.owed()
-        except StorageError as failure:
-            log.warning("group_ledger_unavailable", error=str(failure))
-            return 0
-        return sum(self._complete(status) for status in owed)
+        """Publish the completions owed whose claims this call takes; how many it published."""
+        return self.publisher.publish_owed()
 
     def _record(
         self, context: MessageContext[Any], member: Membership, settled: Settled, *, retry: bool
@@ -160,7 +165,7 @@ class GroupCompletion(Middleware):
         try:
             last = self.settlements.settle(member.group_id, member.member_id, settled)
             if last is None and context.deliveries > 1:
-                last = self._owed(member.group_id)
+                last = self.publisher.claim_again(context, member, retry=retry)
         except StorageError as failure:
             log.warning(
                 "group_ledger_unavailable", message_id=context.message_id, error=str(failure)
@@ -171,44 +176,10 @@ class GroupCompletion(Middleware):
                 )
             return
         if last is not None:
-            self._complete(last)
-
-    def _owed(self, group_id: str) -> GroupStatus | None:
-        status = self.ledger.status(group_id)
-        return status if status is not None and status.completion == "owed" else None
-
-    def _complete(self, status: GroupStatus) -> bool:
-        """Publish the group's ``GroupDone`` (keyed by the group id), then mark it sent."""
-        done = GroupDone.of(status)
-        content = single_message(_CODEC.encode(done), key=status.group_id)
-        try:
-            self.storage.put_message(status.on_complete, str(content))
-        except StorageError as failure:  # still owed: sent on a redelivery or at a start
-            log.warning("group_done_not_sent", group=status.group_id, error=str(failure))
-            return False
-        try:
-            self.announce(status.on_complete)
-        except Exception:  # a wake-up is an optimization: the pollers find the message anyway
-            log.exception("group_done_not_announced", group=status.group_id)
-        try:
-            self.ledger.mark_sent(status.group_id)
-        except StorageError as failure:  # sent again later: the copy is dropped by its key
-            log.warning("group_done_not_marked", group=status.group_id, error=str(failure))
-        log.info(
-            "group_done",
-            group=status.group_id,
-            queue=status.on_complete,
-            handled=status.handled,
-            poisoned=status.poisoned,
-        )
-        return True
+            self.publisher.publish(last)
 
     def __repr__(self) -> str:
         return f"GroupCompletion({self.ledger!r})"
-
-
-def _nobody(queue: str) -> None:
-    """No listener to wake (a completion sent outside a host)."""
 
 
 def group_completion_for(

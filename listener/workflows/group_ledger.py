@@ -8,10 +8,18 @@ once -- handled or poisoned -- by one atomic step (``GroupLedger.settle``) that 
 member's mark (a second settlement of the same member, a redelivery or a duplicate, finds it and
 changes nothing) and counts it. The step that counts the last member also records the completion as
 *owed* and answers with the group's final status: exactly one caller ever hears "you settled the
-last member". That caller publishes the ``GroupDone`` and then marks the completion *sent*; a
-completion owed but not marked is published again by whoever looks next (``owed``), under the group
-id as its message key, so a second copy is dropped by idempotent handling
-(``cloudqueue.listener.workflows.completion``).
+last member". That caller publishes the ``GroupDone`` and then marks the completion *sent*.
+
+Publishing an owed completion is *claimed*, so that one party publishes it while that party
+lives: the settler of the last member holds the claim from that step (``ended``) for
+``COMPLETION_LEASE_S``, without another write; anyone else -- the member's redelivery, a listener
+starting (``owed`` then ``claim``) -- takes it with one conditional write (``claim``: owed, and
+its holder's lease over), for as long. A holder killed before its publish lets go when its lease
+ends, so the completion is never lost; one whose put failed gives it back at once (``release``).
+A holder killed between its put and ``mark_sent`` leaves a completion that is published again: the
+only duplicate, under the group id as its message key, so that idempotent handling drops it
+(``cloudqueue.listener.workflows.completion``). Leases are compared on each process's clock: a
+skew between machines shortens or lengthens them by as much.
 
 Stores:
 
@@ -42,7 +50,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
@@ -51,6 +59,11 @@ from cloudqueue.listener.errors import CloudQueueError
 
 Settled = Literal["handled", "poisoned"]
 """How a member settled: its handler returned (the message deleted), or it was poisoned."""
+
+COMPLETION_LEASE_S = 30.0
+"""How long a claim on publishing an owed completion lasts (from the settlement of the last
+member, or from a ``claim``): a publisher alive that long has put its ``GroupDone`` and marked it
+sent. A put slower than that may be repeated by another claimant (then dropped by its key)."""
 
 Completion = Literal["pending", "owed", "sent"]
 """``pending``: members still unsettled; ``owed``: the last settled, its ``GroupDone`` not yet
@@ -74,6 +87,9 @@ class GroupStatus:
     on_complete: str
     """The queue its ``GroupDone`` goes to."""
     completion: Completion = "pending"
+    last_member: str | None = None
+    """The member whose settlement completed the group: its message carries the completion
+    until it is sent (None while pending, and for groups completed before it was kept)."""
     progress: tuple[HandlerProgress, ...] = ()
     """Its running members' last progress reports, when the handle was given where to read them
     (``GroupHandle(progress=...)``); the ledger itself keeps none."""
@@ -142,6 +158,16 @@ class GroupLedger(Protocol):
     def owed(self) -> list[GroupStatus]:
         """The complete groups whose ``GroupDone`` is not marked sent."""
 
+    def claim(self, group_id: str) -> GroupStatus | None:
+        """Take the group's owed completion to publish it, for ``COMPLETION_LEASE_S``: its final
+        status when it was owed and no claim on it was running, else None (sent, pending,
+        unknown, or held: by the settler of its last member until that lease ends, or by
+        another claimant)."""
+
+    def release(self, group_id: str) -> None:
+        """Give up a claim whose publish failed: the completion, still owed, may be taken at
+        once."""
+
     def pending_members(self, group_id: str, limit: int) -> list[str]:
         """Up to ``limit`` ids of the group's members not settled yet, lowest first."""
 
@@ -189,6 +215,8 @@ class InMemoryGroupLedger:
         self._settled: dict[str, set[int]] = {}
         self._passed: dict[tuple[str, str, str], list[str]] = {}
         self._added: dict[tuple[str, str], Addition] = {}
+        self._claims: dict[str, datetime] = {}
+        """Until when an owed completion is claimed (beyond its settler's lease)."""
         self._lock = threading.Lock()
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
@@ -249,7 +277,8 @@ class InMemoryGroupLedger:
         self._settled[group_id].add(index)
         group = counted(group, outcome)
         if group.pending == 0:
-            group = replace(group, ended=self._clock.now(), completion="owed")
+            ended = self._clock.now()
+            group = replace(group, ended=ended, completion="owed", last_member=str(index))
         self._groups[group_id] = group
         return group if group.done else None
 
@@ -260,6 +289,18 @@ class InMemoryGroupLedger:
     def owed(self) -> list[GroupStatus]:
         with self._lock:
             return [group for group in self._groups.values() if group.completion == "owed"]
+
+    def claim(self, group_id: str) -> GroupStatus | None:
+        with self._lock:
+            group, now = self._groups.get(group_id), self._clock.now()
+            if group is None or not claimable(group, self._claims.get(group_id), now):
+                return None
+            self._claims[group_id] = lease_end(now)
+            return group
+
+    def release(self, group_id: str) -> None:
+        with self._lock:
+            self._claims[group_id] = self._clock.now()
 
     def pending_members(self, group_id: str, limit: int) -> list[str]:
         with self._lock:
@@ -277,12 +318,26 @@ class InMemoryGroupLedger:
             group = self._groups.get(group_id)
             if group is not None and group.done:
                 self._groups[group_id] = replace(group, completion="sent")
+                self._claims.pop(group_id, None)
 
     def close(self) -> None:
         """Nothing to release."""
 
     def __repr__(self) -> str:
         return f"InMemoryGroupLedger(groups={len(self._groups)})"
+
+
+def lease_end(start: datetime) -> datetime:
+    """When a claim on a completion taken at ``start`` runs out."""
+    return start + timedelta(seconds=COMPLETION_LEASE_S)
+
+
+def claimable(group: GroupStatus, claimed_until: datetime | None, now: datetime) -> bool:
+    """Whether the group's completion is owed and nobody's claim on it runs at ``now``: the
+    settler of its last member holds it from ``ended``, a claimant to ``claimed_until``."""
+    if group.completion != "owed" or group.ended is None:
+        return False
+    return now >= (claimed_until or lease_end(group.ended))
 
 
 def counted(group: GroupStatus, outcome: Settled) -> GroupStatus:
@@ -323,6 +378,7 @@ def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
 
 
 __all__ = [
+    "COMPLETION_LEASE_S",
     "Addition",
     "Completion",
     "GroupError",
@@ -332,7 +388,9 @@ __all__ = [
     "Settled",
     "added_again",
     "check_count",
+    "claimable",
     "counted",
+    "lease_end",
     "member_ids",
     "member_index",
     "open_group",

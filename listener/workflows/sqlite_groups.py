@@ -1,9 +1,11 @@
 """The group ledger in the queues' SQLite file (``cloudqueue.listener.workflows.group_ledger``).
 
-Four tables beside the queues: ``message_groups`` (a row per group: its counts, times and
-completion state), ``group_members`` (a row per settled member, primary key group and member:
-``INSERT OR IGNORE`` finds a duplicate), ``group_chains`` (a row per member a chain step passed
-on, with the members it added for the step's items: a redelivery gets the same ids) and
+Four tables beside the queues: ``message_groups`` (a row per group: its counts, times,
+completion state, the member that completed it, and until when a claim on publishing it runs,
+``claimed_until``: NULL while only the settler of its last member holds it), ``group_members``
+(a row per settled member, primary key group and member: ``INSERT OR IGNORE`` finds a
+duplicate), ``group_chains`` (a row per member a chain step passed on, with the members it added
+for the step's items: a redelivery gets the same ids) and
 ``group_additions`` (a row per named addition of members at run time, with its first id, count
 and whether its members were all put: a redelivered handler's addition gets the same ids). Each
 step is one ``BEGIN IMMEDIATE`` transaction on the store's own connection, so the member's mark,
@@ -25,6 +27,7 @@ from cloudqueue.listener.stores.embedded_ledgers import EmbeddedLedgers
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.group_ledger import (
+    COMPLETION_LEASE_S,
     Addition,
     GroupError,
     GroupLedger,
@@ -33,6 +36,7 @@ from cloudqueue.listener.workflows.group_ledger import (
     Settled,
     added_again,
     check_count,
+    lease_end,
     member_ids,
     member_index,
     open_group,
@@ -49,7 +53,9 @@ _SCHEMA = (
         started REAL NOT NULL,
         ended REAL,
         on_complete TEXT NOT NULL,
-        completion TEXT NOT NULL DEFAULT 'pending'
+        completion TEXT NOT NULL DEFAULT 'pending',
+        claimed_until REAL,
+        last_member TEXT
     ) WITHOUT ROWID""",
     """CREATE TABLE IF NOT EXISTS group_members (
         group_id TEXT NOT NULL,
@@ -75,7 +81,7 @@ _SCHEMA = (
     ) WITHOUT ROWID""",
     "CREATE INDEX IF NOT EXISTS message_groups_owed ON message_groups (completion)",
 )
-_COLUMNS = "id, total, handled, poisoned, started, ended, on_complete, completion"
+_COLUMNS = "id, total, handled, poisoned, started, ended, on_complete, completion, last_member"
 
 
 class SqliteGroupLedger:
@@ -89,6 +95,7 @@ class SqliteGroupLedger:
         with database.transaction() as db:
             for statement in _SCHEMA:
                 db.execute(statement)
+            _add_claims(db)
 
     def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
         check_count(total, "a group")
@@ -170,6 +177,24 @@ class SqliteGroupLedger:
             ).fetchall()
         return [_status(row) for row in rows]
 
+    def claim(self, group_id: str) -> GroupStatus | None:
+        """One conditional UPDATE: of two claimants, the second finds the claim running."""
+        now = self._clock.now()
+        with self._database.transaction() as db:
+            taken = db.execute(
+                "UPDATE message_groups SET claimed_until = ? WHERE id = ?"
+                " AND completion = 'owed' AND COALESCE(claimed_until, ended + ?) <= ?",
+                (lease_end(now).timestamp(), group_id, COMPLETION_LEASE_S, now.timestamp()),
+            ).rowcount
+            return _read(db, group_id) if taken else None
+
+    def release(self, group_id: str) -> None:
+        with self._database.transaction() as db:
+            db.execute(
+                "UPDATE message_groups SET claimed_until = ? WHERE id = ? AND completion = 'owed'",
+                (self._clock.now().timestamp(), group_id),
+            )
+
     def pending_members(self, group_id: str, limit: int) -> list[str]:
         with self._database.reading() as db:
             group = _read(db, group_id)
@@ -223,10 +248,18 @@ def _settle(
     last = group.pending == 1
     db.execute(
         f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
-        " ended = ?, completion = ? WHERE id = ?",
-        (now().timestamp() if last else None, _state(last), group_id),
+        " ended = ?, completion = ?, last_member = ? WHERE id = ?",
+        (now().timestamp() if last else None, _state(last), _last(last, index), group_id),
     )
     return _read(db, group_id) if last else None
+
+
+def _add_claims(db: Sqlite) -> None:
+    """The ``claimed_until`` and ``last_member`` columns in a file made before they were kept."""
+    columns = {row[1] for row in db.execute("PRAGMA table_info(message_groups)")}
+    for column, kind in (("claimed_until", "REAL"), ("last_member", "TEXT")):
+        if column not in columns:
+            db.execute(f"ALTER TABLE message_groups ADD COLUMN {column} {kind}")
 
 
 def _addition(db: Sqlite, group_id: str, by: str) -> Addition | None:
@@ -241,13 +274,17 @@ def _state(last: bool) -> str:
     return "owed" if last else "pending"
 
 
+def _last(last: bool, index: int) -> str | None:
+    return str(index) if last else None
+
+
 def _read(db: Sqlite, group_id: str) -> GroupStatus | None:
     row = db.execute(f"SELECT {_COLUMNS} FROM message_groups WHERE id = ?", (group_id,)).fetchone()
     return None if row is None else _status(row)
 
 
 def _status(row: tuple[object, ...]) -> GroupStatus:
-    group_id, total, handled, poisoned, started, ended, on_complete, completion = row
+    group_id, total, handled, poisoned, started, ended, on_complete, completion, last = row
     return GroupStatus(
         str(group_id),
         int(str(total)),
@@ -257,6 +294,7 @@ def _status(row: tuple[object, ...]) -> GroupStatus:
         None if ended is None else datetime.fromtimestamp(float(str(ended)), UTC),
         str(on_complete),
         "owed" if completion == "owed" else "sent" if completion == "sent" else "pending",
+        None if last is None else str(last),
     )
 
 

@@ -39,6 +39,7 @@ from cloudqueue.workers.host.depth_refresh import DepthTicker
 from cloudqueue.workers.host.host_keys import HostKeyLedger
 from cloudqueue.workers.host.hosted_jobs import HostedJobs
 from cloudqueue.workers.host.hosted_worker import finish, host_worker, wake_on_triggers
+from cloudqueue.workers.host.key_controls import completes_groups
 from cloudqueue.workers.host.lifecycle import StartupFailedError, call_plain_hook
 from cloudqueue.workers.host.live_state import LiveStatePublisher
 from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
@@ -115,8 +116,14 @@ class WorkerHost:
         workers = [(worker_type(), worker_settings) for worker_type, worker_settings in prepared]
         # Before any queue is touched: idempotency without a ledger is refused here.
         chains = any(type(worker).then is not None for worker, _ in workers)
+        completions = any(completes_groups(type(worker)) for worker, _ in workers)
         self.keys = HostKeyLedger(
-            settings, self.storage, key_ledger, [s for _, s in workers], chains=chains
+            settings,
+            self.storage,
+            key_ledger,
+            [s for _, s in workers],
+            chains=chains,
+            completions=completions,
         )
         # Billed beside the queue calls: counted by the live cost and the metrics alike.
         self.blobs = blob_counts(self.payloads, self.keys.ledger)

@@ -34,11 +34,14 @@ class HostKeyLedger:
         worker_settings: Sequence[CloudQueueSettings],
         *,
         chains: bool = False,
+        completions: bool = False,
     ) -> None:
-        """``chains``: a worker has ``then``, whose effect-once marks the ledger holds."""
+        """``chains``: a worker has ``then``, whose effect-once marks the ledger holds;
+        ``completions``: a worker's items are ``GroupDone``, handled idempotently by default
+        (``key_controls``), or handled unchecked where the ledger cannot be opened."""
         self.ledger = given
         self._owned = False
-        wanted = chains or any(wants_key_ledger(s) for s in worker_settings)
+        wanted = chains or completions or any(wants_key_ledger(s) for s in worker_settings)
         if given is not None or not wanted:
             return
         self.ledger = key_ledger_for(storage)

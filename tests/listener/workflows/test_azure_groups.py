@@ -10,7 +10,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 import pytest
 from azure.data.tables import TableClient
@@ -35,6 +35,7 @@ from cloudqueue.listener.workflows.azure_settlements import (
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupStatus
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
 from tests.support.azurite import AzuriteProcess
+from tests.support.entra import OAuthAzurite, StorageTokenIssuer
 
 
 class WatchedTable(TableClient):
@@ -264,3 +265,40 @@ def test_passing_on_does_not_lose_its_race_to_a_settlement_of_another_shard(
     status = first.status("busy")
     assert status is not None
     assert (status.total, status.handled) == (3 * RUN + 2, 1)
+
+
+class ClosingCredential(StorageTokenIssuer):
+    """Azurite's token credential, recording whether it was closed."""
+
+    made: ClassVar[list[ClosingCredential]] = []
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closed = False
+        self.made.append(self)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_the_token_credentials_of_the_workflow_tables_close_with_their_storage(
+    trusted_azurite_oauth: OAuthAzurite,
+) -> None:
+    """A storage signed in with a Microsoft Entra ID credential (Azurite in OAuth mode): the
+    credentials opened for its result store's and group ledger's table clients (closing a
+    client leaves its credential open) are closed when the storage closes, not before."""
+    ClosingCredential.made.clear()
+    azurite = trusted_azurite_oauth.process
+    storage = open_storage(
+        f"QueueEndpoint={azurite.queue_url};TableEndpoint={azurite.table_url}",
+        credential=f"{__name__}:ClosingCredential",
+    )
+    queues = len(ClosingCredential.made)  # the queue client's own
+    assert azure_result_store_for(storage) is not None
+    ledger = group_ledger_for(storage)
+    assert ledger is not None
+    assert ledger.status("none") is None  # the ledger's table opens on first use
+    tables = ClosingCredential.made[queues:]
+    assert [credential.closed for credential in tables] == [False, False]
+    storage.close()
+    assert [credential.closed for credential in tables] == [True, True]

@@ -6,6 +6,7 @@ and a group through a listener of either kind."""
 from __future__ import annotations
 
 import threading
+import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,14 +22,17 @@ from cloudqueue.listener.consumer.wrapping import run_wrapped
 from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.producer.publisher import Publisher
+from cloudqueue.listener.stores.connection import open_storage
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
+from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.frames import unpack
 from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.group_done import GroupDone
-from cloudqueue.listener.workflows.group_ledger import GroupLedger
+from cloudqueue.listener.workflows.group_ledger import COMPLETION_LEASE_S, GroupLedger
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+from tests.support.azurite import AzuriteProcess
 from tests.support.event_loop_consumer import KINDS, start_either
 from tests.support.polling import eventually
 
@@ -60,14 +64,14 @@ def ledger_of(storage: QueueStorage) -> GroupLedger:
     return ledger
 
 
-def sent_members(storage: QueueStorage, count: int) -> list[QueueMessage]:
+def sent_members(
+    storage: QueueStorage, count: int, *, work: str = "work", done: str = "done"
+) -> list[QueueMessage]:
     """A group of ``count`` items sent to ``work`` (completion to ``done``), fetched."""
-    for queue in ("work", "done"):
+    for queue in (work, done):
         storage.create_queue(queue)
-    Publisher(storage, "work", dict).send_group(
-        [{"n": n} for n in range(count)], on_complete="done"
-    )
-    return storage.get_messages("work", max_messages=32, visibility_timeout_s=60)
+    Publisher(storage, work, dict).send_group([{"n": n} for n in range(count)], on_complete=done)
+    return storage.get_messages(work, max_messages=32, visibility_timeout_s=60)
 
 
 def deliver(
@@ -97,10 +101,10 @@ def deliver(
     return context
 
 
-def completions(storage: QueueStorage) -> list[tuple[GroupDone, str | None]]:
+def completions(storage: QueueStorage, done: str = "done") -> list[tuple[GroupDone, str | None]]:
     """The ``GroupDone`` items on ``done``, each with its message key."""
     codec, found = MessageCodec(GroupDone), []
-    for message in storage.get_messages("done", max_messages=32, visibility_timeout_s=60):
+    for message in storage.get_messages(done, max_messages=32, visibility_timeout_s=60):
         envelope = parse_envelope(message.content)
         assert envelope is not None
         assert envelope.packed is not None
@@ -116,11 +120,16 @@ def failed(error: Exception) -> Callable[[MessageContext[Any]], None]:
     return handler
 
 
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock()
+
+
 @pytest.fixture(params=["memory", "sqlite"])
-def storage(request: pytest.FixtureRequest, tmp_path: Path) -> QueueStorage:
+def storage(request: pytest.FixtureRequest, tmp_path: Path, clock: ManualClock) -> QueueStorage:
     if request.param == "memory":
-        return InMemoryQueueStorage()
-    return SqliteQueueStorage(tmp_path / "q.db")
+        return InMemoryQueueStorage(clock=clock)
+    return SqliteQueueStorage(tmp_path / "q.db", clock=clock)
 
 
 @pytest.mark.parametrize("kind", KINDS)
@@ -228,38 +237,167 @@ def test_a_retried_deferred_or_rerouted_member_is_not_settled(storage: QueueStor
     assert (done.handled, done.poisoned) == (1, 0)
 
 
-def test_a_crash_before_the_publish_still_completes_once_on_restart(tmp_path: Path) -> None:
-    """The process dies after recording the last member, before the ``GroupDone`` is put: a
-    listener started on the reopened file sends it, once; a second start sends nothing."""
-    storage = SqliteQueueStorage(tmp_path / "q.db")
+def started(completion: GroupCompletion) -> None:
+    """A listener with ``completion`` starts: it publishes the completions owed."""
+    completion.on_start(ListenerStarted("work", 1, threading.Event()))
+
+
+def test_a_crash_before_the_publish_completes_once_on_a_restart_after_its_lease(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The process dies after recording the last member, before the ``GroupDone`` is put: the
+    dead settler's claim holds the completion until its lease ends; a listener started on the
+    reopened file after that sends it, once; a second start sends nothing."""
+    storage = SqliteQueueStorage(tmp_path / "q.db", clock=clock)
     [member] = sent_members(storage, 1)
     dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
     with pytest.raises(Crash):
         deliver(dying, member)
     storage.close()
-    reopened = SqliteQueueStorage(tmp_path / "q.db")
+    reopened = SqliteQueueStorage(tmp_path / "q.db", clock=clock)
+    started(GroupCompletion(ledger_of(reopened), reopened, delivery=POLICY))
+    assert reopened.approximate_message_count("done") == 0
+    clock.advance(COMPLETION_LEASE_S)
     for _ in range(2):
-        GroupCompletion(ledger_of(reopened), reopened, delivery=POLICY).on_start(
-            ListenerStarted("work", 1, threading.Event())
-        )
+        started(GroupCompletion(ledger_of(reopened), reopened, delivery=POLICY))
     [(done, _)] = completions(reopened)
     assert done.handled == 1
     reopened.close()
 
 
-def test_a_crash_before_the_publish_completes_on_the_members_redelivery(tmp_path: Path) -> None:
-    """The last member's message was not deleted (the crash came first): its redelivery finds
-    the completion owed and sends it."""
-    storage = SqliteQueueStorage(tmp_path / "q.db")
+class SweepBeforePut:
+    """A store whose first put to ``done`` lets another listener start first: its start-time
+    sweep runs between the last member's record and the publish of its completion."""
+
+    def __init__(self, inner: QueueStorage, sweep: Callable[[], None]) -> None:
+        self.inner, self.sweep, self.done = inner, sweep, "done"
+
+    def put_message(self, queue_name: str, content: str, **options: Any) -> QueueMessage:
+        sweep, self.sweep = self.sweep, _nothing
+        if queue_name == self.done:
+            sweep()
+        return self.inner.put_message(queue_name, content, **options)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def _nothing() -> None:
+    """No sweep left to run."""
+
+
+def test_a_listener_starting_while_the_last_member_publishes_leaves_it_to_it(
+    storage: QueueStorage,
+) -> None:
+    """Another listener starts between the record of the last member and its publish: that
+    listener's sweep finds the completion claimed by the live settler and publishes nothing;
+    one ``GroupDone``, marked sent."""
+    [member] = sent_members(storage, 1)
+    starting = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    swept = SweepBeforePut(storage, lambda: started(starting))
+    deliver(GroupCompletion(ledger_of(storage), swept, delivery=POLICY), member)
+    assert [done.handled for done, _ in completions(storage)] == [1]
+    assert ledger_of(storage).owed() == []
+
+
+def test_on_azure_a_listener_starting_while_the_last_member_publishes_leaves_it_to_it(
+    azurite_with_tables: AzuriteProcess,
+) -> None:
+    """The same race on Azurite's queues and Table service: the starting listener's claim is
+    refused (If-Match on the group row), one ``GroupDone``, marked sent."""
+    storage = open_storage(azurite_with_tables.connection_string)
+    work, done = (f"{name}{uuid.uuid4().hex[:12]}" for name in ("work", "done"))
+    [member] = sent_members(storage, 1, work=work, done=done)
+    starting = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    swept = SweepBeforePut(storage, lambda: started(starting))
+    swept.done = done
+    deliver(GroupCompletion(ledger_of(storage), swept, delivery=POLICY), member)
+    [(completion, group)] = completions(storage, done)
+    status = ledger_of(storage).status(str(group))
+    assert status is not None
+    assert (completion.handled, status.completion) == (1, "sent")
+    storage.close()
+
+
+def test_a_start_that_takes_a_completion_and_dies_leaves_it_to_the_next_after_its_lease(
+    storage: QueueStorage, clock: ManualClock
+) -> None:
+    """A listener's start claims an owed completion and is killed before publishing it: a start
+    within its lease sends nothing, the first start after it sends it, once."""
+    [member] = sent_members(storage, 1)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, member)
+    clock.advance(COMPLETION_LEASE_S)
+    with pytest.raises(Crash):
+        started(dying)  # claimed, killed before its put
+    clock.advance(COMPLETION_LEASE_S - 1)
+    started(GroupCompletion(ledger_of(storage), storage, delivery=POLICY))
+    assert storage.approximate_message_count("done") == 0
+    clock.advance(1)
+    for _ in range(2):
+        started(GroupCompletion(ledger_of(storage), storage, delivery=POLICY))
+    assert [done.handled for done, _ in completions(storage)] == [1]
+
+
+def test_a_crash_before_the_publish_completes_on_the_members_redelivery(
+    tmp_path: Path, clock: ManualClock
+) -> None:
+    """The last member's message was not deleted (the crash came first): redelivered while the
+    dead settler's claim runs, it is retried when the claim ends (not deleted); redelivered
+    after, it takes the claim and sends the completion, once."""
+    storage = SqliteQueueStorage(tmp_path / "q.db", clock=clock)
     [member] = sent_members(storage, 1)
     dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
     with pytest.raises(Crash):
         deliver(dying, member)
     again = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
-    deliver(again, member, deliveries=2)
-    deliver(again, member, deliveries=3)
+    early = deliver(again, member, deliveries=2)
+    assert early.decision is not None
+    assert (early.decision.kind, early.decision.delay_s) == ("retry", COMPLETION_LEASE_S)
+    clock.advance(COMPLETION_LEASE_S)
+    assert deliver(again, member, deliveries=3).decision is None
+    assert deliver(again, member, deliveries=3).decision is None
     assert [done.handled for done, _ in completions(storage)] == [1]
     storage.close()
+
+
+def test_another_member_redelivered_while_the_claim_runs_is_settled_as_usual(
+    storage: QueueStorage, clock: ManualClock
+) -> None:
+    """The second of two members completes the group and its process dies before the put: the
+    first member redelivered then (a duplicate) is settled as usual, not retried -- the second's
+    message carries the completion -- and the second's redelivery after the lease sends it."""
+    first, second = sent_members(storage, 2)
+    alive = GroupCompletion(ledger_of(storage), storage, delivery=POLICY)
+    deliver(alive, first)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, second)
+    assert deliver(alive, first, deliveries=2).decision is None
+    held = deliver(alive, second, deliveries=2).decision
+    assert held is not None
+    assert held.kind == "retry"
+    assert storage.approximate_message_count("done") == 0
+    clock.advance(COMPLETION_LEASE_S)
+    deliver(alive, second, deliveries=3)
+    assert [done.handled for done, _ in completions(storage)] == [2]
+
+
+def test_on_its_last_delivery_the_last_member_publishes_under_the_claim_held(
+    storage: QueueStorage,
+) -> None:
+    """Redelivered for the last time while the dead settler's claim runs, the member is not
+    retried (it would be poisoned): it publishes the completion itself, once."""
+    [member] = sent_members(storage, 1)
+    dying = GroupCompletion(ledger_of(storage), CrashingPuts(storage, "done"), delivery=POLICY)
+    with pytest.raises(Crash):
+        deliver(dying, member)
+    last = deliver(
+        GroupCompletion(ledger_of(storage), storage, delivery=POLICY), member, deliveries=3
+    )
+    assert last.decision is None
+    assert [done.handled for done, _ in completions(storage)] == [1]
 
 
 def test_a_ledger_out_of_reach_retries_the_member_rather_than_lose_it() -> None:

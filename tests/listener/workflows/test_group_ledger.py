@@ -17,7 +17,12 @@ from cloudqueue.listener import InMemoryQueueStorage, SqliteQueueStorage
 from cloudqueue.listener.stores.azure_tables import table_from_connection_string
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.workflows.azure_groups import AzureGroupLedger
-from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
+from cloudqueue.listener.workflows.group_ledger import (
+    COMPLETION_LEASE_S,
+    GroupError,
+    GroupLedger,
+    GroupStatus,
+)
 from cloudqueue.listener.workflows.sqlite_groups import SqliteGroupLedger, group_ledger_for
 
 LedgerMaker = Callable[[], GroupLedger]
@@ -97,7 +102,7 @@ def test_members_are_counted_once_each_however_often_they_settle(ledgers: Ledger
 def test_settlements_written_together_are_answered_each_in_order(ledgers: LedgerMaker) -> None:
     """One write of five settlements -- a duplicate, a stray id, an unknown group among them --
     answers each as its own ``settle`` would: only the one that settled the last member hears
-    the final status."""
+    the final status, which names that member as the last."""
     ledger = ledgers()
     ledger.open("g", total=3, on_complete="done")
     answers = ledger.settle_many(
@@ -116,7 +121,7 @@ def test_settlements_written_together_are_answered_each_in_order(ledgers: Ledger
     assert before is None
     assert after is None
     assert last is not None
-    assert (last.handled, last.poisoned, last.completion) == (2, 1, "owed")
+    assert (last.handled, last.poisoned, last.completion, last.last_member) == (2, 1, "owed", "2")
 
 
 def test_a_poisoned_member_counts_as_settled(ledgers: LedgerMaker) -> None:
@@ -319,3 +324,108 @@ def test_a_member_passed_on_gets_the_same_ids_on_a_repeat(ledgers: LedgerMaker) 
     last = ledger.settle("g5", "4", "handled")
     assert last is not None
     assert (last.total, last.handled) == (5, 5)
+
+
+def test_a_chain_step_repeated_after_its_group_completed_changes_nothing(
+    ledgers: LedgerMaker,
+) -> None:
+    """A chain step's message delivered again after its group completed (a duplicate, another
+    connection) gets the ids it was given and changes nothing: the counts, the end and the
+    completion (owed, then sent) stay as they were, and a sent completion is not owed again."""
+    ledger = ledgers()
+    ledger.open("g7", total=1, on_complete="done")
+    assert ledger.pass_on("g7", "0", "split", 3) == ["0", "1", "2"]
+    for member in ["0", "1", "2"]:
+        ledger.settle("g7", member, "handled")
+    owed = ledger.status("g7")
+    assert ledgers().pass_on("g7", "0", "split", 3) == ["0", "1", "2"]
+    assert ledger.status("g7") == owed
+    ledger.mark_sent("g7")
+    sent = ledger.status("g7")
+    assert ledgers().pass_on("g7", "0", "split", 3) == ["0", "1", "2"]
+    assert ledger.status("g7") == sent
+    assert sent is not None
+    assert (sent.total, sent.handled, sent.completion) == (3, 3, "sent")
+    assert ledger.owed() == []
+
+
+def test_an_owed_completion_is_claimed_by_one_at_a_time(
+    ledgers: LedgerMaker, clock: ManualClock
+) -> None:
+    """The settler of the last member (recorded as the group's ``last_member``) holds the
+    claim on publishing the completion for the lease; then one ``claim`` takes it, another gets
+    nothing until that claim's lease ends too (its claimant killed); a release frees it at once;
+    once sent, nobody can take it."""
+    ledger = ledgers()
+    ledger.open("g8", total=2, on_complete="done")
+    ledger.settle("g8", "1", "handled")
+    assert ledger.claim("g8") is None  # pending
+    ledger.settle("g8", "0", "handled")
+    clock.advance(COMPLETION_LEASE_S - 1)
+    assert ledgers().claim("g8") is None  # the settler's lease runs
+    clock.advance(1)
+    taken = ledgers().claim("g8")
+    assert taken is not None
+    assert (taken.group_id, taken.handled, taken.completion, taken.last_member) == (
+        "g8",
+        2,
+        "owed",
+        "0",  # whose settlement completed it: its message carries the completion
+    )
+    clock.advance(COMPLETION_LEASE_S - 1)
+    assert ledger.claim("g8") is None
+    clock.advance(1)
+    assert ledger.claim("g8") is not None  # the claimant died: taken again
+    ledger.release("g8")
+    assert ledgers().claim("g8") is not None
+    ledger.mark_sent("g8")
+    clock.advance(COMPLETION_LEASE_S)
+    assert ledger.claim("g8") is None
+    assert ledger.claim("unknown") is None
+
+
+def test_of_claimants_racing_for_a_completion_one_takes_it(
+    ledgers: LedgerMaker, clock: ManualClock
+) -> None:
+    """Four threads (SQLite: each its own connection; Azure: its own client) claim the same
+    owed completion at once after its settler's lease: exactly one takes it."""
+    ledger = ledgers()
+    ledger.open("g9", total=1, on_complete="done")
+    ledger.settle("g9", "0", "poisoned")
+    clock.advance(COMPLETION_LEASE_S)
+    claimants = [ledgers() for _ in range(4)]
+    start, taken = threading.Barrier(len(claimants)), []
+
+    def claim(claimant: GroupLedger) -> None:
+        start.wait()
+        taken.append(claimant.claim("g9"))
+
+    threads = [threading.Thread(target=claim, args=(claimant,)) for claimant in claimants]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert [status.poisoned for status in taken if status is not None] == [1]
+
+
+def test_a_file_from_before_claims_gets_its_column(tmp_path: Path, clock: ManualClock) -> None:
+    """A SQLite file whose groups table has no ``claimed_until`` nor ``last_member`` (made by an
+    older version) gets them when a ledger opens it: its owed completion can be claimed."""
+    storage = SqliteQueueStorage(tmp_path / "q.db", clock=clock)
+    with storage.transaction() as db:
+        db.execute(
+            "CREATE TABLE message_groups (id TEXT PRIMARY KEY, total INTEGER NOT NULL,"
+            " handled INTEGER NOT NULL DEFAULT 0, poisoned INTEGER NOT NULL DEFAULT 0,"
+            " started REAL NOT NULL, ended REAL, on_complete TEXT NOT NULL,"
+            " completion TEXT NOT NULL DEFAULT 'pending') WITHOUT ROWID"
+        )
+        now = clock.now().timestamp()
+        db.execute(
+            "INSERT INTO message_groups VALUES ('old', 1, 1, 0, ?, ?, 'done', 'owed')",
+            (now, now),
+        )
+    clock.advance(COMPLETION_LEASE_S)
+    claimed = SqliteGroupLedger(storage).claim("old")
+    assert claimed is not None
+    assert (claimed.handled, claimed.last_member) == (1, None)
+    storage.close()
