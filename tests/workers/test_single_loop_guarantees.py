@@ -1,8 +1,9 @@
-"""A graceful drain of a worker on the single loop (``listener.event_loop = "single"``), in the
-host on the embedded store and on Azurite (the aio SDK): the handlers running at the stop finish
-and their messages are deleted, nothing more is fetched, and the rest stays queued untouched.
-(SIGTERM's way to ``WorkerHost.stop`` is tested in a real process:
-tests/workers/cli/test_cli_run_event_loop.py.)"""
+"""A worker on the single loop (``listener.event_loop = "single"``) in the host keeps its
+guarantees as set by its settings: a graceful drain, on the embedded store and on Azurite (the aio
+SDK) -- the handlers running at the stop finish and their messages are deleted, nothing more is
+fetched, the rest stays queued untouched -- and ``listener.time_limit_s`` (SIGTERM's way to
+``WorkerHost.stop`` is tested in a real process: tests/workers/cli/test_cli_run_event_loop.py;
+the single loop's guarantee tests, listed: docs/concepts/in-flight.md)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ from typing import Any, ClassVar
 
 import pytest
 
-from cloudqueue.listener import Publisher
+from cloudqueue.listener import Publisher, poison_queue_name
+from cloudqueue.listener.poison.record import parse_record
+from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from tests.conftest import make_storage
@@ -97,3 +100,47 @@ def test_a_stop_lets_running_handlers_finish_and_fetches_nothing_more(
     assert storage.approximate_message_count(queue_name) == 10 - IN_FLIGHT
     left = storage.get_messages(queue_name, max_messages=32, visibility_timeout_s=30)
     assert sorted(m.dequeue_count for m in left) == [1] * (10 - IN_FLIGHT)  # first delivery
+
+
+class Endless(QueueWorker[dict[str, int]]):
+    """Its handler never returns on its own; it notes each cancellation."""
+
+    queue_name = "endless"
+    settings: ClassVar[dict[str, Any]] = {
+        "listener": {"event_loop": "single", "time_limit_s": 0.1, "retry_delay_s": 0},
+        "poison": {"max_dequeue_count": 2},
+    }
+    cancelled: ClassVar[list[int]] = []
+
+    async def handle(self, item: dict[str, int]) -> None:
+        try:
+            await asyncio.Event().wait()  # never set: only the time limit ends it
+        except asyncio.CancelledError:
+            self.cancelled.append(item["n"])
+            raise
+
+
+def test_the_time_limit_setting_cancels_the_handler_retries_then_poisons(
+    tmp_path: Path,
+) -> None:
+    """``listener.time_limit_s`` reaches the single loop: each delivery's handler is cancelled
+    at the limit, the message retried once, then poisoned as time_limit (the store's part is the
+    consumer's, tested on each store in tests/listener/consumer/test_async_consumer.py)."""
+    Endless.cancelled.clear()
+    storage = SqliteQueueStorage(tmp_path / "queues.db")
+    storage.create_queue(Endless.queue_name)
+    Publisher(storage, Endless.queue_name, dict).publish({"n": 5})
+    settings = CloudQueueSettings.model_validate({"shutdown_grace_s": 5})
+    host = WorkerHost([Endless], settings, storage=SqliteQueueStorage(tmp_path / "queues.db"))
+    host.start()
+    try:
+        poison = poison_queue_name(Endless.queue_name)
+        eventually(lambda: len(Endless.cancelled) == 2, timeout_s=30)
+        eventually(lambda: storage.approximate_message_count(poison) == 1)
+    finally:
+        assert host.stop()
+    assert Endless.cancelled == [5, 5]
+    [record] = storage.get_messages(poison, max_messages=1, visibility_timeout_s=30)
+    assert parse_record(record.content).reason == "time_limit"
+    assert storage.approximate_message_count(Endless.queue_name) == 0
+    storage.close()
