@@ -45,6 +45,7 @@ from cloudqueue.listener.wire.payload import MessageContents, open_envelope
 T = TypeVar("T")
 
 TIME_LIMIT = "time_limit"
+OVERDUE = "max_dequeue_count_exceeded"
 
 Step = Callable[[], Coroutine[Any, Any, None]]
 """What the middleware wrap for one message: handing its items over, or settling it instead."""
@@ -120,8 +121,13 @@ class AsyncHandling(Generic[T]):
     ) -> Step | None:
         """Open the message and fill the context (as the threaded ``Processor`` prepares it);
         the step the middleware wrap: handing the items over, or the settlement it gets instead
-        (unopened, a bad key, a duplicate). None when its items are in the payload store and
-        not yet ``fetched``: no storage call is made on the loop."""
+        (delivered too often, unopened, a bad key, a duplicate). None when its items are in the
+        payload store and not yet ``fetched``: no storage call is made on the loop."""
+        if context.message.dequeue_count > self.settler.delivery.max_dequeue_count:
+            # Its workers died on it each time (never settled): not handed out again, as on threads.
+            return partial(
+                self._poison, held, context, OVERDUE, "delivered too often without success"
+            )
         try:
             if fetched is None:
                 contents = self._open(context)

@@ -154,11 +154,11 @@ def test_undecodable_and_hopeless_messages_are_poisoned_at_once(
     assert poison_reasons(storage, queue_name) == [reason]
 
 
-def test_a_handler_past_its_time_limit_is_cancelled_and_poisoned_as_time_limit(
+def test_a_handler_past_its_time_limit_is_cancelled_retried_then_poisoned_as_time_limit(
     stores: tuple[QueueStorage, Callable[[], AsyncQueueStorage]], queue_name: str
 ) -> None:
-    """A handler still awaiting at the limit is cancelled; at its last delivery the message is
-    poisoned with reason time_limit."""
+    """A handler still awaiting at the limit is cancelled: its first delivery is retried, its
+    last poisoned with reason time_limit; nothing is left in the queue."""
     storage, make = stores
     put_all(storage, queue_name, [1])
     cancelled: list[int] = []
@@ -170,18 +170,20 @@ def test_a_handler_past_its_time_limit_is_cancelled_and_poisoned_as_time_limit(
             cancelled.append(item)
             raise
 
-    asyncio.run(
+    consumer = asyncio.run(
         consume(
             make,
             queue_name,
             handle,
             lambda c: c.counters.poisoned == 1,
-            time_limit_s=0.2,
-            delivery=DeliveryPolicy(max_dequeue_count=1),
+            time_limit_s=0.1,
+            delivery=DeliveryPolicy(max_dequeue_count=2, retry_delay_s=0, max_retry_delay_s=0),
         )
     )
-    assert cancelled == [1]
+    assert cancelled == [1, 1]
+    assert consumer.counters.retried == 1
     assert poison_reasons(storage, queue_name) == ["time_limit"]
+    assert storage.approximate_message_count(queue_name) == 0
 
 
 def test_stop_finishes_started_handlers_and_releases_the_rest_at_once(

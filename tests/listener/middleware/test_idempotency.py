@@ -37,16 +37,17 @@ def enqueue_twice_with_cli(connection_string: str, queue: str) -> None:
         assert result.exit_code == 0, result.output
 
 
-@pytest.mark.parametrize("asynchronous", [False, True], ids=["sync", "async"])
+@pytest.mark.parametrize("handler", ["sync", "async", "single"])
 @pytest.mark.parametrize("kind", ["sqlite", "azure"])
 def test_ten_keys_enqueued_twice_each_are_handled_ten_times(
     kind: str,
-    asynchronous: bool,
+    handler: str,
     tmp_path: Path,
     request: pytest.FixtureRequest,
 ) -> None:
     """10 items enqueued twice each with ``--key id`` (the worker also defining key): each id is
-    handled once; the 10 copies are deleted as duplicate_skipped."""
+    handled once; the 10 copies are deleted as duplicate_skipped. For a plain handler, an async
+    one on dequeue threads, and one on the single loop (``listener.event_loop = "single"``)."""
     queue = f"idem-{uuid.uuid4().hex[:10]}"
     storage: QueueStorage
     if kind == "sqlite":
@@ -60,9 +61,11 @@ def test_ten_keys_enqueued_twice_each_are_handled_ten_times(
         ledger = open_key_ledger(connection_string)
     enqueue_twice_with_cli(connection_string, queue)
     record = Record()
-    worker = recording_worker(record, queue, asynchronous=asynchronous, handler_s=0.02)
-    settings = host_settings(idempotency={"window_s": 600})
-    with capture_logs() as logs, hosting(worker, storage, settings, key_ledger=ledger):
+    worker = recording_worker(record, queue, asynchronous=handler != "sync", handler_s=0.02)
+    loop = {"listener": {"event_loop": "single"}} if handler == "single" else {}
+    settings = host_settings(idempotency={"window_s": 600}, **loop)
+    with capture_logs() as logs, hosting(worker, storage, settings, key_ledger=ledger) as host:
+        assert len(host.looped) == (handler == "single")
         drained(storage, queue, lambda: len(record.ids) >= 10, timeout_s=60)
     assert sorted(record.ids) == list(range(10))
     skipped = [e for e in logs if e["event"] == "duplicate_skipped"]
