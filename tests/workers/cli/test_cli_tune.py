@@ -60,7 +60,7 @@ def test_tune_json_names_the_goals_and_the_best_settings(short_day: Path) -> Non
 
 def test_an_infeasible_goal_is_one_line_and_exit_1(short_day: Path) -> None:
     """No setting picks up within a millisecond: one clear line naming the goal."""
-    code, _, errors = invoke("tune", str(short_day), "--pickup-p95", "1ms")
+    code, _, errors = invoke("tune", str(short_day), "--pickup-p95", "1ms", "--no-push")
     assert code == 1
     assert errors.strip().splitlines() == [
         next(line for line in errors.splitlines() if line.startswith("Error: pickup p95"))
