@@ -160,14 +160,14 @@ def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThre
 
 
 def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
-    """A worker keeping its results is not silently run without them: it is refused, the
-    control named."""
+    """A worker on several queues is not silently run on one of them: it is refused, what it
+    lacks named."""
 
-    class Kept(OnOneLoop):
-        keep_results = True
+    class Several(OnOneLoop):
+        queue_name = ("single-loop", "single-loop-low")  # type: ignore[assignment]
 
-    with pytest.raises(ConfigurationError, match=r"does not run keep_results yet"):
-        WorkerHost([Kept], CloudQueueSettings(), storage=storage)
+    with pytest.raises(ConfigurationError, match=r"does not run a worker on several queues yet"):
+        WorkerHost([Several], CloudQueueSettings(), storage=storage)
 
 
 class Settled(Middleware):

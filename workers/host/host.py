@@ -147,6 +147,7 @@ class WorkerHost:
                     self.storage,
                     self.payloads,
                     HostParts(recorder=self.recorder, key_ledger=self.keys.ledger),
+                    triggers=self.triggers,
                 )
                 for worker, worker_settings in workers
                 if worker_settings.listener.event_loop == "single"

@@ -3,11 +3,11 @@
 On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetches, handles and
 settles a worker's messages, so its handler must be an ``async def handle``. The middleware seam
 is on that loop (``async_stack``), so rate and per-key limits, idempotency, cancelling, groups,
-retry, tracing and the worker's own middleware act there as on threads. What the single loop has
-no place for yet is refused here, naming it, rather than run without it: several queues or
-partitions, ``keep_results`` and ``then`` (their middleware wraps a plain handler), the metrics
-port (its probes watch threads), and ``on_start``, whose argument is the threaded
-listener the single loop does not build.
+retry, tracing, kept results (``keep_results``), chains (``then``) and the worker's own middleware
+act there as on threads. What the single loop has no place for yet is refused here, naming it,
+rather than run without it: several queues or partitions, the metrics port (its probes watch
+threads), and ``on_start``, whose argument is the threaded listener the single loop does not
+build.
 """
 
 from __future__ import annotations
@@ -50,8 +50,6 @@ def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
         > 1,
         "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
         "listener.create_queues = false": not options.create_queues,
-        "keep_results": kind.keep_results,
-        "then": kind.then is not None,
         "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
         "observability.metrics_port": settings.observability.metrics_port is not None,
     }

@@ -35,12 +35,21 @@ from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.wire.codec import reading_codec
 from cloudqueue.listener.workflows.completion import GroupCompletion
+from cloudqueue.listener.workflows.keep_results import KeepResults
+from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.host.cost_meter import QueueCost
 from cloudqueue.workers.host.lifecycle import start_up, wind_down
 from cloudqueue.workers.host.live_state import QueueLiveState
-from cloudqueue.workers.host.seam import HostParts, completion_in, worker_middleware
+from cloudqueue.workers.host.seam import (
+    HostParts,
+    completion_in,
+    keep_results_for,
+    returning_to,
+    worker_middleware,
+)
 from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)
@@ -61,6 +70,8 @@ class LoopWorker:
     """The most dequeue tasks seen at once (sampled at each live-state publish)."""
     completion: GroupCompletion | None = None
     """Its group completion, whose announcements the host points at itself."""
+    results: KeepResults | None = None
+    """Keeps its handler's return values (``keep_results``), announced on the host's triggers."""
     _running: concurrent.futures.Future[None] | None = None
     _subscription: DisposableBase | None = None
     _stop_requested: bool = False
@@ -83,6 +94,8 @@ class LoopWorker:
     def start(self, triggers: TriggerChannel | None = None, *, account: str = "") -> None:
         """Run the consumer on its loop; with ``triggers``, wake it on those for its queue."""
         watchdog_s = None if triggers is None else self.settings.triggers.watchdog_interval_s
+        if triggers is not None and self.results is not None:
+            self.results.signals = ResultSignals(triggers, account=account)
         self._running = self.loop.submit(self._serve(watchdog_s))
         if triggers is not None:  # after: a wake-up finds the consumer running
             self._subscription = triggers.events.subscribe(partial_wake(self, account))
@@ -206,24 +219,29 @@ def host_loop_worker(
     meter: MeteredStorage,
     payloads: PayloadStore | None = None,
     parts: HostParts | None = None,
+    *,
+    triggers: TriggerChannel | None = None,
 ) -> LoopWorker:
     """The worker's consumer on a loop of its own, over the awaitable side of the store that
     ``meter`` counts, with the host's ``payloads`` (large items) and the middleware a threaded
-    listener would have (``seam``); ConfigurationError when the worker cannot run there
-    (``loop_checks``)."""
+    listener would have (``seam``), its chain step announcing what it puts on ``triggers``;
+    ConfigurationError when the worker cannot run there (``loop_checks``)."""
     options = settings.listener
     controls = controls_for(type(worker), settings)
     storage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
     location = worker.location(options.visibility_timeout_s)
-    # The middleware's own storage calls (group ledgers, completions) are the threaded store's:
-    # the seam runs them off the loop (``async_stack``).
+    parts = parts or HostParts()
+    # The middleware's own storage calls (group ledgers, completions, results, a chain's puts)
+    # are the threaded store's: the seam runs them off the loop (``async_stack``).
+    chain = chain_step_for(type(worker), meter, settings, parts.key_ledger, triggers)
+    results = keep_results_for(worker, meter)
     middleware = worker_middleware(
-        worker, settings, meter, location, controls, parts=parts or HostParts()
+        worker, settings, meter, location, controls, parts=parts, results=results, chain=chain
     )
     consumer: AsyncConsumer[Any] = AsyncConsumer(
         storage,
         location.queue_name,
-        worker.handle,
+        returning_to(worker.handle, results, chain),
         reading_codec(
             worker.item_type, options.encoding, max_json_depth=settings.decoding.max_json_depth
         ),
@@ -242,7 +260,13 @@ def host_loop_worker(
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
     return LoopWorker(
-        worker, settings, consumer, storage, loop, completion=completion_in(middleware)
+        worker,
+        settings,
+        consumer,
+        storage,
+        loop,
+        completion=completion_in(middleware),
+        results=results,
     )
 
 
