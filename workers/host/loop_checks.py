@@ -1,7 +1,8 @@
 """What ``listener.event_loop = "single"`` asks of a worker, checked before anything starts.
 
 On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetches, handles and
-settles a worker's messages, so its handler must be an ``async def handle``. The middleware seam
+settles a worker's messages, so its handler must be an ``async def handle`` or ``async def
+handle_batch`` (``async_batches``). The middleware seam
 is on that loop (``async_stack``), so rate and per-key limits, idempotency, cancelling, groups,
 retry, tracing, kept results (``keep_results``), chains (``then``) and the worker's own middleware
 act there as on threads. What the single loop has no place for yet is refused here, naming it,
@@ -28,11 +29,12 @@ def check_event_loop(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
     if settings.listener.event_loop != "single":
         return
     name = kind.__qualname__
-    if kind.batches() or not inspect.iscoroutinefunction(kind.handle):
-        which = "handle_batch" if kind.batches() else "a plain def handle"
+    which = "handle_batch" if kind.batches() else "handle"
+    if not inspect.iscoroutinefunction(getattr(kind, which)):
         raise ConfigurationError(
-            f'{name!r}: listener.event_loop = "single" runs an async def handle only, and this '
-            f"worker has {which}: make it async def handle, or {SWITCH_BACK}"
+            f'{name!r}: listener.event_loop = "single" runs an async def handle or handle_batch '
+            f"only, and this worker has a plain def {which}: make it async def {which}, or "
+            f"{SWITCH_BACK}"
         )
     gaps = single_loop_gaps(kind, settings)
     if gaps:

@@ -38,6 +38,7 @@ from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.keep_results import KeepResults
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.async_batches import loop_handler
 from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.host.cost_meter import QueueCost
@@ -47,7 +48,6 @@ from cloudqueue.workers.host.seam import (
     HostParts,
     completion_in,
     keep_results_for,
-    returning_to,
     worker_middleware,
 )
 from cloudqueue.workers.settings import CloudQueueSettings
@@ -241,7 +241,7 @@ def host_loop_worker(
     consumer: AsyncConsumer[Any] = AsyncConsumer(
         storage,
         location.queue_name,
-        returning_to(worker.handle, results, chain),
+        loop_handler(worker, settings, results, chain),
         reading_codec(
             worker.item_type, options.encoding, max_json_depth=settings.decoding.max_json_depth
         ),
