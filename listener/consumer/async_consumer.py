@@ -125,8 +125,12 @@ class AsyncConsumer(Generic[T]):
         middleware: Sequence[Middleware] = (),
         payload_store: PayloadStore | None = None,
         key: KeyFunction[T] | None = None,
+        create_queues: bool = True,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
+        self.create_queues = create_queues
+        """False: the queues exist already, and the credential (a SAS, a role without the
+        create permission) may not create them, so it never tries (as ``QueueCreator``)."""
         self.policy = scaling or ScalingPolicy()
         self.delivery = delivery or DeliveryPolicy()
         self.concurrency, self.batch_size = concurrency, batch_size
@@ -155,6 +159,7 @@ class AsyncConsumer(Generic[T]):
             rng=self.rng,
             counters=self.counters,
             payload_store=payload_store,
+            create_poison_queue=create_queues,
         )
         self.handling = AsyncHandling(
             settler,
@@ -244,10 +249,11 @@ class AsyncConsumer(Generic[T]):
         log.info("async_consumer_stopped", queue=self.queue_name, processed=processed)
 
     async def _create_queues(self) -> None:
-        """The queue and its poison queue, created before the first get; a failure (storage down
-        at start) is logged and tried again after a back-off, as a failed get is, until stop()."""
+        """The queue and its poison queue, created before the first get (unless
+        ``create_queues`` is False); a failure (storage down at start) is logged and tried again
+        after a back-off, as a failed get is, until stop()."""
         failures = 0
-        while not self._stopping.is_set():
+        while self.create_queues and not self._stopping.is_set():
             try:
                 await self.storage.create_queue(self.queue_name)
                 await self.storage.create_queue(poison_queue_name(self.queue_name))

@@ -120,8 +120,12 @@ class AsyncSettler:
         rng: RandomSource,
         counters: AsyncCounters,
         payload_store: PayloadStore | None = None,
+        create_poison_queue: bool = True,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
+        self.create_poison_queue = create_poison_queue
+        """False where the credential may not create queues (``create_queues = false``): a
+        missing poison queue leaves the message where it is, logged."""
         self.delivery, self.clock, self.rng, self.counters = delivery, clock, rng, counters
         self.payload_store = payload_store
         """Where the payloads of large items are kept: retired here after their delete."""
@@ -192,6 +196,8 @@ class AsyncSettler:
             try:
                 await self._put_record(target, record)
             except QueueNotFoundError:
+                if not self.create_poison_queue:
+                    raise
                 # Deleted while the worker runs: a message must not loop for ever for want of it.
                 await self.storage.create_queue(target)
                 self._log.warning("poison_queue_recreated", poison_queue=target)

@@ -15,7 +15,8 @@ import pytest
 
 from cloudqueue.listener import Publisher
 from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
-from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError, StorageError
+from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
@@ -250,3 +251,36 @@ def test_a_trigger_or_the_watchdog_wakes_an_idle_or_scaled_to_zero_consumer(
     worker = looped.worker
     assert isinstance(worker, OnOneLoop)
     assert worker.handled == [7]
+
+
+class NoCreating(CallThreads):
+    """A store whose credential may not create queues (a SAS without the permission): every
+    create refused, counted."""
+
+    refused = 0
+
+    def create_queue(self, queue_name: str) -> None:
+        self.refused += 1
+        raise StorageError("AuthorizationPermissionMismatch: may not create queues")
+
+
+def test_create_queues_false_uses_the_queues_that_exist(tmp_path: Path) -> None:
+    """``listener.create_queues = false`` on the single loop: no create is tried, the existing
+    queue is read and a message that cannot be opened goes to the existing poison queue."""
+    storage = NoCreating(tmp_path / "queues.db")
+    for queue in (OnOneLoop.queue_name, poison_queue_name(OnOneLoop.queue_name)):
+        SqliteQueueStorage.create_queue(storage, queue)
+    Publisher(storage, OnOneLoop.queue_name, dict).publish_many([{"n": 1}, {"n": 2}])
+    storage.put_message(OnOneLoop.queue_name, "not json")
+    settings = CloudQueueSettings.model_validate(
+        {"shutdown_grace_s": 5, "listener": {"create_queues": False}}
+    )
+    host = WorkerHost([OnOneLoop], settings, storage=storage)
+    [looped] = host.looped
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.poisoned == 1)
+        eventually(lambda: looped.consumer.counters.processed == 2)
+    finally:
+        assert host.stop()
+    assert storage.refused == 0

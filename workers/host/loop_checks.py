@@ -2,13 +2,13 @@
 
 On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetches, handles and
 settles a worker's messages, so its handler must be an ``async def handle`` or ``async def
-handle_batch`` (``async_batches``). The middleware seam
-is on that loop (``async_stack``), so rate and per-key limits, idempotency, cancelling, groups,
-retry, tracing, kept results (``keep_results``), chains (``then``) and the worker's own middleware
-act there as on threads. What the single loop has no place for yet is refused here, naming it,
-rather than run without it: several queues or partitions, the metrics port (its probes watch
-threads), and ``on_start``, whose argument is the threaded listener the single loop does not
-build.
+handle_batch`` (``async_batches``). The middleware seam is on that loop (``async_stack``), so rate
+and per-key limits, idempotency, cancelling, groups, retry, tracing, kept results
+(``keep_results``), chains (``then``) and the worker's own middleware act there as on threads,
+and ``create_queues = false`` leaves the queues uncreated as there. What the single loop has no
+place for yet is refused here, naming it, rather than run without it: several queues or
+partitions, the metrics port (its probes watch threads), and ``on_start``, whose argument is the
+threaded listener the single loop does not build.
 """
 
 from __future__ import annotations
@@ -51,7 +51,6 @@ def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
         "a worker on several queues": len(kind.location(options.visibility_timeout_s).queue_names)
         > 1,
         "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
-        "listener.create_queues = false": not options.create_queues,
         "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
         "observability.metrics_port": settings.observability.metrics_port is not None,
     }

@@ -257,6 +257,7 @@ def host_loop_worker(
         middleware=middleware,
         payload_store=payloads,
         key=worker.key_function(),
+        create_queues=options.create_queues,
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
     return LoopWorker(
