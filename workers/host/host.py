@@ -146,7 +146,7 @@ class WorkerHost:
                     worker_settings,
                     self.storage,
                     self.payloads,
-                    HostParts(recorder=self.recorder, key_ledger=self.keys.ledger),
+                    HostParts(self.observability, self.recorder, self.keys.ledger),
                     triggers=self.triggers,
                 )
                 for worker, worker_settings in workers

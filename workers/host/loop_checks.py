@@ -4,11 +4,11 @@ On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetc
 settles a worker's messages, so its handler must be an ``async def handle`` or ``async def
 handle_batch`` (``async_batches``). The middleware seam is on that loop (``async_stack``), so rate
 and per-key limits, idempotency, cancelling, groups, retry, tracing, kept results
-(``keep_results``), chains (``then``) and the worker's own middleware act there as on threads,
-and ``create_queues = false`` leaves the queues uncreated as there. What the single loop has no
-place for yet is refused here, naming it, rather than run without it: several queues or
-partitions, the metrics port (its probes watch threads), and ``on_start``, whose argument is the
-threaded listener the single loop does not build.
+(``keep_results``), chains (``then``) and the worker's own middleware act there as on threads;
+``create_queues = false`` leaves the queues uncreated as there, and the metrics port's metrics and
+probes read its consumer (``observed_loop``). What the single loop has no place for yet is refused
+here, naming it, rather than run without it: several queues or partitions, and ``on_start``,
+whose argument is the threaded listener the single loop does not build.
 """
 
 from __future__ import annotations
@@ -52,7 +52,6 @@ def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
         > 1,
         "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
         "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
-        "observability.metrics_port": settings.observability.metrics_port is not None,
     }
     return [what for what, wanted in asked.items() if wanted]
 

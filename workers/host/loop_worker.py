@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +73,8 @@ class LoopWorker:
     """Its group completion, whose announcements the host points at itself."""
     results: KeepResults | None = None
     """Keeps its handler's return values (``keep_results``), announced on the host's triggers."""
+    beat: Callable[[], Coroutine[Any, Any, None]] | None = None
+    """Run beside the consumer when metrics are on: shows the probes the loop is free."""
     _running: concurrent.futures.Future[None] | None = None
     _subscription: DisposableBase | None = None
     _stop_requested: bool = False
@@ -172,14 +175,16 @@ class LoopWorker:
         )
 
     async def _serve(self, watchdog_s: float | None) -> None:
-        watching = None if watchdog_s is None else asyncio.create_task(self._watch(watchdog_s))
+        beside = [] if self.beat is None else [self.beat()]
+        beside += [] if watchdog_s is None else [self._watch(watchdog_s)]
+        watching = [asyncio.create_task(side) for side in beside]
         try:
             await self.consumer.run()
         finally:
-            if watching is not None:
-                watching.cancel()
+            for task in watching:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await watching
+                    await task
 
     async def _watch(self, interval_s: float) -> None:
         """While no task fetches, count the queue every ``interval_s``; wake on a backlog."""
@@ -228,9 +233,12 @@ def host_loop_worker(
     ConfigurationError when the worker cannot run there (``loop_checks``)."""
     options = settings.listener
     controls = controls_for(type(worker), settings)
-    storage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
-    location = worker.location(options.visibility_timeout_s)
+    storage: AsyncQueueStorage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
     parts = parts or HostParts()
+    observability = parts.observability
+    if observability is not None:  # signs of life and reachability, as a listener's storage
+        storage = observability.observe_async_storage(storage)
+    location = worker.location(options.visibility_timeout_s)
     # The middleware's own storage calls (group ledgers, completions, results, a chain's puts)
     # are the threaded store's: the seam runs them off the loop (``async_stack``).
     chain = chain_step_for(type(worker), meter, settings, parts.key_ledger, triggers)
@@ -260,6 +268,9 @@ def host_loop_worker(
         create_queues=options.create_queues,
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
+    beat = None
+    if observability is not None:
+        beat = observability.watch_loop(consumer, settings.scaling_policy().min_threads)
     return LoopWorker(
         worker,
         settings,
@@ -268,6 +279,7 @@ def host_loop_worker(
         loop,
         completion=completion_in(middleware),
         results=results,
+        beat=beat,
     )
 
 
