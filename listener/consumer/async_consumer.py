@@ -72,9 +72,11 @@ from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.processing import KeyFunction
+from cloudqueue.listener.consumer.queue_tally import QueueTally
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
 from cloudqueue.listener.consumer.tracing import ConsumerTracing
 from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.policies.backoff import (
     RandomSource,
@@ -82,6 +84,7 @@ from cloudqueue.listener.policies.backoff import (
     randomized_exponential_backoff,
 )
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
 from cloudqueue.listener.scaling.cpu import ProcessCpuMeter
 from cloudqueue.listener.scaling.scaler import (
@@ -90,6 +93,7 @@ from cloudqueue.listener.scaling.scaler import (
     should_stop_idle,
     targets,
 )
+from cloudqueue.listener.stores.async_prioritized import AsyncPrioritizedStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueMessage
@@ -126,7 +130,18 @@ class AsyncConsumer(Generic[T]):
         payload_store: PayloadStore | None = None,
         key: KeyFunction[T] | None = None,
         create_queues: bool = True,
+        lower_queues: Sequence[str] = (),
+        priority: Priority = STRICT,
     ) -> None:
+        self.queue_names = (queue_name, *lower_queues)
+        """Every queue it reads, highest priority first (``lower_queues`` after the first)."""
+        queue_of = None
+        if lower_queues:  # read as one, as a listener on several queues reads them
+            location = CloudQueueLocation(
+                queue_name, visibility_timeout_s, tuple(lower_queues), priority
+            )
+            storage = AsyncPrioritizedStorage(storage, location.queue_names, priority)
+            queue_of = location.queue_of
         self.storage, self.queue_name = storage, queue_name
         self.create_queues = create_queues
         """False: the queues exist already, and the credential (a SAS, a role without the
@@ -149,7 +164,10 @@ class AsyncConsumer(Generic[T]):
         )
         in_flight = self.policy.max_threads * concurrency
         # As every threaded listener: the failure logs and tracing first, then its own.
-        own = [FailureLogs(), ConsumerTracing(), *middleware]
+        self.tally = None if queue_of is None else QueueTally(self.queue_names, queue_of)
+        """Each queue's own counts, for a consumer of several (``counters_of``)."""
+        tallies = [] if self.tally is None else [self.tally]
+        own = [FailureLogs(), ConsumerTracing(), *tallies, *middleware]
         self.stack = AsyncMiddlewareStack(own, queue_name=queue_name, in_flight=in_flight)
         settler = AsyncSettler(
             storage,
@@ -160,6 +178,7 @@ class AsyncConsumer(Generic[T]):
             counters=self.counters,
             payload_store=payload_store,
             create_poison_queue=create_queues,
+            queue_of=queue_of,
         )
         self.handling = AsyncHandling(
             settler,
@@ -188,6 +207,20 @@ class AsyncConsumer(Generic[T]):
         self._found_work = False
         self._latency = ThroughputMeter()  # seconds per message, one at a time: the latency
         self._cpu = ProcessCpuMeter()
+
+    def counters_of(self, queue_name: str) -> dict[str, int]:
+        """What became of ``queue_name``'s messages (``processed``, ``failed``, ``poisoned``,
+        ``in_flight``): all of them for a consumer of one queue; that queue's own for one of
+        several (``QueueTally``)."""
+        counters = self.counters
+        if self.tally is None:
+            return {
+                "processed": counters.processed,
+                "failed": counters.failed,
+                "poisoned": counters.poisoned,
+                "in_flight": counters.in_flight,
+            }
+        return self.tally.counts(queue_name, in_flight=counters.in_flight)
 
     @property
     def active_tasks(self) -> int:
@@ -255,8 +288,9 @@ class AsyncConsumer(Generic[T]):
         failures = 0
         while self.create_queues and not self._stopping.is_set():
             try:
-                await self.storage.create_queue(self.queue_name)
-                await self.storage.create_queue(poison_queue_name(self.queue_name))
+                for queue in self.queue_names:
+                    await self.storage.create_queue(queue)
+                    await self.storage.create_queue(poison_queue_name(queue))
                 return
             except StorageError as failure:
                 failures += 1

@@ -16,13 +16,15 @@ import pytest
 from cloudqueue.listener import Publisher
 from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
 from cloudqueue.listener.errors import ConfigurationError, StorageError
-from cloudqueue.listener.poison.queue import poison_queue_name
+from cloudqueue.listener.poison.queue import browse_poisoned, poison_queue_name
+from cloudqueue.listener.poison.record import read_record
 from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
 from cloudqueue.listener.stores.metered import MeteredStorage
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
+from cloudqueue.workers.host.cost_meter import UNKNOWN
 from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
 from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
 from tests.support.payloads import live_payloads
@@ -161,14 +163,56 @@ def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThre
 
 
 def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
-    """A worker on several queues is not silently run on one of them: it is refused, what it
+    """A partitioned worker is not silently run on its plain queue: it is refused, what it
     lacks named."""
+    settings = CloudQueueSettings.model_validate({"listener": {"partitions": 2}})
+    with pytest.raises(ConfigurationError, match=r"does not run listener.partitions yet"):
+        WorkerHost([OnOneLoop], settings, storage=storage)
 
-    class Several(OnOneLoop):
-        queue_name = ("single-loop", "single-loop-low")  # type: ignore[assignment]
 
-    with pytest.raises(ConfigurationError, match=r"does not run a worker on several queues yet"):
-        WorkerHost([Several], CloudQueueSettings(), storage=storage)
+class Prioritized(QueueWorker[dict[str, int]]):
+    """Reads an urgent queue before a normal one, one message at a time, noting the order."""
+
+    queue_name = ("single-urgent", "single-normal")
+    settings: ClassVar[dict[str, Any]] = {
+        "listener": {"event_loop": "single", "concurrency": 1},
+        "scaling": {"min_threads": 1, "max_threads": 1},
+    }
+
+    def __init__(self) -> None:
+        self.handled: list[int] = []
+
+    async def handle(self, item: dict[str, int]) -> None:
+        self.handled.append(item["n"])
+
+
+def test_a_worker_on_several_queues_reads_them_in_priority_order(tmp_path: Path) -> None:
+    """Five normal and five urgent messages waiting: the urgent ones are all handled first;
+    an unreadable message on the normal queue goes to *its* poison queue, named there with its
+    own id, and each queue's figures are its own."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    urgent, normal = Prioritized.queue_name
+    for queue, first in ((normal, 100), (urgent, 0)):
+        storage.create_queue(queue)
+        Publisher(storage, queue, dict).publish_many([{"n": first + n} for n in range(5)])
+    unreadable = storage.put_message(normal, "not json")
+    host = WorkerHost([Prioritized], CloudQueueSettings(shutdown_grace_s=5), storage=storage)
+    [looped] = host.looped
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.poisoned == 1)
+        eventually(lambda: looped.consumer.counters.processed == 10)
+        poisoned = browse_poisoned(storage, normal, limit=None)
+        states = {q: looped.live_state(UNKNOWN, q) for q in looped.queue_names}
+    finally:
+        assert host.stop()
+    assert isinstance(looped.worker, Prioritized)
+    assert looped.worker.handled == [*range(5), *range(100, 105)]
+    [record] = [read_record(message.content) for message in poisoned]
+    assert record is not None
+    assert (record.queue, record.original_id) == (normal, unreadable.id)
+    assert (states[urgent].processed, states[urgent].poisoned) == (5, 0)
+    assert (states[normal].processed, states[normal].poisoned) == (5, 1)
 
 
 class Settled(Middleware):

@@ -5,10 +5,11 @@ settles a worker's messages, so its handler must be an ``async def handle`` or `
 handle_batch`` (``async_batches``). The middleware seam is on that loop (``async_stack``), so rate
 and per-key limits, idempotency, cancelling, groups, retry, tracing, kept results
 (``keep_results``), chains (``then``) and the worker's own middleware act there as on threads;
-``create_queues = false`` leaves the queues uncreated as there, and the metrics port's metrics and
-probes read its consumer (``observed_loop``). What the single loop has no place for yet is refused
-here, naming it, rather than run without it: several queues or partitions, and ``on_start``,
-whose argument is the threaded listener the single loop does not build.
+``create_queues = false`` leaves the queues uncreated as there, the metrics port's metrics and
+probes read its consumer (``observed_loop``), and a worker on several queues reads them in
+``listener.priority`` order (``async_prioritized``). What the single loop has no place for yet is
+refused here, naming it, rather than run without it: partitions, and ``on_start``, whose argument
+is the threaded listener the single loop does not build.
 """
 
 from __future__ import annotations
@@ -48,8 +49,6 @@ def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
     """The worker's controls and settings the single loop has no place for yet."""
     options = settings.listener
     asked = {
-        "a worker on several queues": len(kind.location(options.visibility_timeout_s).queue_names)
-        > 1,
         "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
         "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
     }

@@ -86,7 +86,8 @@ class LoopWorker:
 
     @property
     def queue_names(self) -> tuple[str, ...]:
-        return (self.consumer.queue_name,)
+        """The queues it reads, highest priority first."""
+        return self.consumer.queue_names
 
     def start_up(self) -> None:
         """Run the worker's ``startup`` on the consumer's loop; ``StartupFailedError`` (logged in
@@ -153,19 +154,21 @@ class LoopWorker:
             log.exception("event_loop_store_not_closed", queue=self.consumer.queue_name)
         self.loop.close()
 
-    def live_state(self, cost: QueueCost) -> QueueLiveState:
-        """What ``cloudqueue status`` shows of it, from its counters (no storage call)."""
-        counters, active = self.consumer.counters, self.consumer.active_tasks
+    def live_state(self, cost: QueueCost, queue: str) -> QueueLiveState:
+        """What ``cloudqueue status`` shows of its ``queue``, from its counters (no storage
+        call); its tasks are shared by its queues, as a listener's threads are."""
+        counts, consumer = self.consumer.counters_of(queue), self.consumer
+        active = consumer.active_tasks
         self.peak_tasks = max(self.peak_tasks, active)
         return QueueLiveState(
-            queue=self.consumer.queue_name,
+            queue=queue,
             active_threads=active,
             peak_threads=self.peak_tasks,
-            processed=counters.processed,
-            failed=counters.failed,
-            poisoned=counters.poisoned,
-            dequeue_errors=counters.dequeue_errors,
-            in_flight=counters.in_flight,
+            processed=counts["processed"],
+            failed=counts["failed"],
+            poisoned=counts["poisoned"],
+            dequeue_errors=consumer.counters.dequeue_errors,
+            in_flight=counts["in_flight"],
             per_thread_rate_per_s=None,
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
@@ -238,7 +241,7 @@ def host_loop_worker(
     observability = parts.observability
     if observability is not None:  # signs of life and reachability, as a listener's storage
         storage = observability.observe_async_storage(storage)
-    location = worker.location(options.visibility_timeout_s)
+    location = worker.location(options.visibility_timeout_s, options.priority_policy())
     # The middleware's own storage calls (group ledgers, completions, results, a chain's puts)
     # are the threaded store's: the seam runs them off the loop (``async_stack``).
     chain = chain_step_for(type(worker), meter, settings, parts.key_ledger, triggers)
@@ -266,6 +269,8 @@ def host_loop_worker(
         payload_store=payloads,
         key=worker.key_function(),
         create_queues=options.create_queues,
+        lower_queues=location.lower_queues,
+        priority=location.priority,
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
     beat = None

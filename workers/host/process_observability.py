@@ -14,7 +14,6 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
-from cloudqueue.listener.consumer.async_settling import AsyncCounters
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
@@ -176,8 +175,9 @@ class ProcessObservability:
             self.metrics.stuck_threads.labels(listener.queue_name).set(listener.stuck_threads)
             self._sample_depth(listener)
         for consumer in self._loops:
+            for queue in consumer.queue_names:
+                self.metrics.sample_counters(queue, loop_counts(consumer.counters_of(queue)))
             queue = consumer.queue_name
-            self.metrics.sample_counters(queue, loop_counts(consumer.counters))
             self.metrics.dequeue_threads.labels(queue).set(consumer.active_tasks)
             self.metrics.stuck_threads.labels(queue).set(0)  # cancelled at the limit: none stuck
         for scheduler in self._jobs:
@@ -209,11 +209,6 @@ class ProcessObservability:
             self.server.close()
 
 
-def loop_counts(counters: AsyncCounters) -> dict[str, int]:
-    """A single loop's counters under the names the threaded listener's have (``OUTCOMES``)."""
-    return {
-        "processed": counters.processed,
-        "failed": counters.failed,
-        "poisoned": counters.poisoned,
-        "delay_hops": 0,  # it makes no hops yet (``async_consumer``)
-    }
+def loop_counts(counts: Mapping[str, int]) -> dict[str, int]:
+    """A single loop's counts under the names the threaded listener's have (``OUTCOMES``)."""
+    return {**counts, "delay_hops": 0}  # it makes no hops yet (``async_consumer``)

@@ -14,8 +14,8 @@ import asyncio
 from collections.abc import Awaitable
 from typing import TypeVar
 
+from cloudqueue.listener.stores.async_forwarding import AsyncForwardingStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
-from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.workers.observability.health import Heartbeats, Reachability
 from cloudqueue.workers.observability.observed import WatchedCalls
 
@@ -25,70 +25,19 @@ BEATS_PER_STALL = 4
 """Signs of life the loop shows within ``stall_after_s`` while nothing blocks it."""
 
 
-class ObservedAsyncStorage:
+class ObservedAsyncStorage(AsyncForwardingStorage):
     """An ``AsyncQueueStorage`` showing a sign of life as each call starts and ends, and
     tracking whether storage answers; it counts nothing (the host's meter does)."""
 
     def __init__(
         self, inner: AsyncQueueStorage, heartbeats: Heartbeats, reachability: Reachability
     ) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self._watched = WatchedCalls(heartbeats, reachability)
 
-    async def _observed(self, call: Awaitable[R]) -> R:
+    async def _call(self, queue_name: str, operation: str, call: Awaitable[R]) -> R:
         with self._watched:
             return await call
-
-    async def create_queue(self, queue_name: str) -> None:
-        await self._observed(self.inner.create_queue(queue_name))
-
-    async def get_messages(
-        self, queue_name: str, *, max_messages: int, visibility_timeout_s: int
-    ) -> list[QueueMessage]:
-        return await self._observed(
-            self.inner.get_messages(
-                queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
-            )
-        )
-
-    async def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
-        return await self._observed(self.inner.delete_message(queue_name, message_id, pop_receipt))
-
-    async def put_message(
-        self,
-        queue_name: str,
-        content: str,
-        *,
-        time_to_live_s: int | None = None,
-        visibility_delay_s: int = 0,
-    ) -> QueueMessage:
-        put = self.inner.put_message(
-            queue_name,
-            content,
-            time_to_live_s=time_to_live_s,
-            visibility_delay_s=visibility_delay_s,
-        )
-        return await self._observed(put)
-
-    async def update_visibility(
-        self,
-        queue_name: str,
-        message_id: str,
-        pop_receipt: str,
-        visibility_timeout_s: int,
-        *,
-        content: str | None = None,
-    ) -> str:
-        update = self.inner.update_visibility(
-            queue_name, message_id, pop_receipt, visibility_timeout_s, content=content
-        )
-        return await self._observed(update)
-
-    async def approximate_message_count(self, queue_name: str) -> int:
-        return await self._observed(self.inner.approximate_message_count(queue_name))
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
     def __repr__(self) -> str:
         return f"ObservedAsyncStorage({self.inner!r}, outage={self._watched.reachability.outage})"
