@@ -17,15 +17,20 @@ from cloudqueue.listener import Publisher
 from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
 from cloudqueue.listener.errors import ConfigurationError, StorageError
 from cloudqueue.listener.poison.queue import browse_poisoned, poison_queue_name
-from cloudqueue.listener.poison.record import read_record
+from cloudqueue.listener.poison.record import PoisonRecord, read_record
 from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
 from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from cloudqueue.workers.host.cost_meter import UNKNOWN
-from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
+from cloudqueue.workers.host.live_state import (
+    LiveStatePublisher,
+    QueueLiveState,
+    read_live_states,
+)
 from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
@@ -163,11 +168,15 @@ def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThre
 
 
 def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
-    """A partitioned worker is not silently run on its plain queue: it is refused, what it
-    lacks named."""
-    settings = CloudQueueSettings.model_validate({"listener": {"partitions": 2}})
-    with pytest.raises(ConfigurationError, match=r"does not run listener.partitions yet"):
-        WorkerHost([OnOneLoop], settings, storage=storage)
+    """A worker whose ``on_start`` wants the threaded listener is not run without it: it is
+    refused, the hook named with what to use instead."""
+
+    class Starting(OnOneLoop):
+        def on_start(self, listener: Any) -> None:
+            pass
+
+    with pytest.raises(ConfigurationError, match=r"does not run on_start \(use startup\) yet"):
+        WorkerHost([Starting], CloudQueueSettings(), storage=storage)
 
 
 class Prioritized(QueueWorker[dict[str, int]]):
@@ -186,6 +195,27 @@ class Prioritized(QueueWorker[dict[str, int]]):
         self.handled.append(item["n"])
 
 
+def drained_pair(
+    storage: SqliteQueueStorage, worker: type[Prioritized], handled: int
+) -> tuple[LoopWorker, PoisonRecord, dict[str, QueueLiveState]]:
+    """Run ``worker`` until it handled ``handled`` messages and poisoned one (of its normal
+    queue): the worker, that poison record, and each queue's live state then."""
+    host = WorkerHost([worker], CloudQueueSettings(shutdown_grace_s=5), storage=storage)
+    [looped] = host.looped
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.poisoned == 1)
+        eventually(lambda: looped.consumer.counters.processed == handled)
+        [poisoned] = browse_poisoned(storage, worker.queue_name[1], limit=None)
+        states = {q: looped.live_state(UNKNOWN, q) for q in looped.queue_names}
+        assert sum(storage.approximate_message_count(q) for q in storage.list_queues()) == 1
+    finally:
+        assert host.stop()
+    record = read_record(poisoned.content)
+    assert record is not None
+    return looped, record, states
+
+
 def test_a_worker_on_several_queues_reads_them_in_priority_order(tmp_path: Path) -> None:
     """Five normal and five urgent messages waiting: the urgent ones are all handled first;
     an unreadable message on the normal queue goes to *its* poison queue, named there with its
@@ -196,20 +226,9 @@ def test_a_worker_on_several_queues_reads_them_in_priority_order(tmp_path: Path)
         storage.create_queue(queue)
         Publisher(storage, queue, dict).publish_many([{"n": first + n} for n in range(5)])
     unreadable = storage.put_message(normal, "not json")
-    host = WorkerHost([Prioritized], CloudQueueSettings(shutdown_grace_s=5), storage=storage)
-    [looped] = host.looped
-    host.start()
-    try:
-        eventually(lambda: looped.consumer.counters.poisoned == 1)
-        eventually(lambda: looped.consumer.counters.processed == 10)
-        poisoned = browse_poisoned(storage, normal, limit=None)
-        states = {q: looped.live_state(UNKNOWN, q) for q in looped.queue_names}
-    finally:
-        assert host.stop()
+    looped, record, states = drained_pair(storage, Prioritized, 10)
     assert isinstance(looped.worker, Prioritized)
     assert looped.worker.handled == [*range(5), *range(100, 105)]
-    [record] = [read_record(message.content) for message in poisoned]
-    assert record is not None
     assert (record.queue, record.original_id) == (normal, unreadable.id)
     assert (states[urgent].processed, states[urgent].poisoned) == (5, 0)
     assert (states[normal].processed, states[normal].poisoned) == (5, 1)
@@ -328,3 +347,28 @@ def test_create_queues_false_uses_the_queues_that_exist(tmp_path: Path) -> None:
     finally:
         assert host.stop()
     assert storage.refused == 0
+
+
+class PartitionedPair(Prioritized):
+    """``Prioritized`` with each of its queues spread over two partitions."""
+
+    settings: ClassVar[dict[str, Any]] = {
+        "listener": {"event_loop": "single", "partitions": 2},
+    }
+
+
+def test_a_partitioned_worker_reads_every_partition_of_its_queues(tmp_path: Path) -> None:
+    """Both queues spread over two partitions each: every message of every partition handled,
+    an unreadable one moved to its logical queue's poison queue naming its partition."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    urgent, normal = PartitionedPair.queue_name
+    writer = PartitionedQueueStorage([storage], {urgent: 2, normal: 2})
+    for queue, first in ((urgent, 0), (normal, 100)):
+        writer.create_queue(queue)
+        Publisher(writer, queue, dict).publish_many([{"n": first + n} for n in range(4)])
+    unreadable = writer.put_message(normal, "not json")
+    looped, record, _ = drained_pair(storage, PartitionedPair, 8)
+    assert isinstance(looped.worker, PartitionedPair)
+    assert sorted(looped.worker.handled) == [*range(4), *range(100, 104)]
+    assert (record.queue, record.original_id) == (normal, unreadable.id)
+    assert record.partition == unreadable.id.rpartition("@")[2]

@@ -148,6 +148,7 @@ class WorkerHost:
                     self.payloads,
                     HostParts(self.observability, self.recorder, self.keys.ledger),
                     triggers=self.triggers,
+                    listening=listening,
                 )
                 for worker, worker_settings in workers
                 if worker_settings.listener.event_loop == "single"

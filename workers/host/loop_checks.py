@@ -6,10 +6,11 @@ handle_batch`` (``async_batches``). The middleware seam is on that loop (``async
 and per-key limits, idempotency, cancelling, groups, retry, tracing, kept results
 (``keep_results``), chains (``then``) and the worker's own middleware act there as on threads;
 ``create_queues = false`` leaves the queues uncreated as there, the metrics port's metrics and
-probes read its consumer (``observed_loop``), and a worker on several queues reads them in
-``listener.priority`` order (``async_prioritized``). What the single loop has no place for yet is
-refused here, naming it, rather than run without it: partitions, and ``on_start``, whose argument
-is the threaded listener the single loop does not build.
+probes read its consumer (``observed_loop``), a worker on several queues reads them in
+``listener.priority`` order (``async_prioritized``) and a partitioned queue by its partitions
+(``async_partitioned``). What the single loop has no place for yet is refused here, naming it,
+rather than run without it: ``on_start``, whose argument is the threaded listener the single loop
+does not build.
 """
 
 from __future__ import annotations
@@ -46,12 +47,9 @@ def check_event_loop(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
 
 
 def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings) -> list[str]:
-    """The worker's controls and settings the single loop has no place for yet."""
-    options = settings.listener
-    asked = {
-        "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
-        "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
-    }
+    """The worker's controls and settings the single loop has no place for yet: ``on_start``,
+    whose argument is the threaded listener. (``settings`` for what a later gap may ask.)"""
+    asked = {"on_start (use startup)": kind.on_start is not QueueWorker.on_start}
     return [what for what, wanted in asked.items() if wanted]
 
 

@@ -31,9 +31,12 @@ from cloudqueue.listener.consumer.coroutines import LoopThread
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.push.triggers import TriggerChannel, WorkDetected
 from cloudqueue.listener.stores.async_metered import MeteredAsyncStorage
+from cloudqueue.listener.stores.async_partitioned import AsyncPartitionedStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage, async_storage_for
 from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
 from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.keep_results import KeepResults
@@ -211,6 +214,15 @@ def _name(worker: QueueWorker[Any]) -> str:
     return f"{kind.__module__}:{kind.__qualname__}"
 
 
+def partitioned_side(
+    view: PartitionedQueueStorage, meter: MeteredStorage, metered: AsyncQueueStorage
+) -> AsyncQueueStorage:
+    """The awaitable side of the host's partitioned storage: ``metered`` for its first account
+    (the host's ``meter``), the aio side of each further one."""
+    sides = {id(account): async_storage_for(account) for account in view.accounts[1:]}
+    return AsyncPartitionedStorage(view, {**sides, id(meter): metered})
+
+
 def partial_wake(worker: LoopWorker, account: str) -> Any:
     """The trigger observer of ``worker``: a wake for each event naming its queue."""
 
@@ -229,14 +241,18 @@ def host_loop_worker(
     parts: HostParts | None = None,
     *,
     triggers: TriggerChannel | None = None,
+    listening: QueueStorage | None = None,
 ) -> LoopWorker:
     """The worker's consumer on a loop of its own, over the awaitable side of the store that
     ``meter`` counts, with the host's ``payloads`` (large items) and the middleware a threaded
-    listener would have (``seam``), its chain step announcing what it puts on ``triggers``;
-    ConfigurationError when the worker cannot run there (``loop_checks``)."""
+    listener would have (``seam``), its chain step announcing what it puts on ``triggers``; its
+    partitions as the host's ``listening`` storage lays them out; ConfigurationError when the
+    worker cannot run there (``loop_checks``)."""
     options = settings.listener
     controls = controls_for(type(worker), settings)
     storage: AsyncQueueStorage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
+    if isinstance(listening, PartitionedQueueStorage):  # its queues may be partitioned
+        storage = partitioned_side(listening, meter, storage)
     parts = parts or HostParts()
     observability = parts.observability
     if observability is not None:  # signs of life and reachability, as a listener's storage
