@@ -372,3 +372,30 @@ def test_a_partitioned_worker_reads_every_partition_of_its_queues(tmp_path: Path
     assert sorted(looped.worker.handled) == [*range(4), *range(100, 104)]
     assert (record.queue, record.original_id) == (normal, unreadable.id)
     assert record.partition == unreadable.id.rpartition("@")[2]
+
+
+def test_partitions_on_a_further_account_are_read_there(tmp_path: Path) -> None:
+    """``partition_accounts`` names a second store: the partition it holds is read on its own
+    awaitable side, and every message of both partitions is handled."""
+    storage = SqliteQueueStorage(tmp_path / "a.db")
+    further = f"sqlite:///{tmp_path / 'b.db'}"
+    settings = CloudQueueSettings.model_validate(
+        {"shutdown_grace_s": 5, "partition_accounts": [further], "listener": {"partitions": 2}}
+    )
+    host = WorkerHost([OnOneLoop], settings, storage=storage)
+    [looped] = host.looped
+    assert isinstance(host.listening, PartitionedQueueStorage)
+    host.listening.create_queue(OnOneLoop.queue_name)
+    Publisher(host.listening, OnOneLoop.queue_name, dict).publish_many([{"n": n} for n in range(6)])
+    spread = [
+        p.storage.approximate_message_count(p.queue_name)
+        for p in host.listening.partitions_of(OnOneLoop.queue_name)
+    ]
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.processed == 6)
+    finally:
+        assert host.stop()
+    assert spread == [3, 3]
+    assert isinstance(looped.worker, OnOneLoop)
+    assert sorted(looped.worker.handled) == list(range(6))
