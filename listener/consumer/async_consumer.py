@@ -36,9 +36,9 @@ message that carries none, as on threads.
 
 Not yet here (the threaded path has them; see issue 41): what a handler writes to its
 message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
-``progress`` is dropped and ``save_checkpoint`` refused), batch handlers, re-publishing only
-the failed items of a publisher's batch (a failed item here retries the whole message), and long
-delays' hops.
+``progress`` is dropped and ``save_checkpoint`` refused), re-publishing only the failed items
+of a publisher's batch (a failed item here retries the whole message), and long delays' hops. A
+batch handler is a handler the host gives it (``cloudqueue.workers.host.async_batches``).
 """
 
 from __future__ import annotations
