@@ -36,9 +36,10 @@ message that carries none, as on threads.
 
 Not yet here (the threaded path has them; see issue 41): what a handler writes to its
 message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
-``progress`` is dropped and ``save_checkpoint`` refused), re-publishing only the failed items
-of a publisher's batch (a failed item here retries the whole message), and long delays' hops. A
-batch handler is a handler the host gives it (``cloudqueue.workers.host.async_batches``).
+``progress`` is dropped and ``save_checkpoint`` refused), and re-publishing only the failed items
+of a publisher's batch (a failed item here retries the whole message). A message delayed beyond
+7 days that is not due yet is hidden again (``async_hops``). A batch handler is a handler the
+host gives it (``cloudqueue.workers.host.async_batches``).
 """
 
 from __future__ import annotations
@@ -210,17 +211,19 @@ class AsyncConsumer(Generic[T]):
 
     def counters_of(self, queue_name: str) -> dict[str, int]:
         """What became of ``queue_name``'s messages (``processed``, ``failed``, ``poisoned``,
-        ``in_flight``): all of them for a consumer of one queue; that queue's own for one of
-        several (``QueueTally``)."""
+        ``in_flight``; ``delay_hops``): all of them for a consumer of one queue; that queue's own
+        for one of several (``QueueTally``; its hops are the consumer's, as on threads)."""
         counters = self.counters
-        if self.tally is None:
-            return {
-                "processed": counters.processed,
-                "failed": counters.failed,
-                "poisoned": counters.poisoned,
-                "in_flight": counters.in_flight,
-            }
-        return self.tally.counts(queue_name, in_flight=counters.in_flight)
+        counts = {
+            "processed": counters.processed,
+            "failed": counters.failed,
+            "poisoned": counters.poisoned,
+            "in_flight": counters.in_flight,
+            "delay_hops": counters.delay_hops,
+        }
+        if self.tally is not None:
+            counts.update(self.tally.counts(queue_name, in_flight=counters.in_flight))
+        return counts
 
     @property
     def active_tasks(self) -> int:

@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from cloudqueue.listener.consumer.async_deferrals import Deferral, Deferrals
+from cloudqueue.listener.consumer.async_hops import AsyncDelayHops
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
@@ -77,6 +78,7 @@ class AsyncHandling(Generic[T]):
         self.queue_of = settler.queue_of
         """The queue a message came from, for a consumer of several (None: ``queue_name``)."""
         self._deferrals = Deferrals()
+        self.hops = AsyncDelayHops(settler)
         self._settles_on_loop = stack.settles_on_loop()
 
     async def handle(self, held: HeldMessage) -> Deferral | None:
@@ -126,6 +128,8 @@ class AsyncHandling(Generic[T]):
         try:
             if fetched is None:
                 contents = self._open(context)
+                if self.hops.not_due(context):  # delayed beyond 7 days: hidden again, unopened
+                    return partial(self._hop, held, context)
                 if contents is None:
                     return None
                 context.items = [self.codec.decode(text) for text in contents.texts]
@@ -198,6 +202,10 @@ class AsyncHandling(Generic[T]):
     ) -> None:
         async with held.settling:
             context.outcome = await self.settler.poison(held, reason, error)
+
+    async def _hop(self, held: HeldMessage, context: MessageContext[T]) -> None:
+        async with held.settling:
+            context.outcome = await self.hops.hop(held, context)
 
     async def _drop_duplicate(self, held: HeldMessage, context: MessageContext[T]) -> None:
         async with held.settling:

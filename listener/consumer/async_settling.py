@@ -106,6 +106,8 @@ class AsyncCounters:
     left: int = 0
     dequeue_errors: int = 0
     in_flight: int = 0
+    delay_hops: int = 0
+    """Messages delayed beyond 7 days hidden again, unhandled: not due yet (``async_hops``)."""
 
 
 class AsyncSettler:

@@ -176,7 +176,7 @@ class ProcessObservability:
             self._sample_depth(listener)
         for consumer in self._loops:
             for queue in consumer.queue_names:
-                self.metrics.sample_counters(queue, loop_counts(consumer.counters_of(queue)))
+                self.metrics.sample_counters(queue, consumer.counters_of(queue))
             queue = consumer.queue_name
             self.metrics.dequeue_threads.labels(queue).set(consumer.active_tasks)
             self.metrics.stuck_threads.labels(queue).set(0)  # cancelled at the limit: none stuck
@@ -207,8 +207,3 @@ class ProcessObservability:
         self.sample()
         if self.server is not None:
             self.server.close()
-
-
-def loop_counts(counts: Mapping[str, int]) -> dict[str, int]:
-    """A single loop's counts under the names the threaded listener's have (``OUTCOMES``)."""
-    return {**counts, "delay_hops": 0}  # it makes no hops yet (``async_consumer``)
