@@ -23,7 +23,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TypeVar
 
 from cloudqueue.listener.errors import MessageNotFoundError, QueueNotFoundError
-from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
+from cloudqueue.listener.stores.async_storage import AsyncQueueStorage, async_storage_for
 from cloudqueue.listener.stores.partitioned import (
     Partition,
     PartitionedQueueStorage,
@@ -49,6 +49,15 @@ class AsyncPartitionedStorage:
         self._turns: weakref.WeakKeyDictionary[asyncio.Task[object], dict[str, StickyTurn]] = (
             weakref.WeakKeyDictionary()
         )
+
+    @classmethod
+    def beside(
+        cls, view: PartitionedQueueStorage, first: AsyncQueueStorage
+    ) -> AsyncPartitionedStorage:
+        """Over ``view``'s partitions: ``first`` the awaitable side of its first account (a
+        host's, counted on its meter), each further account's its own (aio clients for Azure)."""
+        sides = {id(account): async_storage_for(account) for account in view.accounts[1:]}
+        return cls(view, {**sides, id(view.accounts[0]): first})
 
     def side(self, account: QueueStorage) -> AsyncQueueStorage:
         return self._sides[id(account)]

@@ -214,15 +214,6 @@ def _name(worker: QueueWorker[Any]) -> str:
     return f"{kind.__module__}:{kind.__qualname__}"
 
 
-def partitioned_side(
-    view: PartitionedQueueStorage, meter: MeteredStorage, metered: AsyncQueueStorage
-) -> AsyncQueueStorage:
-    """The awaitable side of the host's partitioned storage: ``metered`` for its first account
-    (the host's ``meter``), the aio side of each further one."""
-    sides = {id(account): async_storage_for(account) for account in view.accounts[1:]}
-    return AsyncPartitionedStorage(view, {**sides, id(meter): metered})
-
-
 def partial_wake(worker: LoopWorker, account: str) -> Any:
     """The trigger observer of ``worker``: a wake for each event naming its queue."""
 
@@ -252,7 +243,7 @@ def host_loop_worker(
     controls = controls_for(type(worker), settings)
     storage: AsyncQueueStorage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
     if isinstance(listening, PartitionedQueueStorage):  # its queues may be partitioned
-        storage = partitioned_side(listening, meter, storage)
+        storage = AsyncPartitionedStorage.beside(listening, storage)
     parts = parts or HostParts()
     observability = parts.observability
     if observability is not None:  # signs of life and reachability, as a listener's storage
