@@ -36,10 +36,10 @@ message that carries none, as on threads.
 
 Not yet here (the threaded path has them; see issue 41): what a handler writes to its
 message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
-``progress`` is dropped and ``save_checkpoint`` refused), the results a ``KeepResults`` keeps
-(its ``capturing`` wraps a sync handler), chains' values (likewise), batch handlers,
-re-publishing only the failed items of a publisher's batch (a failed item here retries the whole
-message), and long delays' hops.
+``progress`` is dropped and ``save_checkpoint`` refused), and re-publishing only the failed items
+of a publisher's batch (a failed item here retries the whole message). A message delayed beyond
+7 days that is not due yet is hidden again (``async_hops``). A batch handler is a handler the
+host gives it (``cloudqueue.workers.host.async_batches``).
 """
 
 from __future__ import annotations
@@ -73,9 +73,11 @@ from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.processing import KeyFunction
+from cloudqueue.listener.consumer.queue_tally import QueueTally
 from cloudqueue.listener.consumer.throughput import ThroughputMeter
 from cloudqueue.listener.consumer.tracing import ConsumerTracing
 from cloudqueue.listener.errors import StorageError
+from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.policies.backoff import (
     RandomSource,
@@ -83,6 +85,7 @@ from cloudqueue.listener.policies.backoff import (
     randomized_exponential_backoff,
 )
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
 from cloudqueue.listener.scaling.cpu import ProcessCpuMeter
 from cloudqueue.listener.scaling.scaler import (
@@ -91,6 +94,7 @@ from cloudqueue.listener.scaling.scaler import (
     should_stop_idle,
     targets,
 )
+from cloudqueue.listener.stores.async_prioritized import AsyncPrioritizedStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueMessage
@@ -126,8 +130,23 @@ class AsyncConsumer(Generic[T]):
         middleware: Sequence[Middleware] = (),
         payload_store: PayloadStore | None = None,
         key: KeyFunction[T] | None = None,
+        create_queues: bool = True,
+        lower_queues: Sequence[str] = (),
+        priority: Priority = STRICT,
     ) -> None:
+        self.queue_names = (queue_name, *lower_queues)
+        """Every queue it reads, highest priority first (``lower_queues`` after the first)."""
+        queue_of = None
+        if lower_queues:  # read as one, as a listener on several queues reads them
+            location = CloudQueueLocation(
+                queue_name, visibility_timeout_s, tuple(lower_queues), priority
+            )
+            storage = AsyncPrioritizedStorage(storage, location.queue_names, priority)
+            queue_of = location.queue_of
         self.storage, self.queue_name = storage, queue_name
+        self.create_queues = create_queues
+        """False: the queues exist already, and the credential (a SAS, a role without the
+        create permission) may not create them, so it never tries (as ``QueueCreator``)."""
         self.policy = scaling or ScalingPolicy()
         self.delivery = delivery or DeliveryPolicy()
         self.concurrency, self.batch_size = concurrency, batch_size
@@ -146,7 +165,10 @@ class AsyncConsumer(Generic[T]):
         )
         in_flight = self.policy.max_threads * concurrency
         # As every threaded listener: the failure logs and tracing first, then its own.
-        own = [FailureLogs(), ConsumerTracing(), *middleware]
+        self.tally = None if queue_of is None else QueueTally(self.queue_names, queue_of)
+        """Each queue's own counts, for a consumer of several (``counters_of``)."""
+        tallies = [] if self.tally is None else [self.tally]
+        own = [FailureLogs(), ConsumerTracing(), *tallies, *middleware]
         self.stack = AsyncMiddlewareStack(own, queue_name=queue_name, in_flight=in_flight)
         settler = AsyncSettler(
             storage,
@@ -156,6 +178,8 @@ class AsyncConsumer(Generic[T]):
             rng=self.rng,
             counters=self.counters,
             payload_store=payload_store,
+            create_poison_queue=create_queues,
+            queue_of=queue_of,
         )
         self.handling = AsyncHandling(
             settler,
@@ -184,6 +208,22 @@ class AsyncConsumer(Generic[T]):
         self._found_work = False
         self._latency = ThroughputMeter()  # seconds per message, one at a time: the latency
         self._cpu = ProcessCpuMeter()
+
+    def counters_of(self, queue_name: str) -> dict[str, int]:
+        """What became of ``queue_name``'s messages (``processed``, ``failed``, ``poisoned``,
+        ``in_flight``; ``delay_hops``): all of them for a consumer of one queue; that queue's own
+        for one of several (``QueueTally``; its hops are the consumer's, as on threads)."""
+        counters = self.counters
+        counts = {
+            "processed": counters.processed,
+            "failed": counters.failed,
+            "poisoned": counters.poisoned,
+            "in_flight": counters.in_flight,
+            "delay_hops": counters.delay_hops,
+        }
+        if self.tally is not None:
+            counts.update(self.tally.counts(queue_name, in_flight=counters.in_flight))
+        return counts
 
     @property
     def active_tasks(self) -> int:
@@ -245,13 +285,15 @@ class AsyncConsumer(Generic[T]):
         log.info("async_consumer_stopped", queue=self.queue_name, processed=processed)
 
     async def _create_queues(self) -> None:
-        """The queue and its poison queue, created before the first get; a failure (storage down
-        at start) is logged and tried again after a back-off, as a failed get is, until stop()."""
+        """The queue and its poison queue, created before the first get (unless
+        ``create_queues`` is False); a failure (storage down at start) is logged and tried again
+        after a back-off, as a failed get is, until stop()."""
         failures = 0
-        while not self._stopping.is_set():
+        while self.create_queues and not self._stopping.is_set():
             try:
-                await self.storage.create_queue(self.queue_name)
-                await self.storage.create_queue(poison_queue_name(self.queue_name))
+                for queue in self.queue_names:
+                    await self.storage.create_queue(queue)
+                    await self.storage.create_queue(poison_queue_name(queue))
                 return
             except StorageError as failure:
                 failures += 1

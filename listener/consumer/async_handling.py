@@ -30,6 +30,7 @@ from functools import partial
 from typing import Any, Generic, TypeVar
 
 from cloudqueue.listener.consumer.async_deferrals import Deferral, Deferrals
+from cloudqueue.listener.consumer.async_hops import AsyncDelayHops
 from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
@@ -75,7 +76,10 @@ class AsyncHandling(Generic[T]):
         self.key_of = key
         """The worker's key of an item, for a message that carries none (``worker_key``)."""
         self.queue_name = settler.queue_name
+        self.queue_of = settler.queue_of
+        """The queue a message came from, for a consumer of several (None: ``queue_name``)."""
         self._deferrals = Deferrals()
+        self.hops = AsyncDelayHops(settler)
         self._settles_on_loop = stack.settles_on_loop()
 
     async def handle(self, held: HeldMessage) -> Deferral | None:
@@ -84,9 +88,8 @@ class AsyncHandling(Generic[T]):
         when a middleware deferred it, leave it unsettled and return the wait for its resume
         (``async_deferrals``)."""
         message, stack = held.message, self.stack
-        context: MessageContext[T] = MessageContext(
-            self.queue_name, message, [], None, message.dequeue_count
-        )
+        queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
+        context: MessageContext[T] = MessageContext(queue, message, [], None, message.dequeue_count)
         deliver = self._prepare(held, context)
         if deliver is None:  # its items are in the payload store (large ones: rare)
             deliver = await self._prepare_stored(held, context)
@@ -131,6 +134,8 @@ class AsyncHandling(Generic[T]):
         try:
             if fetched is None:
                 contents = self._open(context)
+                if self.hops.not_due(context):  # delayed beyond 7 days: hidden again, unopened
+                    return partial(self._hop, held, context)
                 if contents is None:
                     return None
                 context.items = [self.codec.decode(text) for text in contents.texts]
@@ -163,7 +168,7 @@ class AsyncHandling(Generic[T]):
         if envelope is not None and envelope.packed is None and self.payload_store is not None:
             return None
         return open_envelope(
-            content, envelope, None, limits=self.limits, queue_name=self.queue_name
+            content, envelope, None, limits=self.limits, queue_name=context.queue_name
         )
 
     async def _prepare_stored(self, held: HeldMessage, context: MessageContext[T]) -> Step:
@@ -187,7 +192,7 @@ class AsyncHandling(Generic[T]):
             context.envelope,
             self.payload_store,
             limits=limits,
-            queue_name=self.queue_name,
+            queue_name=context.queue_name,
         )
         max_values = limits.max_json_values_per_message
         return contents, decode_items(self.codec, contents.texts, max_values)
@@ -203,6 +208,10 @@ class AsyncHandling(Generic[T]):
     ) -> None:
         async with held.settling:
             context.outcome = await self.settler.poison(held, reason, error)
+
+    async def _hop(self, held: HeldMessage, context: MessageContext[T]) -> None:
+        async with held.settling:
+            context.outcome = await self.hops.hop(held, context)
 
     async def _drop_duplicate(self, held: HeldMessage, context: MessageContext[T]) -> None:
         async with held.settling:

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,6 +58,7 @@ from cloudqueue.listener.policies.backoff import RandomSource
 from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.prioritized import as_in_queue
 from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage
 
 log = structlog.get_logger(__name__)
@@ -104,6 +106,8 @@ class AsyncCounters:
     left: int = 0
     dequeue_errors: int = 0
     in_flight: int = 0
+    delay_hops: int = 0
+    """Messages delayed beyond 7 days hidden again, unhandled: not due yet (``async_hops``)."""
 
 
 class AsyncSettler:
@@ -120,8 +124,16 @@ class AsyncSettler:
         rng: RandomSource,
         counters: AsyncCounters,
         payload_store: PayloadStore | None = None,
+        create_poison_queue: bool = True,
+        queue_of: Callable[[str], str] | None = None,
     ) -> None:
         self.storage, self.queue_name = storage, queue_name
+        self.queue_of = queue_of
+        """For a consumer of several queues: the queue a message came from, by its id (its
+        poison queue is that queue's); None for one queue."""
+        self.create_poison_queue = create_poison_queue
+        """False where the credential may not create queues (``create_queues = false``): a
+        missing poison queue leaves the message where it is, logged."""
         self.delivery, self.clock, self.rng, self.counters = delivery, clock, rng, counters
         self.payload_store = payload_store
         """Where the payloads of large items are kept: retired here after their delete."""
@@ -184,14 +196,17 @@ class AsyncSettler:
     async def poison(self, held: HeldMessage, reason: str, error: str) -> Outcome:
         """Copy to the poison queue first, delete second: a crash between leaves a duplicate."""
         message = held.message
+        queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
         record = poison_record(
-            self.queue_name, message, reason=reason, error=error, now=self.clock.now()
+            queue, as_in_queue(message, queue), reason=reason, error=error, now=self.clock.now()
         )
-        target = poison_queue_name(self.queue_name)
+        target = poison_queue_name(queue)
         try:
             try:
                 await self._put_record(target, record)
             except QueueNotFoundError:
+                if not self.create_poison_queue:
+                    raise
                 # Deleted while the worker runs: a message must not loop for ever for want of it.
                 await self.storage.create_queue(target)
                 self._log.warning("poison_queue_recreated", poison_queue=target)

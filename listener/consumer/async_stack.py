@@ -33,7 +33,8 @@ differs, chosen once per middleware and hook:
   and so are groups and key checks (``GroupCompletion``, ``KeyedHandling``), which every hosted
   worker on a store with a ledger has: a message that is no group member, or has no key, costs
   them no hop; the ledger calls of one that is go to a worker thread (on SQLite too: its writes
-  wait for the file). Results and chains, opt-in, stay plain.
+  wait for the file). Results and chains (``KeepResults``, ``ChainStep``), opt-in, are generators
+  that block on every message: their store writes and puts run on a worker thread.
 
 Errors are contained as on the threaded path (``middleware_failed``): a hook's error is logged,
 an ``around_handle``'s fails the delivery. A cancellation (a stop past its grace) is not

@@ -70,17 +70,22 @@ class DelayHops:
             settlement.failed(lease, context, f"hiding a delayed message again failed: {failure}")
             return
         settlement.counters.add("delay_hops")
-        log.info(
-            "message_delayed",
-            message_id=message.id,
-            due=envelope.fields.get("due"),
-            hops=envelope.hops + 1,
-            hidden_s=hidden_s,
-            copy_id=copy.id,
-        )
+        log_hop(message.id, envelope, hidden_s, copy.id)
         # A delete that fails leaves the taken message to come back and hop again: a duplicate.
         lease_calls.delete(settlement.storage, settlement.queue_name, lease)
         context.outcome = NOT_DUE
 
 
-__all__ = ["NOT_DUE", "DelayHops"]
+def log_hop(message_id: str, envelope: Envelope, hidden_s: int, copy_id: str) -> None:
+    """One line for a message hidden again until it is due (the event loop's hops too)."""
+    log.info(
+        "message_delayed",
+        message_id=message_id,
+        due=envelope.fields.get("due"),
+        hops=envelope.hops + 1,
+        hidden_s=hidden_s,
+        copy_id=copy_id,
+    )
+
+
+__all__ = ["NOT_DUE", "DelayHops", "log_hop"]

@@ -37,12 +37,19 @@ def republish(
     now: datetime,
 ) -> QueueMessage:
     """Put ``content`` on the queue, hidden for ``delay_s``, expiring when ``original`` would."""
+    time_to_live_s, delay_s = republished_timing(original, delay_s, now)
+    return storage.put_message(
+        queue_name, content, time_to_live_s=time_to_live_s, visibility_delay_s=delay_s
+    )
+
+
+def republished_timing(original: QueueMessage, delay_s: int, now: datetime) -> tuple[int, int]:
+    """The time to live and the delay of a copy of ``original`` hidden for ``delay_s``: it
+    expires when the original would, and is visible before (Azure refuses a delay past it)."""
     time_to_live_s = _remaining_time_to_live_s(original, now)
     if time_to_live_s != NEVER_EXPIRES:
-        delay_s = min(delay_s, time_to_live_s - 1)  # Azure refuses a delay past the expiry
-    return storage.put_message(
-        queue_name, content, time_to_live_s=time_to_live_s, visibility_delay_s=max(0, delay_s)
-    )
+        delay_s = min(delay_s, time_to_live_s - 1)
+    return time_to_live_s, max(0, delay_s)
 
 
 def _remaining_time_to_live_s(original: QueueMessage, now: datetime) -> int:
@@ -52,4 +59,4 @@ def _remaining_time_to_live_s(original: QueueMessage, now: datetime) -> int:
     return max(1, math.ceil((expires_on - now).total_seconds()))
 
 
-__all__ = ["remainder_content", "republish"]
+__all__ = ["remainder_content", "republish", "republished_timing"]

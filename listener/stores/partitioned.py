@@ -67,7 +67,7 @@ def split_message_id(message_id: str) -> tuple[str, str | None]:
     return physical_id, queue_name
 
 
-class _Layout:
+class PartitionLayout:
     """The partitions of one logical queue, and the rotation its gets and puts follow."""
 
     def __init__(self, partitions: list[Partition]) -> None:
@@ -88,11 +88,31 @@ class _Layout:
 
 
 @dataclass(slots=True)
-class _Sticky:
+class StickyTurn:
     """The partition a thread is draining, and how many gets in a row it has taken from it."""
 
     partition: Partition | None = None
     gets: int = 0
+    _taken: int = 0
+    """Gets in a row from the partition ``take`` gave, before this one."""
+
+    def take(self, layout: PartitionLayout) -> Partition:
+        """The partition this poller's next get asks: the one it drains, else the next in
+        turn. Released until ``got``: an empty get or an error sends the next one elsewhere."""
+        sticking = self.partition
+        partition = sticking or layout.next_readable()
+        self._taken = self.gets if partition is sticking else 0
+        self.partition, self.gets = None, 0
+        return partition
+
+    def got(
+        self, partition: Partition, got: list[QueueMessage], sticky_gets: int
+    ) -> list[QueueMessage]:
+        """``got`` from ``partition``, tagged; the poller keeps draining it while it gives and
+        ``sticky_gets`` in a row are not reached."""
+        if got and self._taken + 1 < sticky_gets:
+            self.partition, self.gets = partition, self._taken + 1
+        return [_tagged(message, partition) for message in got]
 
 
 class PartitionedQueueStorage:
@@ -117,7 +137,7 @@ class PartitionedQueueStorage:
             name: QueueLayout(count, draining.get(name)) for name, count in partitions.items()
         }
         self._layouts = {
-            name: _Layout(self._partitions(name, count, draining.get(name, count)))
+            name: PartitionLayout(self._partitions(name, count, draining.get(name, count)))
             for name, count in partitions.items()
         }
         self._physical = {
@@ -193,21 +213,19 @@ class PartitionedQueueStorage:
         return messages
 
     def _get_turn(
-        self, layout: _Layout, sticky: _Sticky, max_messages: int, visibility_timeout_s: int
+        self,
+        layout: PartitionLayout,
+        sticky: StickyTurn,
+        max_messages: int,
+        visibility_timeout_s: int,
     ) -> list[QueueMessage]:
-        sticking = sticky.partition
-        partition = sticking or layout.next_readable()
-        gets_in_a_row = sticky.gets if partition is sticking else 0
-        # Released before the call: an empty get or an error sends the next one elsewhere.
-        sticky.partition, sticky.gets = None, 0
+        partition = sticky.take(layout)
         got = partition.storage.get_messages(
             partition.queue_name,
             max_messages=max_messages,
             visibility_timeout_s=visibility_timeout_s,
         )
-        if got and gets_in_a_row + 1 < self.sticky_gets:
-            sticky.partition, sticky.gets = partition, gets_in_a_row + 1
-        return [_tagged(message, partition) for message in got]
+        return sticky.got(partition, got, self.sticky_gets)
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
         found = self._message_home(queue_name, message_id)
@@ -231,7 +249,7 @@ class PartitionedQueueStorage:
             time_to_live_s=time_to_live_s,
             visibility_delay_s=visibility_delay_s,
         )
-        return put if queue_name == partition.queue_name else _tagged(put, partition)
+        return as_put(queue_name, partition, put)
 
     def update_visibility(
         self,
@@ -347,13 +365,37 @@ class PartitionedQueueStorage:
     ) -> QueueMessage:
         return _tagged(message, partition) if queue_name in self._layouts else message
 
-    def _sticky(self, queue_name: str) -> _Sticky:
-        per_queue: dict[str, _Sticky] = self._local.__dict__.setdefault("sticky", {})
-        return per_queue.setdefault(queue_name, _Sticky())
+    def _sticky(self, queue_name: str) -> StickyTurn:
+        per_queue: dict[str, StickyTurn] = self._local.__dict__.setdefault("sticky", {})
+        return per_queue.setdefault(queue_name, StickyTurn())
+
+    # -- what the event loop's side routes by (``async_partitioned``) -------------------------
+
+    def layout(self, queue_name: str) -> PartitionLayout | None:
+        """The partitions of a logical queue; None for a plain one."""
+        return self._layouts.get(queue_name)
+
+    def message_home(self, queue_name: str, message_id: str) -> tuple[Partition, str] | None:
+        """The partition a message id read through ``queue_name`` belongs to, and its own id."""
+        return self._message_home(queue_name, message_id)
+
+    def targets(self, queue_name: str, *, writable_only: bool = False) -> list[Partition]:
+        """The physical queues an operation on ``queue_name`` acts on."""
+        return self._targets(queue_name, writable_only=writable_only)
+
+    def write_target(self, queue_name: str) -> Partition:
+        """Where a put on ``queue_name`` goes (round-robin over a logical queue's partitions)."""
+        return self._write_target(queue_name)
 
     def __repr__(self) -> str:
         layout = {name: len(layout.writable) for name, layout in self._layouts.items()}
         return f"PartitionedQueueStorage(accounts={len(self.accounts)}, partitions={layout})"
+
+
+def as_put(queue_name: str, partition: Partition, put: QueueMessage) -> QueueMessage:
+    """A message put on ``queue_name`` as it reads back: tagged when put on one of the
+    partitions of a logical queue."""
+    return put if queue_name == partition.queue_name else _tagged(put, partition)
 
 
 def _tagged(message: QueueMessage, partition: Partition) -> QueueMessage:

@@ -30,7 +30,7 @@ from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
 
 @dataclass(slots=True)
-class _Turn:
+class PollerTurn:
     """One dequeue thread's place: whether its last get found nothing, and whose turn is next
     among the lower queues while idle."""
 
@@ -39,19 +39,20 @@ class _Turn:
     lower_turn: int = 0
 
 
-class PrioritizedQueueStorage(ForwardingStorage):
-    """A QueueStorage on which the first of ``queue_names`` stands for them all (see above)."""
+class PriorityTurns:
+    """Which queue of a set each get asks first, what each gave, and the queue a message id
+    names: the choosing, shared by this storage and the event loop's
+    (``cloudqueue.listener.stores.async_prioritized``), which only ask and await."""
 
-    def __init__(self, inner: QueueStorage, queue_names: Sequence[str], priority: Priority) -> None:
-        super().__init__(inner)
+    def __init__(self, queue_names: Sequence[str], priority: Priority) -> None:
         priority.check(queue_names)
         self.queue_names = tuple(queue_names)
         self.priority = priority
         self._lock = threading.Lock()
         self._credits = tuple(0 for _ in self.queue_names)
         self._fetched: Counter[str] = Counter()
-        self._depths: dict[str, int] = {}
-        self._local = threading.local()
+        self.depths: dict[str, int] = {}
+        """Each queue's count at the last count of the set (empty before one)."""
 
     @property
     def first(self) -> str:
@@ -62,9 +63,68 @@ class PrioritizedQueueStorage(ForwardingStorage):
         with self._lock:
             return {name: self._fetched[name] for name in self.queue_names}
 
+    def asking(self, turn: PollerTurn) -> list[str]:
+        """The queues one get of ``turn``'s poller asks, in order, until one gives messages."""
+        first = 0 if turn.idle else self._whose_turn()
+        order = asking_order(
+            len(self.queue_names), idle=turn.idle, lower_turn=turn.lower_turn, first=first
+        )
+        return [self.queue_names[index] for index in order]
+
+    def found(self, turn: PollerTurn, name: str, got: list[QueueMessage]) -> list[QueueMessage]:
+        """``got`` from queue ``name``: counted, each id naming its queue."""
+        turn.idle = False
+        with self._lock:
+            self._fetched[name] += len(got)
+        return [_naming(message, name) for message in got]
+
+    @staticmethod
+    def missed(turn: PollerTurn) -> list[QueueMessage]:
+        """No queue asked gave any: the poller is idle (and next time asks another lower one)."""
+        if turn.idle:
+            turn.lower_turn += 1
+        turn.idle = True
+        return []
+
+    def home(self, queue_name: str, message_id: str) -> tuple[str, str]:
+        """The physical queue and id of a message the set's get returned; others unchanged."""
+        if queue_name != self.first:
+            return queue_name, message_id
+        own_id, named = split_message_id(message_id)
+        if named is None or named not in self.queue_names:
+            return queue_name, message_id
+        return named, own_id
+
+    def _whose_turn(self) -> int:
+        """The queue a busy get asks first: the highest (strict), or the weighted turn's."""
+        if self.priority.mode == "strict":
+            return 0
+        with self._lock:
+            chosen, self._credits = weighted_pick(self._credits, self.priority.weights)
+        return chosen
+
+
+class PrioritizedQueueStorage(ForwardingStorage):
+    """A QueueStorage on which the first of ``queue_names`` stands for them all (see above)."""
+
+    def __init__(self, inner: QueueStorage, queue_names: Sequence[str], priority: Priority) -> None:
+        super().__init__(inner)
+        self.turns = PriorityTurns(queue_names, priority)
+        self.queue_names = self.turns.queue_names
+        self.priority = priority
+        self._local = threading.local()
+
+    @property
+    def first(self) -> str:
+        return self.turns.first
+
+    def fetched(self) -> dict[str, int]:
+        """Messages each queue has given so far."""
+        return self.turns.fetched()
+
     def depths(self) -> dict[str, int]:
         """Each queue's count at the last count of the set (empty before one)."""
-        return dict(self._depths)
+        return dict(self.turns.depths)
 
     # -- the calls that see the set ---------------------------------------------------------
 
@@ -76,34 +136,23 @@ class PrioritizedQueueStorage(ForwardingStorage):
                 queue_name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
             )
         turn = self._turn()
-        first = 0 if turn.idle else self._whose_turn()
-        order = asking_order(
-            len(self.queue_names), idle=turn.idle, lower_turn=turn.lower_turn, first=first
-        )
-        for index in order:
-            name = self.queue_names[index]
+        for name in self.turns.asking(turn):
             got = self.inner.get_messages(
                 name, max_messages=max_messages, visibility_timeout_s=visibility_timeout_s
             )
             if got:
-                turn.idle = False
-                with self._lock:
-                    self._fetched[name] += len(got)
-                return [_naming(message, name) for message in got]
-        if turn.idle:
-            turn.lower_turn += 1
-        turn.idle = True
-        return []
+                return self.turns.found(turn, name, got)
+        return self.turns.missed(turn)
 
     def approximate_message_count(self, queue_name: str) -> int:
         if queue_name != self.first:
             return super().approximate_message_count(queue_name)
         depths = {name: self.inner.approximate_message_count(name) for name in self.queue_names}
-        self._depths = depths
+        self.turns.depths = depths
         return sum(depths.values())
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
-        queue_name, message_id = self._home(queue_name, message_id)
+        queue_name, message_id = self.turns.home(queue_name, message_id)
         return self.inner.delete_message(queue_name, message_id, pop_receipt)
 
     def update_visibility(
@@ -115,35 +164,16 @@ class PrioritizedQueueStorage(ForwardingStorage):
         *,
         content: str | None = None,
     ) -> str:
-        queue_name, message_id = self._home(queue_name, message_id)
+        queue_name, message_id = self.turns.home(queue_name, message_id)
         return self.inner.update_visibility(
             queue_name, message_id, pop_receipt, visibility_timeout_s, content=content
         )
 
-    # -- choosing -----------------------------------------------------------------------------
-
-    def _whose_turn(self) -> int:
-        """The queue a busy get asks first: the highest (strict), or the weighted turn's."""
-        if self.priority.mode == "strict":
-            return 0
-        with self._lock:
-            chosen, self._credits = weighted_pick(self._credits, self.priority.weights)
-        return chosen
-
-    def _turn(self) -> _Turn:
-        turn: _Turn | None = getattr(self._local, "turn", None)
+    def _turn(self) -> PollerTurn:
+        turn: PollerTurn | None = getattr(self._local, "turn", None)
         if turn is None:
-            turn = self._local.turn = _Turn()
+            turn = self._local.turn = PollerTurn()
         return turn
-
-    def _home(self, queue_name: str, message_id: str) -> tuple[str, str]:
-        """The physical queue and id of a message the set's get returned; others unchanged."""
-        if queue_name != self.first:
-            return queue_name, message_id
-        own_id, named = split_message_id(message_id)
-        if named is None or named not in self.queue_names:
-            return queue_name, message_id
-        return named, own_id
 
     def __repr__(self) -> str:
         return (
@@ -165,4 +195,4 @@ def as_in_queue(message: QueueMessage, queue_name: str) -> QueueMessage:
     return replace(message, id=message.id.removesuffix(suffix))
 
 
-__all__ = ["PrioritizedQueueStorage", "as_in_queue"]
+__all__ = ["PollerTurn", "PrioritizedQueueStorage", "PriorityTurns", "as_in_queue"]

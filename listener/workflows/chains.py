@@ -1,10 +1,12 @@
 """Chains: what a handler returns is sent on to the next step's queue before its message is
 deleted (a worker's ``then = NextWorker``), effect-once, carrying its key, trace and membership.
 
-``ChainStep`` is a middleware, innermost on the seam, and ``returning`` wraps the handler so that
-each item's return value is recorded for it (a context variable of the delivering thread, which
-runs both). Once the handler returned, for each item it did not fail on, its value -- one item of
-the next step's type, a list of them, or None for nothing -- is sent to the next queue:
+``ChainStep`` is a middleware, innermost on the seam, and its ``returning`` wraps the handler so
+that each item's return value is set aside for its delivery (``returned_values``: a plain or an
+``async def`` handler, on threads or on the single event loop, where the step's code runs on a
+worker thread: it waits for storage). Once the handler returned, for each item it did not fail
+on, its value -- one item of the next step's type, a list of them, or None for nothing -- is sent
+to the next queue:
 
 * **key**: the message's key (else its message id, which redeliveries keep), with ``/p`` for the
   item's position in a message of several items and ``/i`` for the value's place in a list
@@ -29,13 +31,13 @@ from __future__ import annotations
 import hashlib
 import threading
 from collections.abc import Callable, Sequence
-from contextvars import ContextVar
-from typing import Any, TypeVar
+from typing import Any
 
 import structlog
 
 from cloudqueue.listener import tracing
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.producer.announce import WorkAnnouncer
 from cloudqueue.listener.producer.publisher import Publisher
@@ -44,37 +46,15 @@ from cloudqueue.listener.wire.keys import MAX_KEY_CHARS
 from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.listener.workflows.membership import member_message
+from cloudqueue.listener.workflows.returned_values import FAILED, ReturnedValues
 
 log = structlog.get_logger(__name__)
-
-R = TypeVar("R")
-
-FAILED = object()
-"""Recorded for an item whose handler raised: nothing goes on for it."""
-
-_returned: ContextVar[list[object] | None] = ContextVar("cloudqueue_chain_returns", default=None)
-
-
-def returning(handler: Callable[[Any], R]) -> Callable[[Any], R]:
-    """``handler``, recording what it returns for each item for the ``ChainStep`` around it."""
-
-    def record(item: Any) -> R:
-        values = _returned.get()
-        try:
-            value = handler(item)
-        except BaseException:
-            if values is not None:
-                values.append(FAILED)
-            raise
-        if values is not None:
-            values.append(value)
-        return value
-
-    return record
 
 
 class ChainStep(Middleware):
     """Sends what a step's handler returned to the next step's queue (see the module)."""
+
+    blocking = True  # its puts and ledger marks wait for storage: off the event loop
 
     def __init__(
         self,
@@ -91,6 +71,11 @@ class ChainStep(Middleware):
         """Announces the items put on the trigger channel, one trigger per handled message."""
         self._passed: set[str] = set()
         self._lock = threading.Lock()
+        self._returned = ReturnedValues()
+
+    def returning(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
+        """``handler`` (plain or ``async def``), its values set aside for this step."""
+        return self._returned.wrap(handler)
 
     def passed_on(self, message_id: str) -> bool:
         """True (once) when this step passed the group member of ``message_id`` on: its chained
@@ -101,13 +86,13 @@ class ChainStep(Middleware):
             self._passed.discard(message_id)
             return True
 
-    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
-        values: list[object] = []
-        token = _returned.set(values)
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> Wrapper:
+        """A generator: ``yield`` for ``call_next()`` (``consumer.wrapping``)."""
+        self._returned.expect(context.message)
         try:
-            call_next()
+            yield
         finally:
-            _returned.reset(token)
+            values = self._returned.take(context.message)
         if not context.handled:
             return
         failed = {failure.position for failure in context.failures}
@@ -214,4 +199,4 @@ def derived_key(key: str) -> str:
     return "chain-" + hashlib.sha256(key.encode("utf-8")).hexdigest()
 
 
-__all__ = ["FAILED", "ChainStep", "derived_key", "returning"]
+__all__ = ["ChainStep", "derived_key"]

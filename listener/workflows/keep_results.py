@@ -1,9 +1,10 @@
 """Keeping what handlers return: the ``KeepResults`` middleware of a worker with ``keep_results``.
 
-The worker's handler is wrapped (``capturing``) so that its return value is set aside for the
-message being handled; around the handling, once the handler returned and *before* settlement
-deletes the message, the middleware stores that value in the result store under the message's key
-for the worker's time to live, then announces it on the trigger channel (when there is one).
+The worker's handler is wrapped (``capturing``: a plain or an ``async def`` one) so that its
+return value is set aside for the delivery being handled (``returned_values``); around the
+handling, once the handler returned and *before* settlement deletes the message, the middleware
+stores that value in the result store under the message's key for the worker's time to live,
+then announces it on the trigger channel (when there is one).
 
 Why before the delete -- what a ``kill -9`` leaves: before the store, the message is still queued
 and is handled again; between the store and the delete, it is handled again and stores its value
@@ -17,6 +18,9 @@ without one is kept under its group and member ids (``member_key``), so that its
 are all found. A message with neither has nowhere to keep its result: logged, deleted as usual. A
 message of several items (a publisher batched them) keeps the list of their values.
 
+Its code around the handling is a generator (``consumer.wrapping``) that says it ``blocking``: on
+the single event loop it runs on a worker thread, as the store's write may wait.
+
 Place it inside groups (its result is stored before the member counts as settled, so the group's
 completion finds every result) and inside idempotent handling (stored before the key is marked
 done, so a crash between them cannot leave a done key without its result).
@@ -24,19 +28,19 @@ done, so a crash between them cannot leave a done key without its result).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable
 from typing import Any
 
 import structlog
 
-from cloudqueue.listener.consumer.current import current_message
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
+from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.wire.membership import Membership, membership_of
 from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.listener.workflows.result_store import ResultStore
 from cloudqueue.listener.workflows.result_values import ResultError, encode_result
+from cloudqueue.listener.workflows.returned_values import FAILED, ReturnedValues
 
 log = structlog.get_logger(__name__)
 
@@ -47,39 +51,29 @@ UNAVAILABLE_RETRY_S = 5.0
 class KeepResults(Middleware):
     """Stores each handled message's return value under its key, before it is deleted."""
 
+    blocking = True  # its store's writes wait: off the event loop
+
     def __init__(self, store: ResultStore, *, ttl_s: float) -> None:
         self.store = store
         self.ttl_s = ttl_s
         self.signals: ResultSignals | None = None
         """Set when the worker's host has a trigger channel: stored results are announced."""
-        self._returned: dict[str, list[Any]] = {}
-        self._lock = threading.Lock()
+        self._returned = ReturnedValues()
 
     def capturing(self, handler: Callable[[Any], Any]) -> Callable[[Any], Any]:
-        """``handler``, with what it returns set aside for the message being handled."""
+        """``handler`` (plain or ``async def``), with what it returns set aside for the message
+        being handled."""
+        return self._returned.wrap(handler)
 
-        def handle(item: Any) -> Any:
-            value = handler(item)
-            message = current_message()
-            with self._lock:
-                # Only while the middleware waits for it: a handler that returns after its time
-                # limit settled the message has nowhere to put its value.
-                returned = None if message is None else self._returned.get(message.id)
-                if returned is not None:
-                    returned.append(value)
-            return value
-
-        return handle
-
-    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> None:
-        with self._lock:
-            self._returned[context.message_id] = []
+    def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> Wrapper:
+        """A generator: ``yield`` for ``call_next()`` (``consumer.wrapping``)."""
+        self._returned.expect(context.message)
         try:
-            call_next()
+            yield
         finally:
-            with self._lock:
-                returned = self._returned.pop(context.message_id)
+            returned = self._returned.take(context.message)
         failed = context.failures or context.middleware_error is not None
+        failed = failed or any(value is FAILED for value in returned)
         if not (context.handled and returned) or failed or context.decision is not None:
             return  # not handled (yet): nothing returned to keep
         key = result_key(context)

@@ -15,14 +15,22 @@ import pytest
 
 from cloudqueue.listener import Publisher
 from cloudqueue.listener.consumer.middleware import MessageContext, Middleware
-from cloudqueue.listener.errors import ConfigurationError
+from cloudqueue.listener.errors import ConfigurationError, StorageError
+from cloudqueue.listener.poison.queue import browse_poisoned, poison_queue_name
+from cloudqueue.listener.poison.record import PoisonRecord, read_record
 from cloudqueue.listener.push.triggers import InProcessTriggerChannel, WorkDetected
 from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.payload_store import InMemoryPayloadStore
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
-from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
+from cloudqueue.workers.host.cost_meter import UNKNOWN
+from cloudqueue.workers.host.live_state import (
+    LiveStatePublisher,
+    QueueLiveState,
+    read_live_states,
+)
 from cloudqueue.workers.host.loop_worker import LoopWorker, host_loop_worker
 from tests.support.payloads import live_payloads
 from tests.support.polling import eventually
@@ -160,14 +168,70 @@ def test_a_plain_handler_on_the_single_loop_is_refused_at_load(storage: CallThre
 
 
 def test_a_control_the_single_loop_lacks_is_refused_naming_it(storage: CallThreads) -> None:
-    """A worker keeping its results is not silently run without them: it is refused, the
-    control named."""
+    """A worker whose ``on_start`` wants the threaded listener is not run without it: it is
+    refused, the hook named with what to use instead."""
 
-    class Kept(OnOneLoop):
-        keep_results = True
+    class Starting(OnOneLoop):
+        def on_start(self, listener: Any) -> None:
+            pass
 
-    with pytest.raises(ConfigurationError, match=r"does not run keep_results yet"):
-        WorkerHost([Kept], CloudQueueSettings(), storage=storage)
+    with pytest.raises(ConfigurationError, match=r"does not run on_start \(use startup\) yet"):
+        WorkerHost([Starting], CloudQueueSettings(), storage=storage)
+
+
+class Prioritized(QueueWorker[dict[str, int]]):
+    """Reads an urgent queue before a normal one, one message at a time, noting the order."""
+
+    queue_name = ("single-urgent", "single-normal")
+    settings: ClassVar[dict[str, Any]] = {
+        "listener": {"event_loop": "single", "concurrency": 1},
+        "scaling": {"min_threads": 1, "max_threads": 1},
+    }
+
+    def __init__(self) -> None:
+        self.handled: list[int] = []
+
+    async def handle(self, item: dict[str, int]) -> None:
+        self.handled.append(item["n"])
+
+
+def drained_pair(
+    storage: SqliteQueueStorage, worker: type[Prioritized], handled: int
+) -> tuple[LoopWorker, PoisonRecord, dict[str, QueueLiveState]]:
+    """Run ``worker`` until it handled ``handled`` messages and poisoned one (of its normal
+    queue): the worker, that poison record, and each queue's live state then."""
+    host = WorkerHost([worker], CloudQueueSettings(shutdown_grace_s=5), storage=storage)
+    [looped] = host.looped
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.poisoned == 1)
+        eventually(lambda: looped.consumer.counters.processed == handled)
+        [poisoned] = browse_poisoned(storage, worker.queue_name[1], limit=None)
+        states = {q: looped.live_state(UNKNOWN, q) for q in looped.queue_names}
+        assert sum(storage.approximate_message_count(q) for q in storage.list_queues()) == 1
+    finally:
+        assert host.stop()
+    record = read_record(poisoned.content)
+    assert record is not None
+    return looped, record, states
+
+
+def test_a_worker_on_several_queues_reads_them_in_priority_order(tmp_path: Path) -> None:
+    """Five normal and five urgent messages waiting: the urgent ones are all handled first;
+    an unreadable message on the normal queue goes to *its* poison queue, named there with its
+    own id, and each queue's figures are its own."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    urgent, normal = Prioritized.queue_name
+    for queue, first in ((normal, 100), (urgent, 0)):
+        storage.create_queue(queue)
+        Publisher(storage, queue, dict).publish_many([{"n": first + n} for n in range(5)])
+    unreadable = storage.put_message(normal, "not json")
+    looped, record, states = drained_pair(storage, Prioritized, 10)
+    assert isinstance(looped.worker, Prioritized)
+    assert looped.worker.handled == [*range(5), *range(100, 105)]
+    assert (record.queue, record.original_id) == (normal, unreadable.id)
+    assert (states[urgent].processed, states[urgent].poisoned) == (5, 0)
+    assert (states[normal].processed, states[normal].poisoned) == (5, 1)
 
 
 class Settled(Middleware):
@@ -250,3 +314,88 @@ def test_a_trigger_or_the_watchdog_wakes_an_idle_or_scaled_to_zero_consumer(
     worker = looped.worker
     assert isinstance(worker, OnOneLoop)
     assert worker.handled == [7]
+
+
+class NoCreating(CallThreads):
+    """A store whose credential may not create queues (a SAS without the permission): every
+    create refused, counted."""
+
+    refused = 0
+
+    def create_queue(self, queue_name: str) -> None:
+        self.refused += 1
+        raise StorageError("AuthorizationPermissionMismatch: may not create queues")
+
+
+def test_create_queues_false_uses_the_queues_that_exist(tmp_path: Path) -> None:
+    """``listener.create_queues = false`` on the single loop: no create is tried, the existing
+    queue is read and a message that cannot be opened goes to the existing poison queue."""
+    storage = NoCreating(tmp_path / "queues.db")
+    for queue in (OnOneLoop.queue_name, poison_queue_name(OnOneLoop.queue_name)):
+        SqliteQueueStorage.create_queue(storage, queue)
+    Publisher(storage, OnOneLoop.queue_name, dict).publish_many([{"n": 1}, {"n": 2}])
+    storage.put_message(OnOneLoop.queue_name, "not json")
+    settings = CloudQueueSettings.model_validate(
+        {"shutdown_grace_s": 5, "listener": {"create_queues": False}}
+    )
+    host = WorkerHost([OnOneLoop], settings, storage=storage)
+    [looped] = host.looped
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.poisoned == 1)
+        eventually(lambda: looped.consumer.counters.processed == 2)
+    finally:
+        assert host.stop()
+    assert storage.refused == 0
+
+
+class PartitionedPair(Prioritized):
+    """``Prioritized`` with each of its queues spread over two partitions."""
+
+    settings: ClassVar[dict[str, Any]] = {
+        "listener": {"event_loop": "single", "partitions": 2},
+    }
+
+
+def test_a_partitioned_worker_reads_every_partition_of_its_queues(tmp_path: Path) -> None:
+    """Both queues spread over two partitions each: every message of every partition handled,
+    an unreadable one moved to its logical queue's poison queue naming its partition."""
+    storage = SqliteQueueStorage(tmp_path / "q.db")
+    urgent, normal = PartitionedPair.queue_name
+    writer = PartitionedQueueStorage([storage], {urgent: 2, normal: 2})
+    for queue, first in ((urgent, 0), (normal, 100)):
+        writer.create_queue(queue)
+        Publisher(writer, queue, dict).publish_many([{"n": first + n} for n in range(4)])
+    unreadable = writer.put_message(normal, "not json")
+    looped, record, _ = drained_pair(storage, PartitionedPair, 8)
+    assert isinstance(looped.worker, PartitionedPair)
+    assert sorted(looped.worker.handled) == [*range(4), *range(100, 104)]
+    assert (record.queue, record.original_id) == (normal, unreadable.id)
+    assert record.partition == unreadable.id.rpartition("@")[2]
+
+
+def test_partitions_on_a_further_account_are_read_there(tmp_path: Path) -> None:
+    """``partition_accounts`` names a second store: the partition it holds is read on its own
+    awaitable side, and every message of both partitions is handled."""
+    storage = SqliteQueueStorage(tmp_path / "a.db")
+    further = f"sqlite:///{tmp_path / 'b.db'}"
+    settings = CloudQueueSettings.model_validate(
+        {"shutdown_grace_s": 5, "partition_accounts": [further], "listener": {"partitions": 2}}
+    )
+    host = WorkerHost([OnOneLoop], settings, storage=storage)
+    [looped] = host.looped
+    assert isinstance(host.listening, PartitionedQueueStorage)
+    host.listening.create_queue(OnOneLoop.queue_name)
+    Publisher(host.listening, OnOneLoop.queue_name, dict).publish_many([{"n": n} for n in range(6)])
+    spread = [
+        p.storage.approximate_message_count(p.queue_name)
+        for p in host.listening.partitions_of(OnOneLoop.queue_name)
+    ]
+    host.start()
+    try:
+        eventually(lambda: looped.consumer.counters.processed == 6)
+    finally:
+        assert host.stop()
+    assert spread == [3, 3]
+    assert isinstance(looped.worker, OnOneLoop)
+    assert sorted(looped.worker.handled) == list(range(6))

@@ -52,7 +52,48 @@ class _Batch(Generic[T]):
     """Set when the batch closes: ends the waits for its deadline."""
 
 
-class Batcher(Generic[T]):
+class BatchCalls:
+    """What both batchers (this one, and the single loop's ``async_batches``) count of their
+    calls, and what a ``BatchFailed`` makes of a call's items."""
+
+    def __init__(self, *, max_items: int, max_wait_s: float) -> None:
+        if max_items < 1 or max_wait_s < 0:
+            raise ValueError("need max_items >= 1 and max_wait_s >= 0")
+        self.max_items = max_items
+        self.max_wait_s = max_wait_s
+        self.calls = 0
+        """Handler calls made so far."""
+        self.partial = 0
+        """Calls that raised ``BatchFailed``: some items failed, the others were done."""
+
+    def _partly_failed(self, message_ids: Sequence[str], failed: BatchFailed) -> Results:
+        """Each item's outcome when a call raised ``failed`` (``batch_partial`` logged with the
+        failed items' message ids); all failed, logged, when it names positions the batch does
+        not have: which items failed is unknown then."""
+        count = len(message_ids)
+        unknown = [position for position in failed.failed if not 0 <= position < count]
+        if unknown:
+            log.error("batch_failed_unknown_positions", positions=unknown, items=count)
+            return [failed] * count
+        self.partial += 1
+        positions = set(failed.failed)
+        log.warning(
+            "batch_partial",
+            items=count,
+            failed=len(positions),
+            message_ids=sorted({message_ids[p] for p in positions}),
+            error=str(failed),
+        )
+        return [failed if position in positions else None for position in range(count)]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(max_items={self.max_items}, max_wait_s={self.max_wait_s}, "
+            f"calls={self.calls}, partial={self.partial})"
+        )
+
+
+class Batcher(BatchCalls, Generic[T]):
     """Gathers the items of a listener's messages into calls of a batch handler."""
 
     def __init__(
@@ -65,19 +106,12 @@ class Batcher(Generic[T]):
         clock: Clock = SYSTEM_CLOCK,
         sleeper: Sleeper = EVENT_SLEEPER,
     ) -> None:
-        if max_items < 1 or max_wait_s < 0:
-            raise ValueError("need max_items >= 1 and max_wait_s >= 0")
+        super().__init__(max_items=max_items, max_wait_s=max_wait_s)
         self._handler = handler
-        self.max_items = max_items
-        self.max_wait_s = max_wait_s
         self.loop = loop
         self.clock, self.sleeper = clock, sleeper
         self._lock = threading.Lock()
         self._open: _Batch[T] | None = None
-        self.calls = 0
-        """Handler calls made so far."""
-        self.partial = 0
-        """Calls that raised ``BatchFailed``: some items failed, the others were done."""
         self.waiting = 0
         """Threads waiting for a batch to fill (a test's virtual clock tells them from idle)."""
 
@@ -160,7 +194,7 @@ class Batcher(Generic[T]):
             if inspect.isawaitable(result):
                 wait_within_limit(self.loop.submit(result))
         except BatchFailed as failed:
-            results = self._partly_failed(batch, failed)
+            results = self._partly_failed(batch.message_ids, failed)
         except Exception as error:
             results = [error] * count
         except BaseException as interrupt:  # the time limit stopped the call
@@ -173,30 +207,6 @@ class Batcher(Generic[T]):
             for waiter in batch.waiters:
                 _tell(waiter, results)
 
-    def _partly_failed(self, batch: _Batch[T], failed: BatchFailed) -> Results:
-        count = len(batch.items)
-        unknown = [position for position in failed.failed if not 0 <= position < count]
-        if unknown:
-            # Positions the batch does not have: which items failed is unknown, so all did.
-            log.error("batch_failed_unknown_positions", positions=unknown, items=count)
-            return [failed] * count
-        self.partial += 1
-        positions = set(failed.failed)
-        log.warning(
-            "batch_partial",
-            items=count,
-            failed=len(positions),
-            message_ids=sorted({batch.message_ids[p] for p in positions}),
-            error=str(failed),
-        )
-        return [failed if position in positions else None for position in range(count)]
-
-    def __repr__(self) -> str:
-        return (
-            f"Batcher(max_items={self.max_items}, max_wait_s={self.max_wait_s}, "
-            f"calls={self.calls}, partial={self.partial})"
-        )
-
 
 def _tell(waiter: concurrent.futures.Future[Results], results: Results) -> None:
     # A wait its time limit cancelled is over: that message was settled already.
@@ -204,4 +214,4 @@ def _tell(waiter: concurrent.futures.Future[Results], results: Results) -> None:
         waiter.set_result(results)
 
 
-__all__ = ["Batcher"]
+__all__ = ["BatchCalls", "Batcher", "Results"]

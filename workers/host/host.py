@@ -152,7 +152,9 @@ class WorkerHost:
                     worker_settings,
                     self.storage,
                     self.payloads,
-                    HostParts(recorder=self.recorder, key_ledger=self.keys.ledger),
+                    HostParts(self.observability, self.recorder, self.keys.ledger),
+                    triggers=self.triggers,
+                    listening=listening,
                 )
                 for worker, worker_settings in workers
                 if worker_settings.listener.event_loop == "single"
@@ -205,9 +207,11 @@ class WorkerHost:
         for looped in self.looped:
             looped.start(self.triggers, account=account)
         if isinstance(self.listening, PartitionedQueueStorage):
+            read = [q for hosted in self.hosted for q in hosted.listener.queue_names]
+            read += [q for looped in self.looped for q in looped.queue_names]
             self._plain_watches = [
                 PlainQueueWatch(self.listening, queue).start()
-                for queue in (q for hosted in self.hosted for q in hosted.listener.queue_names)
+                for queue in read
                 if queue not in (p.queue_name for p in self.listening.partitions_of(queue))
             ]
         self.jobs.start()

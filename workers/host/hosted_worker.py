@@ -17,11 +17,9 @@ from cloudqueue.listener.stores.key_records import KeyLedger
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
-from cloudqueue.listener.workflows.chains import returning
 from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.keep_results import KeepResults
 from cloudqueue.listener.workflows.result_signals import ResultSignals
-from cloudqueue.listener.workflows.result_stores import required_result_store
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.async_handler import AsyncHandlerRunner
 from cloudqueue.workers.host.batch_handler import Batcher
@@ -30,7 +28,13 @@ from cloudqueue.workers.host.controls import controls_for, subscribe_handler
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.lifecycle import start_up, wind_down
 from cloudqueue.workers.host.process_observability import ProcessObservability
-from cloudqueue.workers.host.seam import HostParts, completion_in, worker_middleware
+from cloudqueue.workers.host.seam import (
+    HostParts,
+    completion_in,
+    keep_results_for,
+    returning_to,
+    worker_middleware,
+)
 from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)
@@ -124,8 +128,7 @@ def host_worker(
             listener, min(policy.min_threads, options.threads), options.max_stuck_threads
         )
     scaler = ElasticScaler(listener.pool_control, policy)
-    handler: Any = runner if results is None else results.capturing(runner)
-    handler = handler if chain is None else returning(handler)
+    handler = returning_to(runner, results, chain)
     batcher = subscribe_handler(listener, worker, settings, handler=handler, loop=runner.loop)
     depth = DepthRefresher(
         listener, listener.pool_control, refresh_s=settings.scaling.depth_refresh_s
@@ -141,15 +144,6 @@ def host_worker(
         results=results,
         completion=completion_in(middleware),
     )
-
-
-def keep_results_for(worker: QueueWorker[Any], storage: QueueStorage) -> KeepResults | None:
-    """The middleware keeping the worker's results, when it keeps them (ConfigurationError
-    when no result store goes with ``storage``)."""
-    kind = type(worker)
-    if not kind.keep_results:
-        return None
-    return KeepResults(required_result_store(storage), ttl_s=kind.results_ttl_s)
 
 
 def wake_on_triggers(

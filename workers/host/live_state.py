@@ -45,7 +45,7 @@ class LoopConsumerState(Protocol):
     @property
     def queue_names(self) -> tuple[str, ...]: ...
 
-    def live_state(self, cost: QueueCost) -> QueueLiveState: ...
+    def live_state(self, cost: QueueCost, queue: str) -> QueueLiveState: ...
 
 
 def utc_now() -> datetime:
@@ -261,10 +261,9 @@ class LiveStatePublisher:
                 for q in listener.queue_names
             )
             + tuple(
-                worker.live_state(
-                    UNKNOWN if meter is None else meter.cost_of(worker.queue_names[0])
-                )
+                worker.live_state(UNKNOWN if meter is None else meter.cost_of(q), q)
                 for worker in loop_workers
+                for q in worker.queue_names
             ),
             transactions=transactions,
             jobs=tuple(jobs),

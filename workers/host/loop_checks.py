@@ -1,13 +1,16 @@
 """What ``listener.event_loop = "single"`` asks of a worker, checked before anything starts.
 
 On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetches, handles and
-settles a worker's messages, so its handler must be an ``async def handle``. The middleware seam
-is on that loop (``async_stack``), so rate and per-key limits, idempotency, cancelling, groups,
-retry, tracing and the worker's own middleware act there as on threads. What the single loop has
-no place for yet is refused here, naming it, rather than run without it: several queues or
-partitions, ``keep_results`` and ``then`` (their middleware wraps a plain handler), the metrics
-port (its probes watch threads), and ``on_start``, whose argument is the threaded
-listener the single loop does not build.
+settles a worker's messages, so its handler must be an ``async def handle`` or ``async def
+handle_batch`` (``async_batches``). The middleware seam is on that loop (``async_stack``), so rate
+and per-key limits, idempotency, cancelling, groups, retry, tracing, kept results
+(``keep_results``), chains (``then``) and the worker's own middleware act there as on threads;
+``create_queues = false`` leaves the queues uncreated as there, the metrics port's metrics and
+probes read its consumer (``observed_loop``), a worker on several queues reads them in
+``listener.priority`` order (``async_prioritized``) and a partitioned queue by its partitions
+(``async_partitioned``). What the single loop has no place for yet is refused here, naming it,
+rather than run without it: ``on_start``, whose argument is the threaded listener the single loop
+does not build.
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ def check_event_loop(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
     if settings.listener.event_loop != "single":
         return
     name = kind.__qualname__
-    if kind.batches() or not inspect.iscoroutinefunction(kind.handle):
-        which = "handle_batch" if kind.batches() else "a plain def handle"
+    which = "handle_batch" if kind.batches() else "handle"
+    if not inspect.iscoroutinefunction(getattr(kind, which)):
         raise ConfigurationError(
-            f'{name!r}: listener.event_loop = "single" runs an async def handle only, and this '
-            f"worker has {which}: make it async def handle, or {SWITCH_BACK}"
+            f'{name!r}: listener.event_loop = "single" runs an async def handle or handle_batch '
+            f"only, and this worker has a plain def {which}: make it async def {which}, or "
+            f"{SWITCH_BACK}"
         )
     gaps = single_loop_gaps(kind, settings)
     if gaps:
@@ -43,18 +47,9 @@ def check_event_loop(kind: type[QueueWorker[Any]], settings: CloudQueueSettings)
 
 
 def single_loop_gaps(kind: type[QueueWorker[Any]], settings: CloudQueueSettings) -> list[str]:
-    """The worker's controls and settings the single loop has no place for yet."""
-    options = settings.listener
-    asked = {
-        "a worker on several queues": len(kind.location(options.visibility_timeout_s).queue_names)
-        > 1,
-        "listener.partitions": options.partitions > 1 or options.drain_partitions is not None,
-        "listener.create_queues = false": not options.create_queues,
-        "keep_results": kind.keep_results,
-        "then": kind.then is not None,
-        "on_start (use startup)": kind.on_start is not QueueWorker.on_start,
-        "observability.metrics_port": settings.observability.metrics_port is not None,
-    }
+    """The worker's controls and settings the single loop has no place for yet: ``on_start``,
+    whose argument is the threaded listener. (``settings`` for what a later gap may ask.)"""
+    asked = {"on_start (use startup)": kind.on_start is not QueueWorker.on_start}
     return [what for what, wanted in asked.items() if wanted]
 
 

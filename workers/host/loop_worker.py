@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,17 +31,29 @@ from cloudqueue.listener.consumer.coroutines import LoopThread
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.push.triggers import TriggerChannel, WorkDetected
 from cloudqueue.listener.stores.async_metered import MeteredAsyncStorage
+from cloudqueue.listener.stores.async_partitioned import AsyncPartitionedStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage, async_storage_for
 from cloudqueue.listener.stores.metered import MeteredStorage
+from cloudqueue.listener.stores.partitioned import PartitionedQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
+from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.wire.codec import reading_codec
 from cloudqueue.listener.workflows.completion import GroupCompletion
+from cloudqueue.listener.workflows.keep_results import KeepResults
+from cloudqueue.listener.workflows.result_signals import ResultSignals
 from cloudqueue.workers.api.worker import QueueWorker
+from cloudqueue.workers.host.async_batches import loop_handler
+from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.host.cost_meter import QueueCost
 from cloudqueue.workers.host.lifecycle import start_up, wind_down
 from cloudqueue.workers.host.live_state import QueueLiveState
-from cloudqueue.workers.host.seam import HostParts, completion_in, worker_middleware
+from cloudqueue.workers.host.seam import (
+    HostParts,
+    completion_in,
+    keep_results_for,
+    worker_middleware,
+)
 from cloudqueue.workers.settings import CloudQueueSettings
 
 log = structlog.get_logger(__name__)
@@ -61,6 +74,10 @@ class LoopWorker:
     """The most dequeue tasks seen at once (sampled at each live-state publish)."""
     completion: GroupCompletion | None = None
     """Its group completion, whose announcements the host points at itself."""
+    results: KeepResults | None = None
+    """Keeps its handler's return values (``keep_results``), announced on the host's triggers."""
+    beat: Callable[[], Coroutine[Any, Any, None]] | None = None
+    """Run beside the consumer when metrics are on: shows the probes the loop is free."""
     _running: concurrent.futures.Future[None] | None = None
     _subscription: DisposableBase | None = None
     _stop_requested: bool = False
@@ -72,7 +89,8 @@ class LoopWorker:
 
     @property
     def queue_names(self) -> tuple[str, ...]:
-        return (self.consumer.queue_name,)
+        """The queues it reads, highest priority first."""
+        return self.consumer.queue_names
 
     def start_up(self) -> None:
         """Run the worker's ``startup`` on the consumer's loop; ``StartupFailedError`` (logged in
@@ -83,6 +101,8 @@ class LoopWorker:
     def start(self, triggers: TriggerChannel | None = None, *, account: str = "") -> None:
         """Run the consumer on its loop; with ``triggers``, wake it on those for its queue."""
         watchdog_s = None if triggers is None else self.settings.triggers.watchdog_interval_s
+        if triggers is not None and self.results is not None:
+            self.results.signals = ResultSignals(triggers, account=account)
         self._running = self.loop.submit(self._serve(watchdog_s))
         if triggers is not None:  # after: a wake-up finds the consumer running
             self._subscription = triggers.events.subscribe(partial_wake(self, account))
@@ -137,19 +157,21 @@ class LoopWorker:
             log.exception("event_loop_store_not_closed", queue=self.consumer.queue_name)
         self.loop.close()
 
-    def live_state(self, cost: QueueCost) -> QueueLiveState:
-        """What ``cloudqueue status`` shows of it, from its counters (no storage call)."""
-        counters, active = self.consumer.counters, self.consumer.active_tasks
+    def live_state(self, cost: QueueCost, queue: str) -> QueueLiveState:
+        """What ``cloudqueue status`` shows of its ``queue``, from its counters (no storage
+        call); its tasks are shared by its queues, as a listener's threads are."""
+        counts, consumer = self.consumer.counters_of(queue), self.consumer
+        active = consumer.active_tasks
         self.peak_tasks = max(self.peak_tasks, active)
         return QueueLiveState(
-            queue=self.consumer.queue_name,
+            queue=queue,
             active_threads=active,
             peak_threads=self.peak_tasks,
-            processed=counters.processed,
-            failed=counters.failed,
-            poisoned=counters.poisoned,
-            dequeue_errors=counters.dequeue_errors,
-            in_flight=counters.in_flight,
+            processed=counts["processed"],
+            failed=counts["failed"],
+            poisoned=counts["poisoned"],
+            dequeue_errors=consumer.counters.dequeue_errors,
+            in_flight=counts["in_flight"],
             per_thread_rate_per_s=None,
             storage_transactions_per_hour=cost.storage_transactions_per_hour,
             projected_cost_per_month_usd=cost.projected_cost_per_month_usd,
@@ -159,14 +181,16 @@ class LoopWorker:
         )
 
     async def _serve(self, watchdog_s: float | None) -> None:
-        watching = None if watchdog_s is None else asyncio.create_task(self._watch(watchdog_s))
+        beside = [] if self.beat is None else [self.beat()]
+        beside += [] if watchdog_s is None else [self._watch(watchdog_s)]
+        watching = [asyncio.create_task(side) for side in beside]
         try:
             await self.consumer.run()
         finally:
-            if watching is not None:
-                watching.cancel()
+            for task in watching:
+                task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
-                    await watching
+                    await task
 
     async def _watch(self, interval_s: float) -> None:
         """While no task fetches, count the queue every ``interval_s``; wake on a backlog."""
@@ -206,24 +230,36 @@ def host_loop_worker(
     meter: MeteredStorage,
     payloads: PayloadStore | None = None,
     parts: HostParts | None = None,
+    *,
+    triggers: TriggerChannel | None = None,
+    listening: QueueStorage | None = None,
 ) -> LoopWorker:
     """The worker's consumer on a loop of its own, over the awaitable side of the store that
     ``meter`` counts, with the host's ``payloads`` (large items) and the middleware a threaded
-    listener would have (``seam``); ConfigurationError when the worker cannot run there
-    (``loop_checks``)."""
+    listener would have (``seam``), its chain step announcing what it puts on ``triggers``; its
+    partitions as the host's ``listening`` storage lays them out; ConfigurationError when the
+    worker cannot run there (``loop_checks``)."""
     options = settings.listener
     controls = controls_for(type(worker), settings)
-    storage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
-    location = worker.location(options.visibility_timeout_s)
-    # The middleware's own storage calls (group ledgers, completions) are the threaded store's:
-    # the seam runs them off the loop (``async_stack``).
+    storage: AsyncQueueStorage = MeteredAsyncStorage(async_storage_for(meter.inner), meter)
+    if isinstance(listening, PartitionedQueueStorage):  # its queues may be partitioned
+        storage = AsyncPartitionedStorage.beside(listening, storage)
+    parts = parts or HostParts()
+    observability = parts.observability
+    if observability is not None:  # signs of life and reachability, as a listener's storage
+        storage = observability.observe_async_storage(storage)
+    location = worker.location(options.visibility_timeout_s, options.priority_policy())
+    # The middleware's own storage calls (group ledgers, completions, results, a chain's puts)
+    # are the threaded store's: the seam runs them off the loop (``async_stack``).
+    chain = chain_step_for(type(worker), meter, settings, parts.key_ledger, triggers)
+    results = keep_results_for(worker, meter)
     middleware = worker_middleware(
-        worker, settings, meter, location, controls, parts=parts or HostParts()
+        worker, settings, meter, location, controls, parts=parts, results=results, chain=chain
     )
     consumer: AsyncConsumer[Any] = AsyncConsumer(
         storage,
         location.queue_name,
-        worker.handle,
+        loop_handler(worker, settings, results, chain),
         reading_codec(
             worker.item_type, options.encoding, max_json_depth=settings.decoding.max_json_depth
         ),
@@ -239,10 +275,23 @@ def host_loop_worker(
         middleware=middleware,
         payload_store=payloads,
         key=worker.key_function(),
+        create_queues=options.create_queues,
+        lower_queues=location.lower_queues,
+        priority=location.priority,
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
+    beat = None
+    if observability is not None:
+        beat = observability.watch_loop(consumer, settings.scaling_policy().min_threads)
     return LoopWorker(
-        worker, settings, consumer, storage, loop, completion=completion_in(middleware)
+        worker,
+        settings,
+        consumer,
+        storage,
+        loop,
+        completion=completion_in(middleware),
+        results=results,
+        beat=beat,
     )
 
 

@@ -9,12 +9,15 @@ the ``cloudqueue_live`` / ``cloudqueue_ready`` gauges, which the supervisor's en
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
+from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.metered import CountsByQueue, MeteredStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.workers.host.child_slot import CHILD_SLOT_VARIABLE
@@ -26,6 +29,7 @@ from cloudqueue.workers.observability.health import (
     WatchedPool,
 )
 from cloudqueue.workers.observability.observed import ObservedHandling, ObservedStorage, rule_target
+from cloudqueue.workers.observability.observed_loop import ObservedAsyncStorage, loop_beat
 from cloudqueue.workers.settings import CloudQueueSettings
 
 if TYPE_CHECKING:  # prometheus_client and the endpoint: imported when metrics are on (__init__)
@@ -51,6 +55,8 @@ class ProcessObservability:
             reachability=self.reachability,
         )
         self._listeners: list[CloudQueueListener[Any]] = []
+        self._loops: list[AsyncConsumer[Any]] = []
+        """The consumers of workers on the single event loop (``watch_loop``)."""
         self._policies: dict[str, ScalingPolicy] = {}
         self._jobs: list[JobScheduler] = []
         self._metered: MeteredStorage | None = None
@@ -123,6 +129,22 @@ class ProcessObservability:
             ),
         ]
 
+    def observe_async_storage(self, storage: AsyncQueueStorage) -> AsyncQueueStorage:
+        """Watch the calls a single event loop awaits (signs of life and reachability)."""
+        return ObservedAsyncStorage(storage, self.heartbeats, self.reachability)
+
+    def watch_loop(
+        self, consumer: AsyncConsumer[Any], min_tasks: int
+    ) -> Callable[[], Coroutine[Any, Any, None]]:
+        """Sample a single event loop's consumer and watch its dequeue tasks as a pool's
+        threads; what to run on its loop beside it: the beat that shows the loop is free."""
+        self._loops.append(consumer)
+        self.probes.pools = [
+            *self.probes.pools,
+            WatchedPool(consumer.queue_name, lambda: consumer.active_tasks, min_tasks),
+        ]
+        return partial(loop_beat, self.heartbeats, self.settings.stall_after_s)
+
     def watch_jobs(self, schedulers: list[JobScheduler]) -> None:
         """Count the periodic jobs' runs (``cloudqueue_job_runs_total``), each from zero."""
         self._jobs = schedulers
@@ -152,6 +174,12 @@ class ProcessObservability:
             )
             self.metrics.stuck_threads.labels(listener.queue_name).set(listener.stuck_threads)
             self._sample_depth(listener)
+        for consumer in self._loops:
+            for queue in consumer.queue_names:
+                self.metrics.sample_counters(queue, consumer.counters_of(queue))
+            queue = consumer.queue_name
+            self.metrics.dequeue_threads.labels(queue).set(consumer.active_tasks)
+            self.metrics.stuck_threads.labels(queue).set(0)  # cancelled at the limit: none stuck
         for scheduler in self._jobs:
             self.metrics.sample_job_runs(scheduler.spec.name, scheduler.runs)
         if self._metered is not None:

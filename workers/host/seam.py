@@ -14,6 +14,7 @@ either path. Order matters, outermost first:
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.workflows.chains import ChainStep
 from cloudqueue.listener.workflows.completion import GroupCompletion, group_completion_for
 from cloudqueue.listener.workflows.keep_results import KeepResults
+from cloudqueue.listener.workflows.result_stores import required_result_store
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.host.controls import Controls
 from cloudqueue.workers.host.key_controls import key_middleware
@@ -74,9 +76,33 @@ def worker_middleware(
     return made
 
 
+def keep_results_for(worker: QueueWorker[Any], storage: QueueStorage) -> KeepResults | None:
+    """The middleware keeping the worker's results, when it keeps them (ConfigurationError
+    when no result store goes with ``storage``)."""
+    kind = type(worker)
+    if not kind.keep_results:
+        return None
+    return KeepResults(required_result_store(storage), ttl_s=kind.results_ttl_s)
+
+
+def returning_to(
+    handler: Callable[[Any], Any], results: KeepResults | None, chain: ChainStep | None
+) -> Callable[[Any], Any]:
+    """``handler`` (plain or ``async def``), its values set aside for the middleware that keep
+    them or send them on."""
+    handler = handler if results is None else results.capturing(handler)
+    return handler if chain is None else chain.returning(handler)
+
+
 def completion_in(middleware: list[Middleware]) -> GroupCompletion | None:
     """The group completion among ``middleware``: the host points its announcements at itself."""
     return next((m for m in middleware if isinstance(m, GroupCompletion)), None)
 
 
-__all__ = ["HostParts", "completion_in", "worker_middleware"]
+__all__ = [
+    "HostParts",
+    "completion_in",
+    "keep_results_for",
+    "returning_to",
+    "worker_middleware",
+]

@@ -2,14 +2,15 @@
 
 Liveness asks "is this process stuck?" (a probe that fails gets it restarted), so a slow or absent
 dependency never fails it: a dequeue thread backing off from a storage outage is waiting on purpose.
-It fails when a dequeue thread has shown no sign of life for ``stall_after_s`` -- signs are the
-start and end of every storage call and handler call it makes, so a thread wedged in one of them
-goes silent -- or when fewer dequeue threads are alive than ``scaling.min_threads``. A healthy
-thread is never silent longer than its longest wait on purpose (``backoff.max_idle_s`` idle,
-``listener.max_error_delay_s`` after an error) plus one storage call or handler call. A handler
-thread (concurrency above 1) is watched only inside its calls: between messages it waits for work on
-purpose. A handler thread stuck past ``listener.time_limit_s`` is not wedged: its message was
-released, and readiness bounds how many such threads there may be.
+It fails when a dequeue thread (or a worker's single event loop, whose ``loop_beat`` shows a
+sign of life while nothing blocks it) has shown no sign of life for ``stall_after_s`` -- signs
+are the start and end of every storage call and handler call it makes, so a thread wedged in one
+of them goes silent -- or when fewer dequeue threads (or tasks) are alive than
+``scaling.min_threads``. A healthy thread is never silent longer than its longest wait on purpose
+(``backoff.max_idle_s`` idle, ``listener.max_error_delay_s`` after an error) plus one storage call
+or handler call. A handler thread (concurrency above 1) is watched only inside its calls: between
+messages it waits for work on purpose. A handler thread stuck past ``listener.time_limit_s`` is
+not wedged: its message was released, and readiness bounds how many such threads there may be.
 
 Readiness asks "should it get work now?": started, its storage answering (the last storage call
 did not fail with an outage), its messages that must be poisoned reaching the poison queue (from
@@ -55,9 +56,13 @@ class Probes(Protocol):
 
 def watched_kind(thread: threading.Thread) -> str | None:
     """``"dequeue"`` for the listener's dequeue threads (``cloudqueue:<queue>:<number>``),
-    ``"handler"`` for its handler threads (``cloudqueue:<queue>:handler:<number>``), else None
-    (a queue name holds no colon)."""
+    ``"handler"`` for its handler threads (``cloudqueue:<queue>:handler:<number>``), ``"loop"``
+    for the thread of a worker on the single event loop (``cloudqueue:<queue>:event-loop``,
+    watched as a dequeue thread: a handler that blocks it silences it), else None (a queue name
+    holds no colon)."""
     parts = thread.name.split(":")
+    if parts[0] == "cloudqueue" and len(parts) == 3 and parts[2] == "event-loop":
+        return "loop"
     if parts[0] != "cloudqueue" or not parts[-1].isdigit():
         return None
     if len(parts) == 3:

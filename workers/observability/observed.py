@@ -28,6 +28,27 @@ if TYPE_CHECKING:  # prometheus_client is imported only when metrics are on
 R = TypeVar("R")
 
 
+class WatchedCalls:
+    """Around each storage call (``with``): a sign of life as it starts and ends, and whether
+    storage answered it. One serves every thread: the signs are kept per thread."""
+
+    __slots__ = ("_enter", "_leave", "reachability")
+
+    def __init__(self, heartbeats: Heartbeats, reachability: Reachability) -> None:
+        self._enter, self._leave = heartbeats.enter, heartbeats.leave
+        self.reachability = reachability
+
+    def __enter__(self) -> None:
+        self._enter()
+
+    def __exit__(self, kind: object, error: BaseException | None, traceback: object) -> None:
+        self._leave()
+        if error is None:
+            self.reachability.succeeded()
+        else:
+            self.reachability.failed(error)
+
+
 class ObservedStorage(ForwardingStorage):
     """A QueueStorage that shows a sign of life as each call starts and ends, and tracks whether
     storage answers.
@@ -40,25 +61,16 @@ class ObservedStorage(ForwardingStorage):
         self, inner: QueueStorage, heartbeats: Heartbeats, reachability: Reachability
     ) -> None:
         super().__init__(inner)
-        self._enter, self._leave = heartbeats.enter, heartbeats.leave
-        self._reachability = reachability
+        self._watched = WatchedCalls(heartbeats, reachability)
 
     def _call(self, queue_name: str, operation: str, call: Callable[[], R]) -> R:
         # A thread is silent from here until the call ends, and after it until its next call:
         # one storage call, or one handler call (which shows signs the same way).
-        self._enter()
-        try:
-            result = call()
-        except BaseException as error:
-            self._reachability.failed(error)
-            raise
-        finally:
-            self._leave()
-        self._reachability.succeeded()
-        return result
+        with self._watched:
+            return call()
 
     def __repr__(self) -> str:
-        return f"ObservedStorage({self.inner!r}, outage={self._reachability.outage})"
+        return f"ObservedStorage({self.inner!r}, outage={self._watched.reachability.outage})"
 
 
 def rule_target(load: ListenerLoad, policy: ScalingPolicy) -> int:

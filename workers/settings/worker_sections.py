@@ -132,7 +132,8 @@ class ListenerSettings(Section):
         default="threads",
         description="where an async def handle's messages are fetched and settled: threads "
         "(dequeue threads, each handler awaited on the worker's event loop) or single (one "
-        "event loop fetches, handles and settles, no thread per message; async def handle only)",
+        "event loop fetches, handles and settles, no thread per message; async def handle or "
+        "handle_batch only)",
     )
 
     @field_validator("middleware")

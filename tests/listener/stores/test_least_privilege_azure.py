@@ -25,6 +25,7 @@ from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.workers.settings import ListenerSettings
 from tests.support.azurite import ACCOUNT_KEY, ACCOUNT_NAME, AzuriteProcess
+from tests.support.event_loop_consumer import ONE_TASK, LoopConsumer
 from tests.support.polling import eventually
 
 
@@ -81,4 +82,49 @@ def test_a_worker_without_the_create_permission_handles_and_poisons(
             assert listener.stop(30)
             worker_storage.close()
             admin.close()
+    assert "queue_creation_failed" not in [entry["event"] for entry in logs]
+
+
+def test_the_event_loop_reads_two_queues_without_the_create_permission(
+    azurite: AzuriteProcess,
+) -> None:
+    """The single loop on the aio SDK with the same SAS: ``create_queues=False`` tries no create
+    (which would be refused), and two queues are read as one, each unreadable message moved to
+    the poison queue of the queue it came from."""
+    urgent, normal = (f"leastpriv-{uuid.uuid4().hex[:12]}-{n}" for n in ("u", "n"))
+    admin = AzureQueueStorage.from_connection_string(azurite.connection_string)
+    for queue in (urgent, normal):
+        admin.create_queue(queue)
+        admin.create_queue(poison_queue_name(queue))
+        admin.put_message(queue, MessageCodec(dict).encode({"queue": queue}))
+    admin.put_message(normal, "not an item")
+    worker_storage = AzureQueueStorage.from_connection_string(
+        _messages_only_connection_string(azurite)
+    )
+    handled: list[dict[str, Any]] = []
+
+    async def handle(item: dict[str, Any]) -> None:
+        handled.append(item)
+
+    consumer = LoopConsumer(
+        worker_storage,
+        urgent,
+        handle,
+        MessageCodec(dict),
+        scaling=ONE_TASK,
+        create_queues=False,
+        lower_queues=(normal,),
+    )
+    with capture_logs() as logs:
+        consumer.start()
+        try:
+            eventually(lambda: len(handled) == 2, timeout_s=30)
+            eventually(lambda: admin.approximate_message_count(poison_queue_name(normal)) == 1)
+        finally:
+            assert consumer.stop(30)
+            worker_storage.close()
+    assert sorted(item["queue"] for item in handled) == sorted([urgent, normal])
+    assert admin.approximate_message_count(poison_queue_name(urgent)) == 0
+    assert [admin.approximate_message_count(queue) for queue in (urgent, normal)] == [0, 0]
+    admin.close()
     assert "queue_creation_failed" not in [entry["event"] for entry in logs]

@@ -20,7 +20,7 @@ from cloudqueue.listener.wire.codec import MessageCodec
 from cloudqueue.listener.wire.envelope import parse_envelope
 from cloudqueue.listener.wire.payload import open_message
 from cloudqueue.listener.wire.trace_context import read_carrier
-from cloudqueue.listener.workflows.chains import ChainStep, returning
+from cloudqueue.listener.workflows.chains import ChainStep
 from cloudqueue.listener.workflows.completion import GroupCompletion
 from cloudqueue.listener.workflows.group_ledger import GroupLedger
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
@@ -61,7 +61,7 @@ def run_step(
         sleeper=clock,
         middleware=[*completion, chain],
     )
-    listener.subscribe(returning(handler))
+    listener.subscribe(chain.returning(handler))
     return run_until_drained(listener, fail_fast=False).poisoned
 
 
