@@ -131,6 +131,12 @@ class AsyncHandling(Generic[T]):
             return partial(
                 self._poison, held, context, OVERDUE, "delivered too often without success"
             )
+        return self._opened(held, context, fetched)
+
+    def _opened(
+        self, held: HeldMessage, context: MessageContext[T], fetched: Fetched[T] | None
+    ) -> Step | None:
+        """``_prepare`` for a message not delivered too often."""
         try:
             if fetched is None:
                 contents = self._open(context)
@@ -144,19 +150,27 @@ class AsyncHandling(Generic[T]):
         except Exception as unopened:  # poisoned with the reason, or retried (``unopened``)
             return partial(self._unopened, held, context, unopened)
         context.payload_name = contents.payload_name
+        unkeyed = self._key(held, context)
+        if unkeyed is not None:
+            return unkeyed
+        if contents.handled:
+            return partial(self._drop_duplicate, held, context)
+        context.deliverable = True
+        return partial(self._deliver, held, context, contents.texts)
+
+    def _key(self, held: HeldMessage, context: MessageContext[T]) -> Step | None:
+        """Give the context its key (the envelope's, else the worker's ``key(item)``); the
+        poisoning step when the worker's key raises (a bug in it: every delivery would fail)."""
         envelope, items = context.envelope, context.items
         if envelope is not None and envelope.key is not None:
             context.key = envelope.key
         elif self.key_of is not None and items:
             try:
                 context.key = worker_key(self.key_of, items)
-            except Exception as failure:  # a bug in the worker's key: every delivery would fail
+            except Exception as failure:
                 error = f"{type(failure).__name__}: {failure}"
                 return partial(self._poison, held, context, "key_failed", error)
-        if contents.handled:
-            return partial(self._drop_duplicate, held, context)
-        context.deliverable = True
-        return partial(self._deliver, held, context, contents.texts)
+        return None
 
     def _open(self, context: MessageContext[T]) -> MessageContents | None:
         """Parse the envelope (packed or compressed by a ``Publisher``, within the decoding
