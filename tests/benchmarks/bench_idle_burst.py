@@ -38,7 +38,7 @@ import time
 import uuid
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +61,7 @@ PATHS = ("threads", "single")
 BASELINE = "threads"
 SECONDS_PER_HOUR = 3600.0
 PUT_CONCURRENCY = 64
+SAMPLE_STAGGER_S = 10.0
 CODEC: MessageCodec[dict[str, Any]] = MessageCodec(dict)
 
 
@@ -345,8 +346,45 @@ def render_markdown(results: dict[str, Any]) -> str:
             + "".join(f"| **{text}** " if text else "| " for text in ratios.values())
             + "| | | |"
         )
+    if results.get("samples"):
+        lines += ["", *sample_lines(results)]
     lines += ["", header_line(results)]
     return "\n".join(lines)
+
+
+def sample_lines(results: dict[str, Any]) -> list[str]:
+    """The further pickups after a short idle: medians (min-max) per mode and path."""
+    plan, samples = results["sample_plan"], results["samples"]
+    lines = [
+        f"Further pickups, each after {plan['idle_s']:g} s idle then {plan['messages']} messages "
+        f"({len(samples) // (2 * len({s['mode'] for s in samples}))} per mode and path; in poll "
+        "mode the burst meets the poller at a random point of its back-off):",
+        "",
+        "| mode | pickup threads | pickup single | after the put threads | after the put single "
+        "| errors · warnings |",
+        "|---|---|---|---|---|---|",
+    ]
+    for mode in dict.fromkeys(sample["mode"] for sample in samples):
+        picked = {
+            path: [s for s in samples if s["mode"] == mode and s["path"] == path] for path in PATHS
+        }
+        loud = sum(len(s["errors"]) for s in samples if s["mode"] == mode)
+        warned = sum(len(s["warnings"]) for s in samples if s["mode"] == mode)
+        after = [
+            _spread([_figure(s, "wake_s") for s in picked[path]]) if mode == "push" else "—"
+            for path in PATHS
+        ]
+        lines.append(
+            f"| {MODE_LABELS.get(mode, mode)} "
+            f"| {_spread([s['pickup_s'] for s in picked['threads']])} "
+            f"| {_spread([s['pickup_s'] for s in picked['single']])} "
+            f"| {after[0]} | {after[1]} | {loud} · {warned} |"
+        )
+    return lines
+
+
+def _spread(values: list[float]) -> str:
+    return f"{statistics.median(values):.2f} s ({min(values):.2f}-{max(values):.2f})"
 
 
 def _format_ratio(ratio: float | None) -> str:
@@ -364,6 +402,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--drop", choices=("silent", "close"), default="silent")
     parser.add_argument("--stagger-s", type=float, default=20.0)
     parser.add_argument("--burst-timeout-s", type=float, default=120.0)
+    parser.add_argument(
+        "--samples", type=int, default=6, help="further pickups per path after a short idle"
+    )
+    parser.add_argument("--sample-idle-s", type=float, default=10.0)
+    parser.add_argument("--sample-messages", type=int, default=20)
     parser.add_argument("--write", action="store_true")
     return parser.parse_args(argv)
 
@@ -381,16 +424,23 @@ def main(argv: Sequence[str] | None = None) -> None:
         args.burst_timeout_s,
     )
     results = run_header(BENCH, sys.argv[1:] if argv is None else list(argv))
+    short = replace(plan, idle_s=args.sample_idle_s, settle_s=5.0, messages=args.sample_messages)
     runs: list[dict[str, Any]] = []
+    samples: list[dict[str, Any]] = []
     with services(modes) as (azurite, redis_url):
         for repetition in range(args.repetitions):
             planned = schedule(modes, repetition, args.stagger_s)
             runs += run_all(planned, plan, azurite, redis_url)
+        for repetition in range(args.samples):
+            planned = schedule(modes, repetition, SAMPLE_STAGGER_S)
+            samples += run_all(planned, short, azurite, redis_url)
     results |= {
         "plan": plan.__dict__,
         "repetitions": args.repetitions,
         "rows": summarize(runs, modes),
         "runs": runs,
+        "sample_plan": short.__dict__,
+        "samples": samples,
     }
     report(BENCH, results, render_markdown, write=args.write)
 
