@@ -319,12 +319,13 @@ def render_markdown(results: dict[str, Any]) -> str:
         "(64 puts at a time; in push mode announced once, after the last put); client connections "
         f"idle {plan['server_idle_s']:g} s dropped by the proxy ({plan['drop']}). Medians of "
         f"{results['repetitions']} repetition(s); the ratio row is single loop / threads. "
-        "Pickup: from the start of the put to the first handler's start; after the put: from "
-        "its end (the announce); drain: to the last handler's end.",
+        "Put: how long the burst's put took; pickup: from its start to the first handler's "
+        "start; after the put: from its end (the announce); drain: from its start to the last "
+        "handler's end.",
         "",
-        "| mode | path | idle requests / hour | pickup | after the put | drain | errors "
+        "| mode | path | idle requests / hour | put | pickup | after the put | drain | errors "
         "| warnings | connections dropped |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in summarize(results["runs"], modes):
         announced = row["mode"] == "push"  # a poller meets the burst while it is being put
@@ -333,17 +334,19 @@ def render_markdown(results: dict[str, Any]) -> str:
             wake = f"{cell['wake_s']:.2f} s" if announced else "—"
             lines.append(
                 f"| {MODE_LABELS.get(row['mode'], row['mode'])} | {path} "
-                f"| {cell['idle_per_hour']:,.0f} | {cell['pickup_s']:.2f} s | {wake} "
+                f"| {cell['idle_per_hour']:,.0f} | {cell['put_s']:.2f} s "
+                f"| {cell['pickup_s']:.2f} s | {wake} "
                 f"| {cell['drain_s']:.2f} s | {cell['errors']} | {cell['warnings']} "
                 f"| {cell['dropped_connections']} |"
             )
-        ratios = {
-            figure: _format_ratio(row["ratios"][figure]) if announced or figure != "wake_s" else ""
-            for figure in ("idle_per_hour", "pickup_s", "wake_s", "drain_s")
-        }
+        shown = ("idle_per_hour", "put_s", "pickup_s", "wake_s", "drain_s")
+        ratios = [
+            _format_ratio(row["ratios"][figure]) if announced or figure != "wake_s" else ""
+            for figure in shown
+        ]
         lines.append(
             "| | **single / threads** "
-            + "".join(f"| **{text}** " if text else "| " for text in ratios.values())
+            + "".join(f"| **{text}** " if text else "| " for text in ratios)
             + "| | | |"
         )
     if results.get("samples"):
@@ -357,8 +360,9 @@ def sample_lines(results: dict[str, Any]) -> list[str]:
     plan, samples = results["sample_plan"], results["samples"]
     lines = [
         f"Further pickups, each after {plan['idle_s']:g} s idle then {plan['messages']} messages "
-        f"({len(samples) // (2 * len({s['mode'] for s in samples}))} per mode and path; in poll "
-        "mode the burst meets the poller at a random point of its back-off):",
+        f"({len(samples) // (2 * len({s['mode'] for s in samples}))} per mode and path). Each put "
+        "comes at the same time after its worker's start, so in poll mode the pickup is where "
+        "that moment falls in the poller's back-off, the same point for every sample of a path:",
         "",
         "| mode | pickup threads | pickup single | after the put threads | after the put single "
         "| errors · warnings |",
