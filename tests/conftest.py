@@ -42,6 +42,7 @@ def pytest_configure(config: pytest.Config) -> None:
         compileall.compile_dir(root / folder, quiet=1, workers=1)
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without pytest-xdist has no such hook
 def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
     """``-n auto`` (the README's test command): one test worker more than the cores this
     process may use. Much of the suite waits -- on Azurite, Redis, `cloudqueue` subprocesses,

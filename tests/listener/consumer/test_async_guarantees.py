@@ -86,7 +86,10 @@ def test_a_database_locked_by_another_writer_is_backed_off_from_and_loses_nothin
 
     async def handle(item: int) -> None:
         handled.append(item)
-        await asyncio.to_thread(gate.wait)  # the handler's own work, until the test says
+        # The handler's own work, until the test says: on the loop, not in to_thread's default
+        # pool, whose few threads (cores + 4) ten blocked handlers would use up.
+        while not gate.is_set():
+            await asyncio.sleep(0.01)
 
     quick = SqliteQueueStorage(path, busy_timeout_s=0.01)  # a locked database fails at once
     one_task = ScalingPolicy(max_threads=1, max_idle_s=0.05)
@@ -102,13 +105,13 @@ def test_a_database_locked_by_another_writer_is_backed_off_from_and_loses_nothin
             with locked(other_writer):
                 eventually(lambda: consumer.counters.dequeue_errors >= 2)
             put_all(storage, queue_name, list(range(10)))
-            eventually(lambda: len(handled) == 10)
+            eventually(lambda: len(handled) == 10, timeout_s=30)
             with locked(other_writer):
                 gate.set()
-                eventually(lambda: consumer.counters.left >= 1)
+                eventually(lambda: consumer.counters.left >= 1, timeout_s=30)
         finally:
             gate.set()
-        eventually(lambda: storage.approximate_message_count(queue_name) == 0)
+        eventually(lambda: storage.approximate_message_count(queue_name) == 0, timeout_s=30)
     quick.close()
     other_writer.close()
     assert sorted(set(handled)) == list(range(10))

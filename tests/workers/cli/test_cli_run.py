@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 from collections.abc import Iterator
@@ -14,6 +15,7 @@ from structlog.testing import capture_logs
 from cloudqueue.workers.api.worker import QueueWorker
 from cloudqueue.workers.cli.run import announce_concurrency
 from cloudqueue.workers.settings import CloudQueueSettings
+from tests.support.cli import ok
 from tests.support.polling import eventually
 from tests.support.runs import Run, Runs, backend_environment, enqueue_numbered, queue_depth
 from tests.support.workers import AsyncRecordingWorker, RecordingWorker
@@ -71,11 +73,14 @@ def test_a_second_signal_exits_at_once_and_the_message_stays(
     assert list(state_dir.glob("*.json")) == []  # no stale live state for `status` to skip
 
 
-def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
+def test_two_processes_share_a_burst(env: dict[str, str], start: Any, tmp_path: Path) -> None:
     """--processes 2: both children handle messages; SIGTERM drains both and exits 0."""
-    enqueue_numbered(env, 80)
-    # One message per thread at a time: with 8 in flight per thread, the first child to start
-    # could drain the whole burst before the second one is up.
+    # Every handler holds until the test releases them, and a child holds at most 4 threads x 4
+    # messages: the first child up cannot drain the burst before the second one starts (under
+    # load it did, when the burst was only slow).
+    gate = tmp_path / "release"
+    items = "\n".join(json.dumps({"n": n, "until": str(gate)}) for n in range(80))
+    ok("enqueue", env["TEST_QUEUE"], env=env, stdin=items)
     run = start(
         "--processes",
         "2",
@@ -83,11 +88,13 @@ def test_two_processes_share_a_burst(env: dict[str, str], start: Any) -> None:
         "listener.dequeue_batch_size=4",
         "--set",
         "listener.concurrency=1",
-        delay_s=0.05,
+        "--set",
+        "scaling.max_threads=4",
     )
+    eventually(lambda: len({e["pid"] for e in run.events("handling")}) == 2, timeout_s=120)
+    gate.touch()
     eventually(lambda: len(run.handled()) == 80, timeout_s=120)
-    pids = {e["pid"] for e in run.events("handled")}
-    assert len(pids) == 2
+    assert len({e["pid"] for e in run.events("handled")}) == 2
     children = [e for e in run.events() if e["event"] not in SUPERVISOR_EVENTS]
     assert {e.get("child") for e in children} == {0, 1}  # every child's line names its slot
     run.process.send_signal(signal.SIGTERM)
