@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.stores.http_session import ca_bundle, requests_reads_environment
 from tests.support.azurite import AzuriteProcess
@@ -70,6 +72,47 @@ def test_proxy_settings_are_read_when_the_storage_opens(
         storage.put_message("direct", "hello")
     finally:
         storage.close()
+    assert proxy.forwarded == 0
+
+
+async def put_and_get_on_a_loop(
+    connection_string: str, queue: str, *, proxy_set_after_open: str | None = None
+) -> None:
+    """As ``put_and_get``, on the event loop's store (the aio clients); ``HTTP_PROXY`` set to
+    ``proxy_set_after_open`` once its session is open."""
+    sync_storage = AzureQueueStorage.from_connection_string(connection_string)
+    storage = AioAzureQueueStorage.beside(sync_storage)
+    try:
+        await storage.create_queue(queue)
+        if proxy_set_after_open is not None:
+            os.environ["HTTP_PROXY"] = proxy_set_after_open  # monkeypatch undoes it
+        await storage.put_message(queue, "hello")
+        got = await storage.get_messages(queue, max_messages=1, visibility_timeout_s=5)
+        assert [m.content for m in got] == ["hello"]
+    finally:
+        await storage.aclose()
+        sync_storage.close()
+
+
+def test_an_event_loop_store_opened_with_http_proxy_set_uses_it(
+    proxy: ForwardProxy, azurite_connection_string: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With HTTP_PROXY set when the aio clients' session opens, their requests go through it."""
+    monkeypatch.setenv("HTTP_PROXY", f"http://127.0.0.1:{proxy.port}")
+    asyncio.run(put_and_get_on_a_loop(azurite_connection_string, "aio-proxied"))
+    assert proxy.forwarded >= 3
+
+
+def test_an_event_loop_store_reads_proxy_settings_when_its_session_opens(
+    proxy: ForwardProxy, azurite_connection_string: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no proxy setting when the aio clients' session opens, it does not look again on each
+    request (aiohttp's ``trust_env`` reads the whole environment per request)."""
+    monkeypatch.setenv("HTTP_PROXY", "")  # restored or removed after the test
+    later = f"http://127.0.0.1:{proxy.port}"
+    asyncio.run(
+        put_and_get_on_a_loop(azurite_connection_string, "aio-direct", proxy_set_after_open=later)
+    )
     assert proxy.forwarded == 0
 
 
