@@ -176,20 +176,20 @@ def test_a_batch_racing_another_writer_reads_again_and_counts_once(
 def test_the_next_settlements_of_a_group_read_nothing(
     tables: Callable[[], WatchedTable],
 ) -> None:
-    """After one read, each settlement of a group of 40 writes its transaction on the rows the
-    previous one left (their ETags from its answer): 40 members, one read, 40 transactions,
+    """After one read, each settlement of a group of 20 writes its transaction on the rows the
+    previous one left (their ETags from its answer): 20 members, one read, 20 transactions,
     the last of them told it completed the group."""
     table = tables()
     ledger = AzureGroupLedger(table)
-    ledger.open("kept", total=40, on_complete="done")
+    ledger.open("kept", total=20, on_complete="done")
     table.transactions = 0
-    answers = [ledger.settle("kept", str(n), "handled") for n in range(40)]
+    answers = [ledger.settle("kept", str(n), "handled") for n in range(20)]
     assert len(table.queries) == 1
-    assert table.transactions == 40
-    assert answers[:-1] == [None] * 39
+    assert table.transactions == 20
+    assert answers[:-1] == [None] * 19
     last = answers[-1]
     assert last is not None
-    assert (last.handled, last.completion) == (40, "owed")
+    assert (last.handled, last.completion) == (20, "owed")
     assert ledger.status("kept") == last
 
 
