@@ -2,13 +2,14 @@
 service, the ``tables`` extra), each change one entity-group transaction in the group's partition.
 
 The rows are laid out in ``azure_group_rows``: a group row, ``SHARDS`` counter rows, a row per
-settled member, a row per member a chain step passed on. ``settle_many`` reads the group row and
-its shards (one query), then settles the members of one group in one transaction
-(``azure_settlements``): each member's row *created* (a 409 names a member that settled before:
-it is left out and the rest written again, the rows read still holding), the shards they fall in
-*updated If-Match* with their new counts (a 412: another writer counted there meanwhile: read
-again, try again), and the group row when shards complete -- the last of them owing the
-completion, to exactly one settlement. ``settle`` is ``settle_many`` of one.
+settled member, a row per member a chain step passed on. ``settle_many`` takes the group row and
+its shards as this ledger's last transaction on the group left them (``azure_known_rows``: the
+ETags it returned), else reads them (one query), then settles the members of one group in one
+transaction (``azure_settlements``): each member's row *created* (a 409 names a member that
+settled before: it is left out and the rest written again, the rows held still holding), the
+shards they fall in *updated If-Match* with their new counts (a 412: another writer counted there
+meanwhile: read again, try again), and the group row when shards complete -- the last of them
+owing the completion, to exactly one settlement. ``settle`` is ``settle_many`` of one.
 
 Rate: every row of a group is in one partition, and Azure's published target for one partition
 is 2,000 entities per second. Settled one by one, a member writes 2 entities (its row and its
@@ -55,6 +56,7 @@ from cloudqueue.listener.workflows.azure_group_rows import (
     shard_row,
     status_of,
 )
+from cloudqueue.listener.workflows.azure_known_rows import KnownRows
 from cloudqueue.listener.workflows.azure_settlements import (
     Member,
     by_group,
@@ -101,6 +103,7 @@ class AzureGroupLedger:
     def __init__(self, table: TableClient, *, clock: Clock = SYSTEM_CLOCK) -> None:
         self._table = table
         self._clock = clock
+        self._known = KnownRows(table)
 
     @classmethod
     def from_connection_string(cls, connection_string: str, **overrides: Any) -> AzureGroupLedger:
@@ -130,7 +133,9 @@ class AzureGroupLedger:
             changes = _grown(head, shards, count)
             if by is not None:
                 changes.append(("create", addition_row(partition, by, group.total, count)))
-            if submit(self._table, changes, "add group members") is None:
+            rejection = submit(self._table, changes, "add group members")
+            self._known.forget(partition)  # grown: every shard's ETag changed
+            if rejection is None:
                 return Addition(member_ids(group.total, count))
         raise _contended(group_id)
 
@@ -175,6 +180,7 @@ class AzureGroupLedger:
             if count > 1:
                 passing += _grown(head, shards, count - 1)
             rejection = submit(self._table, passing, "pass a group member on")
+            self._known.forget(partition)
             if rejection is None:
                 return [member_id, *member_ids(group.total, count - 1)]
             if rejection == ("exists", 0):
@@ -257,7 +263,7 @@ class AzureGroupLedger:
         """Settle ``members`` (they fit one transaction) once each; when that settled the
         group's last member, the final status and the place of the settlement to tell."""
         partition, lost = quoted_key(group_id), 0
-        head, shards = self._read_group(partition)
+        head, shards = self._known.for_members(partition, [member.index for member in members])
         while lost < MAX_TRIES:
             if head is None or completion_of(head) != "pending":
                 return None  # an unknown group, or a complete one: every member settled before
@@ -268,7 +274,7 @@ class AzureGroupLedger:
             plan = settling(partition, head, shards, members, self._clock.now())
             if plan.last is not None:
                 self._index_owed(group_id)
-            rejection = submit(self._table, plan.operations, "settle group members")
+            rejection = self._known.transact(partition, plan.operations, "settle group members")
             if rejection is None:
                 return None if plan.last is None else (plan.last_position, plan.last)
             why, index = rejection
@@ -299,17 +305,7 @@ class AzureGroupLedger:
         return open_group(status_of(head, shards), group_id), head, shards
 
     def _read_group(self, partition: str) -> tuple[dict[str, Any] | None, list[Shard]]:
-        """The group row and its shards, in one query (their keys sort before the members')."""
-        with table_call("read a group"):
-            rows = [
-                {**row, "etag": row.metadata["etag"]}
-                for row in self._table.query_entities(
-                    "PartitionKey eq @group and RowKey lt @members",
-                    parameters={"group": partition, "members": BEFORE_MEMBERS},
-                )
-            ]
-        head = next((row for row in rows if row["RowKey"] == GROUP_ROW), None)
-        return head, [Shard.of(row) for row in rows if row["RowKey"] != GROUP_ROW]
+        return self._known.read(partition)
 
     def _index_owed(self, group_id: str) -> None:
         entry = {"PartitionKey": OWED_PARTITION, "RowKey": quoted_key(group_id), "group": group_id}

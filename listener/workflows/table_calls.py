@@ -12,7 +12,7 @@ that changed since it was read.
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote
@@ -36,6 +36,7 @@ __all__ = [
     "read_row",
     "submit",
     "table_call",
+    "transact",
     "update_if_match",
     "update_merged",
 ]
@@ -65,14 +66,22 @@ def submit(
 ) -> tuple[Rejection, int] | None:
     """Submit one entity-group transaction: None when it was written, else why it was refused
     and the position of the operation that refused it (any other failure raises)."""
+    outcome = transact(table, operations, operation)
+    return outcome if isinstance(outcome, tuple) else None
+
+
+def transact(
+    table: TableClient, operations: list[tuple[Any, ...]], operation: str
+) -> list[Mapping[str, Any]] | tuple[Rejection, int]:
+    """``submit``, answering a written transaction with the service's answer per operation, in
+    their order (each row's new ``etag``)."""
     try:
-        table.submit_transaction(operations)
+        return table.submit_transaction(operations)
     except AzureError as error:
         rejection = _rejection(error)
         if rejection is None:
             raise translate_error(error, operation=operation, queue_name="") from None
         return rejection
-    return None
 
 
 def _rejection(error: AzureError) -> tuple[Rejection, int] | None:

@@ -1,9 +1,11 @@
 """What the group ledger on Azure does beyond the shared specification (test_group_ledger): a
 settlement that loses an If-Match race reads again and still counts exactly once, neighbours
 settle in one transaction that leaves the group row alone unless it completes shards, a batch
-holding duplicates or racing another writer counts each member once, a batch is cut to what a
-transaction holds, ``owed`` reads its own small partition, never the whole table, and the
-workflow tables close with their storage."""
+holding duplicates or racing another writer counts each member once, the next settlements of a
+group write on the rows the last transaction left (another writer's change read again, a member
+added since never taken for a stray), a batch is cut to what a transaction holds, ``owed`` reads
+its own small partition, never the whole table, and the workflow tables close with their
+storage."""
 
 from __future__ import annotations
 
@@ -129,13 +131,14 @@ def test_neighbours_settle_in_one_transaction_and_complete_shards_leave_the_grou
 def test_a_batch_holding_duplicates_counts_each_member_once(
     tables: Callable[[], WatchedTable],
 ) -> None:
-    """Members 1 and 3 of 4 settled before: a batch of all four is refused for each (409) and
-    written again without it, the rows read still holding -- three transactions, one read --
-    and the counts are 4, with the completion told to the last member it wrote (2)."""
+    """Members 1 and 3 of 4 settled before (by another process): a batch of all four is
+    refused for each (409) and written again without it, the rows read still holding -- three
+    transactions, one read -- and the counts are 4, with the completion told to the last
+    member it wrote (2)."""
     table = tables()
     ledger = AzureGroupLedger(table)
     ledger.open("dup", total=4, on_complete="done")
-    ledger.settle_many([("dup", "1", "handled"), ("dup", "3", "poisoned")])
+    AzureGroupLedger(tables()).settle_many([("dup", "1", "handled"), ("dup", "3", "poisoned")])
     table.transactions, table.queries[:] = 0, []
     answers = ledger.settle_many([("dup", str(n), "handled") for n in range(4)])
     assert table.transactions == 3
@@ -169,6 +172,61 @@ def test_a_batch_racing_another_writer_reads_again_and_counts_once(
     assert last is not None
     assert (last.handled, last.poisoned, last.pending) == (4, 1, 0)
     assert first.status("race") == last
+
+
+def test_the_next_settlements_of_a_group_read_nothing(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """After one read, each settlement of a group of 20 writes its transaction on the rows the
+    previous one left (their ETags from its answer): 20 members, one read, 20 transactions,
+    the last of them told it completed the group."""
+    table = tables()
+    ledger = AzureGroupLedger(table)
+    ledger.open("kept", total=20, on_complete="done")
+    table.transactions = 0
+    answers = [ledger.settle("kept", str(n), "handled") for n in range(20)]
+    assert len(table.queries) == 1
+    assert table.transactions == 20
+    assert answers[:-1] == [None] * 19
+    last = answers[-1]
+    assert last is not None
+    assert (last.handled, last.completion) == (20, "owed")
+    assert ledger.status("kept") == last
+
+
+def test_rows_another_process_changed_are_read_again_and_counted_once(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """One ledger holds a group's rows from its last transaction; another process then settles
+    a member of the same shard: the first ledger's next transaction is refused (412), it reads
+    again and counts its member, and the group counts both once."""
+    first_table = tables()
+    first, second = AzureGroupLedger(first_table), AzureGroupLedger(tables())
+    first.open("moved", total=4, on_complete="done")
+    first.settle("moved", "0", "handled")
+    second.settle("moved", "1", "poisoned")
+    first_table.transactions, first_table.queries[:] = 0, []
+    assert first.settle("moved", "2", "handled") is None
+    assert (first_table.transactions, len(first_table.queries)) == (2, 1)
+    status = first.status("moved")
+    assert status is not None
+    assert (status.handled, status.poisoned, status.pending) == (2, 1, 1)
+
+
+def test_a_member_added_since_the_rows_were_kept_is_not_taken_for_a_stray(
+    tables: Callable[[], WatchedTable],
+) -> None:
+    """A ledger holds the rows of a group of 2; another process adds 2 members: the first
+    ledger settles member 3 (beyond the total it holds) after reading the group again, rather
+    than drop it as no member, and the group then completes."""
+    ledger = AzureGroupLedger(tables())
+    ledger.open("grown", total=2, on_complete="done")
+    ledger.settle("grown", "0", "handled")
+    AzureGroupLedger(tables()).add_members("grown", 2)
+    assert ledger.settle_many([("grown", str(n), "handled") for n in (3, 2)]) == [None, None]
+    last = ledger.settle("grown", "1", "handled")
+    assert last is not None
+    assert (last.total, last.handled, last.completion) == (4, 4, "owed")
 
 
 def test_owed_reads_its_own_partition_and_the_groups_it_names(
