@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from structlog.testing import capture_logs
 
@@ -61,10 +62,16 @@ def test_a_burst_into_an_idle_queue_scales_up_drains_and_settles_to_one_poller(
             codec = MessageCodec(int)
             # Every message hidden until one moment, so that the whole burst becomes visible at
             # once even when the puts are slow (a loaded machine): Azure's delays are whole seconds.
-            visible_at = time.monotonic() + 4
-            for number in range(BURST):
+            # Put 8 at a time: one by one, a loaded machine took longer than the delay, part of
+            # the burst showed early and the rule, reading that depth, grew the pool to 7.
+            visible_at = time.monotonic() + 6
+
+            def put(number: int) -> None:
                 delay_s = max(1, math.ceil(visible_at - time.monotonic()))
                 storage.put_message(queue_name, codec.encode(number), visibility_delay_s=delay_s)
+
+            with ThreadPoolExecutor(8) as pool:
+                list(pool.map(put, range(BURST)))
             eventually(lambda: len(handled) >= BURST, timeout_s=90)
             eventually(lambda: listener.active_dequeue_tasks == 1, timeout_s=30)
         assert sorted(set(handled)) == list(range(BURST))
