@@ -269,12 +269,15 @@ class AsyncSettler:
             )
         except StorageError as failure:
             return self._left(message, failure, "delete_failed")
-        self.counters.processed += 1
         if not deleted:  # handled past its visibility timeout: another get owns it now
+            self.counters.processed += 1
             self._log.warning("message_not_deleted_after_handling", message_id=message.id)
             return Outcome("left", "delete_failed")
         if payload is not None:  # rare (large items): the sync store's call off the loop
             await asyncio.to_thread(lease_calls.retire, self.payload_store, payload)
+        # Counted once the payload is retired too, as on the threaded path: whoever waits for
+        # the count then sees the message's whole settlement.
+        self.counters.processed += 1
         return DELETED if kind == "deleted" else Outcome(kind, reason)
 
     async def _retry(
