@@ -16,7 +16,7 @@ from cloudqueue.listener.simulation.tuning import tune
 SEED_LIKE_DAY = constant(1.0, 20 * 60).then(idle(22 * 3600))
 """The design document's day, shortened to keep the suite quick: a message a second for 20
 minutes (the document has two hours), then 22 idle hours. bench_tune runs the whole day."""
-SHORT_DAY = constant(1.0, 600).then(idle(3 * 3600))
+SHORT_DAY = constant(1.0, 600).then(idle(3600))
 
 
 @pytest.fixture(scope="module")

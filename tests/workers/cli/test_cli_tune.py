@@ -58,9 +58,22 @@ def test_tune_json_names_the_goals_and_the_best_settings(short_day: Path) -> Non
     assert report["curve"]
 
 
-def test_an_infeasible_goal_is_one_line_and_exit_1(short_day: Path) -> None:
+@pytest.fixture
+def short_recording(tmp_path: Path) -> Path:
+    """A recorded profile of two busy minutes and nothing else: a whole search over it is cheap,
+    where a day profile's idle hours make each trial of a short back-off cost seconds."""
+    path = tmp_path / "seen.jsonl"
+    start = datetime(2026, 11, 2, 9, 0, tzinfo=UTC)
+    recorder = ProfileRecorder(path, clock=start.timestamp)
+    for second in range(0, 120, 2):
+        recorder.arrived(start + timedelta(seconds=second))
+    recorder.close()
+    return path
+
+
+def test_an_infeasible_goal_is_one_line_and_exit_1(short_recording: Path) -> None:
     """No setting picks up within a millisecond: one clear line naming the goal."""
-    code, _, errors = invoke("tune", str(short_day), "--pickup-p95", "1ms", "--no-push")
+    code, _, errors = invoke("tune", str(short_recording), "--pickup-p95", "1ms", "--no-push")
     assert code == 1
     assert errors.strip().splitlines() == [
         next(line for line in errors.splitlines() if line.startswith("Error: pickup p95"))
