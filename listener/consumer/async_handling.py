@@ -250,7 +250,8 @@ class AsyncHandling(Generic[T]):
                         await self.handler(items[position])
                         position += 1
             finally:
-                await notes.written()  # the checkpoints it saved are written before it settles
+                if notes.writing is not None:  # its checkpoints are written before it settles
+                    await notes.written()
         except Exception as raised:  # a handler's own TimeoutError is its failure, not the limit
             if limit.expired():
                 async with held.settling:
@@ -277,7 +278,8 @@ class AsyncHandling(Generic[T]):
             items=len(context.items),
             clock=self.settler.clock,
         )
-        await notes.load()
+        if notes.stored_checkpoint_name() is not None:  # rare: read on a worker thread
+            await notes.load()
         return notes
 
 

@@ -77,19 +77,19 @@ class LoopNotes(MessageNotes):
         )
         self.held, self.leases = held, leases
         self._loop = asyncio.get_running_loop()
-        self._writing: asyncio.Task[None] | None = None
+        self.writing: asyncio.Task[None] | None = None
         """The last write started: the next one waits for it, the settlement too."""
 
     async def load(self) -> None:
         """Read a checkpoint kept in the payload store, on a worker thread (the store is sync);
         nothing for one in the message, or none."""
-        if self._stored_checkpoint_name() is not None:
+        if self.stored_checkpoint_name() is not None:
             self._checkpoint = await asyncio.to_thread(self._read_checkpoint)
 
     async def written(self) -> None:
         """Wait until the writes started have ended (a failed one was logged)."""
-        if self._writing is not None:
-            await asyncio.wait([self._writing])
+        if self.writing is not None:
+            await asyncio.wait([self.writing])
 
     def save_checkpoint(self, state: object) -> CheckpointSaving:
         """Check ``state`` and start its write; awaiting the result returns once it is stored.
@@ -114,9 +114,9 @@ class LoopNotes(MessageNotes):
     def _start(self, text: str, content: str, stored: str | None) -> asyncio.Task[None]:
         # The new text carries the last report: a report pending for the renewal is in it.
         self._content, self.held.pending_content = content, None
-        write = self._loop.create_task(self._write(self._writing, text, content, stored))
+        write = self._loop.create_task(self._write(self.writing, text, content, stored))
         write.add_done_callback(self._logged)
-        self._writing = write
+        self.writing = write
         return write
 
     async def _write(

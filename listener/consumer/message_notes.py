@@ -163,7 +163,7 @@ class MessageNotes:
     def _written(self, changes: dict[str, object | None]) -> str:
         return rewritten(self._content, changes)
 
-    def _stored_checkpoint_name(self) -> str | None:
+    def stored_checkpoint_name(self) -> str | None:
         """The payload a redelivery's checkpoint is in (None: inline, or none at all)."""
         fields = {} if self.envelope is None else self.envelope.fields
         if fields.get(CHECKPOINT_FIELD) is not None:
