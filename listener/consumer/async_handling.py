@@ -268,16 +268,7 @@ class AsyncHandling(Generic[T]):
     async def _notes(self, held: HeldMessage, context: MessageContext[T]) -> LoopNotes:
         """What the handler may write to its message (``async_reporting``), its checkpoint
         read already when it is kept in the payload store."""
-        notes = LoopNotes(
-            held,
-            self.leases,
-            queue_name=context.queue_name,
-            envelope=context.envelope,
-            payload_store=self.payload_store,
-            key=context.key,
-            items=len(context.items),
-            clock=self.settler.clock,
-        )
+        notes = LoopNotes(held, self.leases, context, self.payload_store, self.settler.clock)
         if notes.stored_checkpoint_name() is not None:  # rare: read on a worker thread
             await notes.load()
         return notes

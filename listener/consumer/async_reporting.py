@@ -28,12 +28,12 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.message_notes import SAVED, CheckpointSaving, MessageNotes
+from cloudqueue.listener.consumer.middleware import MessageContext
 from cloudqueue.listener.stores.payload_store import PayloadStore
-from cloudqueue.listener.wire.envelope import Envelope
 from cloudqueue.listener.wire.handler_notes import checkpoint_text, parse_checkpoint
 
 log = structlog.get_logger(__name__)
@@ -58,23 +58,11 @@ class LoopNotes(MessageNotes):
         self,
         held: HeldMessage,
         leases: AsyncLeases,
-        *,
-        queue_name: str,
-        envelope: Envelope | None,
+        context: MessageContext[Any],
         payload_store: PayloadStore | None,
-        key: str | None = None,
-        items: int = 1,
-        clock: Clock = SYSTEM_CLOCK,
+        clock: Clock,
     ) -> None:
-        super().__init__(
-            held.message,
-            queue_name=queue_name,
-            envelope=envelope,
-            payload_store=payload_store,
-            clock=clock,
-            key=key,
-            items=items,
-        )
+        super().__init__(held.message, context, payload_store, clock)
         self.held, self.leases = held, leases
         self._loop = asyncio.get_running_loop()
         self.writing: asyncio.Task[None] | None = None

@@ -22,10 +22,10 @@ import structlog
 
 from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
+from cloudqueue.listener.consumer.middleware import MessageContext
 from cloudqueue.listener.errors import MessageTooLargeError
 from cloudqueue.listener.stores.payload_store import PayloadStore, check_payload_owner
 from cloudqueue.listener.stores.storage import QueueMessage
-from cloudqueue.listener.wire.envelope import Envelope
 from cloudqueue.listener.wire.handler_notes import (
     CHECKPOINT_BLOB_FIELD,
     CHECKPOINT_FIELD,
@@ -67,21 +67,17 @@ class MessageNotes:
     def __init__(
         self,
         message: QueueMessage,
-        *,
-        queue_name: str,
-        envelope: Envelope | None,
+        context: MessageContext[Any],
         payload_store: PayloadStore | None,
         clock: Clock,
-        key: str | None = None,
-        items: int = 1,
     ) -> None:
         self.message = message
-        self.queue_name = queue_name
-        self.envelope = envelope
+        self.queue_name = context.queue_name
+        self.envelope = context.envelope
+        self.key = context.key
+        self.items = len(context.items)
         self.payload_store = payload_store
         self.clock = clock
-        self.key = key
-        self.items = items
         self._content = message.content
         """The message's text as last written (as fetched, until a handler wrote)."""
         self._checkpoint: Any = _UNREAD

@@ -22,11 +22,13 @@ threaded listener's, from the handler's thread.
 
 from __future__ import annotations
 
+from typing import Any
+
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.leases import Lease, LeaseKeeper
 from cloudqueue.listener.consumer.message_notes import SAVED, CheckpointSaving, MessageNotes
+from cloudqueue.listener.consumer.middleware import MessageContext
 from cloudqueue.listener.stores.payload_store import PayloadStore
-from cloudqueue.listener.wire.envelope import Envelope
 from cloudqueue.listener.wire.handler_notes import checkpoint_text, parse_checkpoint
 
 
@@ -37,22 +39,10 @@ class HeldMessage(MessageNotes):
         self,
         lease: Lease,
         keeper: LeaseKeeper,
-        *,
-        queue_name: str,
-        envelope: Envelope | None,
+        context: MessageContext[Any],
         payload_store: PayloadStore | None,
-        key: str | None = None,
-        items: int = 1,
     ) -> None:
-        super().__init__(
-            lease.message,
-            queue_name=queue_name,
-            envelope=envelope,
-            payload_store=payload_store,
-            clock=keeper.clock,
-            key=key,
-            items=items,
-        )
+        super().__init__(lease.message, context, payload_store, keeper.clock)
         self.lease = lease
         self.keeper = keeper
 

@@ -48,19 +48,9 @@ class Noting(InMemoryQueueStorage):
         super().__init__()
         self.calls: list[tuple[str, str | None]] = []
 
-    def update_visibility(
-        self,
-        queue_name: str,
-        message_id: str,
-        pop_receipt: str,
-        visibility_timeout_s: int,
-        *,
-        content: str | None = None,
-    ) -> str:
-        self.calls.append(("update_visibility", content))
-        return super().update_visibility(
-            queue_name, message_id, pop_receipt, visibility_timeout_s, content=content
-        )
+    def update_visibility(self, *args: Any, **kwargs: Any) -> str:
+        self.calls.append(("update_visibility", kwargs.get("content")))
+        return super().update_visibility(*args, **kwargs)
 
     def delete_message(self, queue_name: str, message_id: str, pop_receipt: str) -> bool:
         self.calls.append(("delete_message", None))
@@ -73,6 +63,17 @@ def consumer(
     options = {"scaling": ONE_TASK, "delivery": AT_ONCE, **options}
     made = LoopConsumer(storage, queue_name, handler, MessageCodec(str), **options)
     return made.start()
+
+
+def drained(
+    storage: InMemoryQueueStorage, queue_name: str, handler: Handler, **options: Any
+) -> None:
+    """Run a consumer of ``handler`` until it handled one message."""
+    running = consumer(storage, queue_name, handler, **options)
+    try:
+        eventually(lambda: running.messages_processed == 1)
+    finally:
+        running.stop()
 
 
 def one_message(queue_name: str, text: str = "a long job") -> Noting:
@@ -188,11 +189,7 @@ def test_a_checkpoint_too_large_for_the_message_goes_to_the_payload_store_and_is
             await envelope.save_checkpoint(state)
             raise ConnectionError("crash after the checkpoint")
 
-    running = consumer(storage, queue_name, handle, payload_store=store)
-    try:
-        eventually(lambda: running.messages_processed == 1)
-    finally:
-        running.stop()
+    drained(storage, queue_name, handle, payload_store=store)
     [(first, none_stored), (second, stored)] = seen
     assert (first, none_stored, second, len(stored)) == (None, [], state, 1)
     assert store.names() == []  # removed with its message
@@ -211,11 +208,7 @@ def saved_then_failed(queue_name: str, save: Callable[[object], Awaitable[None]]
             await save({"done": 1})
             raise ConnectionError("failed after the checkpoint")
 
-    running = consumer(storage, queue_name, handle)
-    try:
-        eventually(lambda: running.messages_processed == 1)
-    finally:
-        running.stop()
+    drained(storage, queue_name, handle)
     return seen
 
 
@@ -261,11 +254,7 @@ def test_a_checkpoint_that_cannot_be_saved_is_the_threaded_paths_clear_error(
             current_envelope().save_checkpoint(state)
         errors.append(str(raised.value))
 
-    running = consumer(storage, queue_name, handle)
-    try:
-        eventually(lambda: running.messages_processed == 1)
-    finally:
-        running.stop()
+    drained(storage, queue_name, handle)
     assert len(errors) == 1
     assert words in errors[0]
     assert [call for call, _ in storage.calls] == ["delete_message"]
@@ -283,10 +272,6 @@ def test_a_batch_message_refuses_a_checkpoint(queue_name: str) -> None:
             current_envelope().save_checkpoint(1)
         errors.append(str(raised.value))
 
-    running = consumer(storage, queue_name, handle)
-    try:
-        eventually(lambda: running.messages_processed == 1)
-    finally:
-        running.stop()
+    drained(storage, queue_name, handle)
     assert len(errors) == 2
     assert "carries 2" in errors[0]
