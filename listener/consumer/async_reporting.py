@@ -62,7 +62,7 @@ class LoopNotes(MessageNotes):
         payload_store: PayloadStore | None,
         clock: Clock,
     ) -> None:
-        super().__init__(held.message, context, payload_store, clock)
+        super().__init__(context, payload_store, clock)
         self.held, self.leases = held, leases
         self._loop = asyncio.get_running_loop()
         self.writing: asyncio.Task[None] | None = None

@@ -25,7 +25,6 @@ from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.middleware import MessageContext
 from cloudqueue.listener.errors import MessageTooLargeError
 from cloudqueue.listener.stores.payload_store import PayloadStore, check_payload_owner
-from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.listener.wire.handler_notes import (
     CHECKPOINT_BLOB_FIELD,
     CHECKPOINT_FIELD,
@@ -65,13 +64,9 @@ class MessageNotes:
     """The message a handler is handling, as far as the handler may write to it."""
 
     def __init__(
-        self,
-        message: QueueMessage,
-        context: MessageContext[Any],
-        payload_store: PayloadStore | None,
-        clock: Clock,
+        self, context: MessageContext[Any], payload_store: PayloadStore | None, clock: Clock
     ) -> None:
-        self.message = message
+        self.message = message = context.message
         self.queue_name = context.queue_name
         self.envelope = context.envelope
         self.key = context.key

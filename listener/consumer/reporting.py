@@ -42,7 +42,7 @@ class HeldMessage(MessageNotes):
         context: MessageContext[Any],
         payload_store: PayloadStore | None,
     ) -> None:
-        super().__init__(lease.message, context, payload_store, keeper.clock)
+        super().__init__(context, payload_store, keeper.clock)
         self.lease = lease
         self.keeper = keeper
 
