@@ -16,6 +16,10 @@ decoded on a worker thread, as their payload is retired after the delete (``asyn
 the store is sync, and such messages are rare; an inline message makes no such hop. A payload
 that is a tombstone makes the message a duplicate of done work: it is dropped, as on threads.
 
+What the handler writes to its message through ``current_envelope()`` (progress, checkpoints)
+goes through ``async_reporting``; the checkpoints it saved are written before its message is
+settled, and one kept in the payload store is read for it on a worker thread before it starts.
+
 A handler past ``time_limit_s`` is cancelled (``asyncio.timeout``) and its message settled at
 once, inside the chain, as a failed delivery with reason ``time_limit`` (the threaded path's
 time limits settle it from their own thread likewise): the middleware around it find

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 import structlog
@@ -84,15 +85,23 @@ class AsyncLeases:
         the interpreter, which the loop's thread cannot change in the middle of."""
         return [held.progress for held in list(self._held.values()) if held.progress]
 
-    async def rewrite(self, held: HeldMessage, content: str) -> None:
+    async def rewrite(
+        self,
+        held: HeldMessage,
+        content: str,
+        first: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         """Write ``content`` as the message's text now, renewing its visibility in the same call
-        (a checkpoint); MessageNotFoundError when the message is no longer held, and what
+        (a checkpoint), after ``first()`` (what the text names: a stored checkpoint), with no
+        renewal in between; MessageNotFoundError when the message is no longer held, and what
         storage raises."""
         async with held.settling:
             if self._held.get(held.message.id) is not held:
                 raise MessageNotFoundError(
                     f"message {held.message.id} is no longer held: its checkpoint was not saved"
                 )
+            if first is not None:
+                await first()
             await self._update(held, content)
 
     async def release(self, held: HeldMessage) -> None:

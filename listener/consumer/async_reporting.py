@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Generator
+from functools import partial
 from typing import Any
 
 import structlog
@@ -66,7 +67,7 @@ class LoopNotes(MessageNotes):
         self.held, self.leases = held, leases
         self._loop = asyncio.get_running_loop()
         self.writing: asyncio.Task[None] | None = None
-        """The last write started: the next one waits for it, the settlement too."""
+        """The last write started (the writes end in order): the settlement waits for it."""
 
     async def load(self) -> None:
         """Read a checkpoint kept in the payload store, on a worker thread (the store is sync);
@@ -102,22 +103,25 @@ class LoopNotes(MessageNotes):
     def _start(self, text: str, content: str, stored: str | None) -> asyncio.Task[None]:
         # The new text carries the last report: a report pending for the renewal is in it.
         self._content, self.held.pending_content = content, None
-        write = self._loop.create_task(self._write(self.writing, text, content, stored))
+        write = self._loop.create_task(self._write(text, content, stored))
         write.add_done_callback(self._logged)
         self.writing = write
         return write
 
-    async def _write(
-        self, previous: asyncio.Task[None] | None, text: str, content: str, stored: str | None
-    ) -> None:
-        if previous is not None:  # in the order they were saved
-            await asyncio.wait([previous])
-        if stored is not None:
-            self.held.checkpoint_payload = stored  # removed after the delete, even if half-done
-            assert self.payload_store is not None  # else _stored_content refused it
-            await asyncio.to_thread(self.payload_store.put, stored, text.encode("utf-8"))
-        await self.leases.rewrite(self.held, content)
+    async def _write(self, text: str, content: str, stored: str | None) -> None:
+        # Its first step takes the held message's lock (or queues for it, first come first
+        # served): the writes are made in the order of the saves, and a renewal due meanwhile
+        # waits for the write it comes after.
+        put = None if stored is None else partial(self._put, stored, text)
+        await self.leases.rewrite(self.held, content, put)
         self._checkpoint = parse_checkpoint(text)
+
+    async def _put(self, name: str, text: str) -> None:
+        """Store a checkpoint too large for the message, on a worker thread (the store is sync),
+        before the message names it: no renewal writes the name first."""
+        self.held.checkpoint_payload = name  # removed after the delete, even if half-done
+        assert self.payload_store is not None  # else _stored_content refused it
+        await asyncio.to_thread(self.payload_store.put, name, text.encode("utf-8"))
 
     def _logged(self, write: asyncio.Task[None]) -> None:
         """Log a write that failed (retrieving its error: a handler need not await it)."""

@@ -213,11 +213,13 @@ def saved_then_failed(queue_name: str, save: Callable[[object], Awaitable[None]]
 
 
 def test_a_save_not_awaited_is_written_before_its_message_settles(queue_name: str) -> None:
-    """A handler that does not await its save goes on at once; its failure is settled only
-    after the write, so the redelivery still receives the checkpoint."""
+    """A handler that does not await its saves goes on at once; its failure is settled only
+    after the writes, made in the order of the saves, so the redelivery receives the last."""
 
     async def save(state: object) -> None:
-        current_envelope().save_checkpoint(state)
+        envelope = current_envelope()
+        envelope.save_checkpoint({"done": 0})
+        envelope.save_checkpoint(state)
 
     assert saved_then_failed(queue_name, save) == [None, {"done": 1}]
 
