@@ -34,10 +34,13 @@ Large items kept in the ``payload_store`` are fetched, and their payloads retire
 delete, on a worker thread (``async_handling``); ``key`` is the worker's key of an item, for a
 message that carries none, as on threads.
 
-Not yet here (the threaded path has them; see issue 41): what a handler writes to its
-message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
-``progress`` is dropped and ``save_checkpoint`` refused), and re-publishing only the failed items
-of a publisher's batch (a failed item here retries the whole message). A message delayed beyond
+What a handler writes to its message through ``current_envelope()`` works as on threads: its
+``progress`` rides on the next visibility renewal and shows in ``progress_reports()`` (the host's
+live state), and ``save_checkpoint`` starts its write at once, to be awaited
+(``async_reporting``).
+
+Not yet here (the threaded path has it; see issue 41): re-publishing only the failed items of a
+publisher's batch (a failed item here retries the whole message). A message delayed beyond
 7 days that is not due yet is hidden again (``async_hops``). A batch handler is a handler the
 host gives it (``cloudqueue.workers.host.async_batches``).
 """
@@ -68,6 +71,7 @@ from cloudqueue.listener.consumer.events import (
     Scaled,
 )
 from cloudqueue.listener.consumer.failure_logs import FailureLogs
+from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.middleware import Middleware
@@ -186,6 +190,7 @@ class AsyncConsumer(Generic[T]):
             self.stack,
             handler,
             codec,
+            self.leases,
             time_limit_s=time_limit_s,
             limits=limits,
             key=key,
@@ -229,6 +234,11 @@ class AsyncConsumer(Generic[T]):
     def active_tasks(self) -> int:
         """Dequeue tasks fetching now (the threaded listener's active dequeue threads)."""
         return self._active
+
+    def progress_reports(self) -> list[HandlerProgress]:
+        """The last progress report of each message its handlers hold now (in memory: the host
+        publishes them with its live state); callable from any thread."""
+        return self.leases.progress_reports()
 
     @property
     def handlers_running(self) -> int:

@@ -16,6 +16,10 @@ decoded on a worker thread, as their payload is retired after the delete (``asyn
 the store is sync, and such messages are rare; an inline message makes no such hop. A payload
 that is a tombstone makes the message a duplicate of done work: it is dropped, as on threads.
 
+What the handler writes to its message through ``current_envelope()`` (progress, checkpoints)
+goes through ``async_reporting``; the checkpoints it saved are written before its message is
+settled, and one kept in the payload store is read for it on a worker thread before it starts.
+
 A handler past ``time_limit_s`` is cancelled (``asyncio.timeout``) and its message settled at
 once, inside the chain, as a failed delivery with reason ``time_limit`` (the threaded path's
 time limits settle it from their own thread likewise): the middleware around it find
@@ -31,7 +35,8 @@ from typing import Any, Generic, TypeVar
 
 from cloudqueue.listener.consumer.async_deferrals import Deferral, Deferrals
 from cloudqueue.listener.consumer.async_hops import AsyncDelayHops
-from cloudqueue.listener.consumer.async_leases import HeldMessage
+from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
+from cloudqueue.listener.consumer.async_reporting import LoopNotes
 from cloudqueue.listener.consumer.async_settling import AsyncSettler
 from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.current import set_current_message
@@ -64,12 +69,13 @@ class AsyncHandling(Generic[T]):
         stack: AsyncMiddlewareStack,
         handler: Callable[[T], Awaitable[None]],
         codec: Codec[T],
+        leases: AsyncLeases,
         *,
         time_limit_s: float = 0.0,
         limits: DecodingLimits = DEFAULT_LIMITS,
         key: KeyFunction[T] | None = None,
     ) -> None:
-        self.settler, self.stack = settler, stack
+        self.settler, self.stack, self.leases = settler, stack, leases
         self.handler, self.codec = handler, codec
         self.time_limit_s, self.limits = time_limit_s, limits
         self.payload_store = settler.payload_store
@@ -238,13 +244,18 @@ class AsyncHandling(Generic[T]):
         fails the message (``context.failures``)."""
         limit = asyncio.timeout(self.time_limit_s or None)
         items, position = context.items, 0
+        notes = await self._notes(held, context)
         # For current_envelope(): a context variable of this task, which runs the handler.
-        set_current_message(context.queue_name, context.message, context.key)
+        set_current_message(context.queue_name, context.message, context.key, notes)
         try:
-            async with limit:
-                while position < len(items):  # where it stops is the item that failed
-                    await self.handler(items[position])
-                    position += 1
+            try:
+                async with limit:
+                    while position < len(items):  # where it stops is the item that failed
+                        await self.handler(items[position])
+                        position += 1
+            finally:
+                if notes.writing is not None:  # its checkpoints are written before it settles
+                    await notes.written()
         except Exception as raised:  # a handler's own TimeoutError is its failure, not the limit
             if limit.expired():
                 async with held.settling:
@@ -257,6 +268,14 @@ class AsyncHandling(Generic[T]):
         finally:
             set_current_message(None)
         context.handled = True
+
+    async def _notes(self, held: HeldMessage, context: MessageContext[T]) -> LoopNotes:
+        """What the handler may write to its message (``async_reporting``), its checkpoint
+        read already when it is kept in the payload store."""
+        notes = LoopNotes(held, self.leases, context, self.payload_store, self.settler.clock)
+        if notes.stored_checkpoint_name() is not None:  # rare: read on a worker thread
+            await notes.load()
+        return notes
 
 
 __all__ = ["AsyncHandling"]

@@ -5,7 +5,8 @@ same rules, from the same pure decisions; each settlement returns its ``Outcome`
 middleware's ``after_settle`` sees, as on the threaded path):
 
 * **deleted** once the handler returned, then its stored payload, if any, replaced by a tombstone
-  (``lease_calls.retire``, on a worker thread: the payload store is sync); **dropped** (deleted,
+  (``lease_calls.retire``, on a worker thread: the payload store is sync), and its handler's
+  stored checkpoint, if any, removed (``lease_calls.forget``); **dropped** (deleted,
   not handled) when its stored payload is a tombstone, a copy of done work (``wire.payload``);
   **skipped** or **rerouted** (its text put on the queue named first) by a middleware's decision;
 * **retried** when it raised (or a middleware failed, or asked for it): hidden for the delivery
@@ -275,6 +276,8 @@ class AsyncSettler:
             return Outcome("left", "delete_failed")
         if payload is not None:  # rare (large items): the sync store's call off the loop
             await asyncio.to_thread(lease_calls.retire, self.payload_store, payload)
+        if held.checkpoint_payload is not None:  # as rare: a checkpoint too large for it
+            await asyncio.to_thread(lease_calls.forget, self.payload_store, held.checkpoint_payload)
         # Counted once the payload is retired too, as on the threaded path: whoever waits for
         # the count then sees the message's whole settlement.
         self.counters.processed += 1

@@ -6,7 +6,7 @@ delivery, so it is correct for whichever thread calls the observer, and unset ev
 
 The envelope is also how a handler writes to its message while it runs: ``progress(fraction,
 detail)``, ``save_checkpoint(state)``, and ``checkpoint``, the state a redelivery resumes from
-(``cloudqueue.listener.consumer.reporting``). They sit on the envelope rather than beside it
+(``cloudqueue.listener.consumer.message_notes``). They sit on the envelope rather than beside it
 because the envelope is the one per-message thing a handler already reaches, from any thread it
 handles on.
 """
@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from cloudqueue.listener.stores.storage import QueueMessage
 
 if TYPE_CHECKING:
-    from cloudqueue.listener.consumer.reporting import HeldMessage
+    from cloudqueue.listener.consumer.message_notes import CheckpointSaving, MessageNotes
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,7 +38,7 @@ class MessageEnvelope:
     key: str | None = None
     """The message's key (``cloudqueue.listener.wire.keys``), carried or the worker's; None without
     one."""
-    held: HeldMessage | None = field(default=None, compare=False, repr=False)
+    held: MessageNotes | None = field(default=None, compare=False, repr=False)
     """What the handler may write to its message (None where no listener delivers it)."""
 
     @classmethod
@@ -47,7 +47,7 @@ class MessageEnvelope:
         queue_name: str,
         message: QueueMessage,
         key: str | None = None,
-        held: HeldMessage | None = None,
+        held: MessageNotes | None = None,
     ) -> MessageEnvelope:
         return cls(
             queue_name=queue_name,
@@ -66,13 +66,16 @@ class MessageEnvelope:
         an earlier one (which a kill, crash or failure ended); None when there is none."""
         return None if self.held is None else self.held.checkpoint
 
-    def save_checkpoint(self, state: object) -> None:
+    def save_checkpoint(self, state: object) -> CheckpointSaving:
         """Save ``state``, a small JSON value, for a redelivery of this message to resume from:
         stored when this returns (one update-message call, which also renews the visibility).
-        CheckpointError when it is not JSON, over the limit, or the message is a batch."""
+        On the single event loop (``listener.event_loop = "single"``) the write starts at once
+        and ``await envelope.save_checkpoint(state)`` returns once it is stored; called from a
+        thread the handler started, it returns once stored, as on threads. CheckpointError
+        when it is not JSON, over the limit, or the message is a batch."""
         if self.held is None:
             raise LookupError("save_checkpoint() needs a message a listener is handling")
-        self.held.save_checkpoint(state)
+        return self.held.save_checkpoint(state)
 
     def progress(self, fraction: float, detail: str = "") -> None:
         """Report how far the handler is (0 to 1) and what it does: shown by ``cloudqueue
@@ -82,7 +85,7 @@ class MessageEnvelope:
             self.held.progress(fraction, detail)
 
 
-_Delivery = tuple[str, QueueMessage, str | None, "HeldMessage | None"]
+_Delivery = tuple[str, QueueMessage, str | None, "MessageNotes | None"]
 
 _current: ContextVar[_Delivery | None] = ContextVar("cloudqueue_envelope", default=None)
 """The queue, message, key and held message being delivered: the envelope is made only when a
@@ -108,7 +111,7 @@ def set_current_message(
     queue_name: str | None,
     message: QueueMessage | None = None,
     key: str | None = None,
-    held: HeldMessage | None = None,
+    held: MessageNotes | None = None,
 ) -> None:
     """Set by the thread that delivers a message, around its delivery (internal)."""
     delivery = None if queue_name is None or message is None else (queue_name, message, key, held)

@@ -306,15 +306,7 @@ class MessageProcessor(Generic[T]):
         """What the handler may write to its message (``consumer.reporting``)."""
         if self.leases is None:
             return None
-        return HeldMessage(
-            lease,
-            self.leases,
-            queue_name=context.queue_name,
-            envelope=context.envelope,
-            payload_store=self.payload_store,
-            key=context.key,
-            items=len(context.items),
-        )
+        return HeldMessage(lease, self.leases, context, self.payload_store)
 
     def _hand_over(self, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer; record the items any observer failed on."""

@@ -3,12 +3,14 @@ the live state its process publishes (no storage transaction)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import threading
 from collections.abc import Iterator
 from contextlib import closing
 from pathlib import Path
+from typing import Any, ClassVar
 
 import pytest
 from click.testing import CliRunner
@@ -24,6 +26,7 @@ from cloudqueue.listener.stores.connection import describe_storage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.workflows.sending import GroupHandle
 from cloudqueue.listener.workflows.sqlite_groups import group_ledger_for
+from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from cloudqueue.workers.cli import cli
 from cloudqueue.workers.host.live_progress import group_progress_source, running_progress
 from cloudqueue.workers.host.live_state import LiveStatePublisher, read_live_states
@@ -134,3 +137,47 @@ def test_groups_show_lists_its_running_members_progress(tmp_path: Path, running:
     as_json = CliRunner().invoke(cli, ["groups", "show", running.group.id, "--json"], env=env)
     (report,) = json.loads(as_json.stdout)["progress"]
     assert (report["member"], report["fraction"], report["detail"]) == ("0", 0.4, "2 of 5 pages")
+
+
+class Converting(QueueWorker[str]):
+    """An ``async def`` member on the single event loop, reporting 40 % until let finish."""
+
+    queue_name = QUEUE
+    settings: ClassVar[dict[str, Any]] = {"listener": {"event_loop": "single"}}
+    reported, finish = threading.Event(), threading.Event()
+
+    async def handle(self, _: str) -> None:
+        current_envelope().progress(0.4, "2 of 5 pages")
+        Converting.reported.set()
+        await asyncio.to_thread(Converting.finish.wait, 30)
+
+
+def test_status_shows_the_progress_of_a_handler_on_the_single_event_loop(
+    tmp_path: Path,
+) -> None:
+    """A worker with ``listener.event_loop = "single"`` publishes its running member's report
+    as a threaded one does; once the message settled, the next publish has none."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(QUEUE)
+    group = Publisher(storage, QUEUE, str).send_group(["bill"], on_complete="billed")
+    Converting.reported.clear()
+    Converting.finish.clear()
+    host = WorkerHost([Converting], CloudQueueSettings(shutdown_grace_s=5), storage=storage)
+    where = describe_storage(f"sqlite:///{tmp_path / 'queues.db'}")
+    publisher = LiveStatePublisher(tmp_path / "run", worker="app:Converting", storage=where)
+    host.start()
+    try:
+        assert Converting.reported.wait(10)
+        publisher.publish([], loop_workers=host.looped)
+        (worker,) = json.loads(status(tmp_path, "--json"))["workers"]
+        (report,) = worker["progress"]
+        assert (report["fraction"], report["detail"]) == (0.4, "2 of 5 pages")
+        assert (report["group"], report["member"]) == (group.id, "0")
+        Converting.finish.set()
+        eventually(lambda: host.looped[0].consumer.counters.processed == 1)
+        publisher.publish([], loop_workers=host.looped)
+        (state,) = read_live_states(tmp_path / "run", QUEUE)
+        assert state.queues[0].progress == ()
+    finally:
+        Converting.finish.set()
+        assert host.stop()

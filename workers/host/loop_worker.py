@@ -158,8 +158,9 @@ class LoopWorker:
         self.loop.close()
 
     def live_state(self, cost: QueueCost, queue: str) -> QueueLiveState:
-        """What ``cloudqueue status`` shows of its ``queue``, from its counters (no storage
-        call); its tasks are shared by its queues, as a listener's threads are."""
+        """What ``cloudqueue status`` shows of its ``queue``, from its counters and its
+        handlers' progress reports (no storage call); its tasks are shared by its queues, as a
+        listener's threads are."""
         counts, consumer = self.consumer.counters_of(queue), self.consumer
         active = consumer.active_tasks
         self.peak_tasks = max(self.peak_tasks, active)
@@ -178,6 +179,12 @@ class LoopWorker:
             cost_counted_s=None
             if cost.storage_transactions_per_hour is not None
             else cost.counted_s,
+            # A consumer of one queue holds only its messages (a partition's name included).
+            progress=tuple(
+                r
+                for r in consumer.progress_reports()
+                if len(consumer.queue_names) == 1 or r.queue == queue
+            ),
         )
 
     async def _serve(self, watchdog_s: float | None) -> None:
