@@ -36,8 +36,7 @@ message that carries none, as on threads.
 
 Not yet here (the threaded path has them; see issue 41): what a handler writes to its
 message (``current_envelope()`` gives its queue, id, dequeue count and key, but its
-``progress`` is dropped and ``save_checkpoint`` refused), and re-publishing only the failed items
-of a publisher's batch (a failed item here retries the whole message). A message delayed beyond
+``progress`` is dropped and ``save_checkpoint`` refused). A message delayed beyond
 7 days that is not due yet is hidden again (``async_hops``). A batch handler is a handler the
 host gives it (``cloudqueue.workers.host.async_batches``).
 """
