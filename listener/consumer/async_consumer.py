@@ -52,6 +52,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.async_depth import AsyncDepth
 from cloudqueue.listener.consumer.async_handling import AsyncHandling
 from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
@@ -162,6 +163,8 @@ class AsyncConsumer(Generic[T]):
             visibility_timeout_s=visibility_timeout_s,
             renew=self.delivery.renew_visibility,
         )
+        self.depth = AsyncDepth(storage, queue_name, self.leases, clock)
+        """The queue's depth as last known (the figures read ``depth.known``)."""
         in_flight = self.policy.max_threads * concurrency
         # As every threaded listener: the failure logs and tracing first, then its own.
         self.tally = None if queue_of is None else QueueTally(self.queue_names, queue_of)
@@ -346,6 +349,7 @@ class AsyncConsumer(Generic[T]):
             error_count = 0
             self._slots.give_back(room - len(messages))  # what the get did not fill is free
             if not messages:
+                self.depth.empty_get()
                 await self._end_stretch(stretch)
                 idle_count += 1
                 stop, delay_s = self._idle_decision(idle_count)
@@ -413,19 +417,11 @@ class AsyncConsumer(Generic[T]):
         """Work found after an idle spell: run as many dequeue tasks as the scaling rule wants."""
         async with self._scaling:  # one decision at a time, or two would both add the difference
             try:
-                depth = await self.storage.approximate_message_count(self.queue_name)
+                depth = await self.depth.count()
             except Exception as failure:
                 log.warning("rescale_skipped", error=str(failure))
                 return
-            load = ListenerLoad(
-                approximate_depth=depth,
-                in_flight=self.counters.in_flight,
-                active_threads=self.active_tasks,
-                per_thread_rate_per_s=None,
-                message_latency_s=self._latency.seconds_per_message,
-                concurrency=self.concurrency,
-            )
-            grow_target, _ = targets(load, self.policy)
+            grow_target, _ = targets(self._load_at(depth), self.policy)
             if grow_target <= self.active_tasks:
                 return
             cores = self._cpu.cores_used()  # None: the first reading, which only starts a window
@@ -436,6 +432,24 @@ class AsyncConsumer(Generic[T]):
             self._start_dequeuers(started)
         if self.stack.wants("on_scaled"):
             await self.stack.emit("on_scaled", Scaled(self.queue_name, "up", started))
+
+    def known_load(self) -> ListenerLoad | None:
+        """The load now at the last known depth, without a storage call (None before one)."""
+        reading = self.depth.known.reading()
+        if reading is None:
+            return None
+        return self._load_at(reading.visible + self.counters.in_flight)
+
+    def _load_at(self, depth: int) -> ListenerLoad:
+        """The load as the scaling rule reads it, at ``depth`` (the approximate count)."""
+        return ListenerLoad(
+            approximate_depth=depth,
+            in_flight=self.counters.in_flight,
+            active_threads=self.active_tasks,
+            per_thread_rate_per_s=None,
+            message_latency_s=self._latency.seconds_per_message,
+            concurrency=self.concurrency,
+        )
 
     async def _start_handlers(self, held: list[HeldMessage]) -> None:
         """Start a handler for each (their slots were reserved before the get), each after
