@@ -30,6 +30,10 @@ A message a middleware defers (a busy key) stays held out of its slot until resu
 left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
 ``listener.event_loop = "single"`` (``cloudqueue.workers.host.loop_worker``).
 
+A handler that blocks the loop (a sync call inside ``async def``) holds up every other handler
+and the renewals: with ``blocked_after_s``, a ``LoopWatch`` thread logs one that holds it that
+long, naming it and, once it lets go, how long it held the loop (``loop_watch``).
+
 Large items kept in the ``payload_store`` are fetched, and their payloads retired after the
 delete, on a worker thread (``async_handling``); ``key`` is the worker's key of an item, for a
 message that carries none, as on threads.
@@ -70,6 +74,7 @@ from cloudqueue.listener.consumer.events import (
 from cloudqueue.listener.consumer.failure_logs import FailureLogs
 from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
+from cloudqueue.listener.consumer.loop_watch import LoopWatch
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.processing import KeyFunction
@@ -133,6 +138,7 @@ class AsyncConsumer(Generic[T]):
         create_queues: bool = True,
         lower_queues: Sequence[str] = (),
         priority: Priority = STRICT,
+        blocked_after_s: float | None = None,
     ) -> None:
         self.queue_names = (queue_name, *lower_queues)
         """Every queue it reads, highest priority first (``lower_queues`` after the first)."""
@@ -210,6 +216,12 @@ class AsyncConsumer(Generic[T]):
         self._found_work = False
         self._latency = ThroughputMeter()  # seconds per message, one at a time: the latency
         self._cpu = ProcessCpuMeter()
+        self._watch = (
+            None
+            if blocked_after_s is None
+            else LoopWatch(queue_name, blocked_after_s=blocked_after_s)
+        )
+        """Logs a handler that blocks the loop longer than ``blocked_after_s`` (None: off)."""
 
     def counters_of(self, queue_name: str) -> dict[str, int]:
         """What became of ``queue_name``'s messages (``processed``, ``failed``, ``poisoned``,
@@ -257,6 +269,15 @@ class AsyncConsumer(Generic[T]):
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
+        if self._watch is not None:
+            self._watch.start()
+        try:
+            await self._consume()
+        finally:
+            if self._watch is not None:
+                self._watch.stop()
+
+    async def _consume(self) -> None:
         await self._create_queues()
         # Renewal goes on through the drain: a handler finishing in its grace keeps its message.
         drained = asyncio.Event()

@@ -285,6 +285,7 @@ def host_loop_worker(
         create_queues=options.create_queues,
         lower_queues=location.lower_queues,
         priority=location.priority,
+        blocked_after_s=options.loop_blocked_after_s,
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
     beat, depth_refresh_s = None, None
