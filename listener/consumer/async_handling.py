@@ -47,7 +47,6 @@ from cloudqueue.listener.wire.payload import MessageContents, open_envelope
 T = TypeVar("T")
 
 TIME_LIMIT = "time_limit"
-OVERDUE = "max_dequeue_count_exceeded"
 
 Step = Callable[[], Coroutine[Any, Any, None]]
 """What the middleware wrap for one message: handing its items over, or settling it instead."""
@@ -129,9 +128,7 @@ class AsyncHandling(Generic[T]):
         payload store and not yet ``fetched``: no storage call is made on the loop."""
         if context.message.dequeue_count > self.settler.delivery.max_dequeue_count:
             # Its workers died on it each time (never settled): not handed out again, as on threads.
-            return partial(
-                self._poison, held, context, OVERDUE, "delivered too often without success"
-            )
+            return partial(self._overdue, held, context)
         return self._opened(held, context, fetched)
 
     def _opened(
@@ -154,13 +151,23 @@ class AsyncHandling(Generic[T]):
         # A re-published batch's items were delivered in earlier messages too: counted.
         context.attempts = contents.attempts
         context.deliveries = contents.attempts + context.message.dequeue_count
-        unkeyed = self._key(held, context)
-        if unkeyed is not None:
-            return unkeyed
-        if contents.handled:
-            return partial(self._drop_duplicate, held, context)
+        instead = self._key(held, context) or self._not_handled(held, context, contents)
+        if instead is not None:
+            return instead
         context.deliverable = True
         return partial(self._deliver, held, context, contents.texts)
+
+    def _not_handled(
+        self, held: HeldMessage, context: MessageContext[T], contents: MessageContents
+    ) -> Step | None:
+        """The settlement an opened message gets instead of its handler: a duplicate of done
+        work dropped, or poisoned when its items' deliveries (earlier messages' too) are past
+        the limit; None to hand it over."""
+        if contents.handled:
+            return partial(self._drop_duplicate, held, context)
+        if context.deliveries > self.settler.delivery.max_dequeue_count:
+            return partial(self._overdue, held, context)
+        return None
 
     def _key(self, held: HeldMessage, context: MessageContext[T]) -> Step | None:
         """Give the context its key (the envelope's, else the worker's ``key(item)``); the
@@ -226,6 +233,10 @@ class AsyncHandling(Generic[T]):
     ) -> None:
         async with held.settling:
             context.outcome = await self.settler.poison(held, reason, error)
+
+    async def _overdue(self, held: HeldMessage, context: MessageContext[T]) -> None:
+        async with held.settling:
+            context.outcome = await self.settler.overdue(held, context.deliveries)
 
     async def _hop(self, held: HeldMessage, context: MessageContext[T]) -> None:
         async with held.settling:

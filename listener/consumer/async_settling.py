@@ -151,6 +151,13 @@ class AsyncSettler:
             log.error("message_open_failed", exc_info=failure)
         return await self.failed(held, failure)
 
+    async def overdue(self, held: HeldMessage, deliveries: int) -> Outcome:
+        """Poison a message delivered more often than allowed (``deliveries``, earlier messages
+        of its items included), unhandled: its workers died on it each time."""
+        counted = replace(held.message, dequeue_count=deliveries)
+        error = "delivered too often without success"
+        return await self.poison(held, "max_dequeue_count_exceeded", error, recorded=counted)
+
     async def drop_duplicate(self, held: HeldMessage, payload: str | None) -> Outcome:
         """Delete a message whose stored payload is a tombstone: another copy's work is done."""
         message = held.message
