@@ -7,14 +7,15 @@ longer than its visibility timeout reappears and runs twice. Liveness turns ``/h
 naming the loop's thread; this watch says which code did it, while it happens and how long it
 lasted, so the fix (``await asyncio.to_thread(blocking_call, ...)``) is one log line away.
 
-A watch thread pings the loop every ``blocked_after_s / 4`` (``call_soon_threadsafe``: no timer on
-the loop, so a virtual-time loop is watched the same way). A ping still unanswered after
-``blocked_after_s`` means the loop is blocked: the thread takes the loop thread's stack and, in
-the callback the loop runs (a task's step), names the outermost frame that is neither asyncio's
-nor cloudqueue's (the handler, a user's middleware, ``startup``...), the line it is at and the
-call it is in, and logs ``event_loop_blocked`` (warning). When the loop
-answers again it logs ``event_loop_unblocked`` with ``blocked_s``, how long the ping waited (the
-block, less at most one ping interval).
+A watch thread looks at the loop thread's stack every ``blocked_after_s / 4``, without waking the
+loop (a ping through ``call_soon_threadsafe`` cost about 0.9 ms of CPU a second): the callback the
+loop runs (a task's step) is its frame of ``Handle._run``. The same one seen for longer than
+``blocked_after_s`` means the loop is blocked: the thread names the outermost frame of that
+callback that is neither asyncio's nor cloudqueue's (the handler, a user's middleware,
+``startup``...), the line it is at and what it called, and logs ``event_loop_blocked``
+(warning). Once that callback has ended it logs ``event_loop_unblocked`` with ``blocked_s``, how
+long it was seen running (to within one look either way). The watch uses real time, so a
+virtual-time loop is watched the same way.
 
 Renewing the held messages from the watch thread while the loop is blocked was weighed and left
 out: the loop's own renewals and settlements would race the thread's new pop receipts (a lock on
@@ -24,6 +25,7 @@ every renewal to prevent it), and it would hide the fault it is meant to show.
 from __future__ import annotations
 
 import asyncio
+import asyncio.events
 import sys
 import threading
 from dataclasses import dataclass
@@ -34,9 +36,12 @@ import structlog
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 
 BLOCKED_AFTER_S = 1.0
-"""How long the loop may go without answering before it counts as blocked."""
+"""How long one callback may hold the loop before it counts as blocked."""
 
-PINGS_PER_THRESHOLD = 4
+LOOKS_PER_THRESHOLD = 4
+
+CALLBACK_CODE = asyncio.events.Handle._run.__code__
+"""The frame of each callback the loop runs (a task's step among them)."""
 
 FRAMEWORK_MODULES = ("asyncio", "cloudqueue", "contextlib", "concurrent", "threading")
 """Modules whose frames run a handler rather than being it."""
@@ -70,10 +75,20 @@ def blocker_of(frame: FrameType | None) -> Blocker:
         return Blocker("unknown", "unknown", "unknown")
     # Inward of the loop's ``Handle._run`` is the callback it runs (a task's coroutines); what
     # runs the loop (a thread, a test) is left out.
-    edge = next((n for n, f in enumerate(frames) if _module(f) == "asyncio.events"), len(frames))
+    edge = next((n for n, f in enumerate(frames) if f.f_code is CALLBACK_CODE), len(frames))
     own = next((n for n in reversed(range(edge)) if not _framework(frames[n])), 0)
     code, called = frames[own], frames[max(0, own - 1)]
     return Blocker(_name(code), f"{code.f_code.co_filename}:{code.f_lineno}", _name(called))
+
+
+def running_callback(frame: FrameType | None) -> FrameType | None:
+    """The loop's frame of the callback it runs now, from its thread's innermost ``frame``;
+    None while it waits for work or is between callbacks."""
+    while frame is not None:
+        if frame.f_code is CALLBACK_CODE:
+            return frame
+        frame = frame.f_back
+    return None
 
 
 def _module(frame: FrameType) -> str:
@@ -100,21 +115,21 @@ class LoopWatch:
     ) -> None:
         self.queue_name = queue_name
         self.blocked_after_s = blocked_after_s
-        self.interval_s = blocked_after_s / PINGS_PER_THRESHOLD
+        self.interval_s = blocked_after_s / LOOKS_PER_THRESHOLD
         self._monotonic = clock.monotonic
-        self._lock = threading.Lock()
-        self._ping_sent: float | None = None
-        """When the unanswered ping was sent (None: none is)."""
+        self._callback: FrameType | None = None
+        """The callback seen running at the last look (held: its frame is not reused)."""
+        self._since = 0.0
+        """When that callback was first seen."""
         self._blocker: Blocker | None = None
-        """What blocks the loop, once its ping is late (None: not blocked)."""
+        """What blocks the loop, once that callback ran too long (None: not blocked)."""
         self._stopped = threading.Event()
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread = 0
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
         """Start watching the running loop (call it on that loop)."""
-        self._loop = asyncio.get_running_loop()
+        asyncio.get_running_loop()  # refuses a call off any loop
         self._loop_thread = threading.get_ident()
         self._thread = threading.Thread(
             target=self._watch, name=f"loop-watch:{self.queue_name}", daemon=True
@@ -125,52 +140,39 @@ class LoopWatch:
         self._stopped.set()
         if self._thread is not None:
             self._thread.join()
+        self._callback = None
 
     def check(self) -> None:
-        """One round of the watch thread: ping the loop, or see whether its ping is late."""
-        found = None
-        with self._lock:
-            sent, now = self._ping_sent, self._monotonic()
-            if sent is None:
-                self._ping_sent = now
-            elif self._blocker is None and now - sent > self.blocked_after_s:
-                found = self._blocker = blocker_of(sys._current_frames().get(self._loop_thread))
-        if sent is None:
-            self._ping(now)
-        elif found is not None:
-            log.warning(
-                "event_loop_blocked",
-                queue=self.queue_name,
-                handler=found.code,
-                at=found.at,
-                call=found.call,
-                blocked_s=round(now - sent, 2),
-                hint=HINT,
-            )
-
-    def _ping(self, sent: float) -> None:
-        assert self._loop is not None  # started
-        try:
-            self._loop.call_soon_threadsafe(self._answer, sent)
-        except RuntimeError:  # the loop closed under the watch: nothing left to watch
-            self._stopped.set()
-
-    def _answer(self, sent: float) -> None:
-        """On the loop: the ping came through (late, when the loop was blocked)."""
-        with self._lock:
-            blocker, self._blocker, self._ping_sent = self._blocker, None, None
-        if blocker is not None:
+        """One look at the loop's thread (the watch thread's, every ``interval_s``)."""
+        now = self._monotonic()
+        frame = sys._current_frames().get(self._loop_thread)
+        callback = running_callback(frame)
+        if callback is not None and callback is self._callback:
+            if self._blocker is None and now - self._since > self.blocked_after_s:
+                self._blocker = found = blocker_of(frame)
+                log.warning(
+                    "event_loop_blocked",
+                    queue=self.queue_name,
+                    handler=found.code,
+                    at=found.at,
+                    call=found.call,
+                    blocked_s=round(now - self._since, 2),
+                    hint=HINT,
+                )
+            return
+        if self._blocker is not None:  # the blocking callback has ended
             log.warning(
                 "event_loop_unblocked",
                 queue=self.queue_name,
-                handler=blocker.code,
-                blocked_s=round(self._monotonic() - sent, 2),
+                handler=self._blocker.code,
+                blocked_s=round(now - self._since, 2),
             )
+        self._callback, self._since, self._blocker = callback, now, None
 
     def _watch(self) -> None:
-        # A periodic check, not a wait for a condition: the interval is the watch's resolution.
+        # A periodic look, not a wait for a condition: the interval is the watch's resolution.
         while not self._stopped.wait(self.interval_s):
             self.check()
 
 
-__all__ = ["BLOCKED_AFTER_S", "Blocker", "LoopWatch", "blocker_of"]
+__all__ = ["BLOCKED_AFTER_S", "Blocker", "LoopWatch", "blocker_of", "running_callback"]

@@ -10,7 +10,10 @@ from typing import Any
 
 from structlog.testing import capture_logs
 
+from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.loop_watch import LoopWatch
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
+from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.codec import MessageCodec
 from tests.support.event_loop_consumer import ONE_TASK, running_async_consumer
 from tests.support.polling import eventually
@@ -57,3 +60,49 @@ def test_a_handler_blocking_the_loop_is_named_with_its_line_and_how_long_it_held
     assert blocked["blocked_s"] >= 0.1
     assert unblocked["handler"] == blocked["handler"]
     assert unblocked["blocked_s"] >= blocked["blocked_s"]
+
+
+async def started(watch: LoopWatch) -> None:
+    watch.start()
+
+
+def test_a_callback_is_reported_once_past_the_threshold_and_its_end_with_the_time_it_held() -> None:
+    """Looked at on a manual clock: an idle loop is never reported, however long; a callback
+    holding it 59 s of a 60 s threshold is not; at 61 s it is, once; after it ends, its end is
+    reported with the 61 s it held the loop."""
+    clock = ManualClock()
+    loop = LoopThread("test:watched-loop")
+    watch = LoopWatch("q", blocked_after_s=60, clock=clock)  # its own looks: 15 s apart
+    loop.run(started(watch))
+    entered, release = threading.Event(), threading.Event()
+
+    async def stuck() -> None:
+        entered.set()
+        release.wait(30)  # holds the loop's thread
+
+    try:
+        with capture_logs() as logs:
+            watch.check()
+            clock.advance(600)
+            watch.check()  # idle for 10 minutes: waiting for work, not blocked
+            running = loop.submit(stuck())
+            assert entered.wait(30)
+            watch.check()
+            clock.advance(59)
+            watch.check()
+            quiet = list(logs)
+            clock.advance(2)
+            watch.check()
+            watch.check()
+            release.set()
+            running.result(30)
+            watch.check()
+    finally:
+        release.set()
+        watch.stop()
+        loop.close()
+    assert quiet == []
+    assert [entry["event"] for entry in logs] == ["event_loop_blocked", "event_loop_unblocked"]
+    blocked, unblocked = logs
+    assert blocked["handler"] == f"{__name__}.{stuck.__qualname__}"
+    assert (blocked["blocked_s"], unblocked["blocked_s"]) == (61, 61)
