@@ -43,7 +43,7 @@ from cloudqueue.listener.consumer.async_leases import HeldMessage
 from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.processing import POISON_REASONS
 from cloudqueue.listener.consumer.settlement import DELETED
-from cloudqueue.listener.consumer.verdicts import Verdict, judge_failure, judge_items
+from cloudqueue.listener.consumer.verdicts import Verdict, judge, judge_failure, judge_items
 from cloudqueue.listener.errors import (
     DecodeError,
     MessageTooLargeError,
@@ -55,7 +55,7 @@ from cloudqueue.listener.poison.move import poison_record
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import PoisonRecord
 from cloudqueue.listener.policies.backoff import RandomSource
-from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.producer.republish import republished_timing
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
@@ -118,7 +118,7 @@ class AsyncSettler:
         if decision is not None and context.failures and decision.kind in ("retry", "give_up"):
             return await self._items_failed(held, context, decision)
         if decision is not None:
-            return await self._decided(held, decision)
+            return await self._decided(held, decision, context.deliveries)
         if context.middleware_error is not None:
             deliveries = context.deliveries
             return await self.failed(held, context.middleware_error, deliveries=deliveries)
@@ -282,23 +282,25 @@ class AsyncSettler:
             retry_message_id=retry.id,
         )
 
-    async def _decided(self, held: HeldMessage, decision: Decision) -> Outcome:
+    async def _decided(self, held: HeldMessage, decision: Decision, deliveries: int) -> Outcome:
         """What a middleware decided: skip, give up, retry later, or re-route (a deferral
-        cannot be made here: ``MessageContext.defer`` refuses it, so it never comes)."""
-        error = decision.error or decision.reason
+        cannot be made here: ``MessageContext.defer`` refuses it, so it never comes); a give-up
+        or retry is judged as on threads (``judge``), at the message's ``deliveries``."""
         if decision.kind == "skip":
             log.info("message_skipped", message_id=held.message.id, reason=decision.reason)
             return await self._delete(held, "skipped", decision.reason)
-        if decision.kind == "give_up":
-            self.counters.failed += 1
-            return await self.poison(held, decision.reason, error)
         if decision.kind == "reroute" and decision.queue_name is not None:
             return await self._reroute(held, decision.queue_name, decision.reason)
-        self.counters.failed += 1
-        if exhausted(held.message.dequeue_count, self.delivery):
-            return await self.poison(held, decision.reason, error)
-        delay_s = round(decision.delay_s or 0)
-        return await self._retry(held, delay_s, error, reason=decision.reason)
+        verdict = judge(
+            deliveries,
+            self.delivery,
+            self.rng,
+            permanent=decision.kind == "give_up",
+            reason=decision.reason,
+            delay_s=decision.delay_s,
+        )
+        error = decision.error or decision.reason
+        return await self._failed_whole(held, verdict, error, deliveries)
 
     async def _reroute(self, held: HeldMessage, target: str, reason: str) -> Outcome:
         """Put the message's text on ``target``, then delete it here (a crash in between
