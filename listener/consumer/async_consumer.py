@@ -30,6 +30,10 @@ A message a middleware defers (a busy key) stays held out of its slot until resu
 left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
 ``listener.event_loop = "single"`` (``cloudqueue.workers.host.loop_worker``).
 
+A handler that blocks the loop (a sync call inside ``async def``) holds up every other handler
+and the renewals: with ``blocked_after_s``, a ``LoopWatch`` thread logs one that holds it that
+long, naming it and, once it lets go, how long it held the loop (``loop_watch``).
+
 Large items kept in the ``payload_store`` are fetched, and their payloads retired after the
 delete, on a worker thread (``async_handling``); ``key`` is the worker's key of an item, for a
 message that carries none, as on threads.
@@ -39,10 +43,8 @@ What a handler writes to its message through ``current_envelope()`` works as on 
 live state), and ``save_checkpoint`` starts its write at once, to be awaited
 (``async_reporting``).
 
-Not yet here (the threaded path has it; see issue 41): re-publishing only the failed items of a
-publisher's batch (a failed item here retries the whole message). A message delayed beyond
-7 days that is not due yet is hidden again (``async_hops``). A batch handler is a handler the
-host gives it (``cloudqueue.workers.host.async_batches``).
+A message delayed beyond 7 days that is not due yet is hidden again (``async_hops``). A batch
+handler is a handler the host gives it (``cloudqueue.workers.host.async_batches``).
 """
 
 from __future__ import annotations
@@ -56,6 +58,7 @@ from typing import Generic, TypeVar
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
+from cloudqueue.listener.consumer.async_depth import AsyncDepth
 from cloudqueue.listener.consumer.async_handling import AsyncHandling
 from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
@@ -74,6 +77,7 @@ from cloudqueue.listener.consumer.failure_logs import FailureLogs
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
+from cloudqueue.listener.consumer.loop_watch import LoopWatch
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.processing import KeyFunction
@@ -137,6 +141,7 @@ class AsyncConsumer(Generic[T]):
         create_queues: bool = True,
         lower_queues: Sequence[str] = (),
         priority: Priority = STRICT,
+        blocked_after_s: float | None = None,
     ) -> None:
         self.queue_names = (queue_name, *lower_queues)
         """Every queue it reads, highest priority first (``lower_queues`` after the first)."""
@@ -167,6 +172,8 @@ class AsyncConsumer(Generic[T]):
             visibility_timeout_s=visibility_timeout_s,
             renew=self.delivery.renew_visibility,
         )
+        self.depth = AsyncDepth(storage, queue_name, self.leases, clock)
+        """The queue's depth as last known (the figures read ``depth.known``)."""
         in_flight = self.policy.max_threads * concurrency
         # As every threaded listener: the failure logs and tracing first, then its own.
         self.tally = None if queue_of is None else QueueTally(self.queue_names, queue_of)
@@ -213,6 +220,12 @@ class AsyncConsumer(Generic[T]):
         self._found_work = False
         self._latency = ThroughputMeter()  # seconds per message, one at a time: the latency
         self._cpu = ProcessCpuMeter()
+        self._watch = (
+            None
+            if blocked_after_s is None
+            else LoopWatch(queue_name, blocked_after_s=blocked_after_s)
+        )
+        """Logs a handler that blocks the loop longer than ``blocked_after_s`` (None: off)."""
 
     def counters_of(self, queue_name: str) -> dict[str, int]:
         """What became of ``queue_name``'s messages (``processed``, ``failed``, ``poisoned``,
@@ -265,6 +278,15 @@ class AsyncConsumer(Generic[T]):
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
+        if self._watch is not None:
+            self._watch.start()
+        try:
+            await self._consume()
+        finally:
+            if self._watch is not None:
+                self._watch.stop()
+
+    async def _consume(self) -> None:
         await self._create_queues()
         # Renewal goes on through the drain: a handler finishing in its grace keeps its message.
         drained = asyncio.Event()
@@ -357,6 +379,7 @@ class AsyncConsumer(Generic[T]):
             error_count = 0
             self._slots.give_back(room - len(messages))  # what the get did not fill is free
             if not messages:
+                self.depth.empty_get()
                 await self._end_stretch(stretch)
                 idle_count += 1
                 stop, delay_s = self._idle_decision(idle_count)
@@ -424,19 +447,11 @@ class AsyncConsumer(Generic[T]):
         """Work found after an idle spell: run as many dequeue tasks as the scaling rule wants."""
         async with self._scaling:  # one decision at a time, or two would both add the difference
             try:
-                depth = await self.storage.approximate_message_count(self.queue_name)
+                depth = await self.depth.count()
             except Exception as failure:
                 log.warning("rescale_skipped", error=str(failure))
                 return
-            load = ListenerLoad(
-                approximate_depth=depth,
-                in_flight=self.counters.in_flight,
-                active_threads=self.active_tasks,
-                per_thread_rate_per_s=None,
-                message_latency_s=self._latency.seconds_per_message,
-                concurrency=self.concurrency,
-            )
-            grow_target, _ = targets(load, self.policy)
+            grow_target, _ = targets(self._load_at(depth), self.policy)
             if grow_target <= self.active_tasks:
                 return
             cores = self._cpu.cores_used()  # None: the first reading, which only starts a window
@@ -447,6 +462,24 @@ class AsyncConsumer(Generic[T]):
             self._start_dequeuers(started)
         if self.stack.wants("on_scaled"):
             await self.stack.emit("on_scaled", Scaled(self.queue_name, "up", started))
+
+    def known_load(self) -> ListenerLoad | None:
+        """The load now at the last known depth, without a storage call (None before one)."""
+        reading = self.depth.known.reading()
+        if reading is None:
+            return None
+        return self._load_at(reading.visible + self.counters.in_flight)
+
+    def _load_at(self, depth: int) -> ListenerLoad:
+        """The load as the scaling rule reads it, at ``depth`` (the approximate count)."""
+        return ListenerLoad(
+            approximate_depth=depth,
+            in_flight=self.counters.in_flight,
+            active_threads=self.active_tasks,
+            per_thread_rate_per_s=None,
+            message_latency_s=self._latency.seconds_per_message,
+            concurrency=self.concurrency,
+        )
 
     async def _start_handlers(self, held: list[HeldMessage]) -> None:
         """Start a handler for each (their slots were reserved before the get), each after

@@ -5,8 +5,9 @@ The event-loop consumer's counterpart of ``processing``. The message's text is p
 a ``MessageContext`` (its envelope, items, and key: the one it carries, else the worker's
 ``key(item)``), which the middleware see as on the threaded path; innermost in their chain
 (``async_stack``), the step either hands the items to the handler, one after the other (a
-publisher's batch: all or none), or -- for a message that cannot be opened, a duplicate, a key
-that fails -- settles it instead, so every message is seen (and traced) alike. After the chain the
+publisher's batch: each item, the failed ones noted, so that only they are retried), or -- for a
+message that cannot be opened, a duplicate, a key that fails -- settles it instead, so every
+message is seen (and traced) alike. After the chain the
 message is settled by what the middleware decided (``async_settling``) -- unless one deferred it
 (``async_deferrals``: it stays held, outcome ``deferred``) -- then ``after_settle`` sees the
 outcome.
@@ -51,7 +52,6 @@ from cloudqueue.listener.wire.payload import MessageContents, open_envelope
 T = TypeVar("T")
 
 TIME_LIMIT = "time_limit"
-OVERDUE = "max_dequeue_count_exceeded"
 
 Step = Callable[[], Coroutine[Any, Any, None]]
 """What the middleware wrap for one message: handing its items over, or settling it instead."""
@@ -134,9 +134,7 @@ class AsyncHandling(Generic[T]):
         payload store and not yet ``fetched``: no storage call is made on the loop."""
         if context.message.dequeue_count > self.settler.delivery.max_dequeue_count:
             # Its workers died on it each time (never settled): not handed out again, as on threads.
-            return partial(
-                self._poison, held, context, OVERDUE, "delivered too often without success"
-            )
+            return partial(self._overdue, held, context)
         return self._opened(held, context, fetched)
 
     def _opened(
@@ -156,13 +154,26 @@ class AsyncHandling(Generic[T]):
         except Exception as unopened:  # poisoned with the reason, or retried (``unopened``)
             return partial(self._unopened, held, context, unopened)
         context.payload_name = contents.payload_name
-        unkeyed = self._key(held, context)
-        if unkeyed is not None:
-            return unkeyed
-        if contents.handled:
-            return partial(self._drop_duplicate, held, context)
+        # A re-published batch's items were delivered in earlier messages too: counted.
+        context.attempts = contents.attempts
+        context.deliveries = contents.attempts + context.message.dequeue_count
+        instead = self._key(held, context) or self._not_handled(held, context, contents)
+        if instead is not None:
+            return instead
         context.deliverable = True
         return partial(self._deliver, held, context, contents.texts)
+
+    def _not_handled(
+        self, held: HeldMessage, context: MessageContext[T], contents: MessageContents
+    ) -> Step | None:
+        """The settlement an opened message gets instead of its handler: a duplicate of done
+        work dropped, or poisoned when its items' deliveries (earlier messages' too) are past
+        the limit; None to hand it over."""
+        if contents.handled:
+            return partial(self._drop_duplicate, held, context)
+        if context.deliveries > self.settler.delivery.max_dequeue_count:
+            return partial(self._overdue, held, context)
+        return None
 
     def _key(self, held: HeldMessage, context: MessageContext[T]) -> Step | None:
         """Give the context its key (the envelope's, else the worker's ``key(item)``); the
@@ -229,6 +240,10 @@ class AsyncHandling(Generic[T]):
         async with held.settling:
             context.outcome = await self.settler.poison(held, reason, error)
 
+    async def _overdue(self, held: HeldMessage, context: MessageContext[T]) -> None:
+        async with held.settling:
+            context.outcome = await self.settler.overdue(held, context.deliveries)
+
     async def _hop(self, held: HeldMessage, context: MessageContext[T]) -> None:
         async with held.settling:
             context.outcome = await self.hops.hop(held, context)
@@ -240,31 +255,29 @@ class AsyncHandling(Generic[T]):
     async def _deliver(
         self, held: HeldMessage, context: MessageContext[T], texts: list[str]
     ) -> None:
-        """The items to the handler in order, under the time limit; the first that fails
-        fails the message (``context.failures``)."""
+        """Every item to the handler in order, under one time limit for them all; the items
+        it failed on are noted (``context.failures``), as the threaded path notes them."""
         limit = asyncio.timeout(self.time_limit_s or None)
-        items, position = context.items, 0
         notes = await self._notes(held, context)
         # For current_envelope(): a context variable of this task, which runs the handler.
         set_current_message(context.queue_name, context.message, context.key, notes)
         try:
             try:
                 async with limit:
-                    while position < len(items):  # where it stops is the item that failed
-                        await self.handler(items[position])
-                        position += 1
+                    context.failures = await self._hand_over(context.items, texts, limit)
             finally:
                 if notes.writing is not None:  # its checkpoints are written before it settles
                     await notes.written()
-        except Exception as raised:  # a handler's own TimeoutError is its failure, not the limit
-            if limit.expired():
-                async with held.settling:
-                    context.outcome = await self.settler.failed(
-                        held, raised, reason=TIME_LIMIT, error="time limit exceeded"
-                    )
-                return
-            failed = ItemFailure(position, texts[position], label(items[position]), [raised])
-            context.failures = [failed]
+        except TimeoutError:  # the limit's: a handler's own TimeoutError is its item's failure
+            async with held.settling:
+                context.outcome = await self.settler.failed(
+                    held,
+                    TimeoutError(),
+                    reason=TIME_LIMIT,
+                    error="time limit exceeded",
+                    deliveries=context.deliveries,
+                )
+            return
         finally:
             set_current_message(None)
         context.handled = True
@@ -276,6 +289,20 @@ class AsyncHandling(Generic[T]):
         if notes.stored_checkpoint_name() is not None:  # rare: read on a worker thread
             await notes.load()
         return notes
+
+    async def _hand_over(
+        self, items: list[T], texts: list[str], limit: asyncio.Timeout
+    ) -> list[ItemFailure]:
+        """Hand each item to the handler; the ones it raised on."""
+        failed: list[ItemFailure] = []
+        for position, item in enumerate(items):
+            try:
+                await self.handler(item)
+            except Exception as raised:
+                if limit.expired():  # the limit's cancellation, turned into another error
+                    raise TimeoutError from raised
+                failed.append(ItemFailure(position, texts[position], label(item), [raised]))
+        return failed
 
 
 __all__ = ["AsyncHandling"]

@@ -11,7 +11,10 @@ middleware's ``after_settle`` sees, as on the threaded path):
   **skipped** or **rerouted** (its text put on the queue named first) by a middleware's decision;
 * **retried** when it raised (or a middleware failed, or asked for it): hidden for the delivery
   policy's back-off (``retry_visibility_s``), for the delay a ``RetryLater`` asked for (reason
-  ``retry_later``), or for the middleware's delay;
+  ``retry_later``), or for the middleware's delay; when only some items of a publisher's batch
+  failed, those items go on after that delay in a message of their own (put first, then the
+  original deleted: a crash in between duplicates items, it loses none), so the others are not
+  handled again;
 * **poisoned** (copied to ``<queue>-poison`` with the reason, then deleted: ``poison_record``
   builds the same record as the threaded path) when it never can be opened (``undecodable``,
   ``over_limit``, ``payload_foreign``, ``payload_missing``; a payload store out of reach or a
@@ -22,16 +25,15 @@ middleware's ``after_settle`` sees, as on the threaded path):
   (``async_handling``);
 * **left** where it is when storage fails while settling: it reappears after its timeout.
 
-A failed item of a publisher's batch retries the whole message here (the threaded path
-re-publishes the failed items only).
+Where a failure goes is decided by the threaded path's pure rules (``verdicts``), counting the
+deliveries of a re-published batch's items in earlier messages.
 """
 
 from __future__ import annotations
 
 import asyncio
-import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import structlog
@@ -39,61 +41,29 @@ import structlog
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer import lease_calls
 from cloudqueue.listener.consumer.async_leases import HeldMessage
-from cloudqueue.listener.consumer.item_failures import describe_items, judged
 from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.processing import POISON_REASONS
 from cloudqueue.listener.consumer.settlement import DELETED
+from cloudqueue.listener.consumer.verdicts import Verdict, judge, judge_failure, judge_items
 from cloudqueue.listener.errors import (
     DecodeError,
     MessageTooLargeError,
     PayloadNotFoundError,
-    PermanentFailure,
     QueueNotFoundError,
-    RetryLater,
     StorageError,
 )
 from cloudqueue.listener.poison.move import poison_record
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import PoisonRecord
 from cloudqueue.listener.policies.backoff import RandomSource
-from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.republish import republished_timing
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.prioritized import as_in_queue
 from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class Verdict:
-    """Where a failed delivery goes: the poison queue (with ``poison_reason``) or back to the
-    queue in ``retry_in_s`` seconds (with ``reason``, when the failure gave one)."""
-
-    poison_reason: str | None
-    retry_in_s: int = 0
-    reason: str | None = None
-
-
-def judge_failure(
-    failure: BaseException,
-    dequeue_count: int,
-    policy: DeliveryPolicy,
-    rng: RandomSource,
-    *,
-    reason: str | None = None,
-) -> Verdict:
-    """The threaded settlement's rule for a message failed as a whole (``Settlement.failed``)."""
-    failure = judged(failure)
-    if isinstance(failure, PermanentFailure):
-        return Verdict(reason or "permanent_failure")
-    if isinstance(failure, RetryLater):
-        reason = reason or "retry_later"
-    if exhausted(dequeue_count, policy):
-        return Verdict(reason or "max_dequeue_count_exceeded")
-    if isinstance(failure, RetryLater):
-        return Verdict(None, math.ceil(failure.visibility_s), reason)
-    return Verdict(None, retry_visibility_s(dequeue_count, policy, rng), reason)
 
 
 @dataclass(slots=True)
@@ -142,17 +112,19 @@ class AsyncSettler:
 
     async def settle(self, held: HeldMessage, context: MessageContext[Any]) -> Outcome:
         """Settle a message that went through the middleware (and its handler): by a
-        middleware's decision, else failed (a middleware's error, a failed item), else deleted.
-        Call it holding ``held.settling``: it uses the newest receipt."""
+        middleware's decision (about the failed items only, when some failed), else failed (a
+        middleware's error, failed items), else deleted. Call it holding ``held.settling``: it
+        uses the newest receipt."""
         decision = context.decision
+        if decision is not None and context.failures and decision.kind in ("retry", "give_up"):
+            return await self._items_failed(held, context, decision)
         if decision is not None:
-            return await self._decided(held, decision)
+            return await self._decided(held, decision, context.deliveries)
         if context.middleware_error is not None:
-            return await self.failed(held, context.middleware_error)
+            deliveries = context.deliveries
+            return await self.failed(held, context.middleware_error, deliveries=deliveries)
         if context.failures:
-            count = len(context.items)
-            error = describe_items(context.failures, count=count, batched=count > 1)
-            return await self.failed(held, context.failures[0].failures[0], error=error)
+            return await self._items_failed(held, context)
         return await self._delete(held, "deleted", payload=context.payload_name)
 
     async def failed(
@@ -162,17 +134,14 @@ class AsyncSettler:
         *,
         reason: str | None = None,
         error: str | None = None,
+        deliveries: int | None = None,
     ) -> Outcome:
-        """A failed delivery: retried after the back-off (or the delay asked), or poisoned."""
-        self.counters.failed += 1
-        message = held.message
-        error = error or _describe(failure)
-        verdict = judge_failure(
-            failure, message.dequeue_count, self.delivery, self.rng, reason=reason
-        )
-        if verdict.poison_reason is not None:
-            return await self.poison(held, verdict.poison_reason, error)
-        return await self._retry(held, verdict.retry_in_s, error, reason=verdict.reason)
+        """A failed delivery (its ``deliveries``-th, earlier messages of its items included;
+        None: its dequeue count): retried after the back-off (or the delay asked), or poisoned."""
+        if deliveries is None:
+            deliveries = held.message.dequeue_count
+        verdict = judge_failure(failure, deliveries, self.delivery, self.rng, reason=reason)
+        return await self._failed_whole(held, verdict, error or _describe(failure), deliveries)
 
     async def unopened(self, held: HeldMessage, failure: Exception) -> Outcome:
         """A message that could not be opened: poisoned with the reason when it never can be,
@@ -182,6 +151,13 @@ class AsyncSettler:
         if not isinstance(failure, StorageError):  # a codec or store bug: logged in full
             log.error("message_open_failed", exc_info=failure)
         return await self.failed(held, failure)
+
+    async def overdue(self, held: HeldMessage, deliveries: int) -> Outcome:
+        """Poison a message delivered more often than allowed (``deliveries``, earlier messages
+        of its items included), unhandled: its workers died on it each time."""
+        counted = replace(held.message, dequeue_count=deliveries)
+        error = "delivered too often without success"
+        return await self.poison(held, "max_dequeue_count_exceeded", error, recorded=counted)
 
     async def drop_duplicate(self, held: HeldMessage, payload: str | None) -> Outcome:
         """Delete a message whose stored payload is a tombstone: another copy's work is done."""
@@ -194,13 +170,21 @@ class AsyncSettler:
         )
         return await self._delete(held, "dropped")
 
-    async def poison(self, held: HeldMessage, reason: str, error: str) -> Outcome:
-        """Copy to the poison queue first, delete second: a crash between leaves a duplicate."""
+    async def poison(
+        self,
+        held: HeldMessage,
+        reason: str,
+        error: str,
+        *,
+        recorded: QueueMessage | None = None,
+    ) -> Outcome:
+        """Copy to the poison queue first, delete second: a crash between leaves a duplicate.
+        ``recorded`` is what the record holds, when not the message as fetched (its failed items
+        only, or all their deliveries)."""
         message = held.message
         queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
-        record = poison_record(
-            queue, as_in_queue(message, queue), reason=reason, error=error, now=self.clock.now()
-        )
+        kept = as_in_queue(recorded or message, queue)
+        record = poison_record(queue, kept, reason=reason, error=error, now=self.clock.now())
         target = poison_queue_name(queue)
         try:
             try:
@@ -226,23 +210,98 @@ class AsyncSettler:
         )
         return Outcome("poisoned", reason, error)
 
-    async def _decided(self, held: HeldMessage, decision: Decision) -> Outcome:
+    async def _items_failed(
+        self, held: HeldMessage, context: MessageContext[Any], decision: Decision | None = None
+    ) -> Outcome:
+        """Poison or retry what failed (``judge_items``): only the failed items when others of
+        the batch succeeded, else the whole message; ``decision``, a middleware's about them."""
+        items = judge_items(
+            context.failures,
+            count=len(context.items),
+            attempts=context.attempts,
+            deliveries=context.deliveries,
+            key=None if context.envelope is None else context.envelope.key,
+            policy=self.delivery,
+            rng=self.rng,
+            permanent=decision is not None and decision.kind == "give_up",
+            reason=None if decision is None else decision.reason,
+            delay_s=None if decision is None else decision.delay_s,
+        )
+        verdict, remainder, deliveries = items.verdict, items.remainder, context.deliveries
+        if remainder is None:
+            return await self._failed_whole(held, verdict, items.error, deliveries)
+        self.counters.failed += 1
+        if verdict.poison_reason is None:
+            return await self._republish(held, context, remainder, verdict, items.error)
+        failed_items = replace(held.message, content=remainder, dequeue_count=deliveries)
+        return await self.poison(held, verdict.poison_reason, items.error, recorded=failed_items)
+
+    async def _failed_whole(
+        self, held: HeldMessage, verdict: Verdict, error: str, deliveries: int
+    ) -> Outcome:
+        """The whole message poisoned (as delivered ``deliveries`` times), or hidden."""
+        self.counters.failed += 1
+        if verdict.poison_reason is not None:
+            counted = replace(held.message, dequeue_count=deliveries)
+            return await self.poison(held, verdict.poison_reason, error, recorded=counted)
+        return await self._retry(held, verdict.retry_in_s, error, reason=verdict.reason)
+
+    async def _republish(
+        self,
+        held: HeldMessage,
+        context: MessageContext[Any],
+        content: str,
+        verdict: Verdict,
+        error: str,
+    ) -> Outcome:
+        """Put the failed items (``content``) in a new message hidden for the verdict's delay,
+        then delete the original: a crash in between duplicates items, it loses none. A failed
+        put retries the whole message instead."""
+        message, delay_s = held.message, verdict.retry_in_s
+        time_to_live_s, hidden_s = republished_timing(message, delay_s, self.clock.now())
+        try:
+            retry = await self.storage.put_message(
+                context.queue_name,  # the queue it came from, for a consumer of several
+                content,
+                time_to_live_s=time_to_live_s,
+                visibility_delay_s=hidden_s,
+            )
+        except StorageError as failure:
+            detail = {"republish_error": str(failure)}
+            return await self._retry(held, delay_s, error, reason=verdict.reason, **detail)
+        try:
+            await self.storage.delete_message(self.queue_name, message.id, held.pop_receipt)
+        except StorageError as failure:  # both copies of the failed items come back: no loss
+            return self._left(message, failure, verdict.reason)
+        return self._retried(
+            message,
+            delay_s,
+            error,
+            verdict.reason,
+            items_failed=len(context.failures),
+            items=len(context.items),
+            retry_message_id=retry.id,
+        )
+
+    async def _decided(self, held: HeldMessage, decision: Decision, deliveries: int) -> Outcome:
         """What a middleware decided: skip, give up, retry later, or re-route (a deferral
-        cannot be made here: ``MessageContext.defer`` refuses it, so it never comes)."""
-        error = decision.error or decision.reason
+        cannot be made here: ``MessageContext.defer`` refuses it, so it never comes); a give-up
+        or retry is judged as on threads (``judge``), at the message's ``deliveries``."""
         if decision.kind == "skip":
             log.info("message_skipped", message_id=held.message.id, reason=decision.reason)
             return await self._delete(held, "skipped", decision.reason)
-        if decision.kind == "give_up":
-            self.counters.failed += 1
-            return await self.poison(held, decision.reason, error)
         if decision.kind == "reroute" and decision.queue_name is not None:
             return await self._reroute(held, decision.queue_name, decision.reason)
-        self.counters.failed += 1
-        if exhausted(held.message.dequeue_count, self.delivery):
-            return await self.poison(held, decision.reason, error)
-        delay_s = round(decision.delay_s or 0)
-        return await self._retry(held, delay_s, error, reason=decision.reason)
+        verdict = judge(
+            deliveries,
+            self.delivery,
+            self.rng,
+            permanent=decision.kind == "give_up",
+            reason=decision.reason,
+            delay_s=decision.delay_s,
+        )
+        error = decision.error or decision.reason
+        return await self._failed_whole(held, verdict, error, deliveries)
 
     async def _reroute(self, held: HeldMessage, target: str, reason: str) -> Outcome:
         """Put the message's text on ``target``, then delete it here (a crash in between
@@ -284,7 +343,7 @@ class AsyncSettler:
         return DELETED if kind == "deleted" else Outcome(kind, reason)
 
     async def _retry(
-        self, held: HeldMessage, delay_s: int, error: str, *, reason: str | None
+        self, held: HeldMessage, delay_s: int, error: str, *, reason: str | None, **detail: str
     ) -> Outcome:
         message = held.message
         try:
@@ -293,6 +352,17 @@ class AsyncSettler:
             )
         except StorageError as failure_to_hide:
             return self._left(message, failure_to_hide, reason)
+        return self._retried(message, delay_s, error, reason, **detail)
+
+    def _retried(
+        self,
+        message: QueueMessage,
+        delay_s: int,
+        error: str,
+        reason: str | None,
+        **detail: object,
+    ) -> Outcome:
+        """Count and log a retry (of ``message``, or of its failed items in a new message)."""
         self.counters.retried += 1
         self._log.info(
             "message_retry_scheduled",
@@ -301,6 +371,7 @@ class AsyncSettler:
             error=error,
             retry_in_s=delay_s,
             **({"reason": reason} if reason else {}),
+            **detail,
         )
         return Outcome("retried", reason, error, retry_in_s=delay_s)
 

@@ -33,15 +33,15 @@ import structlog
 from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer import lease_calls
 from cloudqueue.listener.consumer.failure_logs import FailureMemory
-from cloudqueue.listener.consumer.item_failures import describe_items, is_permanent, retry_later_s
 from cloudqueue.listener.consumer.leases import Lease
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.poisoning import PoisonDecision, PoisonMover
 from cloudqueue.listener.consumer.stats import ListenerCounters
+from cloudqueue.listener.consumer.verdicts import RETRY_LATER, Verdict, judge, judge_items
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.backoff import RandomSource
-from cloudqueue.listener.policies.delivery import DeliveryPolicy, exhausted, retry_visibility_s
-from cloudqueue.listener.producer.republish import remainder_content, republish
+from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.republish import republish
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.stores.storage import QueueMessage, QueueStorage
 
@@ -49,9 +49,6 @@ log = structlog.get_logger(__name__)
 
 DELETED = Outcome("deleted")
 """The outcome of nearly every message: made once."""
-
-RETRY_LATER = "retry_later"
-"""The reason of a message whose handler raised ``RetryLater``: it waits the delay asked for."""
 
 REMEMBERED_ERRORS = 10_000
 """First errors kept per listener for poison records (oldest forgotten first)."""
@@ -139,20 +136,15 @@ class Settlement:
         delay_s: float | None = None,
     ) -> None:
         """Poison the whole message, or hide it for the retry back-off (or ``delay_s``)."""
-        self.counters.add("failed")
-        deliveries = context.deliveries
-        counted = replace(lease.message, dequeue_count=deliveries)
-        if permanent:
-            self.poison(lease, context, reason or "permanent_failure", error, recorded=counted)
-        elif exhausted(deliveries, self.policy):
-            why = reason or "max_dequeue_count_exceeded"
-            self.poison(lease, context, why, error, recorded=counted)
-        else:
-            if delay_s is None:
-                delay = retry_visibility_s(deliveries, self.policy, self.rng)
-            else:
-                delay = round(delay_s)
-            self._retry_whole(lease, context, error, delay, reason=reason)
+        verdict = judge(
+            context.deliveries,
+            self.policy,
+            self.rng,
+            permanent=permanent,
+            reason=reason,
+            delay_s=delay_s,
+        )
+        self._failed_whole(lease, context, error, verdict)
 
     def poison(
         self,
@@ -249,40 +241,49 @@ class Settlement:
         delay_s: float | None = None,
     ) -> None:
         """Poison or retry what failed: only the failed items when others of the batch succeeded
-        (they go on in a message of their own), else the whole message. ``permanent``,
-        ``reason`` and ``delay_s`` carry a middleware's decision about the failure."""
+        (they go on in a message of their own), else the whole message (``judge_items``).
+        ``permanent``, ``reason`` and ``delay_s`` carry a middleware's decision about the
+        failure."""
         failed, count = context.failures, len(texts)
-        batched = count > 1 or context.attempts > 0
-        error = describe_items(failed, count=count, batched=batched)
-        permanent = permanent or is_permanent(failed)
-        asked_s = None if permanent or delay_s is not None else retry_later_s(failed)
-        if asked_s is not None:  # the handler said when: its delay, not the back-off
-            delay_s, reason = asked_s, reason or RETRY_LATER
-            self.counters.add("retried_later")
-        if len(failed) == count:
-            self.failed(lease, context, error, permanent=permanent, reason=reason, delay_s=delay_s)
-            return
-        # The other items were handled: they are not delivered again.
-        carried = None if context.envelope is None else context.envelope.key
-        remainder = remainder_content(
-            [item.text for item in failed], attempts=context.deliveries, key=carried
+        items = judge_items(
+            failed,
+            count=count,
+            attempts=context.attempts,
+            deliveries=context.deliveries,
+            key=None if context.envelope is None else context.envelope.key,
+            policy=self.policy,
+            rng=self.rng,
+            permanent=permanent,
+            reason=reason,
+            delay_s=delay_s,
         )
-        if remainder is None:  # pragma: no cover - fewer failed than all always leaves some
-            self.failed(lease, context, error, permanent=permanent)
+        if items.asked:
+            self.counters.add("retried_later")
+        verdict, remainder = items.verdict, items.remainder
+        if remainder is None:
+            self._failed_whole(lease, context, items.error, verdict)
             return
         self.counters.add("items_processed", count - len(failed))
         self.counters.add("failed")
-        if permanent or exhausted(context.deliveries, self.policy):
-            default = "permanent_failure" if permanent else "max_dequeue_count_exceeded"
+        if verdict.poison_reason is not None:
             failed_items = replace(
                 lease.message, content=remainder, dequeue_count=context.deliveries
             )
-            self.poison(lease, context, reason or default, error, recorded=failed_items)
+            self.poison(lease, context, verdict.poison_reason, items.error, recorded=failed_items)
         else:
-            items = (len(failed), count)
-            self._republish(
-                lease, context, remainder, error, items=items, delay_s=delay_s, reason=reason
-            )
+            counts = (len(failed), count)
+            self._republish(lease, context, remainder, items.error, items=counts, verdict=verdict)
+
+    def _failed_whole(
+        self, lease: Lease, context: MessageContext[Any], error: str, verdict: Verdict
+    ) -> None:
+        """Poison the whole message, or hide it, as ``verdict`` says."""
+        self.counters.add("failed")
+        if verdict.poison_reason is not None:
+            counted = replace(lease.message, dequeue_count=context.deliveries)
+            self.poison(lease, context, verdict.poison_reason, error, recorded=counted)
+        else:
+            self._retry_whole(lease, context, error, verdict.retry_in_s, reason=verdict.reason)
 
     def _retry_whole(
         self,
@@ -316,16 +317,12 @@ class Settlement:
         error: str,
         *,
         items: tuple[int, int],
-        delay_s: float | None = None,
-        reason: str | None = None,
+        verdict: Verdict,
     ) -> None:
-        """Put the failed items in a new message (after the back-off, or ``delay_s``), then
+        """Put the failed items in a new message, hidden for the ``verdict``'s delay, then
         delete the original: a crash in between duplicates the batch's items, it loses none."""
         message, deliveries = lease.message, context.deliveries
-        if delay_s is None:
-            delay = retry_visibility_s(deliveries, self.policy, self.rng)
-        else:
-            delay = round(delay_s)
+        delay, reason = verdict.retry_in_s, verdict.reason
         try:
             retry = republish(
                 self.storage,

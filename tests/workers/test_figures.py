@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
@@ -144,6 +145,60 @@ def test_a_stale_depth_is_counted_again_while_work_flows_and_never_while_idle() 
         clock.advance(5)
         assert not refresher.tick()
     assert storage.counts()["approximate_message_count"] == counts + 2
+
+
+GATE = threading.Event()
+
+
+class Holding(QueueWorker[str]):
+    """On the single event loop, one message at a time; item ``hold`` waits for ``GATE``."""
+
+    queue_name: ClassVar[str] = QUEUE
+    item_type = str
+    settings: ClassVar[dict[str, Any]] = {"listener": {"event_loop": "single", "concurrency": 1}}
+
+    async def handle(self, item: str) -> None:
+        if item == "hold":
+            await asyncio.to_thread(GATE.wait, 30)  # off the loop: it goes on renewing
+
+
+def test_a_single_loop_workers_depth_gauges_follow_its_counts_and_its_empty_gets() -> None:
+    """On the single loop, as on threads: the count taken when work appears sets the visible
+    depth (held messages apart), a stale one is counted again while a handler holds its
+    message, and an empty get after the drain reads 0."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(QUEUE)
+    for item in ["hold", "a", "b", "c", "d"]:
+        storage.put_message(QUEUE, item)
+    settings = CloudQueueSettings.model_validate(
+        {
+            "observability": {"metrics_port": 0},
+            "scaling": {"max_threads": 1, "depth_refresh_s": 0.1},
+            "backoff": {"max_idle_s": 0.05, "delta_backoff_s": 0.01},
+        }
+    )
+    GATE.clear()
+    host = WorkerHost([Holding], settings, storage=storage)
+    host.start()
+
+    def depth(kind: str) -> float | None:
+        assert host.observability is not None
+        host.observability.sample()
+        return _gauge(host, "cloudqueue_queue_depth", kind=kind)
+
+    try:
+        eventually(lambda: depth("visible") == 4 and depth("in_flight") == 1)
+        for item in ["e", "f", "g"]:
+            storage.put_message(QUEUE, item)
+        eventually(lambda: depth("visible") == 7)  # counted again: the handler holds its message
+        assert _gauge(host, "cloudqueue_queue_depth_age_seconds") is not None
+        GATE.set()
+        [looped] = host.looped
+        eventually(lambda: looped.consumer.counters.processed == 8)
+        eventually(lambda: depth("visible") == 0 and depth("in_flight") == 0)
+    finally:
+        GATE.set()
+        host.stop()
 
 
 def test_a_batch_of_200_items_counts_200_processed_beside_its_one_message() -> None:

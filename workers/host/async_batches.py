@@ -12,9 +12,9 @@ call. A call longer than ``listener.time_limit_s`` is cancelled: its items fail 
 
 What a call decides is ``batch_handler``'s: returning settles every item as done;
 ``BatchFailed([positions])`` fails only those items (``batch_partial`` is logged with their
-messages' ids); any other exception fails them all. One difference: a message of several items
-(a publisher's batch) whose item failed is retried whole, as the single loop retries any such
-message; its items join batches one after the other.
+messages' ids); any other exception fails them all. The items of a message of several (a
+publisher's batch) join batches one after the other; when some of them fail, only those are
+retried, in a message of their own (``async_settling``), as on threads.
 """
 
 from __future__ import annotations

@@ -9,7 +9,8 @@ flows (messages held, or settled since the last tick) and the known depth is old
 same measure). Idle, it counts nothing: the empty gets keep the depth at 0. The ticks come from a
 ``DepthTicker`` thread the host starts with its listeners (``WorkerHost.start``), so a host
 driven by ``start``/``stop`` (the demo, a host embedded in your own process) keeps its depth as
-fresh as one under ``run``.
+fresh as one under ``run``. A worker on the single event loop refreshes its own the same way, in
+a task on its loop (``refresh_loop_depth``), when metrics are on (nothing else reads it there).
 
 Cost: at most ``3600 / refresh_s`` counts an hour per queue (720 at the default 5 s; one count
 per partition on a partitioned queue), and only while work flows and nothing else counted.
@@ -17,12 +18,15 @@ per partition on a partitioned queue), and only while work flows and nothing els
 
 from __future__ import annotations
 
+import asyncio
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import structlog
 
+from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.consumer.depth import KnownDepth
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.pool_control import PoolControl
 from cloudqueue.listener.errors import StorageError
@@ -34,6 +38,30 @@ TICK_S = 1.0
 its own interval)."""
 
 log = structlog.get_logger(__name__)
+
+
+class StaleWhileFlowing:
+    """Whether a queue's known depth is due a count: work flows (messages held, or settled
+    since the last ask) and the depth is older than ``refresh_s``."""
+
+    def __init__(
+        self,
+        known_depth: KnownDepth,
+        refresh_s: float,
+        *,
+        settled: Callable[[], int],
+        in_flight: Callable[[], int],
+    ) -> None:
+        self.known_depth, self.refresh_s = known_depth, refresh_s
+        self._settled_now, self._in_flight = settled, in_flight
+        self._settled = settled()
+
+    def due(self) -> bool:
+        settled = self._settled_now()
+        flowing = settled != self._settled or self._in_flight() > 0
+        self._settled = settled
+        age_s = self.known_depth.age_s()
+        return flowing and (age_s is None or age_s >= self.refresh_s)
 
 
 class DepthRefresher:
@@ -49,15 +77,17 @@ class DepthRefresher:
         self.listener = listener
         self.pool = pool
         self.refresh_s = refresh_s
-        self._settled = self._settled_now()
+        counters = listener.counters
+        self._stale = StaleWhileFlowing(
+            listener.meters.known_depth,
+            refresh_s,
+            settled=lambda: counters.processed + counters.failed + counters.poisoned,
+            in_flight=lambda: counters.in_flight,
+        )
 
     def tick(self) -> bool:
         """Count now if due; True when it counted."""
-        settled = self._settled_now()
-        flowing = settled != self._settled or self.listener.counters.in_flight > 0
-        self._settled = settled
-        age_s = self.listener.meters.known_depth.age_s()
-        if not flowing or (age_s is not None and age_s < self.refresh_s):
+        if not self._stale.due():
             return False
         try:
             self.pool.measure_load()  # records the listener's known depth
@@ -65,10 +95,6 @@ class DepthRefresher:
             log.warning("depth_refresh_skipped", queue=self.listener.queue_name, error=str(failure))
             return False
         return True
-
-    def _settled_now(self) -> int:
-        counters = self.listener.counters
-        return counters.processed + counters.failed + counters.poisoned
 
     def __repr__(self) -> str:
         return f"DepthRefresher({self.listener.queue_name!r}, refresh_s={self.refresh_s})"
@@ -103,3 +129,25 @@ class DepthTicker:
         # A periodic tick, not a wait for a condition: the interval is the refresh cadence.
         while not self._closed.wait(self.interval_s):
             self.tick()
+
+
+async def refresh_loop_depth(consumer: AsyncConsumer[Any], refresh_s: float) -> None:
+    """A single event loop's ``DepthRefresher`` and ticker in one: run on its loop beside the
+    consumer until cancelled, it counts the queue when its known depth is stale while work
+    flows."""
+    counters = consumer.counters
+    stale = StaleWhileFlowing(
+        consumer.depth.known,
+        refresh_s,
+        settled=lambda: counters.processed + counters.failed + counters.poisoned,
+        in_flight=lambda: counters.in_flight,
+    )
+    while True:
+        # A periodic tick, not a wait for a condition: the interval is the refresh cadence.
+        await asyncio.sleep(min(TICK_S, refresh_s))
+        if not stale.due():
+            continue
+        try:
+            await consumer.depth.count()
+        except StorageError as failure:
+            log.warning("depth_refresh_skipped", queue=consumer.queue_name, error=str(failure))

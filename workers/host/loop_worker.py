@@ -9,7 +9,9 @@ loop at the first call, is counted on the host's meter, and is closed there afte
 
 A push trigger for its queue wakes it with one ``call_soon_threadsafe``; while all its tasks are
 gone (``scaling.min_threads = 0``, which needs triggers) a watchdog counts the queue every
-``triggers.watchdog_interval_s``, the threaded path's net under lost triggers. ``request_stop``
+``triggers.watchdog_interval_s``, the threaded path's net under lost triggers. With metrics on,
+its known depth is counted again while work flows, as a listener's is (``depth_refresh``).
+``request_stop``
 then ``stop`` drain as a listener does: fetching stops, handlers get the grace, the ones still
 running then are cancelled and their messages reappear after their visibility timeout.
 """
@@ -46,6 +48,7 @@ from cloudqueue.workers.host.async_batches import loop_handler
 from cloudqueue.workers.host.chains import chain_step_for
 from cloudqueue.workers.host.controls import controls_for
 from cloudqueue.workers.host.cost_meter import QueueCost
+from cloudqueue.workers.host.depth_refresh import refresh_loop_depth
 from cloudqueue.workers.host.lifecycle import start_up, wind_down
 from cloudqueue.workers.host.live_state import QueueLiveState
 from cloudqueue.workers.host.seam import (
@@ -78,6 +81,8 @@ class LoopWorker:
     """Keeps its handler's return values (``keep_results``), announced on the host's triggers."""
     beat: Callable[[], Coroutine[Any, Any, None]] | None = None
     """Run beside the consumer when metrics are on: shows the probes the loop is free."""
+    depth_refresh_s: float | None = None
+    """With metrics on: how stale its known depth may grow while work flows."""
     _running: concurrent.futures.Future[None] | None = None
     _subscription: DisposableBase | None = None
     _stop_requested: bool = False
@@ -190,6 +195,8 @@ class LoopWorker:
     async def _serve(self, watchdog_s: float | None) -> None:
         beside = [] if self.beat is None else [self.beat()]
         beside += [] if watchdog_s is None else [self._watch(watchdog_s)]
+        if self.depth_refresh_s is not None:
+            beside.append(refresh_loop_depth(self.consumer, self.depth_refresh_s))
         watching = [asyncio.create_task(side) for side in beside]
         try:
             await self.consumer.run()
@@ -285,11 +292,13 @@ def host_loop_worker(
         create_queues=options.create_queues,
         lower_queues=location.lower_queues,
         priority=location.priority,
+        blocked_after_s=options.loop_blocked_after_s,
     )
     loop = LoopThread(f"cloudqueue:{consumer.queue_name}:event-loop")
-    beat = None
+    beat, depth_refresh_s = None, None
     if observability is not None:
         beat = observability.watch_loop(consumer, settings.scaling_policy().min_threads)
+        depth_refresh_s = settings.scaling.depth_refresh_s
     return LoopWorker(
         worker,
         settings,
@@ -299,6 +308,7 @@ def host_loop_worker(
         completion=completion_in(middleware),
         results=results,
         beat=beat,
+        depth_refresh_s=depth_refresh_s,
     )
 
 

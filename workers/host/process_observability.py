@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.middleware import Middleware
+from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.metered import CountsByQueue, MeteredStorage
@@ -173,13 +174,15 @@ class ProcessObservability:
                 listener.active_dequeue_tasks
             )
             self.metrics.stuck_threads.labels(listener.queue_name).set(listener.stuck_threads)
-            self._sample_depth(listener)
+            known_depth = listener.meters.known_depth
+            self._sample_depth(listener.queue_name, listener.known_load(), known_depth.age_s())
         for consumer in self._loops:
             for queue in consumer.queue_names:
                 self.metrics.sample_counters(queue, consumer.counters_of(queue))
             queue = consumer.queue_name
             self.metrics.dequeue_threads.labels(queue).set(consumer.active_tasks)
             self.metrics.stuck_threads.labels(queue).set(0)  # cancelled at the limit: none stuck
+            self._sample_depth(queue, consumer.known_load(), consumer.depth.known.age_s())
         for scheduler in self._jobs:
             self.metrics.sample_job_runs(scheduler.spec.name, scheduler.runs)
         if self._metered is not None:
@@ -190,14 +193,12 @@ class ProcessObservability:
         self.metrics.live.set(1 if self.probes.liveness().ok else 0)
         self.metrics.ready.set(1 if self.probes.readiness().ok else 0)
 
-    def _sample_depth(self, listener: CloudQueueListener[Any]) -> None:
-        """Depth, its age and the target from the listener's known depth: no storage call."""
-        load = listener.known_load()
-        age_s = listener.meters.known_depth.age_s()
-        policy = self._policies.get(listener.queue_name)
+    def _sample_depth(self, queue: str, load: ListenerLoad | None, age_s: float | None) -> None:
+        """Depth, its age and the target from a consumer's known depth (``load`` at it, read
+        ``age_s`` ago): no storage call."""
+        policy = self._policies.get(queue)
         if load is None or age_s is None or policy is None:
             return  # nothing measured yet: no made-up zero
-        queue = listener.queue_name
         self.metrics.queue_depth.labels(queue, "visible").set(load.visible_depth)
         self.metrics.queue_depth.labels(queue, "in_flight").set(load.in_flight)
         self.metrics.queue_depth_age.labels(queue).set(age_s)

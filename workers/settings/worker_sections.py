@@ -135,6 +135,12 @@ class ListenerSettings(Section):
         "event loop fetches, handles and settles, no thread per message; async def handle or "
         "handle_batch only)",
     )
+    loop_blocked_after_s: float = Field(
+        default=1.0,
+        gt=0,
+        description="event_loop = single: a handler holding the loop this long (a blocking call "
+        "in async def handle) is logged as event_loop_blocked, naming it",
+    )
 
     @field_validator("middleware")
     @classmethod

@@ -11,13 +11,16 @@ import sqlite3
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 
 from cloudqueue.listener.poison.queue import poison_queue_name
 from cloudqueue.listener.poison.record import PoisonRecord, parse_record
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
+from cloudqueue.listener.producer.republish import remainder_content
 from cloudqueue.listener.scaling.scaler import ScalingPolicy
-from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
+from cloudqueue.listener.stores.async_storage import AsyncQueueStorage, DirectAsyncStorage
+from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.stores.sqlite_storage import SqliteQueueStorage
 from cloudqueue.listener.stores.storage import QueueStorage
 from tests.listener.consumer.test_async_consumer import CODEC, consume, put_all, stores
@@ -42,6 +45,28 @@ def poison_records(storage: QueueStorage, queue: str) -> list[PoisonRecord]:
     return [parse_record(record.content) for record in records]
 
 
+def items_handled_until_settled(
+    make: Callable[[], AsyncQueueStorage], queue: str, *, max_dequeue_count: int
+) -> list[int]:
+    """Consume ``queue`` until its one message is settled; the items its handler was given."""
+    calls: list[int] = []
+
+    async def handle(item: int) -> None:
+        calls.append(item)
+
+    delivery = DeliveryPolicy(max_dequeue_count=max_dequeue_count)
+    asyncio.run(
+        consume(
+            make,
+            queue,
+            handle,
+            lambda c: c.counters.poisoned + c.counters.processed == 1,
+            delivery=delivery,
+        )
+    )
+    return calls
+
+
 def test_a_message_delivered_too_often_is_poisoned_without_its_handler(
     stores: tuple[QueueStorage, Callable[[], AsyncQueueStorage]], queue_name: str
 ) -> None:
@@ -51,25 +76,29 @@ def test_a_message_delivered_too_often_is_poisoned_without_its_handler(
     storage, make = stores
     put_all(storage, queue_name, [9])
     deliver_unsettled(storage, queue_name, 3)
-    calls: list[int] = []
-
-    async def handle(item: int) -> None:
-        calls.append(item)
-
-    asyncio.run(
-        consume(
-            make,
-            queue_name,
-            handle,
-            lambda c: c.counters.poisoned + c.counters.processed == 1,
-            delivery=DeliveryPolicy(max_dequeue_count=3),
-        )
-    )
-    assert calls == []
+    assert items_handled_until_settled(make, queue_name, max_dequeue_count=3) == []
     [record] = poison_records(storage, queue_name)
     assert (record.reason, record.dequeue_count) == ("max_dequeue_count_exceeded", 4)
     assert record.error == "delivered too often without success"
     assert storage.approximate_message_count(queue_name) == 0
+
+
+def test_the_failed_items_of_a_batch_count_their_earlier_deliveries_toward_the_limit(
+    queue_name: str,
+) -> None:
+    """Failed items re-published after 2 deliveries, then taken once by a worker that died: at
+    their 4th delivery in all, past a limit of 3, they are poisoned unhandled, the record
+    counting all 4 (as on threads), though this message was fetched only twice."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(queue_name)
+    remainder = remainder_content([CODEC.encode(9)], attempts=2)
+    assert remainder is not None
+    storage.put_message(queue_name, remainder)
+    deliver_unsettled(storage, queue_name, 1)
+    make = partial(DirectAsyncStorage, storage)
+    assert items_handled_until_settled(make, queue_name, max_dequeue_count=3) == []
+    [record] = poison_records(storage, queue_name)
+    assert (record.reason, record.dequeue_count) == ("max_dequeue_count_exceeded", 4)
 
 
 def test_a_database_locked_by_another_writer_is_backed_off_from_and_loses_nothing(

@@ -1,6 +1,7 @@
 """A batch with one bad item: only the failed items are retried, in a message of their own.
 
-On each storage backend (memory, SQLite, Azure on Azurite), real time, no retry back-off.
+On each storage backend (memory, SQLite, Azure on Azurite), real time, no retry back-off; on
+threads, and once on the single event loop (the aio SDK on Azurite).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from cloudqueue.listener.errors import PermanentFailure
 from cloudqueue.listener.poison.requeue import requeue_poisoned
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.wire.payload import open_message
+from tests.support.event_loop_consumer import ONE_TASK, running_async_consumer
 from tests.support.polling import eventually
 
 Listen = Callable[..., CloudQueueListener[str]]
@@ -98,6 +100,28 @@ def test_good_items_run_once_and_the_bad_one_is_poisoned_alone_after_five_attemp
     assert (record.reason, record.dequeue_count) == ("max_dequeue_count_exceeded", 5)
     assert record.error == "item 1 of 1 ('b2'): ValueError: b2 has no customer"
     assert open_message(record.content, None).texts == [MessageCodec(str).encode("b2")]
+
+
+def test_on_the_event_loop_the_good_items_run_once_and_the_failed_one_is_retried_alone(
+    storage: QueueStorage, queue: str
+) -> None:
+    """b2 fails once on the single loop: b1 and b3 are handled once, b2 comes back alone in a
+    message of its own and is handled; nothing is left or poisoned."""
+    publish_batch(storage, queue, "b1", "b2", "b3")
+    seen: Counter[str] = Counter()
+
+    async def handle(item: str) -> None:
+        seen[item] += 1
+        if item == "b2" and seen[item] == 1:
+            raise ValueError("b2 failed once")
+
+    instantly = DeliveryPolicy(max_dequeue_count=5, retry_delay_s=0, max_retry_delay_s=0)
+    options = {"scaling": ONE_TASK, "delivery": instantly}
+    with running_async_consumer(storage, queue, handle, MessageCodec(str), **options) as consumer:
+        eventually(lambda: consumer.counters.processed == 1 and drained(storage, queue))
+    assert seen == {"b1": 1, "b2": 2, "b3": 1}
+    assert (consumer.counters.retried, consumer.counters.poisoned) == (1, 0)
+    assert poisoned(storage, queue) == []
 
 
 def test_a_permanent_failure_poisons_only_the_failed_item_and_requeue_gives_it_fresh_attempts(

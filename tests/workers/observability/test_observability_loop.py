@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from structlog.testing import capture_logs
 
 from cloudqueue.listener import Publisher, SqliteQueueStorage
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
@@ -85,16 +86,20 @@ def test_a_handler_blocking_the_loop_turns_healthz_red_naming_its_thread(
     host: WorkerHost,
 ) -> None:
     """A handler that blocks the loop's thread silences it: past ``stall_after_s`` /healthz
-    answers 503 naming that thread; released, the loop beats again and /healthz is green."""
+    answers 503 naming that thread, and a warning names the handler
+    (``listener.loop_blocked_after_s``); released, the loop beats again and /healthz is green."""
     [looped] = host.looped
     eventually(lambda: looped.consumer.counters.processed == 5)
-    Publisher(host.storage, Blocking.queue_name, dict).publish({"n": -1})
 
     def healthz() -> tuple[int, str]:
         return get(port_of(host), "/healthz")
 
-    red = eventually(lambda: next((body for code, body in [healthz()] if code == 503), ""))
-    assert red == f"wedged: cloudqueue:{Blocking.queue_name}:event-loop\n"
+    with capture_logs() as logs:
+        Publisher(host.storage, Blocking.queue_name, dict).publish({"n": -1})
+        red = eventually(lambda: next((body for code, body in [healthz()] if code == 503), ""))
+        assert red == f"wedged: cloudqueue:{Blocking.queue_name}:event-loop\n"
+        blocked = eventually(lambda: [e for e in logs if e["event"] == "event_loop_blocked"])
+    assert blocked[0]["handler"] == f"{__name__}.Blocking.handle"
     RELEASE.set()
     eventually(lambda: healthz() == (200, "ok\n"), timeout_s=20)
     eventually(lambda: looped.consumer.counters.processed == 6)
