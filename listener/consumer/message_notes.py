@@ -5,7 +5,7 @@ progress report and a checkpoint into the message's rewritten text (``wire.handl
 it (a checkpoint that does not fit goes to the payload store, under a name of the message's own),
 refuses what cannot be saved, and reads the checkpoint a redelivery resumes from. How the text
 reaches storage is each consumer's: the threaded one writes from the handler's thread
-(``reporting``), the event-loop one from a task on its loop (``async_reporting``).
+(``reporting``), the event-loop one from a task on its loop (``event_loop.reporting``).
 
 Reading is forgiving where the message came from someone else: a checkpoint that is not JSON, or
 names a payload that is not the queue's or is gone, is logged once (``checkpoint_unreadable``)

@@ -27,7 +27,7 @@ awaits ``call_next()``, which then runs the rest of the chain on a worker thread
 (``cloudqueue.listener.consumer.wrapping``): it then runs without a thread hop on both paths.
 
 On the event-loop consumer (``async def`` handlers) the same middleware run on the handler's
-loop (``cloudqueue.listener.consumer.async_stack``): async hooks are awaited there, sync ones
+loop (``cloudqueue.listener.consumer.event_loop.stack``): async hooks are awaited there, sync ones
 called there -- except the hooks of a middleware that says it ``blocking`` (a wait, a remote
 ledger), which run on a worker thread, and a plain ``around_handle``, which runs on a worker
 thread with ``call_next()`` handing the rest of the chain back to the loop.

@@ -16,7 +16,7 @@
 
 A checkpoint belongs to one message, so a message carrying several items (a publisher's batch)
 refuses one: each of its items would resume from it. The text, its size and the reading are
-``message_notes``'s, which the event loop's ``async_reporting`` shares; the writes here are the
+``message_notes``'s, which the event loop's ``event_loop.reporting`` shares; the writes here are the
 threaded listener's, from the handler's thread.
 """
 

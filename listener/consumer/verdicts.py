@@ -1,6 +1,6 @@
 """Where a failed delivery goes: the settlement rules as pure decisions.
 
-Shared by the threaded ``settlement`` and the event loop's ``async_settling``, so both paths
+Shared by the threaded ``settlement`` and the event loop's ``event_loop.settling``, so both paths
 retry, re-publish and poison alike; no storage call and no clock here, the random source (for the
 back-off's jitter) passed in.
 

@@ -75,7 +75,7 @@ class KeyedHandling(Middleware):
     def blocks(self, context: MessageContext[Any]) -> bool:
         """A keyed message's ledger calls may wait: on an event loop its steps run on a worker
         thread; a message without a key costs no hop (``cloudqueue.listener.consumer
-        .async_stack``): with cancel checks on by default, every hosted worker has this."""
+        .event_loop.stack``): with cancel checks on by default, every hosted worker has this."""
         return context.key is not None and context.deliverable
 
     def around_handle(self, context: MessageContext[Any], call_next: CallNext) -> Wrapper:

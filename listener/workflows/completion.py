@@ -86,7 +86,7 @@ class GroupCompletion(Middleware):
 
     def blocks(self, context: MessageContext[Any]) -> bool:
         """A member's ledger writes may wait: on an event loop, its steps run on a worker
-        thread; any other message costs no hop (``cloudqueue.listener.consumer.async_stack``).
+        thread; any other message costs no hop (``cloudqueue.listener.consumer.event_loop.stack``).
         The rare writes of its other hooks (owed completions at a start, a member poisoned
         unopened) are made where they are called."""
         return membership_of(context.envelope) is not None

@@ -9,7 +9,7 @@ and the middleware ``expect`` the delivery before its handling and ``take`` its 
 The delivery is told apart by its ``QueueMessage`` object, not its id: a redelivery of the same
 message while a stale handler still runs (its lease was lost) is another object, so neither takes
 the other's values. Keying by object rather than by a context variable lets a middleware run its
-steps on a worker thread (the event loop's seam, ``async_stack``), whose context the handler's
+steps on a worker thread (the event loop's seam, ``event_loop.stack``), whose context the handler's
 task does not share. A handler that returns after its delivery was taken (its time limit settled
 the message) has nowhere to put its value: it is dropped.
 

@@ -17,10 +17,10 @@ default) three times per repetition:
 * asyncio loop: ``bench_io``'s hand-written loop (4 tasks, each receiving 32 and gathering wait +
   delete);
 * and, asked for with ``--variants consumer``, the bare event-loop consumer
-  (``cloudqueue.listener.consumer.async_consumer.AsyncConsumer`` with no host around it; it began
-  as this benchmark's prototype, hence the ``prototype_*`` keys of the results). Any other choice
-  of variants than the default prints the summary as JSON instead of the README's table, and is
-  not for ``--write``.
+  (``cloudqueue.listener.consumer.event_loop.consumer.AsyncConsumer`` with no host around it; it
+  began as this benchmark's prototype, hence the ``prototype_*`` keys of the results). Any other
+  choice of variants than the default prints the summary as JSON instead of the README's table,
+  and is not for ``--write``.
 
 Every drain gets a fresh Azurite and a queue filled before the clock starts; the order of the
 three rotates from one repetition to the next, so drift hits all of them. A cell reports each
@@ -45,7 +45,7 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.stores.azure_aio_storage import AioAzureQueueStorage
 from cloudqueue.listener.stores.azure_storage import AzureQueueStorage
 from cloudqueue.listener.wire.codec import MessageCodec

@@ -1,5 +1,5 @@
 """What a middleware costs on the event-loop consumer, by how its hooks are called there
-(``cloudqueue.listener.consumer.async_stack``): the figures behind its choices.
+(``cloudqueue.listener.consumer.event_loop.stack``): the figures behind its choices.
 
 Run ``flock /tmp/bench.lock .venv/bin/python -m tests.benchmarks.bench_hook_calls`` (``--write``
 saves ``tests/benchmarks/results/bench_hook_calls.json``; ``--quick`` for a short smoke run).
@@ -34,7 +34,7 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.consumer.wrapping import Wrapper
 from cloudqueue.listener.scaling.scaler import ScalingPolicy

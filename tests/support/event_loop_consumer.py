@@ -10,8 +10,8 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, Generic, Protocol, TypeVar
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.location import CloudQueueLocation

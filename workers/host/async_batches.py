@@ -14,7 +14,7 @@ What a call decides is ``batch_handler``'s: returning settles every item as done
 ``BatchFailed([positions])`` fails only those items (``batch_partial`` is logged with their
 messages' ids); any other exception fails them all. The items of a message of several (a
 publisher's batch) join batches one after the other; when some of them fail, only those are
-retried, in a message of their own (``async_settling``), as on threads.
+retried, in a message of their own (``event_loop.settling``), as on threads.
 """
 
 from __future__ import annotations

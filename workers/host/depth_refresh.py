@@ -25,8 +25,8 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.depth import KnownDepth
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.pool_control import PoolControl
 from cloudqueue.listener.errors import StorageError

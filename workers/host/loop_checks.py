@@ -2,15 +2,15 @@
 
 On the single loop (``cloudqueue.workers.host.loop_worker``) one event loop fetches, handles and
 settles a worker's messages, so its handler must be an ``async def handle`` or ``async def
-handle_batch`` (``async_batches``). The middleware seam is on that loop (``async_stack``), so rate
-and per-key limits, idempotency, cancelling, groups, retry, tracing, kept results
-(``keep_results``), chains (``then``) and the worker's own middleware act there as on threads;
-``create_queues = false`` leaves the queues uncreated as there, the metrics port's metrics and
-probes read its consumer (``observed_loop``), a worker on several queues reads them in
-``listener.priority`` order (``async_prioritized``) and a partitioned queue by its partitions
-(``async_partitioned``). What the single loop has no place for yet is refused here, naming it,
-rather than run without it: ``on_start``, whose argument is the threaded listener the single loop
-does not build.
+handle_batch`` (``async_batches``). The middleware seam is on that loop
+(``cloudqueue.listener.consumer.event_loop.stack``), so rate and per-key limits, idempotency,
+cancelling, groups, retry, tracing, kept results (``keep_results``), chains (``then``) and the
+worker's own middleware act there as on threads; ``create_queues = false`` leaves the queues
+uncreated as there, the metrics port's metrics and probes read its consumer (``observed_loop``), a
+worker on several queues reads them in ``listener.priority`` order (``async_prioritized``) and a
+partitioned queue by its partitions (``async_partitioned``). What the single loop has no place for
+yet is refused here, naming it, rather than run without it: ``on_start``, whose argument is the
+threaded listener the single loop does not build.
 """
 
 from __future__ import annotations

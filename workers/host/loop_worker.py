@@ -1,8 +1,8 @@
 """A worker on one event loop end to end: ``listener.event_loop = "single"``.
 
-The host gives such a worker an ``AsyncConsumer`` (``cloudqueue.listener.consumer
-.async_consumer``) instead of a threaded listener: its dequeue tasks, handlers and settlements are
-tasks on one loop, the worker's ``LoopThread``, where its ``startup`` and ``shutdown`` run too, so
+The host gives such a worker an ``AsyncConsumer`` (``cloudqueue.listener.consumer.event_loop
+.consumer``) instead of a threaded listener: its dequeue tasks, handlers and settlements are tasks
+on one loop, the worker's ``LoopThread``, where its ``startup`` and ``shutdown`` run too, so
 a session opened at startup serves every handler and no message crosses a thread. The store's
 awaitable side (the aio SDK's clients for Azure, direct calls for SQLite and memory) opens on that
 loop at the first call, is counted on the host's meter, and is closed there after ``shutdown``.
@@ -28,8 +28,8 @@ from typing import Any
 import structlog
 from reactivex.abc import DisposableBase
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.push.triggers import TriggerChannel, WorkDetected
 from cloudqueue.listener.stores.async_metered import MeteredAsyncStorage
@@ -264,7 +264,7 @@ def host_loop_worker(
         storage = observability.observe_async_storage(storage)
     location = worker.location(options.visibility_timeout_s, options.priority_policy())
     # The middleware's own storage calls (group ledgers, completions, results, a chain's puts)
-    # are the threaded store's: the seam runs them off the loop (``async_stack``).
+    # are the threaded store's: the seam runs them off the loop (``event_loop.stack``).
     chain = chain_step_for(type(worker), meter, settings, parts.key_ledger, triggers)
     results = keep_results_for(worker, meter)
     middleware = worker_middleware(

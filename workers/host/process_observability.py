@@ -13,7 +13,7 @@ from collections.abc import Callable, Coroutine, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad

@@ -11,7 +11,7 @@ from typing import Any
 from structlog.testing import capture_logs
 
 from cloudqueue.listener.consumer.coroutines import LoopThread
-from cloudqueue.listener.consumer.loop_watch import LoopWatch
+from cloudqueue.listener.consumer.event_loop.watch import LoopWatch
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage
 from cloudqueue.listener.testing import ManualClock
 from cloudqueue.listener.wire.codec import MessageCodec

@@ -11,8 +11,8 @@ from typing import Any
 
 import pytest
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.current import current_envelope
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.errors import PermanentFailure, TransientStorageError
 from cloudqueue.listener.poison.queue import poison_queue_name

@@ -9,8 +9,8 @@ from functools import partial
 
 import pytest
 
-from cloudqueue.listener.consumer.async_consumer import AsyncConsumer
 from cloudqueue.listener.consumer.coroutines import LoopThread
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.scaling.scaler import ScalingPolicy, idle_delay_s
 from cloudqueue.listener.stores.async_storage import DirectAsyncStorage
 from cloudqueue.listener.stores.memory_storage import InMemoryQueueStorage

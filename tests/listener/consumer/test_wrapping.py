@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
+from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.middleware import CallNext, MessageContext, Middleware
 from cloudqueue.listener.consumer.wrapping import Wrapper, run_wrapped
 from cloudqueue.listener.stores.storage import QueueMessage

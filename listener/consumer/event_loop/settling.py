@@ -22,7 +22,7 @@ middleware's ``after_settle`` sees, as on the threaded path):
   the handler raised ``PermanentFailure`` (``permanent_failure``) or a middleware gave it up
   (its reason), or at the last allowed delivery (``max_dequeue_count_exceeded``, or the reason
   of that last failure); a handler past its time limit fails with reason ``time_limit``
-  (``async_handling``);
+  (``event_loop.handling``);
 * **left** where it is when storage fails while settling: it reappears after its timeout.
 
 Where a failure goes is decided by the threaded path's pure rules (``verdicts``), counting the
@@ -40,7 +40,7 @@ import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer import lease_calls
-from cloudqueue.listener.consumer.async_leases import HeldMessage
+from cloudqueue.listener.consumer.event_loop.leases import HeldMessage
 from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.processing import POISON_REASONS
 from cloudqueue.listener.consumer.settlement import DELETED
@@ -78,7 +78,7 @@ class AsyncCounters:
     dequeue_errors: int = 0
     in_flight: int = 0
     delay_hops: int = 0
-    """Messages delayed beyond 7 days hidden again, unhandled: not due yet (``async_hops``)."""
+    """Messages delayed beyond 7 days hidden again, unhandled: not due yet (``event_loop.hops``)."""
 
 
 class AsyncSettler:

@@ -1,5 +1,5 @@
 """The middleware seam on the event loop: the same ``Middleware`` hooks, called from the
-event-loop consumer (``cloudqueue.listener.consumer.async_consumer``) on its own loop.
+event-loop consumer (``cloudqueue.listener.consumer.event_loop.consumer``) on its own loop.
 
 The middleware, their order, which hooks each overrides and the one that may decide idle waits
 are the threaded ``MiddlewareStack``'s (it is built here and asked); only how a hook is *called*

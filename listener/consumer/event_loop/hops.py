@@ -15,8 +15,8 @@ from typing import Any
 
 import structlog
 
-from cloudqueue.listener.consumer.async_leases import HeldMessage
-from cloudqueue.listener.consumer.async_settling import AsyncSettler
+from cloudqueue.listener.consumer.event_loop.leases import HeldMessage
+from cloudqueue.listener.consumer.event_loop.settling import AsyncSettler
 from cloudqueue.listener.consumer.hops import NOT_DUE, log_hop
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
 from cloudqueue.listener.errors import StorageError

@@ -6,7 +6,7 @@ an ``async def`` handler must not stop the loop for a network call:
 
 * ``progress(fraction, detail)`` is kept on the held message at once (the host publishes it with
   its live state) and written into the message's text with the next visibility renewal
-  (``async_leases``): no storage transaction of its own.
+  (``event_loop.leases``): no storage transaction of its own.
 * ``save_checkpoint(state)`` checks the state at once (CheckpointError as on threads) and starts
   its write at once, in a task on the loop: one update-message call that also renews the
   visibility (after the payload store's put, on a worker thread, for a checkpoint too large for
@@ -30,7 +30,7 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.clock import Clock
-from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
+from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.message_notes import SAVED, CheckpointSaving, MessageNotes
 from cloudqueue.listener.consumer.middleware import MessageContext

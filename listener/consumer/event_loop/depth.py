@@ -9,8 +9,8 @@ holds none (0). ``count`` is also what a refresher calls while work flows
 from __future__ import annotations
 
 from cloudqueue.listener.clock import Clock
-from cloudqueue.listener.consumer.async_leases import AsyncLeases
 from cloudqueue.listener.consumer.depth import KnownDepth
+from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 
 

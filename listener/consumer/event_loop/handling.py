@@ -4,21 +4,21 @@ handler under its time limit, settled, and its outcome shown to the middleware.
 The event-loop consumer's counterpart of ``processing``. The message's text is parsed once into
 a ``MessageContext`` (its envelope, items, and key: the one it carries, else the worker's
 ``key(item)``), which the middleware see as on the threaded path; innermost in their chain
-(``async_stack``), the step either hands the items to the handler, one after the other (a
+(``event_loop.stack``), the step either hands the items to the handler, one after the other (a
 publisher's batch: each item, the failed ones noted, so that only they are retried), or -- for a
 message that cannot be opened, a duplicate, a key that fails -- settles it instead, so every
-message is seen (and traced) alike. After the chain the
-message is settled by what the middleware decided (``async_settling``) -- unless one deferred it
-(``async_deferrals``: it stays held, outcome ``deferred``) -- then ``after_settle`` sees the
+message is seen (and traced) alike. After the chain the message is settled by what the
+middleware decided (``event_loop.settling``) -- unless one deferred it
+(``event_loop.deferrals``: it stays held, outcome ``deferred``) -- then ``after_settle`` sees the
 outcome.
 
 Items kept in the payload store (a large item's claim check, ``wire.payload``) are fetched and
-decoded on a worker thread, as their payload is retired after the delete (``async_settling``):
+decoded on a worker thread, as their payload is retired after the delete (``event_loop.settling``):
 the store is sync, and such messages are rare; an inline message makes no such hop. A payload
 that is a tombstone makes the message a duplicate of done work: it is dropped, as on threads.
 
 What the handler writes to its message through ``current_envelope()`` (progress, checkpoints)
-goes through ``async_reporting``; the checkpoints it saved are written before its message is
+goes through ``event_loop.reporting``; the checkpoints it saved are written before its message is
 settled, and one kept in the payload store is read for it on a worker thread before it starts.
 
 A handler past ``time_limit_s`` is cancelled (``asyncio.timeout``) and its message settled at
@@ -34,13 +34,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import Any, Generic, TypeVar
 
-from cloudqueue.listener.consumer.async_deferrals import Deferral, Deferrals
-from cloudqueue.listener.consumer.async_hops import AsyncDelayHops
-from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
-from cloudqueue.listener.consumer.async_reporting import LoopNotes
-from cloudqueue.listener.consumer.async_settling import AsyncSettler
-from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.current import set_current_message
+from cloudqueue.listener.consumer.event_loop.deferrals import Deferral, Deferrals
+from cloudqueue.listener.consumer.event_loop.hops import AsyncDelayHops
+from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
+from cloudqueue.listener.consumer.event_loop.reporting import LoopNotes
+from cloudqueue.listener.consumer.event_loop.settling import AsyncSettler
+from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.item_failures import ItemFailure, label
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome
 from cloudqueue.listener.consumer.processing import KeyFunction, decode_items, worker_key
@@ -92,7 +92,7 @@ class AsyncHandling(Generic[T]):
         """Open, handle (through the middleware) and settle one held message (renewed
         meanwhile: the settlement uses its newest receipt, with no renewal on its way); or,
         when a middleware deferred it, leave it unsettled and return the wait for its resume
-        (``async_deferrals``)."""
+        (``event_loop.deferrals``)."""
         message, stack = held.message, self.stack
         queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
         context: MessageContext[T] = MessageContext(queue, message, [], None, message.dequeue_count)
@@ -283,7 +283,7 @@ class AsyncHandling(Generic[T]):
         context.handled = True
 
     async def _notes(self, held: HeldMessage, context: MessageContext[T]) -> LoopNotes:
-        """What the handler may write to its message (``async_reporting``), its checkpoint
+        """What the handler may write to its message (``event_loop.reporting``), its checkpoint
         read already when it is kept in the payload store."""
         notes = LoopNotes(held, self.leases, context, self.payload_store, self.settler.clock)
         if notes.stored_checkpoint_name() is not None:  # rare: read on a worker thread

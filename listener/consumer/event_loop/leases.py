@@ -10,7 +10,7 @@ test's virtual-time loop moves them.
 As on threads (``leases``), a renewal also carries what the handler wrote into its message since
 the last one (its progress: ``pending_content``), in the same update-message call, so reporting
 costs no transaction of its own; a checkpoint is written at once (``rewrite``), and that call
-renews too (``async_reporting``). The reports are kept here for the host's live state
+renews too (``event_loop.reporting``). The reports are kept here for the host's live state
 (``progress_reports``).
 """
 

@@ -7,7 +7,7 @@ stores): a message never crosses a thread. The decisions are the threaded path's
 ``fetch_size`` how many to get (1..32), ``idle_delay_s`` / ``should_stop_idle`` the idle back-off
 and when a surplus task leaves, ``targets`` (read as tasks) how many fetch once work appears, the
 CPU guard whether they may grow, ``randomized_exponential_backoff`` the wait after a failed get;
-``async_settling`` settles each message by the delivery policy. At most ``max_threads x
+``event_loop.settling`` settles each message by the delivery policy. At most ``max_threads x
 concurrency`` handlers run at once, and a get waits until there are free slots for all it asks:
 every message held is being handled, none waits hidden for a slot.
 
@@ -21,10 +21,10 @@ after the failure logs and tracing every listener has):
 before each handler starts (in its dequeue task), ``around_handle`` around each message,
 ``after_settle`` with its outcome, and the bus events ``on_queue_empty`` (may decide a task's
 idle wait), ``on_queue_work_detected``, ``on_batch_processed`` and ``on_scaled``;
-``async_stack`` says how each kind of hook runs on the loop, and why.
+``event_loop.stack`` says how each kind of hook runs on the loop, and why.
 
 A message a middleware defers (a busy key) stays held out of its slot until resumed
-(``async_deferrals``).
+(``event_loop.deferrals``).
 
 ``wake()`` is the push trigger's way in: idle tasks get at once, and a consumer whose tasks all
 left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
@@ -32,18 +32,18 @@ left (``scaling.min_threads = 0``) starts one. The worker host runs it for a wor
 
 A handler that blocks the loop (a sync call inside ``async def``) holds up every other handler
 and the renewals: with ``blocked_after_s``, a ``LoopWatch`` thread logs one that holds it that
-long, naming it and, once it lets go, how long it held the loop (``loop_watch``).
+long, naming it and, once it lets go, how long it held the loop (``event_loop.watch``).
 
 Large items kept in the ``payload_store`` are fetched, and their payloads retired after the
-delete, on a worker thread (``async_handling``); ``key`` is the worker's key of an item, for a
+delete, on a worker thread (``event_loop.handling``); ``key`` is the worker's key of an item, for a
 message that carries none, as on threads.
 
 What a handler writes to its message through ``current_envelope()`` works as on threads: its
 ``progress`` rides on the next visibility renewal and shows in ``progress_reports()`` (the host's
 live state), and ``save_checkpoint`` starts its write at once, to be awaited
-(``async_reporting``).
+(``event_loop.reporting``).
 
-A message delayed beyond 7 days that is not due yet is hidden again (``async_hops``). A batch
+A message delayed beyond 7 days that is not due yet is hidden again (``event_loop.hops``). A batch
 handler is a handler the host gives it (``cloudqueue.workers.host.async_batches``).
 """
 
@@ -58,13 +58,14 @@ from typing import Generic, TypeVar
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
-from cloudqueue.listener.consumer.async_depth import AsyncDepth
-from cloudqueue.listener.consumer.async_handling import AsyncHandling
-from cloudqueue.listener.consumer.async_leases import AsyncLeases, HeldMessage
-from cloudqueue.listener.consumer.async_settling import AsyncCounters, AsyncSettler
-from cloudqueue.listener.consumer.async_slots import HandlerSlots
-from cloudqueue.listener.consumer.async_stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.dequeue import STRETCH_S
+from cloudqueue.listener.consumer.event_loop.depth import AsyncDepth
+from cloudqueue.listener.consumer.event_loop.handling import AsyncHandling
+from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
+from cloudqueue.listener.consumer.event_loop.settling import AsyncCounters, AsyncSettler
+from cloudqueue.listener.consumer.event_loop.slots import HandlerSlots
+from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
+from cloudqueue.listener.consumer.event_loop.watch import LoopWatch
 from cloudqueue.listener.consumer.events import (
     BatchProcessed,
     ListenerStarted,
@@ -77,7 +78,6 @@ from cloudqueue.listener.consumer.failure_logs import FailureLogs
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
-from cloudqueue.listener.consumer.loop_watch import LoopWatch
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.processing import KeyFunction
@@ -206,7 +206,7 @@ class AsyncConsumer(Generic[T]):
         """Dequeue tasks running and not leaving."""
         self._stopping = asyncio.Event()
         self._slots = HandlerSlots(in_flight, self._stopping)
-        """Handlers that may run at once, reserved before each get (``async_slots``)."""
+        """Handlers that may run at once, reserved before each get (``event_loop.slots``)."""
         self._stop_signal = threading.Event()
         """The stop as a thread's event: a middleware waiting on a worker thread (a rate limit)
         waits on it (``ListenerStarted.stopping``)."""
