@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import partial
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
@@ -30,6 +31,7 @@ from rich.progress import (
 from rich.text import Text
 
 if TYPE_CHECKING:  # only hinted: `cloudqueue status` formats with this module, no consumer
+    from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
     from cloudqueue.listener.consumer.listener import CloudQueueListener
 
 REFRESH_INTERVAL_S = 0.25
@@ -67,6 +69,21 @@ class QueueProgress:
             depth=None if reading is None else reading.visible,
             depth_age_s=listener.meters.known_depth.age_s(),
             items_processed=counters["items_processed"],
+        )
+
+    @classmethod
+    def of_loop(cls, consumer: AsyncConsumer[Any]) -> QueueProgress:
+        """The line of a worker on one event loop: its dequeue tasks shown as its threads."""
+        counters, known = consumer.counters_of(consumer.queue_name), consumer.depth.known
+        reading = known.reading()
+        return cls(
+            queue=consumer.queue_name,
+            threads=consumer.active_tasks,
+            in_flight=counters["in_flight"],
+            processed=counters["processed"],
+            poisoned=counters["poisoned"],
+            depth=None if reading is None else reading.visible,
+            depth_age_s=known.age_s(),
         )
 
     @property
@@ -111,7 +128,8 @@ class LiveProgress:
             host.run()
 
     ``expected`` (per queue) turns a line into a progress bar towards a known number of messages,
-    as in the demo; without it the bar pulses and the figures carry the news.
+    as in the demo; without it the bar pulses and the figures carry the news. ``loops`` are the
+    event-loop consumers of workers with ``listener.event_loop = "single"`` (``host.consumers``).
     """
 
     def __init__(
@@ -120,8 +138,12 @@ class LiveProgress:
         *,
         console: Console,
         expected: dict[str, int] | None = None,
+        loops: Sequence[AsyncConsumer[Any]] = (),
     ) -> None:
-        self._listeners = list(listeners)
+        self._lines: list[tuple[Sequence[str], Callable[[], QueueProgress]]] = [
+            *((shown.queue_names, partial(QueueProgress.of, shown)) for shown in listeners),
+            *((loop.queue_names, partial(QueueProgress.of_loop, loop)) for loop in loops),
+        ]
         self._expected = expected or {}
         self._progress = Progress(
             TextColumn("[bold]{task.description}"),
@@ -139,11 +161,11 @@ class LiveProgress:
         self._refresher = threading.Thread(target=self._refresh_loop, name="live-progress")
 
     def __enter__(self) -> Self:
-        for listener in self._listeners:
-            name = listener.queue_name
+        for queue_names, _ in self._lines:
+            name = queue_names[0]
             # A worker on several queues shows them all, highest priority first.
             self._tasks[name] = self._progress.add_task(
-                " > ".join(listener.queue_names), total=self._expected.get(name), figures=""
+                " > ".join(queue_names), total=self._expected.get(name), figures=""
             )
         self._progress.start()
         self.refresh()
@@ -163,8 +185,8 @@ class LiveProgress:
 
     def refresh(self) -> None:
         """Redraw every line from the listeners' counters now."""
-        for listener in self._listeners:
-            state = QueueProgress.of(listener)
+        for _, read in self._lines:
+            state = read()
             self._progress.update(
                 self._tasks[state.queue], completed=state.settled, **state.fields()
             )

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
 import pytest
+from rich.console import Console
 
 from cloudqueue.listener import (
     CloudQueueListener,
@@ -22,7 +24,7 @@ from cloudqueue.listener.testing import ManualClock
 from cloudqueue.workers import CloudQueueSettings, QueueWorker, WorkerHost
 from cloudqueue.workers.host.depth_refresh import DepthRefresher
 from cloudqueue.workers.host.live_state import QueueLiveState
-from cloudqueue.workers.progress import QueueProgress
+from cloudqueue.workers.progress import LiveProgress, QueueProgress
 from cloudqueue.workers.views.sampler import Sampler
 from tests.support.polling import eventually
 
@@ -199,6 +201,31 @@ def test_a_single_loop_workers_depth_gauges_follow_its_counts_and_its_empty_gets
     finally:
         GATE.set()
         host.stop()
+
+
+def test_a_single_loop_worker_has_its_status_line() -> None:
+    """`cloudqueue run` on a terminal draws a line per queue for a worker on the single loop
+    too: its dequeue tasks as threads, its counts, its known depth."""
+    storage = InMemoryQueueStorage()
+    storage.create_queue(QUEUE)
+    for item in ["a", "b", "c"]:
+        storage.put_message(QUEUE, item)
+    settings = CloudQueueSettings.model_validate({"backoff": {"max_idle_s": 0.05}})
+    host = WorkerHost([Holding], settings, storage=storage)
+    screen = io.StringIO()
+    host.start()
+    try:
+        with LiveProgress(
+            host.listeners, loops=host.consumers, console=Console(file=screen, width=200)
+        ) as live:
+            [looped] = host.looped
+            eventually(lambda: looped.consumer.counters.processed == 3)
+            eventually(lambda: QueueProgress.of_loop(looped.consumer).depth == 0)
+            live.refresh()
+    finally:
+        host.stop()
+    [line] = [line for line in screen.getvalue().splitlines() if QUEUE in line][-1:]
+    assert "depth 0 · threads 1 · in flight 0 · processed 3 · poisoned 0" in line
 
 
 def test_a_batch_of_200_items_counts_200_processed_beside_its_one_message() -> None:

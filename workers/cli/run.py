@@ -153,7 +153,7 @@ def run(
         sys.exit(host.run())
     # Log lines print above the status line instead of tearing it.
     configure_logging(settings.logging, stream=ConsoleStream(console))
-    with LiveProgress(host.listeners, console=console):
+    with LiveProgress(host.listeners, loops=host.consumers, console=console):
         code = host.run()
     sys.exit(code)
 

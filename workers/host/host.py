@@ -16,6 +16,7 @@ from typing import Any
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK
+from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
 from cloudqueue.listener.consumer.listener import CloudQueueListener
 from cloudqueue.listener.push.triggers import WorkDetected, account_of
 from cloudqueue.listener.simulation.profile import ProfileRecorder
@@ -184,6 +185,11 @@ class WorkerHost:
     @property
     def listeners(self) -> list[CloudQueueListener[Any]]:
         return [hosted.listener for hosted in self.hosted]
+
+    @property
+    def consumers(self) -> list[AsyncConsumer[Any]]:
+        """The event-loop consumers of the workers with ``listener.event_loop = "single"``."""
+        return [looped.consumer for looped in self.looped]
 
     def start(self) -> None:
         """Run every worker's and job's ``startup`` (``StartupFailedError`` when one raises:
