@@ -37,7 +37,13 @@ from cloudqueue.listener.consumer.leases import Lease
 from cloudqueue.listener.consumer.middleware import MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.poisoning import PoisonDecision, PoisonMover
 from cloudqueue.listener.consumer.stats import ListenerCounters
-from cloudqueue.listener.consumer.verdicts import RETRY_LATER, Verdict, judge, judge_items
+from cloudqueue.listener.consumer.verdicts import (
+    RETRY_LATER,
+    Verdict,
+    judge,
+    judge_items,
+    retry_log_level,
+)
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.policies.backoff import RandomSource
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
@@ -368,9 +374,7 @@ class Settlement:
 
 
 def _retry_log(reason: str | None) -> Any:
-    """How a retry is logged: at info when the handler asked for it (``RetryLater``: no fault
-    to look into), else at warning."""
-    return log.info if reason == RETRY_LATER else log.warning
+    return getattr(log, retry_log_level(reason))
 
 
 __all__ = ["RETRY_LATER", "Settlement"]

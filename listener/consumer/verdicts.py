@@ -34,6 +34,12 @@ RETRY_LATER = "retry_later"
 """The reason of a message whose handler raised ``RetryLater``: it waits the delay asked for."""
 
 
+def retry_log_level(reason: str | None) -> str:
+    """The level a retry is logged at: info when the handler asked for it (``RetryLater``: no
+    fault to look into), else warning."""
+    return "info" if reason == RETRY_LATER else "warning"
+
+
 @dataclass(frozen=True, slots=True)
 class Verdict:
     """Where a failed delivery goes: the poison queue (with ``poison_reason``) or back to the
@@ -128,4 +134,12 @@ def judge_items(
     return ItemsVerdict(error, verdict, remainder, asked=asked_s is not None)
 
 
-__all__ = ["RETRY_LATER", "ItemsVerdict", "Verdict", "judge", "judge_failure", "judge_items"]
+__all__ = [
+    "RETRY_LATER",
+    "ItemsVerdict",
+    "Verdict",
+    "judge",
+    "judge_failure",
+    "judge_items",
+    "retry_log_level",
+]

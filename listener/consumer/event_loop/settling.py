@@ -44,7 +44,13 @@ from cloudqueue.listener.consumer.event_loop.leases import HeldMessage
 from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
 from cloudqueue.listener.consumer.processing import POISON_REASONS
 from cloudqueue.listener.consumer.settlement import DELETED
-from cloudqueue.listener.consumer.verdicts import Verdict, judge, judge_failure, judge_items
+from cloudqueue.listener.consumer.verdicts import (
+    Verdict,
+    judge,
+    judge_failure,
+    judge_items,
+    retry_log_level,
+)
 from cloudqueue.listener.errors import (
     DecodeError,
     MessageTooLargeError,
@@ -364,7 +370,7 @@ class AsyncSettler:
     ) -> Outcome:
         """Count and log a retry (of ``message``, or of its failed items in a new message)."""
         self.counters.retried += 1
-        self._log.info(
+        getattr(self._log, retry_log_level(reason))(  # as on threads
             "message_retry_scheduled",
             message_id=message.id,
             dequeue_count=message.dequeue_count,

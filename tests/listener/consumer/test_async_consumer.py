@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from structlog.testing import capture_logs
 
 from cloudqueue.listener.consumer.current import current_envelope
 from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
@@ -107,8 +108,9 @@ def test_every_message_is_handled_once_and_deleted(
 def test_a_failing_message_is_retried_then_poisoned_with_the_reason(
     stores: tuple[QueueStorage, Callable[[], AsyncQueueStorage]], queue_name: str
 ) -> None:
-    """A handler that always raises sees the message max_dequeue_count times; then it sits in the
-    poison queue as max_dequeue_count_exceeded, and nothing is left in the queue."""
+    """A handler that always raises sees the message max_dequeue_count times (each retry logged
+    at warning, as on threads: a fault to look into); then it sits in the poison queue as
+    max_dequeue_count_exceeded, and nothing is left in the queue."""
     storage, make = stores
     put_all(storage, queue_name, [7])
     calls: list[int] = []
@@ -118,11 +120,14 @@ def test_a_failing_message_is_retried_then_poisoned_with_the_reason(
         raise ValueError("no")
 
     delivery = DeliveryPolicy(max_dequeue_count=3, retry_delay_s=0, max_retry_delay_s=0)
-    consumer = asyncio.run(
-        consume(make, queue_name, handle, lambda c: c.counters.poisoned == 1, delivery=delivery)
-    )
+    with capture_logs() as logs:
+        consumer = asyncio.run(
+            consume(make, queue_name, handle, lambda c: c.counters.poisoned == 1, delivery=delivery)
+        )
     assert calls == [7, 7, 7]
     assert consumer.counters.retried == 2
+    retries = [log["log_level"] for log in logs if log["event"] == "message_retry_scheduled"]
+    assert retries == ["warning", "warning"]
     assert poison_reasons(storage, queue_name) == ["max_dequeue_count_exceeded"]
     assert storage.approximate_message_count(queue_name) == 0
 
