@@ -53,11 +53,12 @@ import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer.dequeue import STRETCH_S
+from cloudqueue.listener.consumer.event_loop.counters import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.depth import AsyncDepth
 from cloudqueue.listener.consumer.event_loop.handler_tasks import HandlerTasks
 from cloudqueue.listener.consumer.event_loop.handling import AsyncHandling
 from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases
-from cloudqueue.listener.consumer.event_loop.settling import AsyncCounters, AsyncSettler
+from cloudqueue.listener.consumer.event_loop.settling import AsyncSettler
 from cloudqueue.listener.consumer.event_loop.slots import HandlerSlots
 from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.event_loop.task_scaling import Stretch, TaskScaling

@@ -19,9 +19,9 @@ from typing import Any
 
 import structlog
 
+from cloudqueue.listener.consumer.event_loop.counters import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.handling import AsyncHandling
 from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
-from cloudqueue.listener.consumer.event_loop.settling import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.slots import HandlerSlots
 from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.throughput import ThroughputMeter

@@ -19,8 +19,8 @@ from collections.abc import Callable
 
 import structlog
 
+from cloudqueue.listener.consumer.event_loop.counters import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.depth import AsyncDepth
-from cloudqueue.listener.consumer.event_loop.settling import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
 from cloudqueue.listener.consumer.events import (
     BatchProcessed,
