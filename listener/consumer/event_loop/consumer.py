@@ -3,10 +3,11 @@
 The threaded listener runs dequeue threads and sends each ``async def`` handler's coroutine to a
 loop of its own, a thread hop per message. Here the dequeue loops are *tasks* on the handler's
 loop, awaiting an ``AsyncQueueStorage`` (the aio SDK on Azure, direct calls on the embedded
-stores): a message never crosses a thread. How many tasks run and how much each gets are the
-threaded path's pure decisions (``event_loop.task_scaling``); each message held is handled in a
-task of its own under the in-flight bound (``event_loop.handler_tasks``) and settled by the
-delivery policy (``event_loop.settling``).
+stores): a message never crosses a thread. Each task fetches as a dequeue thread does
+(``event_loop.dequeue_tasks``); how many run and how much each gets are the threaded path's pure
+decisions (``event_loop.task_scaling``); each message held is handled in a task of its own under
+the in-flight bound (``event_loop.handler_tasks``) and settled by the delivery policy
+(``event_loop.settling``).
 
 ``await consumer.run()`` until ``stop()`` (a SIGTERM handler calls it): fetching stops, messages
 not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
@@ -52,16 +53,16 @@ from typing import Generic, TypeVar
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
-from cloudqueue.listener.consumer.dequeue import STRETCH_S
 from cloudqueue.listener.consumer.event_loop.counters import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.depth import AsyncDepth
+from cloudqueue.listener.consumer.event_loop.dequeue_tasks import DequeueTasks
 from cloudqueue.listener.consumer.event_loop.handler_tasks import HandlerTasks
 from cloudqueue.listener.consumer.event_loop.handling import AsyncHandling
 from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases
 from cloudqueue.listener.consumer.event_loop.settling import AsyncSettler
 from cloudqueue.listener.consumer.event_loop.slots import HandlerSlots
 from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
-from cloudqueue.listener.consumer.event_loop.task_scaling import Stretch, TaskScaling
+from cloudqueue.listener.consumer.event_loop.task_scaling import TaskScaling
 from cloudqueue.listener.consumer.event_loop.watch import LoopWatch
 from cloudqueue.listener.consumer.events import ListenerStarted, ListenerStopped
 from cloudqueue.listener.consumer.failure_logs import FailureLogs
@@ -83,7 +84,6 @@ from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.async_prioritized import AsyncPrioritizedStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
-from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
 
@@ -142,8 +142,6 @@ class AsyncConsumer(Generic[T]):
         """Longest back-off after failed gets (as the threaded listener's)."""
         self.rng = rng or default_rng()
         self.counters = AsyncCounters()
-        self.gets = 0
-        """Get Messages calls made (empty ones included): the idle cost in transactions."""
         self.leases = AsyncLeases(
             storage,
             queue_name,
@@ -183,7 +181,7 @@ class AsyncConsumer(Generic[T]):
         self._stopping = asyncio.Event()
         self._slots = HandlerSlots(in_flight, self._stopping)
         """Handlers that may run at once, reserved before each get (``event_loop.slots``)."""
-        self._tasks = TaskScaling(
+        self._scaling = TaskScaling(
             queue_name,
             policy=self.policy,
             stack=self.stack,
@@ -202,17 +200,27 @@ class AsyncConsumer(Generic[T]):
             leases=self.leases,
             slots=self._slots,
             counters=self.counters,
-            latency=self._tasks.latency,
+            latency=self._scaling.latency,
+            stopping=self._stopping,
+        )
+        self._fetching = DequeueTasks(
+            storage,
+            queue_name,
+            visibility_timeout_s=visibility_timeout_s,
+            stack=self.stack,
+            leases=self.leases,
+            depth=self.depth,
+            counters=self.counters,
+            slots=self._slots,
+            scaling=self._scaling,
+            handlers=self._handlers,
             stopping=self._stopping,
         )
         self._stop_signal = threading.Event()
         """The stop as a thread's event: a middleware waiting on a worker thread (a rate limit)
         waits on it (``ListenerStarted.stopping``)."""
-        self._woken = asyncio.Event()
-        """Set by ``wake()`` (then replaced by a fresh one) and by ``stop()``: ends idle waits."""
         self.cancelled_at_stop = 0
         """Handlers still running when the grace ran out, cancelled (their messages reappear)."""
-        self._dequeuers: set[asyncio.Task[None]] = set()
         self._watch = (
             None
             if blocked_after_s is None
@@ -237,9 +245,14 @@ class AsyncConsumer(Generic[T]):
         return counts
 
     @property
+    def gets(self) -> int:
+        """Get Messages calls made (empty ones included): the idle cost in transactions."""
+        return self._fetching.gets
+
+    @property
     def active_tasks(self) -> int:
         """Dequeue tasks fetching now (the threaded listener's active dequeue threads)."""
-        return self._tasks.active
+        return self._scaling.active
 
     def progress_reports(self) -> list[HandlerProgress]:
         """The last progress report of each message its handlers hold now (in memory: the host
@@ -254,20 +267,15 @@ class AsyncConsumer(Generic[T]):
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
         self._stop_signal.set()  # a rate limit waiting on a worker thread ends its wait
-        self._woken.set()  # an idle wait, or a consumer scaled to zero, sees the stop
+        self._fetching.stop()  # an idle wait, or a consumer scaled to zero, sees the stop
         self._slots.wake()  # a task waiting for a free slot sees the stop
 
     def wake(self) -> None:
         """Work was announced (a push trigger): idle dequeue tasks get at once, and a consumer
         scaled to zero tasks starts one. Call it on the consumer's loop (from another thread:
         ``loop.call_soon_threadsafe(consumer.wake)``)."""
-        if self._stopping.is_set():
-            return
-        woken, self._woken = self._woken, asyncio.Event()
-        woken.set()
-        if self._tasks.active == 0:
-            self._tasks.found_work = False  # its first batch then scales the tasks to the backlog
-            self._start_dequeuers(1)
+        if not self._stopping.is_set():
+            self._fetching.wake()
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
@@ -288,16 +296,8 @@ class AsyncConsumer(Generic[T]):
         await self.stack.emit(
             "on_start", ListenerStarted(self.queue_name, first, self._stop_signal)
         )
-        self._start_dequeuers(first)
         try:
-            while self._dequeuers or not self._stopping.is_set():
-                if not self._dequeuers:  # scaled to zero: until wake() starts one, or stop()
-                    await self._woken.wait()
-                    continue
-                # Tasks started while waiting are awaited in the next round.
-                done, _ = await asyncio.wait(set(self._dequeuers))
-                for task in done:
-                    task.result()  # a bug in a dequeue loop surfaces here instead of being lost
+            await self._fetching.run(first)
             self.cancelled_at_stop = await self._handlers.drain(self.grace_s, self.queue_name)
         finally:
             drained.set()
@@ -323,87 +323,11 @@ class AsyncConsumer(Generic[T]):
             except StorageError as failure:
                 failures += 1
                 log.warning("queue_creation_failed", queue=self.queue_name, error=str(failure))
-                await self._wait(self._tasks.error_delay_s(failures))
-
-    def _start_dequeuers(self, count: int) -> None:
-        for _ in range(count):
-            self._tasks.active += 1
-            task = asyncio.create_task(self._dequeue())
-            self._dequeuers.add(task)
-            task.add_done_callback(self._dequeuers.discard)
-
-    async def _dequeue(self) -> None:
-        try:
-            surplus = await self._dequeue_until_stop_or_surplus()
-        finally:
-            self._tasks.active -= 1  # at once on return: a neighbour deciding next sees one fewer
-        if surplus:
-            await self._tasks.left()
-
-    async def _dequeue_until_stop_or_surplus(self) -> bool:
-        """Fetch and start handlers until stopping (False) or left idle as a surplus (True)."""
-        idle_count = error_count = 0
-        stretch = Stretch()
-        while not self._stopping.is_set():
-            room = await self._room()
-            if room == 0:
-                continue  # stopping
-            woken = self._woken  # a wake-up while this get is on its way ends the wait after it
-            try:
-                messages = await self._get_batch(room)
-            except Exception as failure:  # never end the loop on a failed get: back off
-                self._slots.give_back(room)
-                error_count += 1
-                self.counters.dequeue_errors += 1
-                log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
-                await self._wait(self._tasks.error_delay_s(error_count))
-                continue
-            error_count = 0
-            self._slots.give_back(room - len(messages))  # what the get did not fill is free
-            if not messages:
-                self.depth.empty_get()
-                await self._tasks.stretch_ended(stretch)
-                idle_count += 1
-                stop, delay_s = self._tasks.idle_decision(idle_count)
-                if stop:
-                    return True  # no await since the check: no neighbour left in between
-                await self._wait(delay_s, woken)
-                continue
-            if idle_count or not self._tasks.found_work:
-                idle_count = 0
-                await self._tasks.work_found(len(messages), self._start_dequeuers)
-            await self._handlers.start([self.leases.hold(message) for message in messages])
-            if stretch.add(len(messages)) >= STRETCH_S:
-                await self._tasks.stretch_ended(stretch)
-        return False
-
-    async def _room(self) -> int:
-        """Reserve slots for the next get: as many as ``fetch_size`` wants (a whole batch until
-        handling is measured), waiting until that many are free, as a hand-written loop waits
-        for its batch to finish; 0 once stopping."""
-        return await self._slots.reserve(self._tasks.fetch_size())
-
-    async def _get_batch(self, room: int) -> list[QueueMessage]:
-        self.gets += 1
-        stack = self.stack
-        if stack.wants("before_fetch"):
-            await stack.emit("before_fetch", self.queue_name)
-        messages = await self.storage.get_messages(
-            self.queue_name, max_messages=room, visibility_timeout_s=self.visibility_timeout_s
-        )
-        if stack.wants("after_fetch"):
-            await stack.emit("after_fetch", self.queue_name, messages)
-        return messages
+                await self._fetching.wait(self._scaling.error_delay_s(failures))
 
     def known_load(self) -> ListenerLoad | None:
         """The load now at the last known depth, without a storage call (None before one)."""
-        return self._tasks.known_load()
-
-    async def _wait(self, delay_s: float, woken: asyncio.Event | None = None) -> None:
-        """Sleep on the stop event, so stop() ends a wait at once; an idle wait sleeps on the
-        wake-up current at its get (``woken``: stop() or wake() sets it) instead."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for((woken or self._stopping).wait(), delay_s)
+        return self._scaling.known_load()
 
     def __repr__(self) -> str:
         return (
