@@ -3,13 +3,11 @@
 The threaded listener runs dequeue threads and sends each ``async def`` handler's coroutine to a
 loop of its own, a thread hop per message. Here the dequeue loops are *tasks* on the handler's
 loop, awaiting an ``AsyncQueueStorage`` (the aio SDK on Azure, direct calls on the embedded
-stores): a message never crosses a thread. The decisions are the threaded path's pure ones:
-``fetch_size`` how many to get (1..32), ``idle_delay_s`` / ``should_stop_idle`` the idle back-off
-and when a surplus task leaves, ``targets`` (read as tasks) how many fetch once work appears, the
-CPU guard whether they may grow, ``randomized_exponential_backoff`` the wait after a failed get;
-``event_loop.settling`` settles each message by the delivery policy. At most ``max_threads x
-concurrency`` handlers run at once, and a get waits until there are free slots for all it asks:
-every message held is being handled, none waits hidden for a slot.
+stores): a message never crosses a thread. Each task fetches as a dequeue thread does
+(``event_loop.dequeue_tasks``); how many run and how much each gets are the threaded path's pure
+decisions (``event_loop.task_scaling``); each message held is handled in a task of its own under
+the in-flight bound (``event_loop.handler_tasks``) and settled by the delivery policy
+(``event_loop.settling``).
 
 ``await consumer.run()`` until ``stop()`` (a SIGTERM handler calls it): fetching stops, messages
 not yet started are released at once, handlers get ``grace_s`` to finish, and the ones still
@@ -22,9 +20,6 @@ before each handler starts (in its dequeue task), ``around_handle`` around each 
 ``after_settle`` with its outcome, and the bus events ``on_queue_empty`` (may decide a task's
 idle wait), ``on_queue_work_detected``, ``on_batch_processed`` and ``on_scaled``;
 ``event_loop.stack`` says how each kind of hook runs on the loop, and why.
-
-A message a middleware defers (a busy key) stays held out of its slot until resumed
-(``event_loop.deferrals``).
 
 ``wake()`` is the push trigger's way in: idle tasks get at once, and a consumer whose tasks all
 left (``scaling.min_threads = 0``) starts one. The worker host runs it for a worker with
@@ -58,54 +53,37 @@ from typing import Generic, TypeVar
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
-from cloudqueue.listener.consumer.dequeue import STRETCH_S
+from cloudqueue.listener.consumer.event_loop.counters import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.depth import AsyncDepth
+from cloudqueue.listener.consumer.event_loop.dequeue_tasks import DequeueTasks
+from cloudqueue.listener.consumer.event_loop.handler_tasks import HandlerTasks
 from cloudqueue.listener.consumer.event_loop.handling import AsyncHandling
-from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
-from cloudqueue.listener.consumer.event_loop.settling import AsyncCounters, AsyncSettler
+from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases
+from cloudqueue.listener.consumer.event_loop.settling import AsyncSettler
 from cloudqueue.listener.consumer.event_loop.slots import HandlerSlots
 from cloudqueue.listener.consumer.event_loop.stack import AsyncMiddlewareStack
+from cloudqueue.listener.consumer.event_loop.task_scaling import TaskScaling
 from cloudqueue.listener.consumer.event_loop.watch import LoopWatch
-from cloudqueue.listener.consumer.events import (
-    BatchProcessed,
-    ListenerStarted,
-    ListenerStopped,
-    QueueEmpty,
-    QueueWorkDetected,
-    Scaled,
-)
+from cloudqueue.listener.consumer.events import ListenerStarted, ListenerStopped
 from cloudqueue.listener.consumer.failure_logs import FailureLogs
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
-from cloudqueue.listener.consumer.handoff import fetch_size
 from cloudqueue.listener.consumer.in_flight import DEFAULT_CONCURRENCY
 from cloudqueue.listener.consumer.middleware import Middleware
 from cloudqueue.listener.consumer.pool_control import ListenerLoad
 from cloudqueue.listener.consumer.processing import KeyFunction
 from cloudqueue.listener.consumer.queue_tally import QueueTally
-from cloudqueue.listener.consumer.throughput import ThroughputMeter
 from cloudqueue.listener.consumer.tracing import ConsumerTracing
 from cloudqueue.listener.errors import StorageError
 from cloudqueue.listener.location import CloudQueueLocation
 from cloudqueue.listener.poison.queue import poison_queue_name
-from cloudqueue.listener.policies.backoff import (
-    RandomSource,
-    default_rng,
-    randomized_exponential_backoff,
-)
+from cloudqueue.listener.policies.backoff import RandomSource, default_rng
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
 from cloudqueue.listener.policies.priority import STRICT, Priority
 from cloudqueue.listener.queue_limits import MAX_BATCH_SIZE
-from cloudqueue.listener.scaling.cpu import ProcessCpuMeter
-from cloudqueue.listener.scaling.scaler import (
-    ScalingPolicy,
-    idle_delay_s,
-    should_stop_idle,
-    targets,
-)
+from cloudqueue.listener.scaling.scaler import ScalingPolicy
 from cloudqueue.listener.stores.async_prioritized import AsyncPrioritizedStorage
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
-from cloudqueue.listener.stores.storage import QueueMessage
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.limits import DEFAULT_LIMITS, DecodingLimits
 
@@ -164,8 +142,6 @@ class AsyncConsumer(Generic[T]):
         """Longest back-off after failed gets (as the threaded listener's)."""
         self.rng = rng or default_rng()
         self.counters = AsyncCounters()
-        self.gets = 0
-        """Get Messages calls made (empty ones included): the idle cost in transactions."""
         self.leases = AsyncLeases(
             storage,
             queue_name,
@@ -202,24 +178,49 @@ class AsyncConsumer(Generic[T]):
             limits=limits,
             key=key,
         )
-        self._active = 0
-        """Dequeue tasks running and not leaving."""
         self._stopping = asyncio.Event()
         self._slots = HandlerSlots(in_flight, self._stopping)
         """Handlers that may run at once, reserved before each get (``event_loop.slots``)."""
+        self._scaling = TaskScaling(
+            queue_name,
+            policy=self.policy,
+            stack=self.stack,
+            depth=self.depth,
+            counters=self.counters,
+            rng=self.rng,
+            concurrency=concurrency,
+            batch_size=batch_size,
+            visibility_timeout_s=visibility_timeout_s,
+            max_error_delay_s=max_error_delay_s,
+        )
+        """The dequeue tasks' count, and the decisions that change it."""
+        self._handlers = HandlerTasks(
+            self.handling,
+            stack=self.stack,
+            leases=self.leases,
+            slots=self._slots,
+            counters=self.counters,
+            latency=self._scaling.latency,
+            stopping=self._stopping,
+        )
+        self._fetching = DequeueTasks(
+            storage,
+            queue_name,
+            visibility_timeout_s=visibility_timeout_s,
+            stack=self.stack,
+            leases=self.leases,
+            depth=self.depth,
+            counters=self.counters,
+            slots=self._slots,
+            scaling=self._scaling,
+            handlers=self._handlers,
+            stopping=self._stopping,
+        )
         self._stop_signal = threading.Event()
         """The stop as a thread's event: a middleware waiting on a worker thread (a rate limit)
         waits on it (``ListenerStarted.stopping``)."""
-        self._woken = asyncio.Event()
-        """Set by ``wake()`` (then replaced by a fresh one) and by ``stop()``: ends idle waits."""
         self.cancelled_at_stop = 0
         """Handlers still running when the grace ran out, cancelled (their messages reappear)."""
-        self._scaling = asyncio.Lock()
-        self._dequeuers: set[asyncio.Task[None]] = set()
-        self._handlers: set[asyncio.Task[None]] = set()
-        self._found_work = False
-        self._latency = ThroughputMeter()  # seconds per message, one at a time: the latency
-        self._cpu = ProcessCpuMeter()
         self._watch = (
             None
             if blocked_after_s is None
@@ -244,9 +245,14 @@ class AsyncConsumer(Generic[T]):
         return counts
 
     @property
+    def gets(self) -> int:
+        """Get Messages calls made (empty ones included): the idle cost in transactions."""
+        return self._fetching.gets
+
+    @property
     def active_tasks(self) -> int:
         """Dequeue tasks fetching now (the threaded listener's active dequeue threads)."""
-        return self._active
+        return self._scaling.active
 
     def progress_reports(self) -> list[HandlerProgress]:
         """The last progress report of each message its handlers hold now (in memory: the host
@@ -255,26 +261,21 @@ class AsyncConsumer(Generic[T]):
 
     @property
     def handlers_running(self) -> int:
-        return len(self._handlers)
+        return self._handlers.running
 
     def stop(self) -> None:
         """Stop fetching; ``run`` then drains and returns."""
         self._stopping.set()
         self._stop_signal.set()  # a rate limit waiting on a worker thread ends its wait
-        self._woken.set()  # an idle wait, or a consumer scaled to zero, sees the stop
+        self._fetching.stop()  # an idle wait, or a consumer scaled to zero, sees the stop
         self._slots.wake()  # a task waiting for a free slot sees the stop
 
     def wake(self) -> None:
         """Work was announced (a push trigger): idle dequeue tasks get at once, and a consumer
         scaled to zero tasks starts one. Call it on the consumer's loop (from another thread:
         ``loop.call_soon_threadsafe(consumer.wake)``)."""
-        if self._stopping.is_set():
-            return
-        woken, self._woken = self._woken, asyncio.Event()
-        woken.set()
-        if self._active == 0:
-            self._found_work = False  # its first batch then scales the tasks to the backlog
-            self._start_dequeuers(1)
+        if not self._stopping.is_set():
+            self._fetching.wake()
 
     async def run(self) -> None:
         """Consume until ``stop()``; then release, drain within ``grace_s``, cancel the rest."""
@@ -295,17 +296,9 @@ class AsyncConsumer(Generic[T]):
         await self.stack.emit(
             "on_start", ListenerStarted(self.queue_name, first, self._stop_signal)
         )
-        self._start_dequeuers(first)
         try:
-            while self._dequeuers or not self._stopping.is_set():
-                if not self._dequeuers:  # scaled to zero: until wake() starts one, or stop()
-                    await self._woken.wait()
-                    continue
-                # Tasks started while waiting are awaited in the next round.
-                done, _ = await asyncio.wait(set(self._dequeuers))
-                for task in done:
-                    task.result()  # a bug in a dequeue loop surfaces here instead of being lost
-            await self._drain()
+            await self._fetching.run(first)
+            self.cancelled_at_stop = await self._handlers.drain(self.grace_s, self.queue_name)
         finally:
             drained.set()
             renewing.cancel()
@@ -330,239 +323,14 @@ class AsyncConsumer(Generic[T]):
             except StorageError as failure:
                 failures += 1
                 log.warning("queue_creation_failed", queue=self.queue_name, error=str(failure))
-                await self._wait(self._error_delay_s(failures))
-
-    async def _drain(self) -> None:
-        if self._handlers:
-            await asyncio.wait(set(self._handlers), timeout=self.grace_s)
-        late = set(self._handlers)
-        for task in late:
-            task.cancel()  # its message reappears after its visibility timeout
-        self.cancelled_at_stop = len(late)
-        if late:
-            log.warning("handlers_cancelled_at_stop", queue=self.queue_name, count=len(late))
-            await asyncio.wait(late)
-
-    def _start_dequeuers(self, count: int) -> None:
-        for _ in range(count):
-            self._active += 1
-            task = asyncio.create_task(self._dequeue())
-            self._dequeuers.add(task)
-            task.add_done_callback(self._dequeuers.discard)
-
-    async def _dequeue(self) -> None:
-        try:
-            surplus = await self._dequeue_until_stop_or_surplus()
-        finally:
-            self._active -= 1  # at once on return: a neighbour deciding next sees one fewer
-        if surplus and self.stack.wants("on_scaled"):
-            await self.stack.emit("on_scaled", Scaled(self.queue_name, "down", 1))
-
-    async def _dequeue_until_stop_or_surplus(self) -> bool:
-        """Fetch and start handlers until stopping (False) or left idle as a surplus (True)."""
-        idle_count = error_count = 0
-        stretch = _Stretch()
-        while not self._stopping.is_set():
-            room = await self._room()
-            if room == 0:
-                continue  # stopping
-            woken = self._woken  # a wake-up while this get is on its way ends the wait after it
-            try:
-                messages = await self._get_batch(room)
-            except Exception as failure:  # never end the loop on a failed get: back off
-                self._slots.give_back(room)
-                error_count += 1
-                self.counters.dequeue_errors += 1
-                log.warning("dequeue_failed", error=str(failure), consecutive_errors=error_count)
-                await self._wait(self._error_delay_s(error_count))
-                continue
-            error_count = 0
-            self._slots.give_back(room - len(messages))  # what the get did not fill is free
-            if not messages:
-                self.depth.empty_get()
-                await self._end_stretch(stretch)
-                idle_count += 1
-                stop, delay_s = self._idle_decision(idle_count)
-                if stop:
-                    return True  # no await since the check: no neighbour left in between
-                await self._wait(delay_s, woken)
-                continue
-            if idle_count or not self._found_work:
-                idle_count, self._found_work = 0, True
-                if self.stack.wants("on_queue_work_detected"):
-                    detected = QueueWorkDetected(self.queue_name, len(messages))
-                    await self.stack.emit("on_queue_work_detected", detected)
-                await self._grow()
-            await self._start_handlers([self.leases.hold(message) for message in messages])
-            if stretch.add(len(messages)) >= STRETCH_S:
-                await self._end_stretch(stretch)
-        return False
-
-    def _idle_decision(self, idle_count: int) -> tuple[bool, float]:
-        """Whether this task leaves, and else how long it waits: the deciding middleware's
-        answer (the scaler's), else the scaling policy's idle back-off. The last task never
-        leaves: a consumer keeps at least one get going."""
-        decision = None
-        if self.stack.wants("on_queue_empty"):
-            event = QueueEmpty(self.queue_name, idle_count, self.active_tasks)
-            decision = self.stack.queue_empty(event)
-        if decision is not None:
-            return decision.stop and self.active_tasks > 1, decision.delay_s
-        delay_s = idle_delay_s(idle_count, self.policy, self.rng)
-        return should_stop_idle(delay_s, self.active_tasks, self.policy), delay_s
-
-    async def _end_stretch(self, stretch: _Stretch) -> None:
-        """A task's stretch of work ends (an empty get, or ``STRETCH_S`` of work)."""
-        handled, seconds = stretch.end()
-        if handled and self.stack.wants("on_batch_processed"):
-            finished = BatchProcessed(self.queue_name, handled, seconds)
-            await self.stack.emit("on_batch_processed", finished)
-
-    async def _room(self) -> int:
-        """Reserve slots for the next get: as many as ``fetch_size`` wants (a whole batch until
-        handling is measured), waiting until that many are free, as a hand-written loop waits
-        for its batch to finish; 0 once stopping."""
-        latency_s = self._latency.seconds_per_message
-        wanted = fetch_size(
-            batch_size=self.batch_size,
-            threads=self.active_tasks,
-            per_thread_rate_per_s=None if latency_s is None else self.concurrency / latency_s,
-            visibility_timeout_s=self.visibility_timeout_s,
-        )
-        return await self._slots.reserve(wanted)
-
-    async def _get_batch(self, room: int) -> list[QueueMessage]:
-        self.gets += 1
-        stack = self.stack
-        if stack.wants("before_fetch"):
-            await stack.emit("before_fetch", self.queue_name)
-        messages = await self.storage.get_messages(
-            self.queue_name, max_messages=room, visibility_timeout_s=self.visibility_timeout_s
-        )
-        if stack.wants("after_fetch"):
-            await stack.emit("after_fetch", self.queue_name, messages)
-        return messages
-
-    async def _grow(self) -> None:
-        """Work found after an idle spell: run as many dequeue tasks as the scaling rule wants."""
-        async with self._scaling:  # one decision at a time, or two would both add the difference
-            try:
-                depth = await self.depth.count()
-            except Exception as failure:
-                log.warning("rescale_skipped", error=str(failure))
-                return
-            grow_target, _ = targets(self._load_at(depth), self.policy)
-            if grow_target <= self.active_tasks:
-                return
-            cores = self._cpu.cores_used()  # None: the first reading, which only starts a window
-            if cores is not None and cores >= self.policy.cpu_saturation_cores:
-                log.warning("scaling_capped", active=self.active_tasks, target=grow_target)
-                return
-            started = grow_target - self.active_tasks
-            self._start_dequeuers(started)
-        if self.stack.wants("on_scaled"):
-            await self.stack.emit("on_scaled", Scaled(self.queue_name, "up", started))
+                await self._fetching.wait(self._scaling.error_delay_s(failures))
 
     def known_load(self) -> ListenerLoad | None:
         """The load now at the last known depth, without a storage call (None before one)."""
-        reading = self.depth.known.reading()
-        if reading is None:
-            return None
-        return self._load_at(reading.visible + self.counters.in_flight)
-
-    def _load_at(self, depth: int) -> ListenerLoad:
-        """The load as the scaling rule reads it, at ``depth`` (the approximate count)."""
-        return ListenerLoad(
-            approximate_depth=depth,
-            in_flight=self.counters.in_flight,
-            active_threads=self.active_tasks,
-            per_thread_rate_per_s=None,
-            message_latency_s=self._latency.seconds_per_message,
-            concurrency=self.concurrency,
-        )
-
-    async def _start_handlers(self, held: list[HeldMessage]) -> None:
-        """Start a handler for each (their slots were reserved before the get), each after
-        the ``before_handle`` hooks (a rate limit waits there, holding this task back)."""
-        for position, one in enumerate(held):
-            if self.stack.gates:
-                await self.stack.emit("before_handle", one.message)
-            if self._stopping.is_set():  # stopped while the get or a wait was on its way
-                await self._release(held[position:])
-                return
-            self.counters.in_flight += 1
-            task = asyncio.create_task(self._settle(one))
-            self._handlers.add(task)
-            task.add_done_callback(self._handlers.discard)
-
-    async def _release(self, unstarted: list[HeldMessage]) -> None:
-        """Give back messages not started: visible again now, their slots free."""
-        for one in unstarted:
-            await self.leases.release(one)
-            self._slots.give_back(1)
-
-    async def _settle(self, held: HeldMessage) -> None:
-        loop = asyncio.get_running_loop()
-        started = loop.time()
-        in_slot = True
-        try:
-            deferral = await self.handling.handle(held)
-            while deferral is not None:  # held, out of its slot, until resumed
-                in_slot = False
-                self.counters.in_flight -= 1
-                async with self._slots.out_of_slot():
-                    await deferral.wait(self._stopping)
-                in_slot = True
-                self.counters.in_flight += 1
-                if self._stopping.is_set():  # a stop releases a deferred message
-                    await self.leases.release(held)
-                    return
-                started = loop.time()  # its wait is no handling time
-                deferral = await self.handling.handle(held)
-        finally:
-            self.leases.end(held)
-            if in_slot:
-                self.counters.in_flight -= 1
-                self._slots.give_back(1)
-            self._latency.record(1, loop.time() - started)
-
-    async def _wait(self, delay_s: float, woken: asyncio.Event | None = None) -> None:
-        """Sleep on the stop event, so stop() ends a wait at once; an idle wait sleeps on the
-        wake-up current at its get (``woken``: stop() or wake() sets it) instead."""
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for((woken or self._stopping).wait(), delay_s)
-
-    def _error_delay_s(self, error_count: int) -> float:
-        return randomized_exponential_backoff(
-            error_count, delta_s=0.1, min_s=0.0, max_s=self.max_error_delay_s, rng=self.rng
-        )
+        return self._scaling.known_load()
 
     def __repr__(self) -> str:
         return (
             f"AsyncConsumer(queue={self.queue_name!r}, tasks={self.active_tasks}, "
             f"counters={self.counters})"
         )
-
-
-class _Stretch:
-    """A dequeue task's stretch of work: messages started since it began (loop time)."""
-
-    def __init__(self) -> None:
-        self.started: float | None = None
-        self.handled = 0
-
-    def add(self, messages: int) -> float:
-        """Count ``messages`` started; the seconds the stretch has lasted."""
-        now = asyncio.get_running_loop().time()
-        if self.started is None:
-            self.started = now
-        self.handled += messages
-        return now - self.started
-
-    def end(self) -> tuple[int, float]:
-        """The stretch's messages and seconds; a new one begins at the next ``add``."""
-        started, handled = self.started, self.handled
-        self.started, self.handled = None, 0
-        if started is None:
-            return 0, 0.0
-        return handled, asyncio.get_running_loop().time() - started

@@ -4,9 +4,8 @@ The event-loop consumer's counterpart of ``settlement``, on an ``AsyncQueueStora
 same rules, from the same pure decisions; each settlement returns its ``Outcome`` (what the
 middleware's ``after_settle`` sees, as on the threaded path):
 
-* **deleted** once the handler returned, then its stored payload, if any, replaced by a tombstone
-  (``lease_calls.retire``, on a worker thread: the payload store is sync), and its handler's
-  stored checkpoint, if any, removed (``lease_calls.forget``); **dropped** (deleted,
+* **deleted** once the handler returned, then its stored payload, if any, replaced by a tombstone,
+  and its handler's stored checkpoint, if any, removed; **dropped** (deleted,
   not handled) when its stored payload is a tombstone, a copy of done work (``wire.payload``);
   **skipped** or **rerouted** (its text put on the queue named first) by a middleware's decision;
 * **retried** when it raised (or a middleware failed, or asked for it): hidden for the delivery
@@ -26,65 +25,32 @@ middleware's ``after_settle`` sees, as on the threaded path):
 * **left** where it is when storage fails while settling: it reappears after its timeout.
 
 Where a failure goes is decided by the threaded path's pure rules (``verdicts``), counting the
-deliveries of a re-published batch's items in earlier messages.
+deliveries of a re-published batch's items in earlier messages; the storage calls that carry out
+each outcome, and their order, are ``event_loop.settle_calls``.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import structlog
 
 from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
-from cloudqueue.listener.consumer import lease_calls
+from cloudqueue.listener.consumer.event_loop.counters import AsyncCounters
 from cloudqueue.listener.consumer.event_loop.leases import HeldMessage
-from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome, OutcomeKind
+from cloudqueue.listener.consumer.event_loop.settle_calls import SettleCalls
+from cloudqueue.listener.consumer.middleware import Decision, MessageContext, Outcome
 from cloudqueue.listener.consumer.processing import POISON_REASONS
-from cloudqueue.listener.consumer.settlement import DELETED
-from cloudqueue.listener.consumer.verdicts import (
-    Verdict,
-    judge,
-    judge_failure,
-    judge_items,
-    retry_log_level,
-)
-from cloudqueue.listener.errors import (
-    DecodeError,
-    MessageTooLargeError,
-    PayloadNotFoundError,
-    QueueNotFoundError,
-    StorageError,
-)
-from cloudqueue.listener.poison.move import poison_record
-from cloudqueue.listener.poison.queue import poison_queue_name
-from cloudqueue.listener.poison.record import PoisonRecord
+from cloudqueue.listener.consumer.verdicts import Verdict, judge, judge_failure, judge_items
+from cloudqueue.listener.errors import DecodeError, PayloadNotFoundError, StorageError
 from cloudqueue.listener.policies.backoff import RandomSource
 from cloudqueue.listener.policies.delivery import DeliveryPolicy
-from cloudqueue.listener.producer.republish import republished_timing
 from cloudqueue.listener.stores.async_storage import AsyncQueueStorage
 from cloudqueue.listener.stores.payload_store import PayloadStore
-from cloudqueue.listener.stores.prioritized import as_in_queue
-from cloudqueue.listener.stores.storage import NEVER_EXPIRES, QueueMessage
 
 log = structlog.get_logger(__name__)
-
-
-@dataclass(slots=True)
-class AsyncCounters:
-    """What the consumer did so far (read on its loop, or as a snapshot from anywhere)."""
-
-    processed: int = 0
-    failed: int = 0
-    retried: int = 0
-    poisoned: int = 0
-    left: int = 0
-    dequeue_errors: int = 0
-    in_flight: int = 0
-    delay_hops: int = 0
-    """Messages delayed beyond 7 days hidden again, unhandled: not due yet (``event_loop.hops``)."""
 
 
 class AsyncSettler:
@@ -114,7 +80,18 @@ class AsyncSettler:
         self.delivery, self.clock, self.rng, self.counters = delivery, clock, rng, counters
         self.payload_store = payload_store
         """Where the payloads of large items are kept: retired here after their delete."""
-        self._log = log.bind(queue=queue_name)
+        self._calls = SettleCalls(
+            storage,
+            queue_name,
+            clock=clock,
+            counters=counters,
+            payload_store=payload_store,
+            create_poison_queue=create_poison_queue,
+            queue_of=queue_of,
+        )
+        self.poison = self._calls.poison
+        """Poison a message (copied to its poison queue with the reason, then deleted);
+        ``recorded=`` what the record holds, when not the message as fetched."""
 
     async def settle(self, held: HeldMessage, context: MessageContext[Any]) -> Outcome:
         """Settle a message that went through the middleware (and its handler): by a
@@ -131,7 +108,7 @@ class AsyncSettler:
             return await self.failed(held, context.middleware_error, deliveries=deliveries)
         if context.failures:
             return await self._items_failed(held, context)
-        return await self._delete(held, "deleted", payload=context.payload_name)
+        return await self._calls.delete(held, "deleted", payload=context.payload_name)
 
     async def failed(
         self,
@@ -174,47 +151,7 @@ class AsyncSettler:
             dequeue_count=message.dequeue_count,
             payload=payload,
         )
-        return await self._delete(held, "dropped")
-
-    async def poison(
-        self,
-        held: HeldMessage,
-        reason: str,
-        error: str,
-        *,
-        recorded: QueueMessage | None = None,
-    ) -> Outcome:
-        """Copy to the poison queue first, delete second: a crash between leaves a duplicate.
-        ``recorded`` is what the record holds, when not the message as fetched (its failed items
-        only, or all their deliveries)."""
-        message = held.message
-        queue = self.queue_name if self.queue_of is None else self.queue_of(message.id)
-        kept = as_in_queue(recorded or message, queue)
-        record = poison_record(queue, kept, reason=reason, error=error, now=self.clock.now())
-        target = poison_queue_name(queue)
-        try:
-            try:
-                await self._put_record(target, record)
-            except QueueNotFoundError:
-                if not self.create_poison_queue:
-                    raise
-                # Deleted while the worker runs: a message must not loop for ever for want of it.
-                await self.storage.create_queue(target)
-                self._log.warning("poison_queue_recreated", poison_queue=target)
-                await self._put_record(target, record)
-            await self.storage.delete_message(self.queue_name, message.id, held.pop_receipt)
-        except StorageError as failure:
-            return self._left(message, failure, reason)
-        self.counters.poisoned += 1
-        self._log.warning(
-            "message_poisoned",
-            poison_queue=target,
-            message_id=message.id,
-            dequeue_count=message.dequeue_count,
-            reason=reason,
-            error=error,
-        )
-        return Outcome("poisoned", reason, error)
+        return await self._calls.delete(held, "dropped")
 
     async def _items_failed(
         self, held: HeldMessage, context: MessageContext[Any], decision: Decision | None = None
@@ -238,7 +175,7 @@ class AsyncSettler:
             return await self._failed_whole(held, verdict, items.error, deliveries)
         self.counters.failed += 1
         if verdict.poison_reason is None:
-            return await self._republish(held, context, remainder, verdict, items.error)
+            return await self._calls.republish(held, context, remainder, verdict, items.error)
         failed_items = replace(held.message, content=remainder, dequeue_count=deliveries)
         return await self.poison(held, verdict.poison_reason, items.error, recorded=failed_items)
 
@@ -250,44 +187,7 @@ class AsyncSettler:
         if verdict.poison_reason is not None:
             counted = replace(held.message, dequeue_count=deliveries)
             return await self.poison(held, verdict.poison_reason, error, recorded=counted)
-        return await self._retry(held, verdict.retry_in_s, error, reason=verdict.reason)
-
-    async def _republish(
-        self,
-        held: HeldMessage,
-        context: MessageContext[Any],
-        content: str,
-        verdict: Verdict,
-        error: str,
-    ) -> Outcome:
-        """Put the failed items (``content``) in a new message hidden for the verdict's delay,
-        then delete the original: a crash in between duplicates items, it loses none. A failed
-        put retries the whole message instead."""
-        message, delay_s = held.message, verdict.retry_in_s
-        time_to_live_s, hidden_s = republished_timing(message, delay_s, self.clock.now())
-        try:
-            retry = await self.storage.put_message(
-                context.queue_name,  # the queue it came from, for a consumer of several
-                content,
-                time_to_live_s=time_to_live_s,
-                visibility_delay_s=hidden_s,
-            )
-        except StorageError as failure:
-            detail = {"republish_error": str(failure)}
-            return await self._retry(held, delay_s, error, reason=verdict.reason, **detail)
-        try:
-            await self.storage.delete_message(self.queue_name, message.id, held.pop_receipt)
-        except StorageError as failure:  # both copies of the failed items come back: no loss
-            return self._left(message, failure, verdict.reason)
-        return self._retried(
-            message,
-            delay_s,
-            error,
-            verdict.reason,
-            items_failed=len(context.failures),
-            items=len(context.items),
-            retry_message_id=retry.id,
-        )
+        return await self._calls.hide(held, verdict.retry_in_s, error, reason=verdict.reason)
 
     async def _decided(self, held: HeldMessage, decision: Decision, deliveries: int) -> Outcome:
         """What a middleware decided: skip, give up, retry later, or re-route (a deferral
@@ -295,7 +195,7 @@ class AsyncSettler:
         or retry is judged as on threads (``judge``), at the message's ``deliveries``."""
         if decision.kind == "skip":
             log.info("message_skipped", message_id=held.message.id, reason=decision.reason)
-            return await self._delete(held, "skipped", decision.reason)
+            return await self._calls.delete(held, "skipped", decision.reason)
         if decision.kind == "reroute" and decision.queue_name is not None:
             return await self._reroute(held, decision.queue_name, decision.reason)
         verdict = judge(
@@ -317,81 +217,7 @@ class AsyncSettler:
         except StorageError as failure:
             return await self.failed(held, failure, error=f"rerouting to {target!r} failed")
         log.info("message_rerouted", message_id=held.message.id, queue_to=target)
-        return await self._delete(held, "rerouted", reason)
-
-    async def _delete(
-        self,
-        held: HeldMessage,
-        kind: OutcomeKind,
-        reason: str | None = None,
-        *,
-        payload: str | None = None,
-    ) -> Outcome:
-        """Delete the message; then, for a handled one, retire its stored ``payload``, if any."""
-        message = held.message
-        try:
-            deleted = await self.storage.delete_message(
-                self.queue_name, message.id, held.pop_receipt
-            )
-        except StorageError as failure:
-            return self._left(message, failure, "delete_failed")
-        if not deleted:  # handled past its visibility timeout: another get owns it now
-            self.counters.processed += 1
-            self._log.warning("message_not_deleted_after_handling", message_id=message.id)
-            return Outcome("left", "delete_failed")
-        if payload is not None:  # rare (large items): the sync store's call off the loop
-            await asyncio.to_thread(lease_calls.retire, self.payload_store, payload)
-        if held.checkpoint_payload is not None:  # as rare: a checkpoint too large for it
-            await asyncio.to_thread(lease_calls.forget, self.payload_store, held.checkpoint_payload)
-        # Counted once the payload is retired too, as on the threaded path: whoever waits for
-        # the count then sees the message's whole settlement.
-        self.counters.processed += 1
-        return DELETED if kind == "deleted" else Outcome(kind, reason)
-
-    async def _retry(
-        self, held: HeldMessage, delay_s: int, error: str, *, reason: str | None, **detail: str
-    ) -> Outcome:
-        message = held.message
-        try:
-            await self.storage.update_visibility(
-                self.queue_name, message.id, held.pop_receipt, delay_s
-            )
-        except StorageError as failure_to_hide:
-            return self._left(message, failure_to_hide, reason)
-        return self._retried(message, delay_s, error, reason, **detail)
-
-    def _retried(
-        self,
-        message: QueueMessage,
-        delay_s: int,
-        error: str,
-        reason: str | None,
-        **detail: object,
-    ) -> Outcome:
-        """Count and log a retry (of ``message``, or of its failed items in a new message)."""
-        self.counters.retried += 1
-        getattr(self._log, retry_log_level(reason))(  # as on threads
-            "message_retry_scheduled",
-            message_id=message.id,
-            dequeue_count=message.dequeue_count,
-            error=error,
-            retry_in_s=delay_s,
-            **({"reason": reason} if reason else {}),
-            **detail,
-        )
-        return Outcome("retried", reason, error, retry_in_s=delay_s)
-
-    async def _put_record(self, target: str, record: PoisonRecord) -> None:
-        try:
-            await self.storage.put_message(target, record.to_json(), time_to_live_s=NEVER_EXPIRES)
-        except MessageTooLargeError:  # as poison_message: keep the content, unwrapped
-            await self.storage.put_message(target, record.content, time_to_live_s=NEVER_EXPIRES)
-
-    def _left(self, message: QueueMessage, failure: StorageError, reason: str | None) -> Outcome:
-        """Storage failed while settling: the message reappears after its timeout."""
-        self.counters.left += 1
-        self._log.warning("message_left_in_queue", message_id=message.id, error=str(failure))
-        return Outcome("left", reason, str(failure))
+        return await self._calls.delete(held, "rerouted", reason)
 
 
 def _unopened_reason(failure: Exception) -> str:
