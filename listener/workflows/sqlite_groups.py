@@ -32,16 +32,18 @@ from cloudqueue.listener.workflows.group_ledger import (
     GroupError,
     GroupLedger,
     GroupStatus,
-    InMemoryGroupLedger,
     Settled,
+    lease_end,
+)
+from cloudqueue.listener.workflows.group_rules import (
     added_again,
     check_count,
-    lease_end,
     member_ids,
     open_group,
     passed_again,
     unsettled_ids,
 )
+from cloudqueue.listener.workflows.memory_groups import InMemoryGroupLedger
 from cloudqueue.listener.workflows.sqlite_settlements import settle_together
 
 _SCHEMA = (

@@ -20,7 +20,8 @@ from datetime import UTC, datetime
 from sqlite3 import Connection as Sqlite
 from typing import TypeVar
 
-from cloudqueue.listener.workflows.group_ledger import GroupStatus, Settled, member_index
+from cloudqueue.listener.workflows.group_ledger import GroupStatus, Settled
+from cloudqueue.listener.workflows.group_rules import member_index
 
 Settlement = tuple[str, str, Settled]
 """``(group_id, member_id, outcome)``, as ``GroupLedger.settle_many`` takes them."""
