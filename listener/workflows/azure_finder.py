@@ -28,12 +28,7 @@ from cloudqueue.listener.stores.connection import (
 from cloudqueue.listener.stores.embedded_ledgers import innermost_storage
 from cloudqueue.listener.stores.storage import QueueStorage
 from cloudqueue.listener.stores.token_connection import TokenTarget, token_target
-from cloudqueue.listener.workflows.group_ledger import (
-    Addition,
-    GroupLedger,
-    GroupStatus,
-    Settled,
-)
+from cloudqueue.listener.workflows.group_ledger import Addition, GroupLedger, GroupStatus, Settled
 
 if TYPE_CHECKING:
     from azure.data.tables import TableClient

@@ -37,12 +37,8 @@ from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote
 
-from cloudqueue.listener.workflows.group_ledger import (
-    Addition,
-    Completion,
-    GroupStatus,
-    member_ids,
-)
+from cloudqueue.listener.workflows.group_ledger import Addition, Completion, GroupStatus
+from cloudqueue.listener.workflows.group_rules import member_ids
 
 SHARDS = 16
 """Counter rows per group: 16 writers of one group proceed without a lost If-Match race

@@ -63,11 +63,8 @@ from cloudqueue.listener.workflows.azure_settlements import (
     in_transactions,
     settling,
 )
-from cloudqueue.listener.workflows.group_ledger import (
-    Addition,
-    GroupError,
-    GroupStatus,
-    Settled,
+from cloudqueue.listener.workflows.group_ledger import Addition, GroupError, GroupStatus, Settled
+from cloudqueue.listener.workflows.group_rules import (
     added_again,
     check_count,
     member_ids,

@@ -33,7 +33,8 @@ from cloudqueue.listener.workflows.azure_group_rows import (
     shard_of,
     shard_row,
 )
-from cloudqueue.listener.workflows.group_ledger import GroupStatus, Settled, member_index
+from cloudqueue.listener.workflows.group_ledger import GroupStatus, Settled
+from cloudqueue.listener.workflows.group_rules import member_index
 from cloudqueue.listener.workflows.table_calls import update_if_match
 
 __all__ = ["MAX_ENTITIES", "Member", "Settling", "by_group", "in_transactions", "settling"]

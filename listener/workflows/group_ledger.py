@@ -23,7 +23,8 @@ skew between machines shortens or lengthens them by as much.
 
 Stores:
 
-* memory: a dict under a lock (this process only; ``InMemoryGroupLedger``);
+* memory: a dict under a lock (this process only; ``InMemoryGroupLedger`` in
+  ``cloudqueue.listener.workflows.memory_groups``);
 * SQLite: two tables in the queues' file, each step one ``BEGIN IMMEDIATE`` transaction
   (``cloudqueue.listener.workflows.sqlite_groups``);
 * Azure: a table ``cloudqueuegroups`` in the account's Table service, partition key the group id
@@ -42,18 +43,17 @@ Stores:
   One group sustains close to 2,000 settlements per second on Azure's published partition
   target (2,000 entities per second) when they are written together, about 1,000 one by one.
   The protocol below holds nothing SQLite-specific: every step is a read-decide-write on one
-  group's rows.
+  group's rows. The rules every store applies to member ids, counts and repeats are
+  ``cloudqueue.listener.workflows.group_rules``.
 """
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, Protocol
 
-from cloudqueue.listener.clock import SYSTEM_CLOCK, Clock
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
 from cloudqueue.listener.errors import CloudQueueError
 
@@ -181,152 +181,6 @@ class GroupLedger(Protocol):
         """Release connections."""
 
 
-def member_ids(first: int, count: int) -> list[str]:
-    """Members are numbered in the order they join their group, from 0."""
-    return [str(index) for index in range(first, first + count)]
-
-
-def member_index(member_id: str, total: int) -> int | None:
-    """The member's number when it belongs to a group of ``total`` members, else None."""
-    if not member_id.isdigit() or len(member_id) > 12:
-        return None
-    index = int(member_id)
-    return index if index < total else None
-
-
-def unsettled_ids(total: int, settled: set[int], limit: int) -> list[str]:
-    """The ids of up to ``limit`` members of ``0 .. total - 1`` not in ``settled``, lowest first."""
-    unsettled = (str(index) for index in range(total) if index not in settled)
-    return [member for member, _ in zip(unsettled, range(limit), strict=False)]
-
-
-def check_count(count: int, what: str) -> int:
-    if isinstance(count, bool) or not isinstance(count, int) or count < 1:
-        raise GroupError(f"{what} must be at least 1 member, got {count!r}")
-    return count
-
-
-class InMemoryGroupLedger:
-    """Groups in a dict under one lock, for this process only (``memory://``)."""
-
-    def __init__(self, *, clock: Clock = SYSTEM_CLOCK) -> None:
-        self._clock = clock
-        self._groups: dict[str, GroupStatus] = {}
-        self._settled: dict[str, set[int]] = {}
-        self._passed: dict[tuple[str, str, str], list[str]] = {}
-        self._added: dict[tuple[str, str], Addition] = {}
-        self._claims: dict[str, datetime] = {}
-        """Until when an owed completion is claimed (beyond its settler's lease)."""
-        self._lock = threading.Lock()
-
-    def open(self, group_id: str, *, total: int, on_complete: str) -> GroupStatus:
-        check_count(total, "a group")
-        with self._lock:
-            if group_id in self._groups:
-                raise GroupError(f"group {group_id!r} exists already")
-            opened = GroupStatus(group_id, total, 0, 0, self._clock.now(), None, on_complete)
-            self._groups[group_id], self._settled[group_id] = opened, set()
-            return opened
-
-    def add_members(self, group_id: str, count: int, *, by: str | None = None) -> Addition:
-        check_count(count, "an addition")
-        with self._lock:
-            earlier = None if by is None else self._added.get((group_id, by))
-            if earlier is not None:
-                return added_again(earlier, count, group_id)
-            group = open_group(self._groups.get(group_id), group_id)
-            self._groups[group_id] = replace(group, total=group.total + count)
-            added = Addition(member_ids(group.total, count))
-            if by is not None:
-                self._added[(group_id, by)] = added
-            return added
-
-    def mark_added(self, group_id: str, by: str) -> None:
-        with self._lock:
-            added = self._added.get((group_id, by))
-            if added is not None:
-                self._added[(group_id, by)] = replace(added, put=True)
-
-    def pass_on(self, group_id: str, member_id: str, step: str, count: int) -> list[str]:
-        check_count(count, "a chain step's items")
-        with self._lock:
-            earlier = self._passed.get((group_id, member_id, step))
-            if earlier is not None:  # a repeat, answered even once the group completed
-                return passed_again(earlier, count, group_id, member_id)
-            group = open_group(self._groups.get(group_id), group_id)
-            added = member_ids(group.total, count - 1)
-            self._groups[group_id] = replace(group, total=group.total + count - 1)
-            passed = self._passed[(group_id, member_id, step)] = [member_id, *added]
-            return passed
-
-    def settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
-        return self.settle_many([(group_id, member_id, outcome)])[0]
-
-    def settle_many(
-        self, settlements: Sequence[tuple[str, str, Settled]]
-    ) -> list[GroupStatus | None]:
-        with self._lock:
-            return [self._settle(*settlement) for settlement in settlements]
-
-    def _settle(self, group_id: str, member_id: str, outcome: Settled) -> GroupStatus | None:
-        """One settlement, under the lock."""
-        group = self._groups.get(group_id)
-        index = None if group is None else member_index(member_id, group.total)
-        if group is None or index is None or index in self._settled[group_id]:
-            return None
-        self._settled[group_id].add(index)
-        group = counted(group, outcome)
-        if group.pending == 0:
-            ended = self._clock.now()
-            group = replace(group, ended=ended, completion="owed", last_member=str(index))
-        self._groups[group_id] = group
-        return group if group.done else None
-
-    def status(self, group_id: str) -> GroupStatus | None:
-        with self._lock:
-            return self._groups.get(group_id)
-
-    def owed(self) -> list[GroupStatus]:
-        with self._lock:
-            return [group for group in self._groups.values() if group.completion == "owed"]
-
-    def claim(self, group_id: str) -> GroupStatus | None:
-        with self._lock:
-            group, now = self._groups.get(group_id), self._clock.now()
-            if group is None or not claimable(group, self._claims.get(group_id), now):
-                return None
-            self._claims[group_id] = lease_end(now)
-            return group
-
-    def release(self, group_id: str) -> None:
-        with self._lock:
-            self._claims[group_id] = self._clock.now()
-
-    def pending_members(self, group_id: str, limit: int) -> list[str]:
-        with self._lock:
-            group, settled = self._groups.get(group_id), self._settled.get(group_id, set())
-            total = 0 if group is None else group.total
-            return unsettled_ids(total, settled, limit)
-
-    def newest(self, limit: int) -> list[GroupStatus]:
-        with self._lock:
-            groups = sorted(self._groups.values(), key=lambda group: group.started, reverse=True)
-            return groups[:limit]
-
-    def mark_sent(self, group_id: str) -> None:
-        with self._lock:
-            group = self._groups.get(group_id)
-            if group is not None and group.done:
-                self._groups[group_id] = replace(group, completion="sent")
-                self._claims.pop(group_id, None)
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-    def __repr__(self) -> str:
-        return f"InMemoryGroupLedger(groups={len(self._groups)})"
-
-
 def lease_end(start: datetime) -> datetime:
     """When a claim on a completion taken at ``start`` runs out."""
     return start + timedelta(seconds=COMPLETION_LEASE_S)
@@ -340,43 +194,6 @@ def claimable(group: GroupStatus, claimed_until: datetime | None, now: datetime)
     return now >= (claimed_until or lease_end(group.ended))
 
 
-def counted(group: GroupStatus, outcome: Settled) -> GroupStatus:
-    """The group with one more member settled as ``outcome``."""
-    if outcome == "handled":
-        return replace(group, handled=group.handled + 1)
-    return replace(group, poisoned=group.poisoned + 1)
-
-
-def passed_again(earlier: list[str], count: int, group_id: str, member_id: str) -> list[str]:
-    """The ids a member's chain step was given before, when it asks for as many again."""
-    if len(earlier) != count:
-        raise GroupError(
-            f"member {member_id} of group {group_id!r} was passed on as {len(earlier)} "
-            f"items before and {count} now: a chain step must return the same on a redelivery"
-        )
-    return earlier
-
-
-def added_again(earlier: Addition, count: int, group_id: str) -> Addition:
-    """An addition made before, when its repeat asks for as many members again."""
-    if len(earlier.member_ids) != count:
-        raise GroupError(
-            f"group {group_id!r}: an addition of {len(earlier.member_ids)} members was repeated "
-            f"with {count}: a handler must add the same on a redelivery"
-        )
-    return earlier
-
-
-def open_group(group: GroupStatus | None, group_id: str) -> GroupStatus:
-    if group is None:
-        raise GroupError(f"no group {group_id!r}")
-    if group.done:
-        raise GroupError(
-            f"group {group_id!r} is complete: members are added before the adding member settles"
-        )
-    return group
-
-
 __all__ = [
     "COMPLETION_LEASE_S",
     "Addition",
@@ -384,16 +201,7 @@ __all__ = [
     "GroupError",
     "GroupLedger",
     "GroupStatus",
-    "InMemoryGroupLedger",
     "Settled",
-    "added_again",
-    "check_count",
     "claimable",
-    "counted",
     "lease_end",
-    "member_ids",
-    "member_index",
-    "open_group",
-    "passed_again",
-    "unsettled_ids",
 ]

@@ -32,7 +32,7 @@ from cloudqueue.listener.stores.storage import QueueStorage, validate_queue_name
 from cloudqueue.listener.wire.codec import Codec
 from cloudqueue.listener.wire.membership import Membership
 from cloudqueue.listener.workflows.group_ledger import GroupError, GroupLedger, GroupStatus
-from cloudqueue.listener.workflows.group_ledger import member_ids as numbered
+from cloudqueue.listener.workflows.group_rules import member_ids as numbered
 from cloudqueue.listener.workflows.membership import (
     check_group_id,
     current_membership,

@@ -25,12 +25,37 @@ from cloudqueue.listener.workflows.group_ledger import GroupLedger, GroupStatus,
 __all__ = ["SettleBatches"]
 
 
+class _Latch:
+    """``threading.Event``'s ``set``, ``is_set`` and one ``wait``, on a bare lock held until it
+    is set: an Event is a Condition, whose every wait makes a lock of its own, and a drain makes
+    one per member. A settlement is set by one thread at a time (its batch's writer, or the one
+    that hands it the next write), and waited for by its own caller only."""
+
+    __slots__ = ("_gate", "_set")
+
+    def __init__(self) -> None:
+        self._gate = threading.Lock()
+        self._gate.acquire()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            self._gate.release()
+
+    def is_set(self) -> bool:
+        return self._set
+
+    def wait(self) -> None:
+        self._gate.acquire()
+
+
 @dataclass(slots=True)
 class _Settlement:
     group_id: str
     member_id: str
     outcome: Settled
-    answered: threading.Event = field(default_factory=threading.Event)
+    answered: _Latch = field(default_factory=_Latch)
     answer: GroupStatus | None = None
     error: Exception | None = None
     writes_next: bool = False

@@ -19,7 +19,7 @@ account's Table service (``cloudqueue.listener.workflows.azure_finder``).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from sqlite3 import Connection as Sqlite
 
@@ -32,17 +32,19 @@ from cloudqueue.listener.workflows.group_ledger import (
     GroupError,
     GroupLedger,
     GroupStatus,
-    InMemoryGroupLedger,
     Settled,
+    lease_end,
+)
+from cloudqueue.listener.workflows.group_rules import (
     added_again,
     check_count,
-    lease_end,
     member_ids,
-    member_index,
     open_group,
     passed_again,
     unsettled_ids,
 )
+from cloudqueue.listener.workflows.memory_groups import InMemoryGroupLedger
+from cloudqueue.listener.workflows.sqlite_settlements import settle_together
 
 _SCHEMA = (
     """CREATE TABLE IF NOT EXISTS message_groups (
@@ -164,7 +166,7 @@ class SqliteGroupLedger:
         self, settlements: Sequence[tuple[str, str, Settled]]
     ) -> list[GroupStatus | None]:
         with self._database.transaction() as db:
-            return [_settle(db, *settlement, now=self._clock.now) for settlement in settlements]
+            return settle_together(db, settlements, read=_read, now=self._clock.now)
 
     def status(self, group_id: str) -> GroupStatus | None:
         with self._database.reading() as db:
@@ -231,29 +233,6 @@ class SqliteGroupLedger:
         return f"SqliteGroupLedger({self._database!r})"
 
 
-def _settle(
-    db: Sqlite, group_id: str, member_id: str, outcome: Settled, *, now: Callable[[], datetime]
-) -> GroupStatus | None:
-    """One settlement inside the caller's write transaction (the group read under its lock)."""
-    group = _read(db, group_id)
-    index = None if group is None else member_index(member_id, group.total)
-    if group is None or index is None:
-        return None
-    inserted = db.execute(
-        "INSERT OR IGNORE INTO group_members (group_id, member, outcome) VALUES (?, ?, ?)",
-        (group_id, index, outcome),
-    ).rowcount
-    if not inserted:  # settled before: a redelivery or a duplicate
-        return None
-    last = group.pending == 1
-    db.execute(
-        f"UPDATE message_groups SET {outcome} = {outcome} + 1,"
-        " ended = ?, completion = ?, last_member = ? WHERE id = ?",
-        (now().timestamp() if last else None, _state(last), _last(last, index), group_id),
-    )
-    return _read(db, group_id) if last else None
-
-
 def _add_claims(db: Sqlite) -> None:
     """The ``claimed_until`` and ``last_member`` columns in a file made before they were kept."""
     columns = {row[1] for row in db.execute("PRAGMA table_info(message_groups)")}
@@ -268,14 +247,6 @@ def _addition(db: Sqlite, group_id: str, by: str) -> Addition | None:
         (group_id, by),
     ).fetchone()
     return None if row is None else Addition(member_ids(int(row[0]), int(row[1])), bool(row[2]))
-
-
-def _state(last: bool) -> str:
-    return "owed" if last else "pending"
-
-
-def _last(last: bool, index: int) -> str | None:
-    return str(index) if last else None
 
 
 def _read(db: Sqlite, group_id: str) -> GroupStatus | None:

@@ -10,7 +10,8 @@ from collections.abc import Sequence
 import pytest
 
 from cloudqueue.listener.errors import TransientStorageError
-from cloudqueue.listener.workflows.group_ledger import GroupStatus, InMemoryGroupLedger, Settled
+from cloudqueue.listener.workflows.group_ledger import GroupStatus, Settled
+from cloudqueue.listener.workflows.memory_groups import InMemoryGroupLedger
 from cloudqueue.listener.workflows.settle_batches import SettleBatches
 from tests.support.polling import eventually
 
