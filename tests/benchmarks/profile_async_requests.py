@@ -259,9 +259,19 @@ def run(args: argparse.Namespace, variants: Sequence[str]) -> list[dict[str, Any
     window: list[float] = []
     traced(counts)
     counted_drains(counts, window)
-    profile_dir = Path(tempfile.mkdtemp(prefix="azurite-profile-"))
-    if args.azurite_profile:
-        profiled_azurite(profile_dir)
+    with tempfile.TemporaryDirectory(prefix="azurite-profile-") as folder:
+        if args.azurite_profile:
+            profiled_azurite(Path(folder))
+        return _drains(args, variants, counts, window, Path(folder))
+
+
+def _drains(
+    args: argparse.Namespace,
+    variants: Sequence[str],
+    counts: WireCounts,
+    window: list[float],
+    profile_dir: Path,
+) -> list[dict[str, Any]]:
     cell = Cell("awaited", args.wait_ms, args.latency_ms)
     rows = []
     for repetition in range(args.repetitions):
