@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import io
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
 from types import TracebackType
@@ -31,6 +31,7 @@ from rich.progress import (
 from rich.text import Text
 
 if TYPE_CHECKING:  # only hinted: `cloudqueue status` formats with this module, no consumer
+    from cloudqueue.listener.consumer.depth import KnownDepth
     from cloudqueue.listener.consumer.event_loop.consumer import AsyncConsumer
     from cloudqueue.listener.consumer.listener import CloudQueueListener
 
@@ -59,31 +60,39 @@ class QueueProgress:
     @classmethod
     def of(cls, listener: CloudQueueListener[Any]) -> QueueProgress:
         counters = listener.counters.snapshot()
-        reading = listener.meters.known_depth.reading()
-        return cls(
-            queue=listener.queue_name,
-            threads=listener.active_dequeue_tasks,
-            in_flight=counters["in_flight"],
-            processed=counters["processed"],
-            poisoned=counters["poisoned"],
-            depth=None if reading is None else reading.visible,
-            depth_age_s=listener.meters.known_depth.age_s(),
-            items_processed=counters["items_processed"],
+        return cls._read(
+            listener.queue_name,
+            listener.active_dequeue_tasks,
+            counters,
+            listener.meters.known_depth,
+            counters["items_processed"],
         )
 
     @classmethod
     def of_loop(cls, consumer: AsyncConsumer[Any]) -> QueueProgress:
         """The line of a worker on one event loop: its dequeue tasks shown as its threads."""
-        counters, known = consumer.counters_of(consumer.queue_name), consumer.depth.known
+        counters = consumer.counters_of(consumer.queue_name)
+        return cls._read(consumer.queue_name, consumer.active_tasks, counters, consumer.depth.known)
+
+    @classmethod
+    def _read(
+        cls,
+        queue: str,
+        tasks: int,
+        counters: Mapping[str, int],
+        known: KnownDepth,
+        items: int | None = None,
+    ) -> QueueProgress:
         reading = known.reading()
         return cls(
-            queue=consumer.queue_name,
-            threads=consumer.active_tasks,
+            queue=queue,
+            threads=tasks,
             in_flight=counters["in_flight"],
             processed=counters["processed"],
             poisoned=counters["poisoned"],
             depth=None if reading is None else reading.visible,
             depth_age_s=known.age_s(),
+            items_processed=items,
         )
 
     @property
