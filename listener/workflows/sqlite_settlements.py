@@ -71,11 +71,14 @@ def settle_together(
 
 def _tallies(db: Sqlite, settlements: Sequence[Settlement], read: Reader) -> dict[str, _Tally]:
     """Each known group of the batch, with which of the batch's members it has marked."""
+    members: dict[str, list[str]] = {}
+    for group_id, member_id, _ in settlements:  # one pass: a batch may hold several groups
+        members.setdefault(group_id, []).append(member_id)
     tallies: dict[str, _Tally] = {}
-    for group_id in dict.fromkeys(group_id for group_id, _, _ in settlements):
+    for group_id, ids in members.items():
         group = read(db, group_id)
         if group is not None:
-            indexes = {member_index(m, group.total) for g, m, _ in settlements if g == group_id}
+            indexes = {member_index(member_id, group.total) for member_id in ids}
             tallies[group_id] = _Tally(group, _marked(db, group_id, indexes))
     return tallies
 

@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 import structlog
 
@@ -40,28 +40,33 @@ its own interval)."""
 log = structlog.get_logger(__name__)
 
 
+class FlowCounters(Protocol):
+    """What a listener's and a loop consumer's counters both tell of their messages."""
+
+    processed: int
+    failed: int
+    poisoned: int
+    in_flight: int
+
+
 class StaleWhileFlowing:
     """Whether a queue's known depth is due a count: work flows (messages held, or settled
     since the last ask) and the depth is older than ``refresh_s``."""
 
-    def __init__(
-        self,
-        known_depth: KnownDepth,
-        refresh_s: float,
-        *,
-        settled: Callable[[], int],
-        in_flight: Callable[[], int],
-    ) -> None:
-        self.known_depth, self.refresh_s = known_depth, refresh_s
-        self._settled_now, self._in_flight = settled, in_flight
-        self._settled = settled()
+    def __init__(self, known_depth: KnownDepth, refresh_s: float, counters: FlowCounters) -> None:
+        self.known_depth, self.refresh_s, self.counters = known_depth, refresh_s, counters
+        self._settled = self._settled_now()
 
     def due(self) -> bool:
         settled = self._settled_now()
-        flowing = settled != self._settled or self._in_flight() > 0
+        flowing = settled != self._settled or self.counters.in_flight > 0
         self._settled = settled
         age_s = self.known_depth.age_s()
         return flowing and (age_s is None or age_s >= self.refresh_s)
+
+    def _settled_now(self) -> int:
+        counters = self.counters
+        return counters.processed + counters.failed + counters.poisoned
 
 
 class DepthRefresher:
@@ -77,13 +82,7 @@ class DepthRefresher:
         self.listener = listener
         self.pool = pool
         self.refresh_s = refresh_s
-        counters = listener.counters
-        self._stale = StaleWhileFlowing(
-            listener.meters.known_depth,
-            refresh_s,
-            settled=lambda: counters.processed + counters.failed + counters.poisoned,
-            in_flight=lambda: counters.in_flight,
-        )
+        self._stale = StaleWhileFlowing(listener.meters.known_depth, refresh_s, listener.counters)
 
     def tick(self) -> bool:
         """Count now if due; True when it counted."""
@@ -135,13 +134,7 @@ async def refresh_loop_depth(consumer: AsyncConsumer[Any], refresh_s: float) -> 
     """A single event loop's ``DepthRefresher`` and ticker in one: run on its loop beside the
     consumer until cancelled, it counts the queue when its known depth is stale while work
     flows."""
-    counters = consumer.counters
-    stale = StaleWhileFlowing(
-        consumer.depth.known,
-        refresh_s,
-        settled=lambda: counters.processed + counters.failed + counters.poisoned,
-        in_flight=lambda: counters.in_flight,
-    )
+    stale = StaleWhileFlowing(consumer.depth.known, refresh_s, consumer.counters)
     while True:
         # A periodic tick, not a wait for a condition: the interval is the refresh cadence.
         await asyncio.sleep(min(TICK_S, refresh_s))
