@@ -119,6 +119,7 @@ def test_the_shipped_default_file_lists_every_setting() -> None:
         ("backoff", {"max_idle_s": -1}),
         ("listener", {"dequeue_batch_size": 33}),
         ("listener", {"dequeue_batch_size": 0}),
+        ("listener", {"loop_blocked_after_s": 0}),
         ("rate_limit", {"fleet_max_waiting": 0}),
     ],
 )
