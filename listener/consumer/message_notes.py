@@ -14,8 +14,11 @@ and read as none, so the handler starts over rather than the message failing on 
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import hashlib
 from collections.abc import Generator
+from concurrent.futures import Future
 from typing import Any, Protocol
 
 import structlog
@@ -58,6 +61,40 @@ class Saved:
 
 
 SAVED = Saved()
+
+
+class Saving:
+    """A checkpoint's write under way: awaiting it returns once it is stored, or raises what
+    storage raised. Awaiting never cancels the write (a handler past its time limit leaves it to
+    end)."""
+
+    def __init__(self, write: asyncio.Future[None]) -> None:
+        self.write = write
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return asyncio.shield(self.write).__await__()
+
+
+def running_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop running on this thread, if any."""
+    with contextlib.suppress(RuntimeError):
+        return asyncio.get_running_loop()
+    return None
+
+
+def log_unsaved(notes: MessageNotes, write: asyncio.Future[None] | Future[None]) -> None:
+    """Log a checkpoint's write that failed (retrieving its error: a handler need not await
+    it)."""
+    if write.cancelled():
+        return
+    failure = write.exception()
+    if failure is not None:
+        log.warning(
+            "checkpoint_not_saved",
+            queue=notes.queue_name,
+            message_id=notes.message.id,
+            error=f"{type(failure).__name__}: {str(failure)[:200]}",
+        )
 
 
 class MessageNotes:

@@ -288,9 +288,8 @@ class MessageProcessor(Generic[T]):
 
     def _deliver(self, lease: Lease, context: MessageContext[T], texts: list[str]) -> None:
         """Give every item to every observer (under the time limit, if any)."""
-        set_current_message(
-            context.queue_name, context.message, context.key, self._held(lease, context)
-        )
+        held = self._held(lease, context)
+        set_current_message(context.queue_name, context.message, context.key, held)
         started = self.clock.monotonic() if self.record_handler_time is not None else 0.0
         try:
             if self.time_limits is None:
@@ -298,6 +297,8 @@ class MessageProcessor(Generic[T]):
             else:
                 self.time_limits.run(lease, context, partial(self._hand_over, context, texts))
         finally:
+            if held is not None:  # an async handler's checkpoint may still be on its way
+                held.written()
             set_current_message(None)
             if self.record_handler_time is not None:
                 self.record_handler_time(1, self.clock.monotonic() - started)

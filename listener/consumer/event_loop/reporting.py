@@ -22,8 +22,6 @@ an ``async def`` handler must not stop the loop for a network call:
 from __future__ import annotations
 
 import asyncio
-import contextlib
-from collections.abc import Generator
 from functools import partial
 from typing import Any
 
@@ -32,24 +30,19 @@ import structlog
 from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
-from cloudqueue.listener.consumer.message_notes import SAVED, CheckpointSaving, MessageNotes
+from cloudqueue.listener.consumer.message_notes import (
+    SAVED,
+    CheckpointSaving,
+    MessageNotes,
+    Saving,
+    log_unsaved,
+    running_loop,
+)
 from cloudqueue.listener.consumer.middleware import MessageContext
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.wire.handler_notes import checkpoint_text, parse_checkpoint
 
 log = structlog.get_logger(__name__)
-
-
-class Saving:
-    """A checkpoint's write under way on the loop: awaiting it returns once it is stored, or
-    raises what storage raised. Awaiting never cancels the write (a handler past its time limit
-    leaves it to end)."""
-
-    def __init__(self, write: asyncio.Task[None]) -> None:
-        self.write = write
-
-    def __await__(self) -> Generator[Any, None, None]:
-        return asyncio.shield(self.write).__await__()
 
 
 class LoopNotes(MessageNotes):
@@ -89,7 +82,7 @@ class LoopNotes(MessageNotes):
         content, stored = self._inline_content(text, progress), None
         if content is None:
             stored, content = self._stored_content(progress)
-        if _running_loop() is not self._loop:  # a thread the handler started: wait, as on threads
+        if running_loop() is not self._loop:  # a thread the handler started: wait, as on threads
             write = asyncio.run_coroutine_threadsafe(
                 self._started(text, content, stored), self._loop
             )
@@ -104,7 +97,7 @@ class LoopNotes(MessageNotes):
         # The new text carries the last report: a report pending for the renewal is in it.
         self._content, self.held.pending_content = content, None
         write = self._loop.create_task(self._write(text, content, stored))
-        write.add_done_callback(self._logged)
+        write.add_done_callback(partial(log_unsaved, self))
         self.writing = write
         return write
 
@@ -123,19 +116,6 @@ class LoopNotes(MessageNotes):
         assert self.payload_store is not None  # else _stored_content refused it
         await asyncio.to_thread(self.payload_store.put, name, text.encode("utf-8"))
 
-    def _logged(self, write: asyncio.Task[None]) -> None:
-        """Log a write that failed (retrieving its error: a handler need not await it)."""
-        if write.cancelled():
-            return
-        failure = write.exception()
-        if failure is not None:
-            log.warning(
-                "checkpoint_not_saved",
-                queue=self.queue_name,
-                message_id=self.message.id,
-                error=f"{type(failure).__name__}: {str(failure)[:200]}",
-            )
-
     def _keep_report(self, report: HandlerProgress, content: str | None) -> None:
         self.held.progress = report
         if content is not None:
@@ -145,10 +125,4 @@ class LoopNotes(MessageNotes):
         self.held.checkpoint_payload = name
 
 
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    with contextlib.suppress(RuntimeError):
-        return asyncio.get_running_loop()
-    return None
-
-
-__all__ = ["LoopNotes", "Saving"]
+__all__ = ["LoopNotes"]
