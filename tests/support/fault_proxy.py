@@ -106,6 +106,10 @@ class FaultProxy:
                     break
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except asyncio.CancelledError:
+            # The proxy's stop: ending the task normally, as Python 3.11's stream callback
+            # reads a cancelled task's exception and prints a traceback for each connection.
+            pass
         finally:
             writer.close()
 
