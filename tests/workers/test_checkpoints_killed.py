@@ -1,6 +1,7 @@
 """kill -9 inside a checkpointed step, on SQLite and on Azurite: real ``cloudqueue run``
 processes; the redelivery resumes at the step that was killed, never re-running the ones
-checkpointed before it. While the step runs, ``cloudqueue status`` shows its progress."""
+checkpointed before it. While the step runs, ``cloudqueue status`` shows its progress. The same
+for an ``async def`` handler, on dequeue threads and on the single event loop."""
 
 from __future__ import annotations
 
@@ -20,7 +21,12 @@ from tests.support.polling import eventually
 from tests.support.runs import start_run
 from tests.support.written_lines import complete_lines
 
-WORKER = "tests.support.checkpoint_workers:ThreeCheckpointedSteps"
+HANDLERS = {
+    "sync": ("ThreeCheckpointedSteps", "threads"),
+    "async-on-threads": ("AsyncThreeCheckpointedSteps", "threads"),
+    "async-single-loop": ("AsyncThreeCheckpointedSteps", "single"),
+}
+"""The worker class in ``tests.support.checkpoint_workers`` and ``listener.event_loop``."""
 
 
 def connection_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path) -> str:
@@ -30,9 +36,11 @@ def connection_for(backend: str, request: pytest.FixtureRequest, tmp_path: Path)
     return f"sqlite:///{tmp_path / 'queues.db'}"
 
 
+@pytest.mark.parametrize("handler", list(HANDLERS))
 @pytest.mark.parametrize("backend", ["sqlite", "azure"])
 def test_a_job_killed_in_step_3_resumes_at_step_3(
     backend: str,
+    handler: str,
     request: pytest.FixtureRequest,
     tmp_path: Path,
     queue_name: str,
@@ -43,12 +51,14 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
     job; the message is deleted."""
     connection = connection_for(backend, request, tmp_path)
     record_path = tmp_path / "record.txt"
+    worker, event_loop = HANDLERS[handler]
     env = {
         **os.environ,
         "PYTHONUNBUFFERED": "1",
         "CLOUDQUEUE_CONNECTION_STRING": connection,
         "CLOUDQUEUE_LISTENER__VISIBILITY_TIMEOUT_S": "1",  # the killed job's message returns soon
         "CLOUDQUEUE_BACKOFF__MAX_IDLE_S": "0.2",
+        "CLOUDQUEUE_LISTENER__EVENT_LOOP": event_loop,
         "CLOUDQUEUE_STATE_DIR": str(tmp_path / "run"),
         "TEST_QUEUE": queue_name,
         "TEST_RECORD_PATH": str(record_path),
@@ -58,7 +68,12 @@ def test_a_job_killed_in_step_3_resumes_at_step_3(
     Publisher(storage, queue_name, dict).publish({"job": "three steps"})
 
     def start(name: str, **extra: str) -> RunningProcess:
-        return start_run(processes, [WORKER], {**env, **extra}, tmp_path / f"{name}.log")
+        return start_run(
+            processes,
+            [f"tests.support.checkpoint_workers:{worker}"],
+            {**env, **extra},
+            tmp_path / f"{name}.log",
+        )
 
     def events() -> list[list[str]]:
         return [line.split()[:-1] for line in complete_lines(record_path)]
