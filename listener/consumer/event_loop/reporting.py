@@ -25,8 +25,6 @@ import asyncio
 from functools import partial
 from typing import Any
 
-import structlog
-
 from cloudqueue.listener.clock import Clock
 from cloudqueue.listener.consumer.event_loop.leases import AsyncLeases, HeldMessage
 from cloudqueue.listener.consumer.handler_progress import HandlerProgress
@@ -41,8 +39,6 @@ from cloudqueue.listener.consumer.message_notes import (
 from cloudqueue.listener.consumer.middleware import MessageContext
 from cloudqueue.listener.stores.payload_store import PayloadStore
 from cloudqueue.listener.wire.handler_notes import checkpoint_text, parse_checkpoint
-
-log = structlog.get_logger(__name__)
 
 
 class LoopNotes(MessageNotes):
