@@ -320,18 +320,24 @@ def render_markdown(results: dict[str, Any]) -> str:
         lines.append("")
     if results.get("fan_in"):
         lines += [
-            f"| store | {results['fan_in_members']:,} plain items | as one group | ratio | runs |",
+            f"| store | {results['fan_in_members']:,} plain items: median (range) "
+            "| as one group: median (range) | ratio | runs |",
             "|---|---|---|---|---|",
         ]
         for store, figure in results["fan_in"].items():
-            runs = len(figure["runs_s"]["plain"])
             lines.append(
-                f"| {store} | {figure['plain_s']:.1f} s | {figure['group_s']:.1f} s "
-                f"| **{figure['ratio']:.2f}\u00d7** | {_runs(runs)} |"
+                f"| {store} | {figure['plain_s']:.1f} s{_spread(figure['runs_s']['plain'])} "
+                f"| {figure['group_s']:.1f} s{_spread(figure['runs_s']['group'])} "
+                f"| **{figure['ratio']:.2f}\u00d7** | {_runs(len(figure['runs_s']['plain']))} |"
             )
         lines.append("")
     lines.append(header_line(results))
     return "\n".join(lines)
+
+
+def _spread(runs_s: list[float]) -> str:
+    """The runs' range after their median, where there are several: Azurite's vary widely."""
+    return "" if len(runs_s) < 2 else f" ({min(runs_s):.1f}\u2013{max(runs_s):.1f})"
 
 
 def _runs(runs: int) -> str:
