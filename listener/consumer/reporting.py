@@ -82,8 +82,8 @@ class HeldMessage(MessageNotes):
             # The new text carries the last report, and a report made from now on is made on it:
             # a renewal writing that report never drops the checkpoint.
             self._content, self.lease.pending_content = content, None
-        if running_loop() is None:
-            self._write(text, content, stored)
+        if running_loop() is None:  # after any write an earlier save started on the loop
+            self._write_after(self._writing, text, content, stored)
             return SAVED
         previous = self._writing
         self._writing = writing = _WRITERS.submit(
@@ -112,7 +112,7 @@ class HeldMessage(MessageNotes):
     def _write(self, text: str, content: str, stored: str | None) -> None:
         if stored is not None:
             assert self.payload_store is not None  # else _stored_content refused it
-            self.lease.checkpoint_payload = stored  # removed after the delete, even if half-done
+            self._keep_payload_name(stored)  # removed after the delete, even if half-done
             self.payload_store.put(stored, text.encode("utf-8"))
         self.keeper.rewrite(self.lease, content)
         self._checkpoint = parse_checkpoint(text)
